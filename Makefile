@@ -1,0 +1,65 @@
+# The one entry point for developers and CI. `make run` starts the API server on the embedded
+# store; `make test` runs every test. Both install what they need on a fresh Debian machine.
+
+SHELL := /bin/bash
+# Keep build output outside the clone so fresh clones in CI reuse a warm cache.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/cozyplane/target
+CARGO ?= cargo
+RUN_DIR ?= $(CURDIR)/.run
+
+# Debian packages the build and the tests need: binary -> package.
+DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
+        bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 \
+        /usr/include/bpf/bpf_helpers.h:libbpf-dev \
+        /usr/lib/cni/portmap:containernetworking-plugins
+
+.PHONY: all deps build run test test-unit lint fmt bench bpf verify-bpf clean help
+
+all: build
+
+help:
+	@echo "make run    - start cozyplane-apiserver on the embedded store"
+	@echo "make test   - install dependencies, lint, run every test"
+	@echo "make bench  - run the benchmarks (see docs/benchmarks.md)"
+	@echo "make fmt    - format the code"
+
+## deps: install missing Debian packages (idempotent, quiet; apt-get update at most once).
+deps:
+	@missing=""; \
+	for d in $(DEPS); do \
+		bin=$${d%%:*}; pkg=$${d##*:}; \
+		if [ "$${bin#/}" != "$$bin" ]; then [ -e "$$bin" ] || missing="$$missing $$pkg"; \
+		else command -v "$$bin" >/dev/null 2>&1 || missing="$$missing $$pkg"; fi; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build: deps
+	$(CARGO) build --workspace --bins
+
+run: deps
+	$(CARGO) build --bin cozyplane-apiserver
+	@mkdir -p $(RUN_DIR)
+	$(CARGO_TARGET_DIR)/debug/cozyplane-apiserver --data-dir $(RUN_DIR)/data $(ARGS)
+
+test: deps lint test-unit
+
+test-unit:
+	$(CARGO) test --workspace --all-targets
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+bench: deps
+	$(CARGO) bench -p cozyplane-storage
+
+clean:
+	rm -rf $(RUN_DIR)

@@ -1,0 +1,402 @@
+//! The etcd v3 backend, through `etcd-client`.
+//!
+//! Every call is one etcd request: writes are etcd transactions that compare revisions (the
+//! compare-and-swap kube-apiserver does on etcd), lists are range reads, and a watch is one etcd
+//! watch kept alive by a task that reconnects after etcd restarts and resumes from the last
+//! revision it delivered.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{
+    Certificate, Client, CompactionOptions, Compare as EtcdCompare, CompareOp, ConnectOptions, DeleteOptions,
+    EventType, GetOptions, Identity, PutOptions, TlsOptions, Txn as EtcdTxn, TxnOp, TxnOpResponse,
+    WatchOptions as EtcdWatchOptions,
+};
+use tokio::sync::mpsc;
+
+use crate::{
+    Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Txn, TxnResponse,
+    WatchOptions, WatchStream, prefix_end, token,
+};
+
+/// How to reach etcd.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Client URLs, e.g. `https://10.0.0.1:2379`. A URL without a scheme uses TLS when a CA or
+    /// a client certificate is configured.
+    pub endpoints: Vec<String>,
+    /// PEM CA bundle that signs etcd's serving certificate.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate, for etcd's `--client-cert-auth`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    pub key_file: Option<PathBuf>,
+    /// etcd user, when etcd authentication is enabled.
+    pub username: Option<String>,
+    /// Password of `username`.
+    pub password: Option<String>,
+    /// Deadline of every request.
+    pub request_timeout: Duration,
+    /// Deadline of establishing a connection.
+    pub dial_timeout: Duration,
+}
+
+impl Config {
+    /// Plain-text access to the given endpoints, with default timeouts.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            username: None,
+            password: None,
+            request_timeout: Duration::from_secs(10),
+            dial_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The etcd backend; see the [module documentation](self).
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+}
+
+impl EtcdStore {
+    /// Connect to etcd. Fails if no endpoint answers within the dial timeout.
+    pub async fn connect(config: Config) -> Result<Self> {
+        let mut opts = ConnectOptions::new()
+            .with_timeout(config.request_timeout)
+            .with_connect_timeout(config.dial_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        if let (Some(user), Some(password)) = (&config.username, &config.password) {
+            opts = opts.with_user(user.clone(), password.clone());
+        }
+        if config.ca_file.is_some() || config.cert_file.is_some() {
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| Error::unavailable(format!("reading {}: {e}", p.display())))
+            };
+            let mut tls = TlsOptions::new();
+            if let Some(ca) = &config.ca_file {
+                tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+            }
+            match (&config.cert_file, &config.key_file) {
+                (Some(cert), Some(key)) => tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?)),
+                (None, None) => {}
+                _ => return Err(Error::unavailable("an etcd client certificate needs both cert and key files")),
+            }
+            opts = opts.with_tls(tls);
+        }
+        let client = Client::connect(&config.endpoints, Some(opts)).await.map_err(Error::unavailable)?;
+        Ok(Self { client })
+    }
+
+    /// The underlying client, for callers that need etcd features beyond the trait (leases
+    /// for leader election).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+fn to_kv(kv: etcd_client::KeyValue) -> Result<KeyValue> {
+    let (create_revision, mod_revision) = (kv.create_revision() as Revision, kv.mod_revision() as Revision);
+    let (key, value) = kv.into_key_value();
+    let key = String::from_utf8(key).map_err(|_| Error::internal("etcd returned a non-UTF-8 key"))?;
+    Ok(KeyValue { key, value: Bytes::from(value), create_revision, mod_revision })
+}
+
+fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
+    h.map_or(0, |h| h.revision() as Revision)
+}
+
+/// Map an etcd read error; `requested` is the revision the read asked for.
+fn read_error(e: etcd_client::Error, requested: Revision, from_token: bool) -> Error {
+    let msg = e.to_string();
+    if msg.contains("required revision has been compacted") {
+        // etcd does not say where history starts; 0 marks "unknown".
+        if from_token { Error::Expired { requested, compacted: 0 } } else { Error::Gone { requested, compacted: 0 } }
+    } else if msg.contains("required revision is a future revision") {
+        Error::FutureRevision { requested, current: 0 }
+    } else {
+        Error::unavailable(msg)
+    }
+}
+
+#[async_trait]
+impl Storage for EtcdStore {
+    async fn get(&self, key: &str) -> Result<KeyValue> {
+        let mut resp = self.client.kv_client().get(key, None).await.map_err(Error::unavailable)?;
+        match resp.take_kvs().into_iter().next() {
+            Some(kv) => to_kv(kv),
+            None => Err(Error::NotFound { key: key.into() }),
+        }
+    }
+
+    async fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
+        let (revision, start, from_token) = match &opts.continue_token {
+            Some(t) => {
+                let c = token::decode(prefix, t)?;
+                (Some(c.revision), c.start, true)
+            }
+            None => (opts.revision.filter(|r| *r > 0), prefix.to_string(), false),
+        };
+        let mut get = GetOptions::new().with_range(prefix_end(prefix.as_bytes()));
+        if let Some(rev) = revision {
+            get = get.with_revision(rev as i64);
+        }
+        if let Some(limit) = opts.limit.filter(|l| *l > 0) {
+            get = get.with_limit(limit as i64);
+        }
+        let mut resp = match self.client.kv_client().get(start, Some(get)).await {
+            Ok(r) => r,
+            Err(e) => {
+                let mut err = read_error(e, revision.unwrap_or(0), from_token);
+                if let Error::FutureRevision { current, .. } = &mut err {
+                    *current = self.current_revision().await.unwrap_or(0);
+                }
+                return Err(err);
+            }
+        };
+        let revision = revision.unwrap_or_else(|| header_revision(resp.header()));
+        let (more, count) = (resp.more(), resp.count() as u64);
+        let items = resp.take_kvs().into_iter().map(to_kv).collect::<Result<Vec<_>>>()?;
+        let continue_token = match items.last() {
+            Some(last) if more => Some(token::encode(prefix, &last.key, revision)),
+            _ => None,
+        };
+        let remaining = continue_token.as_ref().map(|_| count.saturating_sub(items.len() as u64));
+        Ok(ListResult { items, revision, continue_token, remaining })
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        txn.check()?;
+        let compares: Vec<EtcdCompare> = txn
+            .compares
+            .iter()
+            .map(|c| match c {
+                Compare::Exists(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Greater, 0),
+                Compare::Absent(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Equal, 0),
+                Compare::ModRevision(k, r) => EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64),
+            })
+            .collect();
+        let ops: Vec<TxnOp> = txn
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => {
+                    TxnOp::put(key.as_str(), value.to_vec(), Some(PutOptions::new().with_prev_key()))
+                }
+                Op::Delete { key } => TxnOp::delete(key.as_str(), Some(DeleteOptions::new().with_prev_key())),
+            })
+            .collect();
+        let reads: Vec<TxnOp> = txn.compares.iter().map(|c| TxnOp::get(c.key(), None)).collect();
+        let resp = self
+            .client
+            .kv_client()
+            .txn(EtcdTxn::new().when(compares).and_then(ops).or_else(reads))
+            .await
+            .map_err(Error::unavailable)?;
+        let revision = header_revision(resp.header());
+        let mut out = TxnResponse { succeeded: resp.succeeded(), revision, current: Vec::new(), prev: Vec::new() };
+        for (i, r) in resp.op_responses().into_iter().enumerate() {
+            match r {
+                TxnOpResponse::Put(mut p) => out.prev.push(p.take_prev_key().map(to_kv).transpose()?),
+                TxnOpResponse::Delete(mut d) => {
+                    out.prev.push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
+                }
+                TxnOpResponse::Get(mut g) => {
+                    let item = g.take_kvs().into_iter().next().map(to_kv).transpose()?;
+                    out.current.push((txn.compares[i].key().to_string(), item));
+                }
+                TxnOpResponse::Txn(_) => return Err(Error::internal("etcd answered a nested transaction")),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn watch(&self, key: &str, opts: WatchOptions) -> Result<WatchStream> {
+        let from = match opts.revision {
+            Some(r) => r,
+            None => self.current_revision().await?,
+        };
+        let (tx, rx) = mpsc::channel(1024);
+        let w = Watcher { client: self.client.clone(), key: key.to_string(), opts, last: from, tx };
+        tokio::spawn(w.run());
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        let opts = CompactionOptions::new().with_physical();
+        match self.client.kv_client().compact(revision as i64, Some(opts)).await {
+            Ok(_) => Ok(()),
+            Err(e) => match read_error(e, revision, false) {
+                // Compacting where history already starts later is a no-op, as in the embedded store.
+                Error::Gone { .. } => Ok(()),
+                Error::FutureRevision { requested, .. } => {
+                    Err(Error::FutureRevision { requested, current: self.current_revision().await.unwrap_or(0) })
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        let resp = self
+            .client
+            .kv_client()
+            .get("/", Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(Error::unavailable)?;
+        Ok(header_revision(resp.header()))
+    }
+
+    async fn health(&self) -> Result<()> {
+        self.client.maintenance_client().status().await.map_err(Error::unavailable)?;
+        Ok(())
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+}
+
+/// The task behind one watch stream.
+struct Watcher {
+    client: Client,
+    key: String,
+    opts: WatchOptions,
+    /// Every event up to here has been delivered.
+    last: Revision,
+    tx: mpsc::Sender<Result<Event>>,
+}
+
+/// How a connection to etcd's watch ended.
+enum End {
+    /// The consumer is gone, or was sent its final error.
+    Done,
+    /// The connection broke: watch again from `last`.
+    Reconnect,
+}
+
+impl Watcher {
+    async fn run(mut self) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.connection().await {
+                End::Done => return,
+                End::Reconnect => {
+                    if self.tx.is_closed() {
+                        return;
+                    }
+                    tracing::debug!(key = %self.key, last = self.last, "etcd watch reconnecting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.tx.closed() => return,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    async fn connection(&mut self) -> End {
+        let mut wopts = EtcdWatchOptions::new().with_start_revision(self.last as i64 + 1).with_prev_key();
+        if self.opts.prefix {
+            wopts = wopts.with_range(prefix_end(self.key.as_bytes()));
+        }
+        let mut wc = self.client.watch_client();
+        let mut stream = tokio::select! {
+            s = wc.watch(self.key.as_str(), Some(wopts)) => match s {
+                Ok(s) => s,
+                Err(_) => return End::Reconnect,
+            },
+            _ = self.tx.closed() => return End::Done,
+        };
+        let mut tick = self.opts.progress_interval.map(|p| {
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + p, p);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        loop {
+            let ticked = async {
+                match tick.as_mut() {
+                    Some(t) => t.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                msg = stream.message() => {
+                    let resp = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) | Err(_) => return End::Reconnect,
+                    };
+                    if resp.canceled() {
+                        // etcd 3.4 answers a compacted start revision with a cancel and then
+                        // leaves the stream open: this is the end of the watch, not a pause.
+                        if resp.compact_revision() > 0 {
+                            let gone = Error::Gone { requested: self.last, compacted: resp.compact_revision() as Revision };
+                            let _ = self.tx.send(Err(gone)).await;
+                            return End::Done;
+                        }
+                        return End::Reconnect;
+                    }
+                    if resp.created() {
+                        continue;
+                    }
+                    if resp.events().is_empty() {
+                        // A progress notification: etcd sends it only once the watcher has
+                        // delivered everything up to the header's revision.
+                        let rev = header_revision(resp.header());
+                        if rev > self.last {
+                            self.last = rev;
+                        }
+                        if self.opts.progress_interval.is_some()
+                            && self.tx.send(Ok(Event::Progress { revision: self.last })).await.is_err()
+                        {
+                            return End::Done;
+                        }
+                        continue;
+                    }
+                    let mut newest = self.last;
+                    for ev in resp.events() {
+                        let item = match convert(ev) {
+                            Ok(e) => e,
+                            Err(e) => {
+                                let _ = self.tx.send(Err(e)).await;
+                                return End::Done;
+                            }
+                        };
+                        newest = newest.max(item.revision());
+                        if item.revision() <= self.last {
+                            continue;
+                        }
+                        if self.tx.send(Ok(item)).await.is_err() {
+                            return End::Done;
+                        }
+                    }
+                    self.last = newest;
+                }
+                _ = ticked => {
+                    if stream.request_progress().await.is_err() {
+                        return End::Reconnect;
+                    }
+                }
+                _ = self.tx.closed() => return End::Done,
+            }
+        }
+    }
+}
+
+fn convert(ev: &etcd_client::Event) -> Result<Event> {
+    let kv = ev.kv().cloned().ok_or_else(|| Error::internal("etcd watch event without a key"))?;
+    let prev = ev.prev_kv().cloned().map(to_kv).transpose()?;
+    let kv = to_kv(kv)?;
+    Ok(match ev.event_type() {
+        EventType::Put => Event::Put { kv, prev },
+        EventType::Delete => Event::Delete { revision: kv.mod_revision, key: kv.key, prev },
+    })
+}
