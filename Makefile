@@ -51,12 +51,18 @@ test: deps lint test-unit
 test-unit:
 	$(CARGO) test --workspace --all-targets
 
-lint:
+lint: verify-bpf
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+
+bpf: deps
+	$(MAKE) -C bpf
+
+verify-bpf: deps
+	$(MAKE) -C bpf verify
 
 bench: deps
 	$(CARGO) bench -p cozyplane-storage

@@ -95,10 +95,14 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn unavailable(e: impl std::fmt::Display) -> Self {
-        Error::Unavailable { message: e.to_string() }
+        Error::Unavailable {
+            message: e.to_string(),
+        }
     }
 
     pub(crate) fn internal(e: impl std::fmt::Display) -> Self {
-        Error::Internal { message: e.to_string() }
+        Error::Internal {
+            message: e.to_string(),
+        }
     }
 }

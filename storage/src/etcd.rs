@@ -18,8 +18,8 @@ use etcd_client::{
 use tokio::sync::mpsc;
 
 use crate::{
-    Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Txn, TxnResponse,
-    WatchOptions, WatchStream, prefix_end, token,
+    Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Txn,
+    TxnResponse, WatchOptions, WatchStream, prefix_end, token,
 };
 
 /// How to reach etcd.
@@ -87,11 +87,17 @@ impl EtcdStore {
             match (&config.cert_file, &config.key_file) {
                 (Some(cert), Some(key)) => tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?)),
                 (None, None) => {}
-                _ => return Err(Error::unavailable("an etcd client certificate needs both cert and key files")),
+                _ => {
+                    return Err(Error::unavailable(
+                        "an etcd client certificate needs both cert and key files",
+                    ));
+                }
             }
             opts = opts.with_tls(tls);
         }
-        let client = Client::connect(&config.endpoints, Some(opts)).await.map_err(Error::unavailable)?;
+        let client = Client::connect(&config.endpoints, Some(opts))
+            .await
+            .map_err(Error::unavailable)?;
         Ok(Self { client })
     }
 
@@ -106,7 +112,12 @@ fn to_kv(kv: etcd_client::KeyValue) -> Result<KeyValue> {
     let (create_revision, mod_revision) = (kv.create_revision() as Revision, kv.mod_revision() as Revision);
     let (key, value) = kv.into_key_value();
     let key = String::from_utf8(key).map_err(|_| Error::internal("etcd returned a non-UTF-8 key"))?;
-    Ok(KeyValue { key, value: Bytes::from(value), create_revision, mod_revision })
+    Ok(KeyValue {
+        key,
+        value: Bytes::from(value),
+        create_revision,
+        mod_revision,
+    })
 }
 
 fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
@@ -114,13 +125,26 @@ fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
 }
 
 /// Map an etcd read error; `requested` is the revision the read asked for.
-fn read_error(e: etcd_client::Error, requested: Revision, from_token: bool) -> Error {
+fn read_error(e: &etcd_client::Error, requested: Revision, from_token: bool) -> Error {
     let msg = e.to_string();
     if msg.contains("required revision has been compacted") {
         // etcd does not say where history starts; 0 marks "unknown".
-        if from_token { Error::Expired { requested, compacted: 0 } } else { Error::Gone { requested, compacted: 0 } }
+        if from_token {
+            Error::Expired {
+                requested,
+                compacted: 0,
+            }
+        } else {
+            Error::Gone {
+                requested,
+                compacted: 0,
+            }
+        }
     } else if msg.contains("required revision is a future revision") {
-        Error::FutureRevision { requested, current: 0 }
+        Error::FutureRevision {
+            requested,
+            current: 0,
+        }
     } else {
         Error::unavailable(msg)
     }
@@ -129,7 +153,12 @@ fn read_error(e: etcd_client::Error, requested: Revision, from_token: bool) -> E
 #[async_trait]
 impl Storage for EtcdStore {
     async fn get(&self, key: &str) -> Result<KeyValue> {
-        let mut resp = self.client.kv_client().get(key, None).await.map_err(Error::unavailable)?;
+        let mut resp = self
+            .client
+            .kv_client()
+            .get(key, None)
+            .await
+            .map_err(Error::unavailable)?;
         match resp.take_kvs().into_iter().next() {
             Some(kv) => to_kv(kv),
             None => Err(Error::NotFound { key: key.into() }),
@@ -154,7 +183,7 @@ impl Storage for EtcdStore {
         let mut resp = match self.client.kv_client().get(start, Some(get)).await {
             Ok(r) => r,
             Err(e) => {
-                let mut err = read_error(e, revision.unwrap_or(0), from_token);
+                let mut err = read_error(&e, revision.unwrap_or(0), from_token);
                 if let Error::FutureRevision { current, .. } = &mut err {
                     *current = self.current_revision().await.unwrap_or(0);
                 }
@@ -163,13 +192,24 @@ impl Storage for EtcdStore {
         };
         let revision = revision.unwrap_or_else(|| header_revision(resp.header()));
         let (more, count) = (resp.more(), resp.count() as u64);
-        let items = resp.take_kvs().into_iter().map(to_kv).collect::<Result<Vec<_>>>()?;
+        let items = resp
+            .take_kvs()
+            .into_iter()
+            .map(to_kv)
+            .collect::<Result<Vec<_>>>()?;
         let continue_token = match items.last() {
             Some(last) if more => Some(token::encode(prefix, &last.key, revision)),
             _ => None,
         };
-        let remaining = continue_token.as_ref().map(|_| count.saturating_sub(items.len() as u64));
-        Ok(ListResult { items, revision, continue_token, remaining })
+        let remaining = continue_token
+            .as_ref()
+            .map(|_| count.saturating_sub(items.len() as u64));
+        Ok(ListResult {
+            items,
+            revision,
+            continue_token,
+            remaining,
+        })
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
@@ -180,16 +220,20 @@ impl Storage for EtcdStore {
             .map(|c| match c {
                 Compare::Exists(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Greater, 0),
                 Compare::Absent(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Equal, 0),
-                Compare::ModRevision(k, r) => EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64),
+                Compare::ModRevision(k, r) => {
+                    EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64)
+                }
             })
             .collect();
         let ops: Vec<TxnOp> = txn
             .ops
             .iter()
             .map(|op| match op {
-                Op::Put { key, value } => {
-                    TxnOp::put(key.as_str(), value.to_vec(), Some(PutOptions::new().with_prev_key()))
-                }
+                Op::Put { key, value } => TxnOp::put(
+                    key.as_str(),
+                    value.to_vec(),
+                    Some(PutOptions::new().with_prev_key()),
+                ),
                 Op::Delete { key } => TxnOp::delete(key.as_str(), Some(DeleteOptions::new().with_prev_key())),
             })
             .collect();
@@ -201,12 +245,18 @@ impl Storage for EtcdStore {
             .await
             .map_err(Error::unavailable)?;
         let revision = header_revision(resp.header());
-        let mut out = TxnResponse { succeeded: resp.succeeded(), revision, current: Vec::new(), prev: Vec::new() };
+        let mut out = TxnResponse {
+            succeeded: resp.succeeded(),
+            revision,
+            current: Vec::new(),
+            prev: Vec::new(),
+        };
         for (i, r) in resp.op_responses().into_iter().enumerate() {
             match r {
                 TxnOpResponse::Put(mut p) => out.prev.push(p.take_prev_key().map(to_kv).transpose()?),
                 TxnOpResponse::Delete(mut d) => {
-                    out.prev.push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
+                    out.prev
+                        .push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
                 }
                 TxnOpResponse::Get(mut g) => {
                     let item = g.take_kvs().into_iter().next().map(to_kv).transpose()?;
@@ -224,7 +274,13 @@ impl Storage for EtcdStore {
             None => self.current_revision().await?,
         };
         let (tx, rx) = mpsc::channel(1024);
-        let w = Watcher { client: self.client.clone(), key: key.to_string(), opts, last: from, tx };
+        let w = Watcher {
+            client: self.client.clone(),
+            key: key.to_string(),
+            opts,
+            last: from,
+            tx,
+        };
         tokio::spawn(w.run());
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
@@ -233,12 +289,13 @@ impl Storage for EtcdStore {
         let opts = CompactionOptions::new().with_physical();
         match self.client.kv_client().compact(revision as i64, Some(opts)).await {
             Ok(_) => Ok(()),
-            Err(e) => match read_error(e, revision, false) {
+            Err(e) => match read_error(&e, revision, false) {
                 // Compacting where history already starts later is a no-op, as in the embedded store.
                 Error::Gone { .. } => Ok(()),
-                Error::FutureRevision { requested, .. } => {
-                    Err(Error::FutureRevision { requested, current: self.current_revision().await.unwrap_or(0) })
-                }
+                Error::FutureRevision { requested, .. } => Err(Error::FutureRevision {
+                    requested,
+                    current: self.current_revision().await.unwrap_or(0),
+                }),
                 other => Err(other),
             },
         }
@@ -255,7 +312,11 @@ impl Storage for EtcdStore {
     }
 
     async fn health(&self) -> Result<()> {
-        self.client.maintenance_client().status().await.map_err(Error::unavailable)?;
+        self.client
+            .maintenance_client()
+            .status()
+            .await
+            .map_err(Error::unavailable)?;
         Ok(())
     }
 
@@ -304,7 +365,9 @@ impl Watcher {
     }
 
     async fn connection(&mut self) -> End {
-        let mut wopts = EtcdWatchOptions::new().with_start_revision(self.last as i64 + 1).with_prev_key();
+        let mut wopts = EtcdWatchOptions::new()
+            .with_start_revision(self.last as i64 + 1)
+            .with_prev_key();
         if self.opts.prefix {
             wopts = wopts.with_range(prefix_end(self.key.as_bytes()));
         }
@@ -330,10 +393,7 @@ impl Watcher {
             };
             tokio::select! {
                 msg = stream.message() => {
-                    let resp = match msg {
-                        Ok(Some(r)) => r,
-                        Ok(None) | Err(_) => return End::Reconnect,
-                    };
+                    let Ok(Some(resp)) = msg else { return End::Reconnect };
                     if resp.canceled() {
                         // etcd 3.4 answers a compacted start revision with a cancel and then
                         // leaves the stream open: this is the end of the watch, not a pause.
@@ -392,11 +452,18 @@ impl Watcher {
 }
 
 fn convert(ev: &etcd_client::Event) -> Result<Event> {
-    let kv = ev.kv().cloned().ok_or_else(|| Error::internal("etcd watch event without a key"))?;
+    let kv = ev
+        .kv()
+        .cloned()
+        .ok_or_else(|| Error::internal("etcd watch event without a key"))?;
     let prev = ev.prev_kv().cloned().map(to_kv).transpose()?;
     let kv = to_kv(kv)?;
     Ok(match ev.event_type() {
         EventType::Put => Event::Put { kv, prev },
-        EventType::Delete => Event::Delete { revision: kv.mod_revision, key: kv.key, prev },
+        EventType::Delete => Event::Delete {
+            revision: kv.mod_revision,
+            key: kv.key,
+            prev,
+        },
     })
 }

@@ -55,10 +55,18 @@ mod tests {
 
     #[test]
     fn namespaced_and_cluster_keys() {
-        let ns = ObjectKey { prefix: "registry", group: "sdn.cozystack.io", resource: "vpcs", namespace: Some("t1") };
+        let ns = ObjectKey {
+            prefix: "registry",
+            group: "sdn.cozystack.io",
+            resource: "vpcs",
+            namespace: Some("t1"),
+        };
         assert_eq!(ns.object("a"), "/registry/sdn.cozystack.io/vpcs/t1/a");
         assert_eq!(ns.list_prefix(), "/registry/sdn.cozystack.io/vpcs/t1/");
-        let all = ObjectKey { namespace: None, ..ns };
+        let all = ObjectKey {
+            namespace: None,
+            ..ns
+        };
         assert_eq!(all.list_prefix(), "/registry/sdn.cozystack.io/vpcs/");
     }
 

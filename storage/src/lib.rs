@@ -105,11 +105,19 @@ fn guarded_outcome(
     prev: Vec<Option<KeyValue>>,
 ) -> Result<KeyValue> {
     if succeeded {
-        return prev.into_iter().next().flatten().ok_or_else(|| Error::internal("guarded write without a prior item"));
+        return prev
+            .into_iter()
+            .next()
+            .flatten()
+            .ok_or_else(|| Error::internal("guarded write without a prior item"));
     }
     match current.into_iter().next().and_then(|(_, kv)| kv) {
         None => Err(Error::NotFound { key: key.into() }),
-        Some(kv) => Err(Error::Conflict { key: key.into(), expected, actual: kv.mod_revision }),
+        Some(kv) => Err(Error::Conflict {
+            key: key.into(),
+            expected,
+            actual: kv.mod_revision,
+        }),
     }
 }
 use bytes::Bytes;
@@ -129,20 +137,42 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Store `value` under a new `key`; [`Error::AlreadyExists`] if it exists.
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let r = self.txn(Txn::new().when(Compare::Absent(key.into())).put(key, value.clone())).await?;
+        let r = self
+            .txn(
+                Txn::new()
+                    .when(Compare::Absent(key.into()))
+                    .put(key, value.clone()),
+            )
+            .await?;
         if !r.succeeded {
             return Err(Error::AlreadyExists { key: key.into() });
         }
-        Ok(KeyValue { key: key.into(), value, create_revision: r.revision, mod_revision: r.revision })
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            create_revision: r.revision,
+            mod_revision: r.revision,
+        })
     }
 
     /// Replace the value of `key` if its `mod_revision` is still `expected`.
     ///
     /// [`Error::Conflict`] if it changed, [`Error::NotFound`] if it is gone.
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let r = self.txn(Txn::new().when(Compare::ModRevision(key.into(), expected)).put(key, value.clone())).await?;
+        let r = self
+            .txn(
+                Txn::new()
+                    .when(Compare::ModRevision(key.into(), expected))
+                    .put(key, value.clone()),
+            )
+            .await?;
         let prev = guarded_outcome(key, expected, r.succeeded, r.current, r.prev)?;
-        Ok(KeyValue { key: key.into(), value, create_revision: prev.create_revision, mod_revision: r.revision })
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            create_revision: prev.create_revision,
+            mod_revision: r.revision,
+        })
     }
 
     /// Delete `key`, if `expected` is given only while its `mod_revision` is still that.
@@ -155,7 +185,10 @@ pub trait Storage: Send + Sync + 'static {
         };
         let r = self.txn(Txn::new().when(cond).delete(key)).await?;
         let prev = guarded_outcome(key, expected.unwrap_or(0), r.succeeded, r.current, r.prev)?;
-        Ok(Deleted { revision: r.revision, prev })
+        Ok(Deleted {
+            revision: r.revision,
+            prev,
+        })
     }
 
     /// Apply several writes at one revision if all comparisons hold.

@@ -48,10 +48,18 @@ pub struct Case {
 
 macro_rules! case {
     ($name:ident) => {
-        Case { name: stringify!($name), exclusive: false, run: |cx| $name(cx).boxed() }
+        Case {
+            name: stringify!($name),
+            exclusive: false,
+            run: |cx| $name(cx).boxed(),
+        }
     };
     ($name:ident, exclusive) => {
-        Case { name: stringify!($name), exclusive: true, run: |cx| $name(cx).boxed() }
+        Case {
+            name: stringify!($name),
+            exclusive: true,
+            run: |cx| $name(cx).boxed(),
+        }
     };
 }
 
@@ -101,7 +109,9 @@ fn b(s: &str) -> Bytes {
 
 /// The next item of a watch; fails the test instead of hanging.
 pub async fn next(w: &mut WatchStream) -> Option<crate::Result<Event>> {
-    tokio::time::timeout(HANG, w.next()).await.expect("watch stream hung")
+    tokio::time::timeout(HANG, w.next())
+        .await
+        .expect("watch stream hung")
 }
 
 /// The next put or delete of a watch, skipping progress notifications.
@@ -117,7 +127,13 @@ pub async fn next_change(w: &mut WatchStream) -> Event {
 async fn put_n(cx: &Ctx, n: usize) -> Vec<Revision> {
     let mut revs = Vec::new();
     for i in 0..n {
-        revs.push(cx.store.create(&cx.key(&format!("k{i:04}")), b("v")).await.unwrap().mod_revision);
+        revs.push(
+            cx.store
+                .create(&cx.key(&format!("k{i:04}")), b("v"))
+                .await
+                .unwrap()
+                .mod_revision,
+        );
     }
     revs
 }
@@ -141,7 +157,10 @@ async fn create_then_get_returns_the_revisions(cx: Ctx) {
 async fn create_of_an_existing_key_is_already_exists(cx: Ctx) {
     cx.store.create(&cx.key("a"), b("one")).await.unwrap();
     let err = cx.store.create(&cx.key("a"), b("two")).await.unwrap_err();
-    assert!(matches!(err, Error::AlreadyExists { ref key } if *key == cx.key("a")), "{err:?}");
+    assert!(
+        matches!(err, Error::AlreadyExists { ref key } if *key == cx.key("a")),
+        "{err:?}"
+    );
     assert_eq!(cx.store.get(&cx.key("a")).await.unwrap().value, b("one"));
 }
 
@@ -152,7 +171,11 @@ async fn get_of_a_missing_key_is_not_found(cx: Ctx) {
 
 async fn update_at_the_current_revision_succeeds(cx: Ctx) {
     let c = cx.store.create(&cx.key("a"), b("one")).await.unwrap();
-    let u = cx.store.update(&cx.key("a"), b("two"), c.mod_revision).await.unwrap();
+    let u = cx
+        .store
+        .update(&cx.key("a"), b("two"), c.mod_revision)
+        .await
+        .unwrap();
     assert!(u.mod_revision > c.mod_revision);
     assert_eq!(u.create_revision, c.create_revision);
     assert_eq!(cx.store.get(&cx.key("a")).await.unwrap(), u);
@@ -160,8 +183,16 @@ async fn update_at_the_current_revision_succeeds(cx: Ctx) {
 
 async fn update_at_a_stale_revision_is_a_conflict_naming_both_revisions(cx: Ctx) {
     let c = cx.store.create(&cx.key("a"), b("one")).await.unwrap();
-    let u = cx.store.update(&cx.key("a"), b("two"), c.mod_revision).await.unwrap();
-    let err = cx.store.update(&cx.key("a"), b("three"), c.mod_revision).await.unwrap_err();
+    let u = cx
+        .store
+        .update(&cx.key("a"), b("two"), c.mod_revision)
+        .await
+        .unwrap();
+    let err = cx
+        .store
+        .update(&cx.key("a"), b("three"), c.mod_revision)
+        .await
+        .unwrap_err();
     match err {
         Error::Conflict { expected, actual, .. } => {
             assert_eq!(expected, c.mod_revision);
@@ -175,27 +206,55 @@ async fn update_at_a_stale_revision_is_a_conflict_naming_both_revisions(cx: Ctx)
 async fn update_of_a_missing_key_is_not_found(cx: Ctx) {
     let err = cx.store.update(&cx.key("missing"), b("x"), 5).await.unwrap_err();
     assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
-    assert!(matches!(cx.store.get(&cx.key("missing")).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        cx.store.get(&cx.key("missing")).await,
+        Err(Error::NotFound { .. })
+    ));
 }
 
 async fn delete_is_guarded_by_the_revision(cx: Ctx) {
     let c = cx.store.create(&cx.key("a"), b("one")).await.unwrap();
-    let u = cx.store.update(&cx.key("a"), b("two"), c.mod_revision).await.unwrap();
-    let err = cx.store.delete(&cx.key("a"), Some(c.mod_revision)).await.unwrap_err();
-    assert!(matches!(err, Error::Conflict { actual, .. } if actual == u.mod_revision), "{err:?}");
+    let u = cx
+        .store
+        .update(&cx.key("a"), b("two"), c.mod_revision)
+        .await
+        .unwrap();
+    let err = cx
+        .store
+        .delete(&cx.key("a"), Some(c.mod_revision))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Conflict { actual, .. } if actual == u.mod_revision),
+        "{err:?}"
+    );
     let d = cx.store.delete(&cx.key("a"), Some(u.mod_revision)).await.unwrap();
     assert!(d.revision > u.mod_revision);
     assert_eq!(d.prev, u);
-    assert!(matches!(cx.store.delete(&cx.key("a"), None).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        cx.store.delete(&cx.key("a"), None).await,
+        Err(Error::NotFound { .. })
+    ));
     cx.store.create(&cx.key("b"), b("x")).await.unwrap();
-    assert_eq!(cx.store.delete(&cx.key("b"), None).await.unwrap().prev.value, b("x"));
-    assert!(matches!(cx.store.get(&cx.key("b")).await, Err(Error::NotFound { .. })));
+    assert_eq!(
+        cx.store.delete(&cx.key("b"), None).await.unwrap().prev.value,
+        b("x")
+    );
+    assert!(matches!(
+        cx.store.get(&cx.key("b")).await,
+        Err(Error::NotFound { .. })
+    ));
 }
 
 async fn every_write_moves_one_global_revision(cx: Ctx) {
     let a = cx.store.create(&cx.key("a"), b("1")).await.unwrap().mod_revision;
     let bb = cx.store.create(&cx.key("b"), b("1")).await.unwrap().mod_revision;
-    let a2 = cx.store.update(&cx.key("a"), b("2"), a).await.unwrap().mod_revision;
+    let a2 = cx
+        .store
+        .update(&cx.key("a"), b("2"), a)
+        .await
+        .unwrap()
+        .mod_revision;
     let d = cx.store.delete(&cx.key("b"), Some(bb)).await.unwrap().revision;
     assert!(a < bb && bb < a2 && a2 < d, "{a} {bb} {a2} {d}");
     assert!(cx.store.current_revision().await.unwrap() >= d);
@@ -207,8 +266,15 @@ async fn list_is_in_key_order_and_stays_inside_its_prefix(cx: Ctx) {
     for k in ["ns-a/z", "ns-a/b", "ns-ab/c", "ns-a/m"] {
         cx.store.create(&cx.key(k), b(k)).await.unwrap();
     }
-    let l = cx.store.list(&cx.key("ns-a/"), &ListOptions::default()).await.unwrap();
-    assert_eq!(keys(&l.items), [cx.key("ns-a/b"), cx.key("ns-a/m"), cx.key("ns-a/z")]);
+    let l = cx
+        .store
+        .list(&cx.key("ns-a/"), &ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(&l.items),
+        [cx.key("ns-a/b"), cx.key("ns-a/m"), cx.key("ns-a/z")]
+    );
     assert!(l.continue_token.is_none() && l.remaining.is_none());
     assert!(l.revision >= l.items.iter().map(|i| i.mod_revision).max().unwrap());
     let all = cx.store.list(&cx.prefix, &ListOptions::default()).await.unwrap();
@@ -217,15 +283,24 @@ async fn list_is_in_key_order_and_stays_inside_its_prefix(cx: Ctx) {
 
 async fn list_pages_resume_at_the_revision_of_the_first_page(cx: Ctx) {
     put_n(&cx, 10).await;
-    let mut opts = ListOptions { limit: Some(4), ..Default::default() };
+    let mut opts = ListOptions {
+        limit: Some(4),
+        ..Default::default()
+    };
     let first = cx.store.list(&cx.prefix, &opts).await.unwrap();
     assert_eq!(first.items.len(), 4);
     assert_eq!(first.remaining, Some(6));
     // Writes between pages are not part of this list.
     cx.store.create(&cx.key("k0005a"), b("new")).await.unwrap();
     let k9 = cx.store.get(&cx.key("k0009")).await.unwrap();
-    cx.store.delete(&cx.key("k0009"), Some(k9.mod_revision)).await.unwrap();
-    let mut seen = keys(&first.items).into_iter().map(String::from).collect::<Vec<_>>();
+    cx.store
+        .delete(&cx.key("k0009"), Some(k9.mod_revision))
+        .await
+        .unwrap();
+    let mut seen = keys(&first.items)
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
     opts.continue_token = first.continue_token.clone();
     loop {
         let page = cx.store.list(&cx.prefix, &opts).await.unwrap();
@@ -247,10 +322,26 @@ async fn list_at_a_past_revision_shows_that_moment(cx: Ctx) {
     let a = cx.store.create(&cx.key("a"), b("a1")).await.unwrap();
     let bb = cx.store.create(&cx.key("b"), b("b1")).await.unwrap();
     let at = cx.store.current_revision().await.unwrap();
-    cx.store.update(&cx.key("a"), b("a2"), a.mod_revision).await.unwrap();
-    cx.store.delete(&cx.key("b"), Some(bb.mod_revision)).await.unwrap();
+    cx.store
+        .update(&cx.key("a"), b("a2"), a.mod_revision)
+        .await
+        .unwrap();
+    cx.store
+        .delete(&cx.key("b"), Some(bb.mod_revision))
+        .await
+        .unwrap();
     cx.store.create(&cx.key("c"), b("c1")).await.unwrap();
-    let then = cx.store.list(&cx.prefix, &ListOptions { revision: Some(at), ..Default::default() }).await.unwrap();
+    let then = cx
+        .store
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                revision: Some(at),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(then.revision, at);
     assert_eq!(keys(&then.items), [cx.key("a"), cx.key("b")]);
     assert_eq!(then.items[0], a);
@@ -258,13 +349,26 @@ async fn list_at_a_past_revision_shows_that_moment(cx: Ctx) {
     // Paging works at a past revision too.
     let page = cx
         .store
-        .list(&cx.prefix, &ListOptions { revision: Some(at), limit: Some(1), ..Default::default() })
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                revision: Some(at),
+                limit: Some(1),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(keys(&page.items), [cx.key("a")]);
     let rest = cx
         .store
-        .list(&cx.prefix, &ListOptions { continue_token: page.continue_token, ..Default::default() })
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                continue_token: page.continue_token,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(keys(&rest.items), [cx.key("b")]);
@@ -277,16 +381,28 @@ async fn list_at_a_future_revision_is_refused(cx: Ctx) {
     let now = cx.store.current_revision().await.unwrap();
     let err = cx
         .store
-        .list(&cx.prefix, &ListOptions { revision: Some(now + 1000), ..Default::default() })
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                revision: Some(now + 1000),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::FutureRevision { requested, .. } if requested == now + 1000), "{err:?}");
+    assert!(
+        matches!(err, Error::FutureRevision { requested, .. } if requested == now + 1000),
+        "{err:?}"
+    );
 }
 
 async fn tampered_continue_tokens_are_invalid(cx: Ctx) {
     put_n(&cx, 3).await;
     for t in ["", "garbage!", "eyJ2IjoxLCJydiI6MCwic3RhcnQiOiJ4In0"] {
-        let opts = ListOptions { continue_token: Some(t.into()), ..Default::default() };
+        let opts = ListOptions {
+            continue_token: Some(t.into()),
+            ..Default::default()
+        };
         let err = cx.store.list(&cx.prefix, &opts).await.unwrap_err();
         assert!(matches!(err, Error::InvalidContinue { .. }), "{t:?}: {err:?}");
     }
@@ -294,17 +410,39 @@ async fn tampered_continue_tokens_are_invalid(cx: Ctx) {
 
 async fn continue_after_compaction_is_expired(cx: Ctx) {
     put_n(&cx, 5).await;
-    let first = cx.store.list(&cx.prefix, &ListOptions { limit: Some(2), ..Default::default() }).await.unwrap();
+    let first = cx
+        .store
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                limit: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     put_n_more(&cx, 3).await;
-    cx.store.compact(cx.store.current_revision().await.unwrap()).await.unwrap();
-    let opts = ListOptions { continue_token: first.continue_token, ..Default::default() };
+    cx.store
+        .compact(cx.store.current_revision().await.unwrap())
+        .await
+        .unwrap();
+    let opts = ListOptions {
+        continue_token: first.continue_token,
+        ..Default::default()
+    };
     let err = cx.store.list(&cx.prefix, &opts).await.unwrap_err();
-    assert!(matches!(err, Error::Expired { requested, .. } if requested == first.revision), "{err:?}");
+    assert!(
+        matches!(err, Error::Expired { requested, .. } if requested == first.revision),
+        "{err:?}"
+    );
 }
 
 async fn put_n_more(cx: &Ctx, n: usize) {
     for i in 0..n {
-        cx.store.create(&cx.key(&format!("more{i}")), b("v")).await.unwrap();
+        cx.store
+            .create(&cx.key(&format!("more{i}")), b("v"))
+            .await
+            .unwrap();
     }
 }
 
@@ -313,12 +451,31 @@ async fn list_at_a_compacted_revision_is_gone(cx: Ctx) {
     cx.store.compact(revs[4]).await.unwrap();
     let err = cx
         .store
-        .list(&cx.prefix, &ListOptions { revision: Some(revs[1]), ..Default::default() })
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                revision: Some(revs[1]),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Gone { requested, .. } if requested == revs[1]), "{err:?}");
+    assert!(
+        matches!(err, Error::Gone { requested, .. } if requested == revs[1]),
+        "{err:?}"
+    );
     // The compaction point itself stays readable.
-    let l = cx.store.list(&cx.prefix, &ListOptions { revision: Some(revs[4]), ..Default::default() }).await.unwrap();
+    let l = cx
+        .store
+        .list(
+            &cx.prefix,
+            &ListOptions {
+                revision: Some(revs[4]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(l.items.len(), 5);
     // Compacting again at or below the point is a no-op.
     cx.store.compact(revs[2]).await.unwrap();
@@ -346,7 +503,11 @@ async fn txn_claims_several_keys_at_one_revision(cx: Ctx) {
     assert_eq!(r.prev.len(), 3);
     assert_eq!(r.prev[2].as_ref().unwrap().value, b("h1"));
     for k in ["claim/10.0.0.5", "claim/aa:bb", "holder"] {
-        assert_eq!(cx.store.get(&cx.key(k)).await.unwrap().mod_revision, r.revision, "{k}");
+        assert_eq!(
+            cx.store.get(&cx.key(k)).await.unwrap().mod_revision,
+            r.revision,
+            "{k}"
+        );
     }
     // Delete and put in one transaction.
     let r2 = cx
@@ -360,7 +521,10 @@ async fn txn_claims_several_keys_at_one_revision(cx: Ctx) {
         .await
         .unwrap();
     assert!(r2.succeeded && r2.revision > r.revision);
-    assert!(matches!(cx.store.get(&cx.key("claim/aa:bb")).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        cx.store.get(&cx.key("claim/aa:bb")).await,
+        Err(Error::NotFound { .. })
+    ));
     assert_eq!(r2.prev[0].as_ref().unwrap().value, b("port-a"));
     assert!(r2.prev[1].is_none());
 }
@@ -383,12 +547,19 @@ async fn failed_txn_writes_nothing_and_reports_current_state(cx: Ctx) {
     assert_eq!(r.current.len(), 2);
     assert_eq!(r.current[0], (cx.key("claim/0"), None));
     assert_eq!(r.current[1], (cx.key("claim/1"), Some(taken)));
-    assert!(matches!(cx.store.get(&cx.key("claim/0")).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        cx.store.get(&cx.key("claim/0")).await,
+        Err(Error::NotFound { .. })
+    ));
     assert_eq!(cx.store.current_revision().await.unwrap(), before);
 }
 
 async fn txn_writing_a_key_twice_is_invalid(cx: Ctx) {
-    let err = cx.store.txn(Txn::new().put(cx.key("a"), b("1")).delete(cx.key("a"))).await.unwrap_err();
+    let err = cx
+        .store
+        .txn(Txn::new().put(cx.key("a"), b("1")).delete(cx.key("a")))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidTxn { .. }), "{err:?}");
 }
 
@@ -397,7 +568,11 @@ async fn concurrent_conflicting_updates_exactly_one_wins(cx: Ctx) {
     let tasks: Vec<_> = (0..32)
         .map(|i| {
             let (store, key) = (cx.store.clone(), cx.key("hot"));
-            tokio::spawn(async move { store.update(&key, b(&format!("writer-{i}")), c.mod_revision).await })
+            tokio::spawn(async move {
+                store
+                    .update(&key, b(&format!("writer-{i}")), c.mod_revision)
+                    .await
+            })
         })
         .collect();
     let mut won = Vec::new();
@@ -420,21 +595,45 @@ async fn concurrent_conflicting_updates_exactly_one_wins(cx: Ctx) {
 async fn watch_of_a_prefix_from_a_revision_sees_later_events_with_prev_values(cx: Ctx) {
     let a = cx.store.create(&cx.key("a"), b("a1")).await.unwrap();
     let from = a.mod_revision;
-    let a2 = cx.store.update(&cx.key("a"), b("a2"), a.mod_revision).await.unwrap();
+    let a2 = cx
+        .store
+        .update(&cx.key("a"), b("a2"), a.mod_revision)
+        .await
+        .unwrap();
     let bb = cx.store.create(&cx.key("b"), b("b1")).await.unwrap();
     let d = cx.store.delete(&cx.key("a"), None).await.unwrap();
-    let opts = WatchOptions { revision: Some(from), prefix: true, ..Default::default() };
+    let opts = WatchOptions {
+        revision: Some(from),
+        prefix: true,
+        ..Default::default()
+    };
     let mut w = cx.store.watch(&cx.prefix, opts).await.unwrap();
-    assert_eq!(next_change(&mut w).await, Event::Put { kv: a2.clone(), prev: Some(a) });
+    assert_eq!(
+        next_change(&mut w).await,
+        Event::Put {
+            kv: a2.clone(),
+            prev: Some(a)
+        }
+    );
     assert_eq!(next_change(&mut w).await, Event::Put { kv: bb, prev: None });
-    assert_eq!(next_change(&mut w).await, Event::Delete { key: cx.key("a"), revision: d.revision, prev: Some(a2) });
+    assert_eq!(
+        next_change(&mut w).await,
+        Event::Delete {
+            key: cx.key("a"),
+            revision: d.revision,
+            prev: Some(a2)
+        }
+    );
     // And live events after the replay.
     let c = cx.store.create(&cx.key("c"), b("c1")).await.unwrap();
     assert_eq!(next_change(&mut w).await, Event::Put { kv: c, prev: None });
 }
 
 async fn watch_of_one_key_sees_only_that_key(cx: Ctx) {
-    let opts = WatchOptions { prefix: false, ..Default::default() };
+    let opts = WatchOptions {
+        prefix: false,
+        ..Default::default()
+    };
     let mut w = cx.store.watch(&cx.key("a"), opts).await.unwrap();
     cx.store.create(&cx.key("ab"), b("x")).await.unwrap();
     cx.store.create(&cx.key("b"), b("x")).await.unwrap();
@@ -444,14 +643,38 @@ async fn watch_of_one_key_sees_only_that_key(cx: Ctx) {
 
 async fn watch_from_now_sees_only_later_events(cx: Ctx) {
     cx.store.create(&cx.key("old"), b("x")).await.unwrap();
-    let mut w = cx.store.watch(&cx.prefix, WatchOptions { prefix: true, ..Default::default() }).await.unwrap();
+    let mut w = cx
+        .store
+        .watch(
+            &cx.prefix,
+            WatchOptions {
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     let n = cx.store.create(&cx.key("new"), b("x")).await.unwrap();
     assert_eq!(next_change(&mut w).await, Event::Put { kv: n, prev: None });
 }
 
 async fn watch_delivers_every_event_of_a_txn(cx: Ctx) {
-    let mut w = cx.store.watch(&cx.prefix, WatchOptions { prefix: true, ..Default::default() }).await.unwrap();
-    let r = cx.store.txn(Txn::new().put(cx.key("x"), b("1")).put(cx.key("y"), b("2"))).await.unwrap();
+    let mut w = cx
+        .store
+        .watch(
+            &cx.prefix,
+            WatchOptions {
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let r = cx
+        .store
+        .txn(Txn::new().put(cx.key("x"), b("1")).put(cx.key("y"), b("2")))
+        .await
+        .unwrap();
     let e1 = next_change(&mut w).await;
     let e2 = next_change(&mut w).await;
     assert_eq!((e1.revision(), e2.revision()), (r.revision, r.revision));
@@ -472,7 +695,13 @@ async fn write_concurrently(cx: &Ctx, writers: usize, total: usize) -> HashSet<R
                 let mut revs = Vec::with_capacity(per);
                 for i in 0..per {
                     let key = format!("{prefix}w{w:03}/{i:06}");
-                    revs.push(store.create(&key, Bytes::from_static(b"value")).await.unwrap().mod_revision);
+                    revs.push(
+                        store
+                            .create(&key, Bytes::from_static(b"value"))
+                            .await
+                            .unwrap()
+                            .mod_revision,
+                    );
                 }
                 revs
             })
@@ -494,21 +723,47 @@ async fn expect_in_order(w: &mut WatchStream, want: &HashSet<Revision>) {
     for _ in 0..want.len() {
         let ev = next_change(w).await;
         let rev = ev.revision();
-        assert!(rev > last, "revision {rev} after {last}: out of order or duplicated");
+        assert!(
+            rev > last,
+            "revision {rev} after {last}: out of order or duplicated"
+        );
         assert!(want.contains(&rev), "revision {rev} was never acknowledged");
-        assert!(seen_keys.insert(ev.key().unwrap().to_string()), "key delivered twice");
+        assert!(
+            seen_keys.insert(ev.key().unwrap().to_string()),
+            "key delivered twice"
+        );
         last = rev;
     }
 }
 
 async fn watch_is_ordered_with_concurrent_writers(cx: Ctx) {
-    let mut w = cx.store.watch(&cx.prefix, WatchOptions { prefix: true, ..Default::default() }).await.unwrap();
+    let mut w = cx
+        .store
+        .watch(
+            &cx.prefix,
+            WatchOptions {
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     let revs = write_concurrently(&cx, 8, 2000).await;
     expect_in_order(&mut w, &revs).await;
 }
 
 async fn watch_sees_100k_writes_exactly_once_in_order(cx: Ctx) {
-    let mut w = cx.store.watch(&cx.prefix, WatchOptions { prefix: true, ..Default::default() }).await.unwrap();
+    let mut w = cx
+        .store
+        .watch(
+            &cx.prefix,
+            WatchOptions {
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     // Consume while writing, so the watch is exercised live rather than as a replay.
     let store = cx.store.clone();
     let reader = tokio::spawn(async move {
@@ -521,13 +776,20 @@ async fn watch_sees_100k_writes_exactly_once_in_order(cx: Ctx) {
     });
     let revs = write_concurrently(&cx, 64, 100_000).await;
     let got = reader.await.unwrap();
-    assert!(got.windows(2).all(|p| p[0] < p[1]), "events out of order or duplicated");
+    assert!(
+        got.windows(2).all(|p| p[0] < p[1]),
+        "events out of order or duplicated"
+    );
     assert_eq!(got.iter().copied().collect::<HashSet<_>>(), revs);
 }
 
 async fn watch_resumed_from_its_last_revision_misses_nothing(cx: Ctx) {
     let start = cx.store.current_revision().await.unwrap();
-    let opts = WatchOptions { revision: Some(start), prefix: true, ..Default::default() };
+    let opts = WatchOptions {
+        revision: Some(start),
+        prefix: true,
+        ..Default::default()
+    };
     let mut w = cx.store.watch(&cx.prefix, opts.clone()).await.unwrap();
     let first = write_concurrently(&cx, 4, 200).await;
     let mut last = 0;
@@ -548,7 +810,17 @@ async fn watch_resumed_from_its_last_revision_misses_nothing(cx: Ctx) {
         .await
         .into_iter()
         .collect();
-    let mut resumed = cx.store.watch(&cx.prefix, WatchOptions { revision: Some(last), ..opts }).await.unwrap();
+    let mut resumed = cx
+        .store
+        .watch(
+            &cx.prefix,
+            WatchOptions {
+                revision: Some(last),
+                ..opts
+            },
+        )
+        .await
+        .unwrap();
     let want: HashSet<Revision> = first.into_iter().filter(|r| *r > last).chain(more).collect();
     assert_eq!(want.len(), 150);
     expect_in_order(&mut resumed, &want).await;
@@ -557,7 +829,11 @@ async fn watch_resumed_from_its_last_revision_misses_nothing(cx: Ctx) {
 async fn watch_from_a_compacted_revision_ends_with_gone(cx: Ctx) {
     let revs = put_n(&cx, 5).await;
     cx.store.compact(revs[4]).await.unwrap();
-    let opts = WatchOptions { revision: Some(revs[0]), prefix: true, ..Default::default() };
+    let opts = WatchOptions {
+        revision: Some(revs[0]),
+        prefix: true,
+        ..Default::default()
+    };
     let mut w = cx.store.watch(&cx.prefix, opts).await.unwrap();
     match next(&mut w).await {
         Some(Err(Error::Gone { requested, .. })) => assert_eq!(requested, revs[0]),
@@ -565,7 +841,11 @@ async fn watch_from_a_compacted_revision_ends_with_gone(cx: Ctx) {
     }
     assert!(next(&mut w).await.is_none(), "the stream must end after Gone");
     // From the compaction point on, watching works.
-    let opts = WatchOptions { revision: Some(revs[4]), prefix: true, ..Default::default() };
+    let opts = WatchOptions {
+        revision: Some(revs[4]),
+        prefix: true,
+        ..Default::default()
+    };
     let mut w = cx.store.watch(&cx.prefix, opts).await.unwrap();
     let n = cx.store.create(&cx.key("after"), b("x")).await.unwrap();
     assert_eq!(next_change(&mut w).await, Event::Put { kv: n, prev: None });
@@ -579,10 +859,18 @@ async fn watch_sends_progress_notifications_with_the_current_revision(cx: Ctx) {
     };
     let mut w = cx.store.watch(&cx.key("quiet/"), opts).await.unwrap();
     // Writes elsewhere move the revision without events for this watch.
-    let elsewhere = cx.store.create(&cx.key("noisy"), b("x")).await.unwrap().mod_revision;
+    let elsewhere = cx
+        .store
+        .create(&cx.key("noisy"), b("x"))
+        .await
+        .unwrap()
+        .mod_revision;
     let deadline = Instant::now() + HANG;
     loop {
-        assert!(Instant::now() < deadline, "no progress notification reached the write");
+        assert!(
+            Instant::now() < deadline,
+            "no progress notification reached the write"
+        );
         match next(&mut w).await.expect("watch ended").expect("watch error") {
             Event::Progress { revision } if revision >= elsewhere => break,
             Event::Progress { .. } => continue,
@@ -613,7 +901,10 @@ pub struct EtcdServer {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 impl EtcdServer {
@@ -688,7 +979,10 @@ impl EtcdServer {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "etcd did not become healthy within 30s");
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not become healthy within 30s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -696,7 +990,10 @@ impl EtcdServer {
     /// Stop the process (SIGTERM by PID, then wait).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(10);
             while child.try_wait().ok().flatten().is_none() {
                 if Instant::now() > deadline {

@@ -28,14 +28,22 @@ pub(crate) struct Continue {
 pub(crate) fn encode(prefix: &str, last_key: &str, revision: Revision) -> String {
     let rel = last_key.strip_prefix(prefix).unwrap_or(last_key);
     // The next key in byte order after `last_key` is `last_key` + NUL.
-    let token = Token { v: 1, rv: revision, start: format!("{rel}\0") };
+    let token = Token {
+        v: 1,
+        rv: revision,
+        start: format!("{rel}\0"),
+    };
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).expect("a token always serializes"))
 }
 
 /// Decode a token issued for `prefix`.
 pub(crate) fn decode(prefix: &str, token: &str) -> Result<Continue> {
-    let invalid = |reason: &str| Error::InvalidContinue { reason: reason.to_string() };
-    let raw = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).map_err(|_| invalid("not base64url"))?;
+    let invalid = |reason: &str| Error::InvalidContinue {
+        reason: reason.to_string(),
+    };
+    let raw = URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| invalid("not base64url"))?;
     let t: Token = serde_json::from_slice(&raw).map_err(|_| invalid("not a continue token"))?;
     if t.v != 1 {
         return Err(invalid("unknown token version"));
@@ -46,7 +54,10 @@ pub(crate) fn decode(prefix: &str, token: &str) -> Result<Continue> {
     if t.start.is_empty() {
         return Err(invalid("token without a start key"));
     }
-    Ok(Continue { revision: t.rv, start: format!("{prefix}{}", t.start) })
+    Ok(Continue {
+        revision: t.rv,
+        start: format!("{prefix}{}", t.start),
+    })
 }
 
 #[cfg(test)]
@@ -58,7 +69,13 @@ mod tests {
     fn round_trip_resumes_after_the_last_key() {
         let t = encode("/r/g/vpcs/", "/r/g/vpcs/ns/a", 42);
         let c = decode("/r/g/vpcs/", &t).unwrap();
-        assert_eq!(c, Continue { revision: 42, start: "/r/g/vpcs/ns/a\0".into() });
+        assert_eq!(
+            c,
+            Continue {
+                revision: 42,
+                start: "/r/g/vpcs/ns/a\0".into()
+            }
+        );
     }
 
     #[test]
@@ -71,7 +88,10 @@ mod tests {
     #[test]
     fn tampered_tokens_are_refused() {
         for bad in ["", "!!!", "eyJ2IjoyLCJydiI6MSwic3RhcnQiOiJhIn0", "bm90IGpzb24"] {
-            assert!(matches!(decode("/p/", bad), Err(Error::InvalidContinue { .. })), "{bad:?}");
+            assert!(
+                matches!(decode("/p/", bad), Err(Error::InvalidContinue { .. })),
+                "{bad:?}"
+            );
         }
     }
 

@@ -138,7 +138,10 @@ impl Txn {
 
     /// Add a put.
     pub fn put(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
-        self.ops.push(Op::Put { key: key.into(), value: value.into() });
+        self.ops.push(Op::Put {
+            key: key.into(),
+            value: value.into(),
+        });
         self
     }
 
@@ -153,7 +156,9 @@ impl Txn {
         let mut seen = std::collections::HashSet::new();
         for op in &self.ops {
             if !seen.insert(op.key()) {
-                return Err(crate::Error::InvalidTxn { reason: format!("key {:?} written twice", op.key()) });
+                return Err(crate::Error::InvalidTxn {
+                    reason: format!("key {:?} written twice", op.key()),
+                });
             }
         }
         Ok(())

@@ -17,7 +17,11 @@ use rand::Rng;
 const CHILD_ENV: &str = "COZYPLANE_CRASH_CHILD_DIR";
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn main() {
@@ -32,16 +36,23 @@ fn main() {
                 runtime().block_on(async {
                     let dir = tempfile::tempdir().unwrap();
                     let store = EmbeddedStore::open(Config::new(dir.path())).await.unwrap();
-                    (case.run)(Ctx { store: Arc::new(store), prefix: "/suite/".into() }).await;
+                    (case.run)(Ctx {
+                        store: Arc::new(store),
+                        prefix: "/suite/".into(),
+                    })
+                    .await;
                 });
                 Ok(())
             })
         })
         .collect();
-    trials.push(Trial::test("embedded::acknowledged_writes_survive_sigkill", || {
-        acknowledged_writes_survive_sigkill();
-        Ok(())
-    }));
+    trials.push(Trial::test(
+        "embedded::acknowledged_writes_survive_sigkill",
+        || {
+            acknowledged_writes_survive_sigkill();
+            Ok(())
+        },
+    ));
     trials.push(Trial::test("embedded::reopen_keeps_data_and_revision", || {
         runtime().block_on(reopen_keeps_data_and_revision());
         Ok(())
@@ -64,7 +75,10 @@ fn crash_child(dir: &str) {
             tokio::spawn(async move {
                 for i in 0u64.. {
                     let key = format!("/crash/r{round}/w{w}/{i}");
-                    let kv = store.create(&key, Bytes::from(format!("value-{round}-{w}-{i}"))).await.unwrap();
+                    let kv = store
+                        .create(&key, Bytes::from(format!("value-{round}-{w}-{i}")))
+                        .await
+                        .unwrap();
                     tx.send(format!("{key} {}", kv.mod_revision)).unwrap();
                 }
             });
@@ -98,7 +112,11 @@ fn acknowledged_writes_survive_sigkill() {
             let (key, rev) = line.split_once(' ').unwrap();
             acked.push((key.to_string(), rev.parse().unwrap(), round));
         }
-        Command::new("kill").arg("-KILL").arg(child.id().to_string()).status().unwrap();
+        Command::new("kill")
+            .arg("-KILL")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
         child.wait().unwrap();
         // Lines already written before the kill were acknowledged too.
         for line in lines.map_while(Result::ok) {
@@ -108,9 +126,15 @@ fn acknowledged_writes_survive_sigkill() {
         runtime().block_on(async {
             let store = EmbeddedStore::open(Config::new(dir.path())).await.unwrap();
             let max_rev = acked.iter().map(|a| a.1).max().unwrap();
-            assert!(store.current_revision().await.unwrap() >= max_rev, "revision went backwards");
+            assert!(
+                store.current_revision().await.unwrap() >= max_rev,
+                "revision went backwards"
+            );
             for (key, rev, _) in &acked {
-                let kv = store.get(key).await.unwrap_or_else(|e| panic!("acknowledged {key} lost: {e}"));
+                let kv = store
+                    .get(key)
+                    .await
+                    .unwrap_or_else(|e| panic!("acknowledged {key} lost: {e}"));
                 assert_eq!(kv.mod_revision, *rev, "{key}");
             }
         });
@@ -129,7 +153,17 @@ async fn reopen_keeps_data_and_revision() {
     assert_eq!(store.current_revision().await.unwrap(), rev);
     assert_eq!(store.get("/r/a").await.unwrap(), kv);
     // History survives too: a watch from before the restart replays.
-    let mut w = store.watch("/r/", WatchOptions { revision: Some(kv.mod_revision), prefix: true, ..Default::default() }).await.unwrap();
+    let mut w = store
+        .watch(
+            "/r/",
+            WatchOptions {
+                revision: Some(kv.mod_revision),
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(testing::next_change(&mut w).await.key(), Some("/r/b"));
     let next_write = store.create("/r/c", Bytes::from_static(b"z")).await.unwrap();
     assert_eq!(next_write.mod_revision, rev + 1);
@@ -137,18 +171,58 @@ async fn reopen_keeps_data_and_revision() {
 
 async fn bounded_history_compacts_itself() {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(Config { history: 100, ..Config::new(dir.path()) }).await.unwrap();
-    let first = store.create("/h/0", Bytes::from_static(b"x")).await.unwrap().mod_revision;
+    let store = EmbeddedStore::open(Config {
+        history: 100,
+        ..Config::new(dir.path())
+    })
+    .await
+    .unwrap();
+    let first = store
+        .create("/h/0", Bytes::from_static(b"x"))
+        .await
+        .unwrap()
+        .mod_revision;
     for i in 1..1000 {
-        store.create(&format!("/h/{i}"), Bytes::from_static(b"x")).await.unwrap();
+        store
+            .create(&format!("/h/{i}"), Bytes::from_static(b"x"))
+            .await
+            .unwrap();
     }
-    let mut w = store.watch("/h/", WatchOptions { revision: Some(first), prefix: true, ..Default::default() }).await.unwrap();
+    let mut w = store
+        .watch(
+            "/h/",
+            WatchOptions {
+                revision: Some(first),
+                prefix: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert!(matches!(next(&mut w).await, Some(Err(Error::Gone { .. }))));
-    let err = store.list("/h/", &ListOptions { revision: Some(first), ..Default::default() }).await.unwrap_err();
+    let err = store
+        .list(
+            "/h/",
+            &ListOptions {
+                revision: Some(first),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Gone { .. }), "{err:?}");
     // Recent history is still there.
     let now = store.current_revision().await.unwrap();
-    let l = store.list("/h/", &ListOptions { revision: Some(now - 50), ..Default::default() }).await.unwrap();
+    let l = store
+        .list(
+            "/h/",
+            &ListOptions {
+                revision: Some(now - 50),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(l.items.len(), 950);
     tokio::time::sleep(Duration::from_millis(1)).await;
 }

@@ -11,7 +11,11 @@ use cozyplane_storage::{Storage, WatchOptions};
 use libtest_mimic::{Arguments, Trial};
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn main() {
@@ -32,17 +36,24 @@ fn main() {
                 runtime().block_on(async {
                     let store = EtcdStore::connect(config).await.unwrap();
                     let prefix = format!("/suite/{}/", case.name);
-                    (case.run)(Ctx { store: Arc::new(store), prefix }).await;
+                    (case.run)(Ctx {
+                        store: Arc::new(store),
+                        prefix,
+                    })
+                    .await;
                 });
                 drop(own);
                 Ok(())
             })
         })
         .collect();
-    trials.push(Trial::test("etcd::watch_resumes_without_gaps_across_an_etcd_restart", || {
-        runtime().block_on(watch_resumes_without_gaps_across_an_etcd_restart());
-        Ok(())
-    }));
+    trials.push(Trial::test(
+        "etcd::watch_resumes_without_gaps_across_an_etcd_restart",
+        || {
+            runtime().block_on(watch_resumes_without_gaps_across_an_etcd_restart());
+            Ok(())
+        },
+    ));
     trials.push(Trial::test("etcd::connects_with_tls_client_certificates", || {
         runtime().block_on(connects_with_tls_client_certificates());
         Ok(())
@@ -55,11 +66,20 @@ fn main() {
 async fn watch_resumes_without_gaps_across_an_etcd_restart() {
     let mut server = EtcdServer::start();
     let store = EtcdStore::connect(server.config()).await.unwrap();
-    let opts = WatchOptions { prefix: true, ..Default::default() };
+    let opts = WatchOptions {
+        prefix: true,
+        ..Default::default()
+    };
     let mut w = store.watch("/restart/", opts).await.unwrap();
     let mut want = Vec::new();
     for i in 0..50 {
-        want.push(store.create(&format!("/restart/a{i:03}"), Bytes::from_static(b"x")).await.unwrap().mod_revision);
+        want.push(
+            store
+                .create(&format!("/restart/a{i:03}"), Bytes::from_static(b"x"))
+                .await
+                .unwrap()
+                .mod_revision,
+        );
     }
     // Read part of it, then take etcd away under the running watch.
     let mut got = Vec::new();
@@ -73,7 +93,9 @@ async fn watch_resumes_without_gaps_across_an_etcd_restart() {
         let rev = loop {
             match store.create(&key, Bytes::from_static(b"x")).await {
                 Ok(kv) => break kv.mod_revision,
-                Err(cozyplane_storage::Error::AlreadyExists { .. }) => break store.get(&key).await.unwrap().mod_revision,
+                Err(cozyplane_storage::Error::AlreadyExists { .. }) => {
+                    break store.get(&key).await.unwrap().mod_revision;
+                }
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             }
         };
@@ -82,7 +104,10 @@ async fn watch_resumes_without_gaps_across_an_etcd_restart() {
     while got.len() < want.len() {
         got.push(next_change(&mut w).await.revision());
     }
-    assert_eq!(got, want, "the watch must deliver every write exactly once, in order, across the restart");
+    assert_eq!(
+        got, want,
+        "the watch must deliver every write exactly once, in order, across the restart"
+    );
 }
 
 async fn connects_with_tls_client_certificates() {
@@ -95,7 +120,10 @@ async fn connects_with_tls_client_certificates() {
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let leaf = |names: Vec<String>| {
         let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names).unwrap().signed_by(&key, &issuer).unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
         (cert.pem(), key.serialize_pem())
     };
     let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);

@@ -20,7 +20,12 @@ pub(super) fn decode_item(key: &str, raw: &[u8]) -> Result<KeyValue> {
     let mut r = Reader { buf: raw };
     let create_revision = r.u64()?;
     let mod_revision = r.u64()?;
-    Ok(KeyValue { key: key.to_string(), value: Bytes::copy_from_slice(r.buf), create_revision, mod_revision })
+    Ok(KeyValue {
+        key: key.to_string(),
+        value: Bytes::copy_from_slice(r.buf),
+        create_revision,
+        mod_revision,
+    })
 }
 
 const PUT: u8 = 1;
@@ -61,7 +66,12 @@ pub(super) fn decode_events(revision: Revision, raw: &[u8]) -> Result<Vec<Event>
                 let value = r.bytes()?;
                 let prev = r.prev(&key)?;
                 events.push(Event::Put {
-                    kv: KeyValue { key, value, create_revision, mod_revision: revision },
+                    kv: KeyValue {
+                        key,
+                        value,
+                        create_revision,
+                        mod_revision: revision,
+                    },
                     prev,
                 });
             }
@@ -97,7 +107,7 @@ fn put_prev(out: &mut Vec<u8>, prev: Option<&KeyValue>) {
     }
 }
 
-fn corrupt(what: String) -> Error {
+fn corrupt(what: impl std::fmt::Display) -> Error {
     Error::internal(format!("embedded store record is corrupt: {what}"))
 }
 
@@ -130,7 +140,7 @@ impl Reader<'_> {
 
     fn string(&mut self) -> Result<String> {
         let b = self.bytes()?;
-        String::from_utf8(b.to_vec()).map_err(|_| corrupt("key is not UTF-8".into()))
+        String::from_utf8(b.to_vec()).map_err(|_| corrupt("key is not UTF-8"))
     }
 
     fn prev(&mut self, key: &str) -> Result<Option<KeyValue>> {
@@ -140,7 +150,12 @@ impl Reader<'_> {
         let create_revision = self.u64()?;
         let mod_revision = self.u64()?;
         let value = self.bytes()?;
-        Ok(Some(KeyValue { key: key.to_string(), value, create_revision, mod_revision }))
+        Ok(Some(KeyValue {
+            key: key.to_string(),
+            value,
+            create_revision,
+            mod_revision,
+        }))
     }
 }
 
@@ -150,7 +165,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn kv(key: String, value: Vec<u8>, c: u64, m: u64) -> KeyValue {
-        KeyValue { key, value: value.into(), create_revision: c, mod_revision: m }
+        KeyValue {
+            key,
+            value: value.into(),
+            create_revision: c,
+            mod_revision: m,
+        }
     }
 
     proptest! {

@@ -59,7 +59,12 @@ pub struct Config {
 impl Config {
     /// Defaults for a data directory.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self { data_dir: data_dir.into(), history: 100_000, cache_bytes: 256 << 20, event_buffer: 4096 }
+        Self {
+            data_dir: data_dir.into(),
+            history: 100_000,
+            cache_bytes: 256 << 20,
+            event_buffer: 4096,
+        }
     }
 }
 
@@ -91,10 +96,12 @@ pub struct EmbeddedStore {
 impl EmbeddedStore {
     /// Open (or create) the store in `config.data_dir`.
     pub async fn open(config: Config) -> Result<Self> {
-        tokio::task::spawn_blocking(move || Self::open_blocking(config)).await.map_err(Error::internal)?
+        tokio::task::spawn_blocking(move || Self::open_blocking(&config))
+            .await
+            .map_err(Error::internal)?
     }
 
-    fn open_blocking(config: Config) -> Result<Self> {
+    fn open_blocking(config: &Config) -> Result<Self> {
         std::fs::create_dir_all(&config.data_dir).map_err(Error::unavailable)?;
         let db = Database::builder()
             .set_cache_size(config.cache_bytes)
@@ -122,21 +129,39 @@ impl EmbeddedStore {
         wtx.commit().map_err(Error::unavailable)?;
 
         let (events, _) = broadcast::channel(config.event_buffer.max(16));
-        let shared = Arc::new(Shared { db, committed: watch::Sender::new(state), events });
+        let shared = Arc::new(Shared {
+            db,
+            committed: watch::Sender::new(state),
+            events,
+        });
         let (tx, rx) = mpsc::unbounded_channel();
-        let writer = Writer { shared: shared.clone(), state, history: config.history.max(1) };
+        let writer = Writer {
+            shared: shared.clone(),
+            state,
+            history: config.history.max(1),
+        };
         let thread = std::thread::Builder::new()
             .name("embedded-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(Error::internal)?;
-        Ok(Self { shared, writer: Some(tx), thread: Some(thread) })
+        Ok(Self {
+            shared,
+            writer: Some(tx),
+            thread: Some(thread),
+        })
     }
 
     async fn request<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request) -> Result<T> {
         let (tx, rx) = oneshot::channel();
-        let writer = self.writer.as_ref().ok_or_else(|| Error::unavailable("store is closed"))?;
-        writer.send(make(tx)).map_err(|_| Error::unavailable("writer thread stopped"))?;
-        rx.await.map_err(|_| Error::unavailable("writer thread stopped"))?
+        let writer = self
+            .writer
+            .as_ref()
+            .ok_or_else(|| Error::unavailable("store is closed"))?;
+        writer
+            .send(make(tx))
+            .map_err(|_| Error::unavailable("writer thread stopped"))?;
+        rx.await
+            .map_err(|_| Error::unavailable("writer thread stopped"))?
     }
 
     async fn read<T: Send + 'static>(
@@ -144,7 +169,9 @@ impl EmbeddedStore {
         f: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || f(&shared)).await.map_err(Error::internal)?
+        tokio::task::spawn_blocking(move || f(&shared))
+            .await
+            .map_err(Error::internal)?
     }
 }
 
@@ -184,7 +211,9 @@ impl Storage for EmbeddedStore {
         // Subscribe before reading the revision: every event after it is then either in the
         // channel or, if the channel overflows, in the log.
         let live = self.shared.events.subscribe();
-        let from = opts.revision.unwrap_or_else(|| self.shared.committed.borrow().revision);
+        let from = opts
+            .revision
+            .unwrap_or_else(|| self.shared.committed.borrow().revision);
         let (tx, rx) = mpsc::channel(1024);
         let w = Watcher {
             shared: self.shared.clone(),
@@ -281,7 +310,12 @@ impl Writer {
         }
     }
 
-    fn apply(&mut self, batch: Vec<Request>, events: &mut Vec<Event>, replies: &mut Vec<Reply>) -> Result<()> {
+    fn apply(
+        &mut self,
+        batch: Vec<Request>,
+        events: &mut Vec<Event>,
+        replies: &mut Vec<Reply>,
+    ) -> Result<()> {
         let wtx = self.shared.db.begin_write().map_err(Error::unavailable)?;
         {
             let mut kv = wtx.open_table(KV).map_err(Error::unavailable)?;
@@ -303,7 +337,10 @@ impl Writer {
                     }
                     Request::Compact(rev, tx) => {
                         let r = if rev > self.state.revision {
-                            Err(Error::FutureRevision { requested: rev, current: self.state.revision })
+                            Err(Error::FutureRevision {
+                                requested: rev,
+                                current: self.state.revision,
+                            })
                         } else {
                             self.compact(&mut log, rev)?;
                             Ok(())
@@ -318,8 +355,10 @@ impl Writer {
                 self.compact(&mut log, floor.min(self.state.compacted + 65_536))?;
             }
             let mut meta = wtx.open_table(META).map_err(Error::unavailable)?;
-            meta.insert(META_REVISION, self.state.revision).map_err(Error::unavailable)?;
-            meta.insert(META_COMPACTED, self.state.compacted).map_err(Error::unavailable)?;
+            meta.insert(META_REVISION, self.state.revision)
+                .map_err(Error::unavailable)?;
+            meta.insert(META_COMPACTED, self.state.compacted)
+                .map_err(Error::unavailable)?;
         }
         wtx.commit().map_err(Error::unavailable)?;
         Ok(())
@@ -346,7 +385,12 @@ impl Writer {
             current.push((c.key().to_string(), item));
         }
         if !ok {
-            return Ok(TxnResponse { succeeded: false, revision: self.state.revision, current, prev: Vec::new() });
+            return Ok(TxnResponse {
+                succeeded: false,
+                revision: self.state.revision,
+                current,
+                prev: Vec::new(),
+            });
         }
         let rev = self.state.revision + 1;
         let mut changed = Vec::with_capacity(txn.ops.len());
@@ -358,24 +402,42 @@ impl Writer {
                     let create = prev.as_ref().map_or(rev, |p| p.create_revision);
                     kv.insert(key.as_str(), codec::encode_item(create, rev, &value).as_slice())
                         .map_err(Error::unavailable)?;
-                    let item = KeyValue { key, value, create_revision: create, mod_revision: rev };
-                    changed.push(Event::Put { kv: item, prev: prev.clone() });
+                    let item = KeyValue {
+                        key,
+                        value,
+                        create_revision: create,
+                        mod_revision: rev,
+                    };
+                    changed.push(Event::Put {
+                        kv: item,
+                        prev: prev.clone(),
+                    });
                 }
                 Op::Delete { key } => {
                     if prev.is_some() {
                         kv.remove(key.as_str()).map_err(Error::unavailable)?;
-                        changed.push(Event::Delete { key, revision: rev, prev: prev.clone() });
+                        changed.push(Event::Delete {
+                            key,
+                            revision: rev,
+                            prev: prev.clone(),
+                        });
                     }
                 }
             }
             prevs.push(prev);
         }
         if !changed.is_empty() {
-            log.insert(rev, codec::encode_events(&changed).as_slice()).map_err(Error::unavailable)?;
+            log.insert(rev, codec::encode_events(&changed).as_slice())
+                .map_err(Error::unavailable)?;
             self.state.revision = rev;
             events.extend(changed);
         }
-        Ok(TxnResponse { succeeded: true, revision: self.state.revision, current: Vec::new(), prev: prevs })
+        Ok(TxnResponse {
+            succeeded: true,
+            revision: self.state.revision,
+            current: Vec::new(),
+            prev: prevs,
+        })
     }
 
     /// Drop the log up to and including `rev`: afterwards the history starts after `rev`.
@@ -394,9 +456,15 @@ impl Writer {
 fn read_committed(rtx: &redb::ReadTransaction) -> Result<Committed> {
     let meta = rtx.open_table(META).map_err(Error::unavailable)?;
     let get = |name| -> Result<u64> {
-        Ok(meta.get(name).map_err(Error::unavailable)?.map_or(0, |g| g.value()))
+        Ok(meta
+            .get(name)
+            .map_err(Error::unavailable)?
+            .map_or(0, |g| g.value()))
     };
-    Ok(Committed { revision: get(META_REVISION)?, compacted: get(META_COMPACTED)? })
+    Ok(Committed {
+        revision: get(META_REVISION)?,
+        compacted: get(META_COMPACTED)?,
+    })
 }
 
 fn list_blocking(s: &Shared, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
@@ -407,16 +475,29 @@ fn list_blocking(s: &Shared, prefix: &str, opts: &ListOptions) -> Result<ListRes
             let c = token::decode(prefix, t)?;
             (c.revision, c.start, true)
         }
-        None => (opts.revision.filter(|r| *r > 0).unwrap_or(now.revision), prefix.to_string(), false),
+        None => (
+            opts.revision.filter(|r| *r > 0).unwrap_or(now.revision),
+            prefix.to_string(),
+            false,
+        ),
     };
     if revision > now.revision {
-        return Err(Error::FutureRevision { requested: revision, current: now.revision });
+        return Err(Error::FutureRevision {
+            requested: revision,
+            current: now.revision,
+        });
     }
     if revision < now.compacted {
         return Err(if from_token {
-            Error::Expired { requested: revision, compacted: now.compacted }
+            Error::Expired {
+                requested: revision,
+                compacted: now.compacted,
+            }
         } else {
-            Error::Gone { requested: revision, compacted: now.compacted }
+            Error::Gone {
+                requested: revision,
+                compacted: now.compacted,
+            }
         });
     }
 
@@ -440,11 +521,14 @@ fn list_blocking(s: &Shared, prefix: &str, opts: &ListOptions) -> Result<ListRes
     }
 
     let kv = rtx.open_table(KV).map_err(Error::unavailable)?;
-    let mut current = kv.range(start.as_str()..).map_err(Error::unavailable)?.map_while(|e| match e {
-        Ok((k, v)) if k.value().starts_with(prefix) => Some(codec::decode_item(k.value(), v.value())),
-        Ok(_) => None,
-        Err(e) => Some(Err(Error::unavailable(e))),
-    });
+    let mut current = kv
+        .range(start.as_str()..)
+        .map_err(Error::unavailable)?
+        .map_while(|e| match e {
+            Ok((k, v)) if k.value().starts_with(prefix) => Some(codec::decode_item(k.value(), v.value())),
+            Ok(_) => None,
+            Err(e) => Some(Err(Error::unavailable(e))),
+        });
     let mut past = undo.into_iter().peekable();
     let limit = opts.limit.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
     let mut items = Vec::new();
@@ -479,7 +563,12 @@ fn list_blocking(s: &Shared, prefix: &str, opts: &ListOptions) -> Result<ListRes
     }
     let continue_token =
         (remaining > 0).then(|| token::encode(prefix, &items.last().expect("a full page").key, revision));
-    Ok(ListResult { items, revision, remaining: continue_token.as_ref().map(|_| remaining), continue_token })
+    Ok(ListResult {
+        items,
+        revision,
+        remaining: continue_token.as_ref().map(|_| remaining),
+        continue_token,
+    })
 }
 
 /// Read the log after `after`: at most `CATCH_UP_CHUNK` revisions, and the committed state.
@@ -487,7 +576,10 @@ fn read_log(s: &Shared, after: Revision) -> Result<(Vec<Event>, Committed, bool)
     let rtx = s.db.begin_read().map_err(Error::unavailable)?;
     let now = read_committed(&rtx)?;
     if after < now.compacted {
-        return Err(Error::Gone { requested: after, compacted: now.compacted });
+        return Err(Error::Gone {
+            requested: after,
+            compacted: now.compacted,
+        });
     }
     let log = rtx.open_table(LOG).map_err(Error::unavailable)?;
     let mut events = Vec::new();
@@ -528,7 +620,11 @@ struct Closed;
 
 impl Watcher {
     fn matches(&self, key: &str) -> bool {
-        if self.prefix { key.starts_with(&self.key) } else { key == self.key }
+        if self.prefix {
+            key.starts_with(&self.key)
+        } else {
+            key == self.key
+        }
     }
 
     async fn run(mut self, mut live: broadcast::Receiver<Arc<[Event]>>) {

@@ -1,0 +1,68 @@
+//! `VPC`: a tenant network, owned by its namespace.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::List;
+use crate::serde_util::is_zero;
+
+/// Desired state of a [`VPC`].
+///
+/// Nothing here is validated by the server; consumers decide what they accept.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VPCSpec {
+    /// Address ranges of the VPC (IPv4 and/or IPv6); may overlap other VPCs' ranges. Pod and
+    /// service addresses are allocated from the first entry, which is also the only one the
+    /// datapath programs; peering checks all entries for overlap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cidrs: Vec<String>,
+    /// MTU of interfaces attached to the VPC; 0 means the node default.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mtu: i32,
+}
+
+/// Observed state of a [`VPC`], written by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VPCStatus {
+    /// Overlay network identifier (Geneve VNI) allocated to the VPC, 100 or above; 0 until
+    /// allocated.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub vni: i32,
+    /// `Pending` until a VNI is allocated, then `Ready`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// Conditions of the VPC (currently not written by any controller).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A virtual private cloud: an isolated tenant network, identified by its VNI, whose address
+/// ranges may overlap those of other VPCs. The namespace that holds it owns it; other namespaces
+/// attach to it through a [`VPCBinding`](super::VPCBinding).
+#[derive(Clone, Debug, Default, PartialEq, JsonSchema)]
+#[schemars(transform = crate::schema::object_root::<VPC>)]
+pub struct VPC {
+    /// Standard object metadata.
+    pub metadata: ObjectMeta,
+    /// Desired state of the VPC.
+    pub spec: VPCSpec,
+    /// Observed state of the VPC; written only through the `status` subresource.
+    #[schemars(with = "VPCStatus")]
+    pub status: Option<VPCStatus>,
+}
+
+crate::object::impl_kind!(VPC {
+    spec: VPCSpec,
+    status: VPCStatus,
+    scope: kube_core::NamespaceResourceScope,
+    plural: "vpcs",
+    singular: "vpc",
+    short_names: [],
+});
+
+/// A list of [`VPC`]s.
+pub type VPCList = List<VPC>;

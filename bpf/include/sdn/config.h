@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Load-time configuration knobs. Each DECLARE_CONFIG becomes a
+ * `volatile const __config_<name>` in .rodata, which the loader patches before
+ * load (aya EbpfLoader::override_global with must_exist = true, so a rename on
+ * either side fails the load instead of silently using the default). The
+ * verifier then sees constants and prunes dead branches.
+ *
+ * Rust mirror: bpf/src/config.rs (`DatapathConfig`, one field per knob with the
+ * same name and description). Consumer: the agent's datapath loader.
+ */
+#pragma once
+
+#include <linux/types.h>
+
+/* The default comes last so that brace initialisers survive the preprocessor. */
+#define DECLARE_CONFIG(type, name, desc, ...) \
+	volatile const type __config_##name = __VA_ARGS__
+
+#define CONFIG(name) (__config_##name)
+
+/* Six bytes without the alignment games of a raw __u8[6] global. */
+struct sdn_mac {
+	__u8 addr[6];
+};
+_Static_assert(sizeof(struct sdn_mac) == 6, "ABI: sdn_mac");
+
+#ifdef SDN_DEFINE_CONFIG
+DECLARE_CONFIG(__u32, tunnel_ifindex,
+	       "ifindex of the collect-metadata VXLAN/Geneve device; 0 = no overlay",
+	       0);
+DECLARE_CONFIG(__u32, net0_vni,
+	       "VNI that carries the default network (net 0) on the wire",
+	       1);
+DECLARE_CONFIG(__be32, gw_ipv4,
+	       "Link-local IPv4 gateway every pod routes through, network byte order",
+	       __builtin_bswap32(0xa9fe0101) /* 169.254.1.1 */);
+DECLARE_CONFIG(struct sdn_mac, gw_mac,
+	       "MAC that answers ARP for the gateway and sources frames delivered to pods",
+	       { { 0x02, 0xcf, 0x00, 0x00, 0x00, 0x01 } });
+DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
+	       "Inner destination MAC of overlay frames: the tunnel device MAC, equal on all nodes",
+	       { { 0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf } });
+#endif
+
+/*
+ * skb->mark carried from sdn_from_pod / sdn_from_overlay to sdn_to_pod across
+ * bpf_redirect() on the same node: top byte SDN_MARK_MAGIC, low 24 bits the
+ * source net (a VNI). sdn_to_pod clears it, and a netns crossing scrubs it, so
+ * pods never see it. Traffic from the host stack never carries the magic
+ * (nobody else sets a mark with this top byte), which is how sdn_to_pod tells
+ * "already isolation-checked by us" from "came from the kernel".
+ */
+#define SDN_MARK_MAGIC		0x5d000000
+#define SDN_MARK_MAGIC_MASK	0xff000000
+#define SDN_MARK_NET_MASK	0x00ffffff
+#define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */
+
+/* Gateway ports the bridge masquerades fabric clients to (host byte order). */
+#define SDN_GW_PORT_MIN		32768
+#define SDN_GW_PORT_SPAN	28232	/* 32768..60999 */
+#define SDN_GW_PORT_TRIES	8
+
+#define SDN_TUNNEL_TTL		64

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Every pinned map of the datapath: its key and value layout, its size and
+ * its name. The map identifier is also the pin file name under the agent's
+ * bpffs directory and `NAME` in the Rust wrapper, and stays <= 15 characters
+ * so bpftool shows it whole.
+ *
+ * Rust mirror: bpf/src/abi.rs (structs) and bpf/src/maps/<noun>.rs (one
+ * wrapper per map), checked against this file by bpf/tests/abi_layout.rs
+ * (sizes, alignments and field offsets as clang computes them) and
+ * bpf/src/maps/mod.rs tests (every NAME present in every object).
+ *
+ * Padding is always an explicit member: keys are hashed byte-wise, so a hole
+ * the compiler leaves uninitialised would make identical keys differ.
+ */
+#pragma once
+
+#include <linux/types.h>
+#include <sdn/addr.h>
+#include <sdn/drop_reasons.h>
+
+/* sdn_ports: host-side veth ifindex -> port. Written by the CNI on ADD. */
+struct sdn_port {
+	__u32 net;		/* VNI of the pod's VPC; 0 = default network */
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_port) == 8, "ABI: sdn_port");
+
+/* Key of sdn_endpoints and sdn_remotes: an address is only meaningful within
+ * its net, which is what lets VPC CIDRs overlap.
+ */
+struct sdn_ep_key {
+	__u32 net;
+	struct sdn_addr ip;
+};
+_Static_assert(sizeof(struct sdn_ep_key) == 20, "ABI: sdn_ep_key");
+
+/* sdn_endpoints: {net, ip} -> pod on this node. Written by the CNI. Also the
+ * anti-spoofing record: a pod may only send from an address whose record
+ * names its own veth and MAC.
+ */
+struct sdn_endpoint {
+	__u32 ifindex;		/* host-side veth */
+	__u8 mac[6];		/* pod interface MAC */
+	__u16 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_endpoint) == 12, "ABI: sdn_endpoint");
+
+/* sdn_remotes: {net, ip} -> node hosting that endpoint. Written by the agent
+ * from Port objects (VPCs) and FabricIPs (net 0).
+ */
+struct sdn_remote {
+	struct sdn_addr node;	/* underlay address; IPv4 in 64:ff9b:: form */
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_remote) == 20, "ABI: sdn_remote");
+
+/* sdn_bridges: fabric IP (status.podIP) -> the VPC address behind it. Key is a
+ * bare struct sdn_addr: fabric IPs are unique cluster-wide. Written by the CNI.
+ */
+struct sdn_bridge {
+	__u32 net;
+	struct sdn_addr vpc_ip;
+};
+_Static_assert(sizeof(struct sdn_bridge) == 20, "ABI: sdn_bridge");
+
+/* sdn_ct_fwd: a fabric client flow as it arrives at sdn_to_pod -> the gateway
+ * port it was masqueraded to. Written by the datapath only.
+ * Ports in network byte order; for ICMP echo client_port is the echo id and
+ * pod_port is 0.
+ */
+struct sdn_ct_fwd_key {
+	struct sdn_addr client;
+	struct sdn_addr fabric;
+	__be16 client_port;
+	__be16 pod_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct sdn_ct_fwd_key) == 40, "ABI: sdn_ct_fwd_key");
+
+struct sdn_ct_fwd {
+	__be16 gw_port;
+	__u8 pad[2];
+};
+_Static_assert(sizeof(struct sdn_ct_fwd) == 4, "ABI: sdn_ct_fwd");
+
+/* sdn_ct_rev: the pod's reply as it leaves sdn_from_pod -> the original
+ * fabric/client addressing. Inserted with BPF_NOEXIST, which is what makes a
+ * gateway port unique per {net, vpc_ip, pod_port, proto}.
+ */
+struct sdn_ct_rev_key {
+	__u32 net;
+	struct sdn_addr vpc_ip;
+	__be16 gw_port;
+	__be16 pod_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct sdn_ct_rev_key) == 28, "ABI: sdn_ct_rev_key");
+
+struct sdn_ct_rev {
+	struct sdn_addr fabric;
+	struct sdn_addr client;
+	__be16 client_port;
+	__u8 pad[2];
+};
+_Static_assert(sizeof(struct sdn_ct_rev) == 36, "ABI: sdn_ct_rev");
+
+/* sdn_drops: per-CPU array indexed by -DROP_* (see drop_reasons.h). */
+struct sdn_drop_stats {
+	__u64 packets;
+	__u64 bytes;
+};
+_Static_assert(sizeof(struct sdn_drop_stats) == 16, "ABI: sdn_drop_stats");
+
+/* sdn_net_stats: per-CPU, net -> east-west traffic of that net. tx is counted
+ * where a packet leaves its pod (sdn_from_pod), rx where it is handed to the
+ * destination pod (sdn_to_pod). Entries are created by the datapath on first
+ * use; nets only come from our own maps, so growth is bounded.
+ */
+struct sdn_net_stats {
+	__u64 tx_packets;
+	__u64 tx_bytes;
+	__u64 rx_packets;
+	__u64 rx_bytes;
+};
+_Static_assert(sizeof(struct sdn_net_stats) == 32, "ABI: sdn_net_stats");
+
+#define SDN_PORTS_MAX		65536
+#define SDN_ENDPOINTS_MAX	65536
+#define SDN_REMOTES_MAX		131072
+#define SDN_BRIDGES_MAX		65536
+#define SDN_CT_MAX		65536
+#define SDN_NET_STATS_MAX	4096
+
+/*
+ * The map definitions themselves. Every object includes all of them, so each
+ * ELF carries the full set and whichever object the agent loads first creates
+ * and pins them; the others reuse the pins (LIBBPF_PIN_BY_NAME).
+ */
+#ifdef __bpf__
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_PORTS_MAX);
+	__type(key, __u32);
+	__type(value, struct sdn_port);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_ENDPOINTS_MAX);
+	__type(key, struct sdn_ep_key);
+	__type(value, struct sdn_endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_endpoints SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_REMOTES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_ep_key);
+	__type(value, struct sdn_remote);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_remotes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_BRIDGES_MAX);
+	__type(key, struct sdn_addr);
+	__type(value, struct sdn_bridge);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_bridges SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SDN_CT_MAX);
+	__type(key, struct sdn_ct_fwd_key);
+	__type(value, struct sdn_ct_fwd);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_ct_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SDN_CT_MAX);
+	__type(key, struct sdn_ct_rev_key);
+	__type(value, struct sdn_ct_rev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_ct_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SDN_DROP_MAX);
+	__type(key, __u32);
+	__type(value, struct sdn_drop_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, SDN_NET_STATS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct sdn_net_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_net_stats SEC(".maps");
+#endif /* __bpf__ */

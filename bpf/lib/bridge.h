@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The fabric -> VPC bridge (dual-address pods). A VPC pod's status.podIP is a
+ * fabric IP the pod never sees. Traffic to it from the default network
+ * (kubelet probes, Services) is DNATed to the VPC IP in sdn_to_pod, and the
+ * client is masqueraded to the link-local gateway so that the pod's reply
+ * comes back through its only route; sdn_from_pod undoes both on the reply.
+ * The client's address never enters the VPC, so a VPC that overlaps the
+ * fabric cannot misroute the reply.
+ *
+ * Flows: TCP, UDP and ICMP echo over IPv4. ICMP errors, fragments and IPv6
+ * are not translated (see docs/datapath.md).
+ */
+#pragma once
+
+#include "common.h"
+#include "nat.h"
+#include "parse.h"
+
+static __always_inline int sdn_bridge_ports(const struct sdn_pkt *p, int fwd,
+					    __be16 *client_port,
+					    __be16 *pod_port)
+{
+	if (p->frag)
+		return DROP_FRAGMENT;
+	switch (p->proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		*client_port = fwd ? p->sport : p->dport;
+		*pod_port = fwd ? p->dport : p->sport;
+		return 0;
+	case IPPROTO_ICMP:
+		if (p->icmp_type != (fwd ? ICMP_ECHO : ICMP_ECHOREPLY))
+			return DROP_UNSUPPORTED_L4;
+		*client_port = p->sport;
+		*pod_port = 0;
+		return 0;
+	}
+	return DROP_UNSUPPORTED_L4;
+}
+
+/* Pick a gateway port for a new flow. The reverse entry is inserted with
+ * BPF_NOEXIST, so two flows can never share {net, vpc_ip, gw_port, pod_port}.
+ */
+static __always_inline int sdn_bridge_alloc(struct sdn_ct_rev_key *rk,
+					    const struct sdn_ct_rev *rv)
+{
+	__u32 start = bpf_get_prandom_u32();
+
+#pragma unroll
+	for (int i = 0; i < SDN_GW_PORT_TRIES; i++) {
+		__u16 port = SDN_GW_PORT_MIN + (start + i) % SDN_GW_PORT_SPAN;
+
+		rk->gw_port = bpf_htons(port);
+		if (!bpf_map_update_elem(&sdn_ct_rev, rk, rv, BPF_NOEXIST))
+			return 0;
+	}
+	return DROP_CT_FULL;
+}
+
+/* sdn_to_pod: fabric client -> VPC pod. On success p->dst is the VPC IP. */
+static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
+					      struct sdn_pkt *p,
+					      const struct sdn_bridge *b)
+{
+	struct sdn_ct_fwd_key fk = {};
+	struct sdn_ct_rev_key rk = {};
+	struct sdn_ct_rev rv = {};
+	struct sdn_ct_fwd fv = {};
+	struct sdn_ct_fwd *hit;
+	__be16 client_port, pod_port;
+	__be32 gw = CONFIG(gw_ipv4);
+	int ret;
+
+	if (p->family != 4 || !sdn_addr_is_v4(&b->vpc_ip))
+		return DROP_UNSUPPORTED;
+	ret = sdn_bridge_ports(p, 1, &client_port, &pod_port);
+	if (ret)
+		return ret;
+
+	fk.client = p->src;
+	fk.fabric = p->dst;
+	fk.client_port = client_port;
+	fk.pod_port = pod_port;
+	fk.proto = p->proto;
+
+	rk.net = b->net;
+	rk.vpc_ip = b->vpc_ip;
+	rk.pod_port = pod_port;
+	rk.proto = p->proto;
+	rv.fabric = p->dst;
+	rv.client = p->src;
+	rv.client_port = client_port;
+
+	hit = bpf_map_lookup_elem(&sdn_ct_fwd, &fk);
+	if (hit) {
+		fv.gw_port = hit->gw_port;
+		rk.gw_port = fv.gw_port;
+		/* The LRU may have evicted only the reverse half. */
+		if (!bpf_map_lookup_elem(&sdn_ct_rev, &rk) &&
+		    bpf_map_update_elem(&sdn_ct_rev, &rk, &rv, BPF_ANY))
+			return DROP_CT_FULL;
+	} else {
+		ret = sdn_bridge_alloc(&rk, &rv);
+		if (ret)
+			return ret;
+		fv.gw_port = rk.gw_port;
+		if (bpf_map_update_elem(&sdn_ct_fwd, &fk, &fv, BPF_ANY)) {
+			bpf_map_delete_elem(&sdn_ct_rev, &rk);
+			return DROP_CT_FULL;
+		}
+	}
+
+	if (sdn_nat4_addr(skb, p, 0, p->dst.w[3], b->vpc_ip.w[3]) ||
+	    sdn_nat4_addr(skb, p, 1, p->src.w[3], gw) ||
+	    sdn_nat4_port(skb, p, 1, client_port, fv.gw_port))
+		return DROP_REWRITE;
+
+	p->dst = b->vpc_ip;
+	sdn_addr_from_v4(&p->src, gw);
+	return 0;
+}
+
+/* sdn_from_pod: the VPC pod's reply to the gateway -> back to the fabric
+ * client. On success p->src/p->dst are the fabric IP and the client.
+ */
+static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
+					      struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_ct_rev_key rk = {};
+	struct sdn_ct_rev *rv;
+	__be16 gw_port, pod_port;
+	int ret;
+
+	if (p->family != 4)
+		return DROP_UNSUPPORTED;
+	ret = sdn_bridge_ports(p, 0, &gw_port, &pod_port);
+	if (ret)
+		return ret == DROP_UNSUPPORTED_L4 ? DROP_BRIDGE_NO_CT : ret;
+
+	rk.net = net;
+	rk.vpc_ip = p->src;
+	rk.gw_port = gw_port;
+	rk.pod_port = pod_port;
+	rk.proto = p->proto;
+	rv = bpf_map_lookup_elem(&sdn_ct_rev, &rk);
+	if (!rv)
+		return DROP_BRIDGE_NO_CT;
+	if (!sdn_addr_is_v4(&rv->fabric) || !sdn_addr_is_v4(&rv->client))
+		return DROP_UNSUPPORTED;
+
+	if (sdn_nat4_addr(skb, p, 1, p->src.w[3], rv->fabric.w[3]) ||
+	    sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv->client.w[3]) ||
+	    sdn_nat4_port(skb, p, 0, gw_port, rv->client_port))
+		return DROP_REWRITE;
+
+	p->src = rv->fabric;
+	p->dst = rv->client;
+	return 0;
+}

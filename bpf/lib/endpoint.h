@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Endpoint lookups by {net, ip}, anti-spoofing and local delivery. */
+#pragma once
+
+#include "common.h"
+#include "parse.h"
+#include "stats.h"
+
+static __always_inline struct sdn_endpoint *
+sdn_endpoint_lookup(__u32 net, const struct sdn_addr *ip)
+{
+	struct sdn_ep_key k = { .net = net, .ip = *ip };
+
+	return bpf_map_lookup_elem(&sdn_endpoints, &k);
+}
+
+static __always_inline struct sdn_remote *
+sdn_remote_lookup(__u32 net, const struct sdn_addr *ip)
+{
+	struct sdn_ep_key k = { .net = net, .ip = *ip };
+
+	return bpf_map_lookup_elem(&sdn_remotes, &k);
+}
+
+/*
+ * A pod may only send from an address recorded for its own veth, with its own
+ * MAC. Checking the record by {net, src} (not by ifindex) lets a port own
+ * several addresses (dual stack) without a list in the port record.
+ */
+static __always_inline int sdn_check_source(struct __sk_buff *skb,
+					    const struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_endpoint *ep = sdn_endpoint_lookup(net, &p->src);
+
+	if (!ep || ep->ifindex != skb->ifindex)
+		return DROP_SPOOF_IP;
+	if (!sdn_mac_eq(ep->mac, p->src_mac))
+		return DROP_SPOOF_MAC;
+	return 0;
+}
+
+/*
+ * Same-node delivery: hand the packet to the destination veth's egress so that
+ * sdn_to_pod runs for it exactly as for a packet from another node (placement
+ * independence). bpf_redirect_peer() would be faster but skips that hook.
+ */
+static __always_inline int sdn_redirect_local(struct __sk_buff *skb, __u32 net,
+					      const struct sdn_endpoint *ep)
+{
+	skb->mark = SDN_MARK_MAGIC | (net & SDN_MARK_NET_MASK);
+	return bpf_redirect(ep->ifindex, 0);
+}
+
+/* The kernel drops frames not addressed to the device; ours are addressed to
+ * the gateway MAC, which need not be the host veth's own address.
+ */
+static __always_inline int sdn_to_host(struct __sk_buff *skb)
+{
+	if (skb->pkt_type == PACKET_OTHERHOST)
+		bpf_skb_change_type(skb, PACKET_HOST);
+	return TC_ACT_OK;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Encapsulation towards another node through the collect-metadata tunnel
+ * device (VXLAN or Geneve: the helpers are the same, the device decides).
+ * The VNI is the net, so the receiver's sdn_from_overlay knows which net the
+ * inner addresses belong to without any lookup by source.
+ */
+#pragma once
+
+#include "common.h"
+#include "parse.h"
+
+/* Wire VNI of a net: the default network travels under its own VNI. */
+static __always_inline __u32 sdn_net_to_vni(__u32 net)
+{
+	return net ? net : CONFIG(net0_vni);
+}
+
+static __always_inline __u32 sdn_vni_to_net(__u32 vni)
+{
+	return vni == CONFIG(net0_vni) ? 0 : vni;
+}
+
+/* Sets the tunnel key and redirects to the tunnel device; returns the tc
+ * verdict, or a DROP_* reason (negative).
+ */
+static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
+				     const struct sdn_remote *r)
+{
+	struct bpf_tunnel_key key = {};
+	__u32 ifindex = CONFIG(tunnel_ifindex);
+	__u64 flags = BPF_F_ZERO_CSUM_TX;
+	__u8 tmac[6], gmac[6];
+
+	if (!ifindex)
+		return DROP_ENCAP;
+
+	key.tunnel_id = sdn_net_to_vni(net);
+	key.tunnel_ttl = SDN_TUNNEL_TTL;
+	if (sdn_addr_is_v4(&r->node)) {
+		/* bpf_tunnel_key wants the IPv4 remote in host byte order. */
+		key.remote_ipv4 = bpf_ntohl(r->node.w[3]);
+	} else {
+		__builtin_memcpy(key.remote_ipv6, r->node.b, 16);
+		flags |= BPF_F_TUNINFO_IPV6;
+	}
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags) < 0)
+		return DROP_ENCAP;
+
+	/* The receiver's tunnel device must see the inner frame as PACKET_HOST
+	 * when it hands net-0 traffic to its stack.
+	 */
+	sdn_tunnel_mac(tmac);
+	sdn_gw_mac(gmac);
+	if (sdn_set_macs(skb, tmac, gmac) < 0)
+		return DROP_REWRITE;
+	return bpf_redirect(ifindex, 0);
+}

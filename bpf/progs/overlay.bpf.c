@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The hook on the node's collect-metadata tunnel device. */
+#include "../lib/common.h"
+#include "../lib/drop.h"
+#include "../lib/endpoint.h"
+#include "../lib/overlay.h"
+#include "../lib/parse.h"
+
+static __always_inline int get_tunnel_key(struct __sk_buff *skb,
+					  struct bpf_tunnel_key *key)
+{
+	/* The helper insists the caller names the underlay family. */
+	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0))
+		return 0;
+	return bpf_skb_get_tunnel_key(skb, key, sizeof(*key),
+				      BPF_F_TUNINFO_IPV6);
+}
+
+/*
+ * Attached at tc ingress (TCX) of the overlay device (VXLAN or Geneve in
+ * external/collect_md mode): it sees decapsulated frames with the tunnel key
+ * readable. The VNI names the net of the inner addresses: net 0 goes to the
+ * host stack, a VPC net is delivered by {vni, dst} to the local pod's veth
+ * (through sdn_to_pod); anything else is dropped, since inner VPC addresses
+ * mean nothing without their net.
+ * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
+ */
+SEC("classifier")
+int sdn_from_overlay(struct __sk_buff *skb)
+{
+	struct bpf_tunnel_key key = {};
+	struct sdn_endpoint *ep;
+	struct sdn_pkt p;
+	__u32 net;
+	int ret;
+
+	if (get_tunnel_key(skb, &key) < 0)
+		return sdn_drop(skb, DROP_NO_TUNNEL_KEY);
+	net = sdn_vni_to_net(key.tunnel_id);
+	if (!net)
+		return sdn_to_host(skb);
+
+	ret = sdn_parse(skb, &p);
+	if (ret)
+		return sdn_drop(skb, ret);
+	if (!p.family)
+		return sdn_drop(skb, DROP_UNKNOWN_L3);
+
+	ep = sdn_endpoint_lookup(net, &p.dst);
+	if (!ep)
+		return sdn_drop(skb, DROP_NO_ENDPOINT);
+	return sdn_redirect_local(skb, net, ep);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

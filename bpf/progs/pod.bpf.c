@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The two hooks on the host side of every pod veth. One object, because both
+ * are attached by the CNI to the same device and share every map.
+ */
+#include "../lib/common.h"
+#include "../lib/arp.h"
+#include "../lib/bridge.h"
+#include "../lib/drop.h"
+#include "../lib/endpoint.h"
+#include "../lib/overlay.h"
+#include "../lib/parse.h"
+#include "../lib/stats.h"
+
+/* Net 0 goes to the host stack unless the destination is a pod we know to be
+ * on another node; the kernel routes the rest (and kube-proxy sees it).
+ */
+static __always_inline int from_pod_net0(struct __sk_buff *skb,
+					 const struct sdn_pkt *p)
+{
+	struct sdn_remote *r = sdn_remote_lookup(0, &p->dst);
+	int ret;
+
+	if (!r)
+		return sdn_to_host(skb);
+	ret = sdn_encap(skb, 0, r);
+	return ret < 0 ? sdn_drop(skb, ret) : ret;
+}
+
+/*
+ * A VPC pod reaches its own net and nothing else: a destination that is not
+ * an endpoint of the source's net is dropped, whatever it is (the node, net
+ * 0, another VPC, the Internet). The one exception is a reply through the
+ * fabric bridge, recognised by its conntrack entry.
+ */
+static __always_inline int from_pod_vpc(struct __sk_buff *skb,
+					struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_endpoint *ep;
+	struct sdn_remote *r;
+	struct sdn_addr gw;
+	int ret;
+
+	sdn_addr_from_v4(&gw, CONFIG(gw_ipv4));
+	if (sdn_addr_eq(&p->dst, &gw)) {
+		ret = sdn_bridge_reverse(skb, p, net);
+		if (ret)
+			return sdn_drop(skb, ret);
+		return from_pod_net0(skb, p);
+	}
+
+	ep = sdn_endpoint_lookup(net, &p->dst);
+	if (ep) {
+		sdn_count_tx(skb, net);
+		return sdn_redirect_local(skb, net, ep);
+	}
+	r = sdn_remote_lookup(net, &p->dst);
+	if (r) {
+		ret = sdn_encap(skb, net, r);
+		if (ret < 0)
+			return sdn_drop(skb, ret);
+		sdn_count_tx(skb, net);
+		return ret;
+	}
+	return sdn_drop(skb, DROP_VPC_ISOLATION);
+}
+
+/*
+ * Attached at tc ingress (TCX) of the host side of a pod's veth: it sees every
+ * packet the pod sends. Answers ARP for the gateway, enforces the source
+ * address and MAC of the port, applies VPC isolation, and forwards: same node
+ * by redirect to the destination veth (through sdn_to_pod), other nodes by
+ * tunnel key + redirect to the overlay device, net 0 to the host stack.
+ * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
+ */
+SEC("classifier")
+int sdn_from_pod(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct sdn_port *port;
+	struct sdn_pkt p;
+	__u32 net;
+	int ret;
+
+	port = bpf_map_lookup_elem(&sdn_ports, &ifindex);
+	if (!port)
+		return sdn_drop(skb, DROP_NO_PORT);
+	net = port->net;
+
+	ret = sdn_parse(skb, &p);
+	if (ret)
+		return sdn_drop(skb, ret);
+
+	if (p.eth_proto == ETH_P_ARP) {
+		ret = sdn_arp_gateway_reply(skb, &p);
+		if (ret < 0)
+			return sdn_drop(skb, ret);
+		if (ret)
+			return bpf_redirect(ifindex, 0);
+		/* Net-0 pods may still rely on the host's proxy_arp. */
+		return net ? sdn_drop(skb, DROP_ARP) : TC_ACT_OK;
+	}
+	if (!p.family)
+		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
+
+	/* NDP is link-scoped and sourced from the pod's fe80:: address, which is
+	 * no endpoint; the host veth owns fe80::1 and answers it.
+	 */
+	if (sdn_is_ndp(&p))
+		return sdn_to_host(skb);
+
+	ret = sdn_check_source(skb, &p, net);
+	if (ret)
+		return sdn_drop(skb, ret);
+
+	if (!net) {
+		sdn_count_tx(skb, 0);
+		return from_pod_net0(skb, &p);
+	}
+	return from_pod_vpc(skb, &p, net);
+}
+
+/* Hand the packet to the pod of this veth, which must own the destination. */
+static __always_inline int to_pod_deliver(struct __sk_buff *skb,
+					  const struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_endpoint *ep = sdn_endpoint_lookup(net, &p->dst);
+	__u8 gw_mac[6];
+
+	if (!ep || ep->ifindex != skb->ifindex)
+		return sdn_drop(skb, DROP_NO_ENDPOINT);
+	sdn_gw_mac(gw_mac);
+	if (sdn_set_macs(skb, ep->mac, gw_mac) < 0)
+		return sdn_drop(skb, DROP_REWRITE);
+	sdn_count_rx(skb, net);
+	return TC_ACT_OK;
+}
+
+/*
+ * Attached at tc egress (TCX) of the host side of a pod's veth: it sees every
+ * packet about to enter the pod, whether redirected by sdn_from_pod (same
+ * node) or sdn_from_overlay (other node), or routed by the host stack. The
+ * first two carry SDN_MARK_MAGIC with their source net and are re-checked
+ * against this port's net; host traffic may only enter a VPC pod through the
+ * fabric bridge. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
+ */
+SEC("classifier")
+int sdn_to_pod(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct sdn_bridge *b;
+	struct sdn_port *port;
+	struct sdn_pkt p;
+	__u32 net, mark;
+	int ret;
+
+	port = bpf_map_lookup_elem(&sdn_ports, &ifindex);
+	if (!port)
+		return sdn_drop(skb, DROP_NO_PORT);
+	net = port->net;
+
+	ret = sdn_parse(skb, &p);
+	if (ret)
+		return sdn_drop(skb, ret);
+	/* Our own gateway ARP replies, and the host's ARP towards net-0 pods. */
+	if (p.eth_proto == ETH_P_ARP)
+		return TC_ACT_OK;
+	if (!p.family)
+		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
+
+	mark = skb->mark;
+	if ((mark & SDN_MARK_MAGIC_MASK) == SDN_MARK_MAGIC) {
+		skb->mark = 0;
+		if ((mark & SDN_MARK_NET_MASK) != net)
+			return sdn_drop(skb, DROP_VPC_ISOLATION);
+		return to_pod_deliver(skb, &p, net);
+	}
+
+	if (!net) {
+		sdn_count_rx(skb, 0);
+		return TC_ACT_OK;
+	}
+	if (sdn_is_ndp(&p))
+		return TC_ACT_OK;
+
+	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);
+	if (!b || b->net != net)
+		return sdn_drop(skb, DROP_VPC_ISOLATION);
+	ret = sdn_bridge_forward(skb, &p, b);
+	if (ret)
+		return sdn_drop(skb, ret);
+	return to_pod_deliver(skb, &p, net);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

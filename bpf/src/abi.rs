@@ -1,0 +1,255 @@
+//! `#[repr(C)]` mirrors of every key and value in `include/sdn/maps.h` and `config.h`.
+//!
+//! Hand-written, and checked against the header: each struct carries a [`StructLayout`]
+//! (its C name, size, alignment and field offsets as rustc computes them), and
+//! `tests/abi_layout.rs` turns those into `_Static_assert`s that clang evaluates against
+//! the real header. A field added, moved or resized on one side only fails that test.
+//! Field names are the C member names, so the check needs no mapping table.
+//!
+//! Addresses are [`Addr`]: 16 bytes, network order, IPv4 as `64:ff9b::a.b.c.d`. Fields
+//! the C side types as `__be16` are `u16` holding network-order bytes (`u16::to_be`).
+
+use std::mem::{align_of, offset_of, size_of};
+
+/// Size, alignment and member offsets of one ABI struct, as rustc laid it out.
+#[derive(Clone, Copy, Debug)]
+pub struct StructLayout {
+    /// The C struct tag, without `struct`.
+    pub c_name: &'static str,
+    /// `size_of` the Rust type.
+    pub size: usize,
+    /// `align_of` the Rust type.
+    pub align: usize,
+    /// Member name and offset, in declaration order.
+    pub fields: &'static [(&'static str, usize)],
+}
+
+/// A Rust type that mirrors a C struct of the ABI.
+pub trait Abi: aya::Pod {
+    /// The layout compared with clang's by `tests/abi_layout.rs`.
+    const LAYOUT: StructLayout;
+}
+
+/// Declares an ABI struct: `#[repr(C)]`, a [`StructLayout`], a compile-time proof that it
+/// has no implicit padding, and its `aya::Pod` impl.
+macro_rules! abi_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident = $c_name:literal $(align($align:literal))? {
+            $( $(#[$fmeta:meta])* pub $field:ident : $ty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C $(, align($align))?)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty ),*
+        }
+
+        // Every byte is a named field: no uninitialised padding can reach the kernel,
+        // and byte-wise hashing of keys sees exactly what the C side wrote.
+        const _: () = assert!(size_of::<$name>() == 0 $(+ size_of::<$ty>())*);
+
+        impl Abi for $name {
+            const LAYOUT: StructLayout = StructLayout {
+                c_name: $c_name,
+                size: size_of::<$name>(),
+                align: align_of::<$name>(),
+                fields: &[$((stringify!($field), offset_of!($name, $field))),*],
+            };
+        }
+
+        // SAFETY: repr(C), only integer and byte-array fields, no implicit padding (asserted
+        // above), layout checked against the C header by tests/abi_layout.rs; every bit
+        // pattern is a valid value.
+        #[expect(unsafe_code, reason = "aya::Pod for an ABI struct shared with the kernel")]
+        unsafe impl aya::Pod for $name {}
+    };
+}
+
+abi_struct! {
+    /// `struct sdn_addr`: a 128-bit address in network byte order.
+    pub struct Addr = "sdn_addr" align(4) {
+        /// The address bytes; IPv4 as `64:ff9b::a.b.c.d` (RFC 6052).
+        pub b: [u8; 16],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_mac`: a MAC address (config globals).
+    pub struct Mac = "sdn_mac" {
+        /// The six octets.
+        pub addr: [u8; 6],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_port`, value of `sdn_ports` (key: host veth ifindex).
+    pub struct Port = "sdn_port" {
+        /// VNI of the pod's VPC; 0 = default network.
+        pub net: u32,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_ep_key`: key of `sdn_endpoints` and `sdn_remotes`.
+    pub struct EpKey = "sdn_ep_key" {
+        /// The net (VNI) the address belongs to; 0 = default network.
+        pub net: u32,
+        /// The address within that net.
+        pub ip: Addr,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_endpoint`, value of `sdn_endpoints`: a pod on this node.
+    pub struct Endpoint = "sdn_endpoint" {
+        /// ifindex of the host side of the pod's veth.
+        pub ifindex: u32,
+        /// MAC of the pod's interface (anti-spoofing and delivery).
+        pub mac: [u8; 6],
+        /// Reserved, 0.
+        pub flags: u16,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_remote`, value of `sdn_remotes`: the node hosting an endpoint.
+    pub struct Remote = "sdn_remote" {
+        /// Underlay address of the node; IPv4 in `64:ff9b::` form.
+        pub node: Addr,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_bridge`, value of `sdn_bridges` (key: fabric IP).
+    pub struct Bridge = "sdn_bridge" {
+        /// The VPC (VNI) of the pod behind the fabric IP.
+        pub net: u32,
+        /// The pod's VPC address.
+        pub vpc_ip: Addr,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_ct_fwd_key`: a fabric client flow entering a bridged pod.
+    pub struct CtFwdKey = "sdn_ct_fwd_key" {
+        /// The client's address (as it arrived).
+        pub client: Addr,
+        /// The pod's fabric IP.
+        pub fabric: Addr,
+        /// Client port (network order); ICMP echo id.
+        pub client_port: u16,
+        /// Pod port (network order); 0 for ICMP.
+        pub pod_port: u16,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_ct_fwd`, value of `sdn_ct_fwd`.
+    pub struct CtFwd = "sdn_ct_fwd" {
+        /// Gateway port the client was masqueraded to (network order).
+        pub gw_port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_ct_rev_key`: the bridged pod's reply as it leaves the pod.
+    pub struct CtRevKey = "sdn_ct_rev_key" {
+        /// The pod's net (VNI).
+        pub net: u32,
+        /// The pod's VPC address (reply source).
+        pub vpc_ip: Addr,
+        /// Gateway port (reply destination port, network order).
+        pub gw_port: u16,
+        /// Pod port (reply source port, network order); 0 for ICMP.
+        pub pod_port: u16,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_ct_rev`, value of `sdn_ct_rev`: the original addressing of a flow.
+    pub struct CtRev = "sdn_ct_rev" {
+        /// The pod's fabric IP.
+        pub fabric: Addr,
+        /// The client's address.
+        pub client: Addr,
+        /// The client's port (network order); ICMP echo id.
+        pub client_port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_drop_stats`, per-CPU value of `sdn_drops`.
+    pub struct DropStats = "sdn_drop_stats" {
+        /// Dropped packets.
+        pub packets: u64,
+        /// Dropped bytes (`skb->len`).
+        pub bytes: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_net_stats`, per-CPU value of `sdn_net_stats` (key: net).
+    pub struct NetStats = "sdn_net_stats" {
+        /// Packets that left a pod of the net (counted in `sdn_from_pod`).
+        pub tx_packets: u64,
+        /// Bytes that left a pod of the net.
+        pub tx_bytes: u64,
+        /// Packets delivered to a pod of the net (counted in `sdn_to_pod`).
+        pub rx_packets: u64,
+        /// Bytes delivered to a pod of the net.
+        pub rx_bytes: u64,
+    }
+}
+
+/// Every ABI struct, for the layout check.
+pub const LAYOUTS: &[StructLayout] = &[
+    Addr::LAYOUT,
+    Mac::LAYOUT,
+    Port::LAYOUT,
+    EpKey::LAYOUT,
+    Endpoint::LAYOUT,
+    Remote::LAYOUT,
+    Bridge::LAYOUT,
+    CtFwdKey::LAYOUT,
+    CtFwd::LAYOUT,
+    CtRevKey::LAYOUT,
+    CtRev::LAYOUT,
+    DropStats::LAYOUT,
+    NetStats::LAYOUT,
+];
+
+// === impl NetStats / DropStats ===
+
+impl std::ops::AddAssign for NetStats {
+    fn add_assign(&mut self, o: Self) {
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+    }
+}
+
+impl std::ops::AddAssign for DropStats {
+    fn add_assign(&mut self, o: Self) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+}

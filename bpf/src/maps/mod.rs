@@ -1,0 +1,151 @@
+//! Typed wrappers, one module per map of `include/sdn/maps.h`.
+//!
+//! Each module has `NAME`, the C identifier, which is also the pin file name under the
+//! agent's bpffs directory. Wrappers take `std::net` addresses and hide the ABI
+//! encoding; the raw aya map stays reachable through `inner()` for tools and tests.
+
+use std::path::Path;
+
+use aya::maps::{Map, MapData, MapError};
+
+pub mod bridges;
+pub mod ct_fwd;
+pub mod ct_rev;
+pub mod drops;
+pub mod endpoints;
+pub mod net_stats;
+pub mod ports;
+pub mod remotes;
+
+/// Every map name; each is in every object.
+pub const ALL: [&str; 8] = [
+    ports::NAME,
+    endpoints::NAME,
+    remotes::NAME,
+    bridges::NAME,
+    ct_fwd::NAME,
+    ct_rev::NAME,
+    drops::NAME,
+    net_stats::NAME,
+];
+
+/// Open the map `name` pinned in `dir` (the agent's bpffs directory).
+pub fn open_pinned(dir: &Path, name: &str) -> Result<Map, MapError> {
+    Map::from_map_data(MapData::from_pin(dir.join(name))?)
+}
+
+/// `Ok(None)` for a missing key instead of an error.
+pub(crate) fn optional<V>(r: Result<V, MapError>) -> Result<Option<V>, MapError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(MapError::KeyNotFound) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The wrapper struct and its constructors from aya's `Map` (owned, `&`, `&mut`) and
+/// from a pin. aya checks key and value sizes against the map on conversion.
+macro_rules! map_wrapper {
+    ($(#[$meta:meta])* $wrapper:ident, $aya:ident < $($kv:ty),+ >) => {
+        $(#[$meta])*
+        pub struct $wrapper<T>(aya::maps::$aya<T, $($kv),+>);
+
+        impl<T> $wrapper<T> {
+            /// The underlying aya map.
+            pub fn inner(&self) -> &aya::maps::$aya<T, $($kv),+> {
+                &self.0
+            }
+        }
+
+        impl $wrapper<aya::maps::MapData> {
+            /// Open the pinned map `dir/NAME`.
+            pub fn from_pin(dir: &std::path::Path) -> Result<Self, aya::maps::MapError> {
+                Self::try_from(crate::maps::open_pinned(dir, NAME)?)
+            }
+        }
+
+        impl TryFrom<aya::maps::Map> for $wrapper<aya::maps::MapData> {
+            type Error = aya::maps::MapError;
+            fn try_from(m: aya::maps::Map) -> Result<Self, Self::Error> {
+                Ok(Self(aya::maps::$aya::try_from(m)?))
+            }
+        }
+
+        impl<'a> TryFrom<&'a mut aya::maps::Map> for $wrapper<&'a mut aya::maps::MapData> {
+            type Error = aya::maps::MapError;
+            fn try_from(m: &'a mut aya::maps::Map) -> Result<Self, Self::Error> {
+                Ok(Self(aya::maps::$aya::try_from(m)?))
+            }
+        }
+
+        impl<'a> TryFrom<&'a aya::maps::Map> for $wrapper<&'a aya::maps::MapData> {
+            type Error = aya::maps::MapError;
+            fn try_from(m: &'a aya::maps::Map) -> Result<Self, Self::Error> {
+                Ok(Self(aya::maps::$aya::try_from(m)?))
+            }
+        }
+    };
+}
+pub(crate) use map_wrapper;
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use super::*;
+    use crate::Object;
+    use crate::abi::{
+        Addr, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, DropStats, Endpoint, EpKey, NetStats, Port, Remote,
+    };
+
+    #[test]
+    fn every_map_name_is_in_every_object() {
+        for obj in Object::ALL {
+            let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
+            for name in ALL {
+                assert!(
+                    parsed.maps.contains_key(name),
+                    "{name} missing from {}",
+                    obj.file_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn map_names_fit_the_kernel_object_name() {
+        for name in ALL {
+            assert!(name.len() <= 15, "{name} would be truncated by the kernel");
+            assert!(name.starts_with("sdn_"), "{name}");
+        }
+    }
+
+    /// The sizes clang wrote into each object's map definitions match the Rust types,
+    /// a second check of the layout besides tests/abi_layout.rs.
+    #[test]
+    fn object_key_and_value_sizes_match_the_rust_types() {
+        let expect: [(&str, usize, usize); 8] = [
+            (ports::NAME, size_of::<u32>(), size_of::<Port>()),
+            (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
+            (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
+            (bridges::NAME, size_of::<Addr>(), size_of::<Bridge>()),
+            (ct_fwd::NAME, size_of::<CtFwdKey>(), size_of::<CtFwd>()),
+            (ct_rev::NAME, size_of::<CtRevKey>(), size_of::<CtRev>()),
+            (drops::NAME, size_of::<u32>(), size_of::<DropStats>()),
+            (net_stats::NAME, size_of::<u32>(), size_of::<NetStats>()),
+        ];
+        for obj in Object::ALL {
+            let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
+            for (name, key, value) in expect {
+                let m = &parsed.maps[name];
+                assert_eq!(m.key_size() as usize, key, "{name} key in {}", obj.file_name());
+                assert_eq!(
+                    m.value_size() as usize,
+                    value,
+                    "{name} value in {}",
+                    obj.file_name()
+                );
+            }
+        }
+    }
+}

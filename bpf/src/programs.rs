@@ -1,0 +1,47 @@
+//! The programs in the embedded objects and where the agent attaches them.
+
+use crate::Object;
+
+/// Where a program is attached (tc, TCX by default on kernels >= 6.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachPoint {
+    /// Ingress of the host side of every pod veth: packets the pod sends.
+    PodVethIngress,
+    /// Egress of the host side of every pod veth: packets entering the pod.
+    PodVethEgress,
+    /// Ingress of the node's collect-metadata tunnel device.
+    OverlayIngress,
+}
+
+/// One entry program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramSpec {
+    /// Function name in C; also the program name aya looks up.
+    pub name: &'static str,
+    /// Object that holds it.
+    pub object: Object,
+    /// Hook it belongs to.
+    pub attach: AttachPoint,
+}
+
+/// `sdn_from_pod`.
+pub const FROM_POD: ProgramSpec = ProgramSpec {
+    name: "sdn_from_pod",
+    object: Object::Pod,
+    attach: AttachPoint::PodVethIngress,
+};
+/// `sdn_to_pod`.
+pub const TO_POD: ProgramSpec = ProgramSpec {
+    name: "sdn_to_pod",
+    object: Object::Pod,
+    attach: AttachPoint::PodVethEgress,
+};
+/// `sdn_from_overlay`.
+pub const FROM_OVERLAY: ProgramSpec = ProgramSpec {
+    name: "sdn_from_overlay",
+    object: Object::Overlay,
+    attach: AttachPoint::OverlayIngress,
+};
+
+/// Every entry program.
+pub const ALL: [ProgramSpec; 3] = [FROM_POD, TO_POD, FROM_OVERLAY];

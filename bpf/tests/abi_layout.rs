@@ -1,0 +1,151 @@
+//! The Rust ABI mirror (`src/abi.rs`, `src/drop.rs`, `src/config.rs`, `src/maps`) agrees
+//! with the C headers in `include/sdn`.
+//!
+//! Layout: a C file of `_Static_assert`s generated from the Rust types' sizes, alignments
+//! and field offsets is compiled by clang against the real headers, for the BPF target,
+//! so it is clang's layout that is compared. Names: the headers are scanned for every map,
+//! drop reason and config knob, and each must exist on the Rust side and vice versa.
+//!
+//! Needs `clang-19` (as `make -C bpf` does); fails, never skips, without it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cozyplane_bpf::abi::LAYOUTS;
+use cozyplane_bpf::config::GLOBALS;
+use cozyplane_bpf::drop::{DROP_MAX, DropReason};
+use cozyplane_bpf::maps;
+
+fn bpf_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn header(name: &str) -> String {
+    let path = bpf_dir().join("include/sdn").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn generated_asserts() -> String {
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <sdn/addr.h>\n#include <sdn/maps.h>\n\
+         #include <sdn/drop_reasons.h>\n#define SDN_DEFINE_CONFIG\n#include <sdn/config.h>\n\n",
+    );
+    for l in LAYOUTS {
+        let s = l.c_name;
+        writeln!(
+            c,
+            "_Static_assert(sizeof(struct {s}) == {}, \"size of {s}\");",
+            l.size
+        )
+        .unwrap();
+        writeln!(
+            c,
+            "_Static_assert(_Alignof(struct {s}) == {}, \"align of {s}\");",
+            l.align
+        )
+        .unwrap();
+        for (field, off) in l.fields {
+            writeln!(
+                c,
+                "_Static_assert(offsetof(struct {s}, {field}) == {off}, \"{s}.{field}\");"
+            )
+            .unwrap();
+        }
+    }
+    for r in DropReason::ALL {
+        writeln!(c, "_Static_assert({} == {}, \"{r:?}\");", r.c_name(), r as i32).unwrap();
+    }
+    writeln!(c, "_Static_assert(SDN_DROP_MAX == {DROP_MAX}, \"DROP_MAX\");").unwrap();
+    for (name, size) in GLOBALS {
+        writeln!(
+            c,
+            "_Static_assert(sizeof(__config_{name}) == {size}, \"config {name}\");"
+        )
+        .unwrap();
+    }
+    c
+}
+
+#[test]
+fn rust_layouts_match_what_clang_computes_from_the_headers() {
+    let dir = std::env::temp_dir().join(format!("cpbpf-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("abi_check.c");
+    std::fs::write(&src, generated_asserts()).unwrap();
+
+    let arch = std::env::consts::ARCH;
+    let out = Command::new("clang-19")
+        .args(["-target", "bpf", "-fsyntax-only", "-Wall", "-Werror"])
+        .arg(format!("-I/usr/include/{arch}-linux-gnu"))
+        .arg(format!("-I{}", bpf_dir().join("include").display()))
+        .arg(&src)
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.expect("clang-19 must be installed (apt-get install clang-19) to check the ABI");
+    assert!(
+        out.status.success(),
+        "the Rust ABI mirror disagrees with include/sdn:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Identifiers following `prefix` up to the first char not in `[A-Za-z0-9_]`.
+fn idents_after<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    text.match_indices(prefix).map(move |(i, _)| {
+        let rest = &text[i + prefix.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    })
+}
+
+#[test]
+fn every_c_drop_reason_has_a_rust_variant() {
+    let h = header("drop_reasons.h");
+    let c: Vec<String> = idents_after(&h, "#define DROP_")
+        .map(|s| format!("DROP_{s}"))
+        .collect();
+    let rust: Vec<&str> = DropReason::ALL.iter().map(|r| r.c_name()).collect();
+    assert_eq!(c, rust, "drop_reasons.h and DropReason::ALL differ");
+}
+
+#[test]
+fn every_c_map_has_a_rust_wrapper() {
+    let h = header("maps.h");
+    let mut c: Vec<&str> = h
+        .lines()
+        .filter_map(|l| l.strip_prefix("} ")?.strip_suffix(" SEC(\".maps\");"))
+        .collect();
+    let mut rust = maps::ALL.to_vec();
+    c.sort_unstable();
+    rust.sort_unstable();
+    assert_eq!(c, rust, "maps.h and maps::ALL differ");
+}
+
+#[test]
+fn every_c_config_knob_has_a_rust_field() {
+    let h = header("config.h");
+    let c: Vec<&str> = h
+        .split("DECLARE_CONFIG(")
+        .skip(2) // the text before the first use, and the #define itself
+        .filter_map(|decl| decl.split(',').nth(1).map(str::trim))
+        .collect();
+    let rust: Vec<&str> = GLOBALS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(c, rust, "config.h and config::GLOBALS differ");
+}
+
+#[test]
+fn committed_objects_exist_for_every_program_source() {
+    for entry in std::fs::read_dir(bpf_dir().join("progs")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        if let Some(stem) = name.strip_suffix(".bpf.c") {
+            assert!(
+                Path::new(&bpf_dir().join("obj").join(format!("{stem}.o"))).exists(),
+                "bpf/obj/{stem}.o missing: run `make -C bpf`"
+            );
+        }
+    }
+}

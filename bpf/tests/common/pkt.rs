@@ -1,0 +1,191 @@
+//! Packet builders and checkers for the tests. Checksums are computed from scratch, so a
+//! test comparing them checks the programs' incremental updates.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+pub const ETH_IP: u16 = 0x0800;
+pub const ETH_ARP: u16 = 0x0806;
+pub const ETH_IPV6: u16 = 0x86dd;
+pub const TCP: u8 = 6;
+pub const UDP: u8 = 17;
+pub const ICMP: u8 = 1;
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn sum16(data: &[u8]) -> u32 {
+    data.chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum()
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], proto: u16) -> Vec<u8> {
+    let mut p = Vec::with_capacity(128);
+    p.extend_from_slice(&dst);
+    p.extend_from_slice(&src);
+    p.extend_from_slice(&proto.to_be_bytes());
+    p
+}
+
+/// L4 header + payload for `proto`, checksum field zero. ICMP: echo request (type 8) or
+/// reply (type 0) with `sport` as the identifier.
+fn l4(proto: u8, sport: u16, dport: u16, icmp_type: u8) -> Vec<u8> {
+    let payload = b"cozyplane";
+    let mut h = Vec::new();
+    match proto {
+        TCP => {
+            h.extend_from_slice(&sport.to_be_bytes());
+            h.extend_from_slice(&dport.to_be_bytes());
+            h.extend_from_slice(&1u32.to_be_bytes()); // seq
+            h.extend_from_slice(&0u32.to_be_bytes()); // ack
+            h.extend_from_slice(&[0x50, 0x02]); // 20-byte header, SYN
+            h.extend_from_slice(&64240u16.to_be_bytes());
+            h.extend_from_slice(&[0, 0, 0, 0]); // csum, urg
+        }
+        UDP => {
+            h.extend_from_slice(&sport.to_be_bytes());
+            h.extend_from_slice(&dport.to_be_bytes());
+            h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+            h.extend_from_slice(&[0, 0]);
+        }
+        ICMP => {
+            h.extend_from_slice(&[icmp_type, 0, 0, 0]);
+            h.extend_from_slice(&sport.to_be_bytes());
+            h.extend_from_slice(&1u16.to_be_bytes());
+        }
+        _ => unreachable!(),
+    }
+    h.extend_from_slice(payload);
+    h
+}
+
+fn l4_csum_off(proto: u8) -> usize {
+    match proto {
+        TCP => 16,
+        UDP => 6,
+        _ => 2,
+    }
+}
+
+/// An Ethernet/IPv4 packet with valid checksums.
+#[allow(clippy::too_many_arguments, reason = "a packet has that many fields")]
+pub fn ipv4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    sport: u16,
+    dport: u16,
+    icmp_type: u8,
+) -> Vec<u8> {
+    let mut seg = l4(proto, sport, dport, icmp_type);
+    let mut sum = sum16(&seg);
+    if proto != ICMP {
+        sum += sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32;
+    }
+    let c = fold(sum);
+    let off = l4_csum_off(proto);
+    seg[off..off + 2].copy_from_slice(&c.to_be_bytes());
+
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&((20 + seg.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&[0, 1, 0x40, 0, 64, proto, 0, 0]); // id 1, DF, ttl 64
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    let c = fold(sum16(&ip));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+
+    let mut p = eth(dst_mac, src_mac, ETH_IP);
+    p.extend_from_slice(&ip);
+    p.extend_from_slice(&seg);
+    p
+}
+
+/// An Ethernet/IPv6 UDP packet with a valid checksum.
+pub fn ipv6_udp(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    sport: u16,
+    dport: u16,
+) -> Vec<u8> {
+    let mut seg = l4(UDP, sport, dport, 0);
+    let sum = sum16(&seg) + sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(UDP) + seg.len() as u32;
+    seg[6..8].copy_from_slice(&fold(sum).to_be_bytes());
+    let mut p = eth(dst_mac, src_mac, ETH_IPV6);
+    p.extend_from_slice(&[0x60, 0, 0, 0]);
+    p.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[UDP, 64]);
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&seg);
+    p
+}
+
+/// A broadcast ARP request from `sha`/`spa` for `tpa`.
+pub fn arp_request(sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
+    let mut p = eth([0xff; 6], sha, ETH_ARP);
+    p.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]);
+    p.extend_from_slice(&sha);
+    p.extend_from_slice(&spa.octets());
+    p.extend_from_slice(&[0; 6]);
+    p.extend_from_slice(&tpa.octets());
+    p
+}
+
+/// Parsed view of an Ethernet/IPv4 packet.
+#[derive(Debug, PartialEq, Eq)]
+pub struct V4 {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub proto: u8,
+    /// TCP/UDP ports; ICMP: the echo id in both.
+    pub sport: u16,
+    pub dport: u16,
+}
+
+pub fn parse_v4(p: &[u8]) -> V4 {
+    assert_eq!(u16::from_be_bytes([p[12], p[13]]), ETH_IP, "not IPv4");
+    let ip = &p[14..];
+    let proto = ip[9];
+    let l4 = &ip[20..];
+    let (sport, dport) = if proto == ICMP {
+        let id = u16::from_be_bytes([l4[4], l4[5]]);
+        (id, id)
+    } else {
+        (
+            u16::from_be_bytes([l4[0], l4[1]]),
+            u16::from_be_bytes([l4[2], l4[3]]),
+        )
+    };
+    V4 {
+        dst_mac: p[0..6].try_into().unwrap(),
+        src_mac: p[6..12].try_into().unwrap(),
+        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        proto,
+        sport,
+        dport,
+    }
+}
+
+/// Both the IPv4 header checksum and the L4 checksum verify.
+pub fn assert_v4_checksums(p: &[u8]) {
+    let ip = &p[14..34];
+    assert_eq!(fold(sum16(ip)), 0, "IPv4 header checksum");
+    let proto = ip[9];
+    let seg = &p[34..];
+    let mut sum = sum16(seg);
+    if proto != ICMP {
+        sum += sum16(&ip[12..20]) + u32::from(proto) + seg.len() as u32;
+    }
+    assert_eq!(fold(sum), 0, "L4 checksum (proto {proto})");
+}
