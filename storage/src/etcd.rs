@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
     Certificate, Client, CompactionOptions, Compare as EtcdCompare, CompareOp, ConnectOptions, DeleteOptions,
-    EventType, GetOptions, Identity, PutOptions, TlsOptions, Txn as EtcdTxn, TxnOp, TxnOpResponse,
-    WatchOptions as EtcdWatchOptions,
+    EventType, GetOptions, Identity, KvClient, PutOptions, TlsOptions, Txn as EtcdTxn, TxnOp, TxnOpResponse,
+    WatchClient, WatchOptions as EtcdWatchOptions,
 };
 use tokio::sync::mpsc;
 
@@ -64,7 +64,13 @@ impl Config {
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
+    kv: KvClient,
+    watch: WatchClient,
 }
+
+/// The largest response we accept. gRPC's 4 MiB default is far below a list of a few thousand
+/// objects; etcd itself caps requests (1.5 MiB by default), responses only by memory.
+const MAX_RESPONSE_BYTES: usize = 2 << 30;
 
 impl EtcdStore {
     /// Connect to etcd. Fails if no endpoint answers within the dial timeout.
@@ -98,7 +104,11 @@ impl EtcdStore {
         let client = Client::connect(&config.endpoints, Some(opts))
             .await
             .map_err(Error::unavailable)?;
-        Ok(Self { client })
+        let kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let watch = client
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        Ok(Self { client, kv, watch })
     }
 
     /// The underlying client, for callers that need etcd features beyond the trait (leases
@@ -180,7 +190,7 @@ impl Storage for EtcdStore {
         if let Some(limit) = opts.limit.filter(|l| *l > 0) {
             get = get.with_limit(limit as i64);
         }
-        let mut resp = match self.client.kv_client().get(start, Some(get)).await {
+        let mut resp = match self.kv.clone().get(start, Some(get)).await {
             Ok(r) => r,
             Err(e) => {
                 let mut err = read_error(&e, revision.unwrap_or(0), from_token);
@@ -209,6 +219,25 @@ impl Storage for EtcdStore {
             revision,
             continue_token,
             remaining,
+        })
+    }
+
+    /// The hot path of every API create, kept to exactly one compare-and-put: no previous value
+    /// is asked for (the compare guarantees there is none) and no response is cloned.
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let txn = EtcdTxn::new()
+            .when([EtcdCompare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value.to_vec(), None)]);
+        let resp = self.kv.clone().txn(txn).await.map_err(Error::unavailable)?;
+        if !resp.succeeded() {
+            return Err(Error::AlreadyExists { key: key.into() });
+        }
+        let rev = header_revision(resp.header());
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            create_revision: rev,
+            mod_revision: rev,
         })
     }
 
@@ -275,7 +304,7 @@ impl Storage for EtcdStore {
         };
         let (tx, rx) = mpsc::channel(1024);
         let w = Watcher {
-            client: self.client.clone(),
+            client: self.watch.clone(),
             key: key.to_string(),
             opts,
             last: from,
@@ -287,7 +316,7 @@ impl Storage for EtcdStore {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let opts = CompactionOptions::new().with_physical();
-        match self.client.kv_client().compact(revision as i64, Some(opts)).await {
+        match self.kv.clone().compact(revision as i64, Some(opts)).await {
             Ok(_) => Ok(()),
             Err(e) => match read_error(&e, revision, false) {
                 // Compacting where history already starts later is a no-op, as in the embedded store.
@@ -327,7 +356,7 @@ impl Storage for EtcdStore {
 
 /// The task behind one watch stream.
 struct Watcher {
-    client: Client,
+    client: WatchClient,
     key: String,
     opts: WatchOptions,
     /// Every event up to here has been delivered.
@@ -371,7 +400,7 @@ impl Watcher {
         if self.opts.prefix {
             wopts = wopts.with_range(prefix_end(self.key.as_bytes()));
         }
-        let mut wc = self.client.watch_client();
+        let mut wc = self.client.clone();
         let mut stream = tokio::select! {
             s = wc.watch(self.key.as_str(), Some(wopts)) => match s {
                 Ok(s) => s,

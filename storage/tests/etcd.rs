@@ -58,6 +58,13 @@ fn main() {
         runtime().block_on(connects_with_tls_client_certificates());
         Ok(())
     }));
+    trials.push(Trial::test(
+        "etcd::authenticates_with_username_and_password",
+        || {
+            runtime().block_on(authenticates_with_username_and_password());
+            Ok(())
+        },
+    ));
     let conclusion = libtest_mimic::run(&args, trials);
     drop(shared); // stop etcd by PID before exit() skips destructors
     conclusion.exit();
@@ -158,4 +165,33 @@ async fn connects_with_tls_client_certificates() {
         Ok(s) => s.get("/tls/a").await.is_err(),
     };
     assert!(refused, "etcd must refuse a client without a certificate");
+}
+
+async fn authenticates_with_username_and_password() {
+    let server = EtcdServer::start();
+    let mut admin = etcd_client::Client::connect([server.client_url.clone()], None)
+        .await
+        .unwrap();
+    admin.user_add("root", "s3cret", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.auth_enable().await.unwrap();
+    let mut config = server.config();
+    config.username = Some("root".into());
+    config.password = Some("s3cret".into());
+    let store = EtcdStore::connect(config.clone()).await.unwrap();
+    let kv = store.create("/auth/a", Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(store.get("/auth/a").await.unwrap(), kv);
+    // Without credentials, or with a wrong password, etcd refuses.
+    config.password = Some("wrong".into());
+    assert!(
+        EtcdStore::connect(config.clone()).await.is_err(),
+        "a wrong password must be refused"
+    );
+    config.username = None;
+    config.password = None;
+    let anonymous = EtcdStore::connect(config).await.unwrap();
+    assert!(
+        anonymous.get("/auth/a").await.is_err(),
+        "an anonymous read must be refused"
+    );
 }
