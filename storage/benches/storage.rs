@@ -330,6 +330,93 @@ fn watches(c: &mut Criterion, rt: &tokio::runtime::Runtime, b: &Backends) {
     g.finish();
 }
 
+/// Our etcd backend against raw `etcd-client`, interleaved round by round so that load from
+/// anything else on the machine hits both alike; prints the median of the per-round ratios.
+fn interleaved_ratio(rt: &tokio::runtime::Runtime, b: &Backends) {
+    const ROUNDS: usize = 15;
+    const OPS: u64 = 2000;
+    let etcd = b.stores.iter().find(|(n, _)| *n == "etcd").unwrap().1.clone();
+    let (mut create, mut update) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        rt.block_on(async {
+            let ours = concurrently(OPS, |i| {
+                let etcd = etcd.clone();
+                async move {
+                    etcd.create(&format!("/ratio/ours/{round}/{i}"), Bytes::from_static(VALUE))
+                        .await
+                        .unwrap();
+                }
+            })
+            .await;
+            let kv = b.raw.kv_client();
+            let raw = concurrently(OPS, |i| {
+                let mut kv = kv.clone();
+                async move {
+                    let key = format!("/ratio/raw/{round}/{i}");
+                    let txn = EtcdTxn::new()
+                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key.as_str(), VALUE, None)])
+                        .or_else([TxnOp::get(key.as_str(), None)]);
+                    assert!(kv.txn(txn).await.unwrap().succeeded());
+                }
+            })
+            .await;
+            create.push(raw.as_secs_f64() / ours.as_secs_f64());
+            // Updates: each slot rewrites its own key at the revision it last wrote.
+            let revs: Vec<_> = (0..CONCURRENCY)
+                .map(|_| Arc::new(std::sync::atomic::AtomicU64::new(0)))
+                .collect();
+            for (s, rev) in revs.iter().enumerate() {
+                let kv = etcd
+                    .create(&format!("/ratio/upd/{round}/{s}"), Bytes::from_static(VALUE))
+                    .await
+                    .unwrap();
+                rev.store(kv.mod_revision, std::sync::atomic::Ordering::Relaxed);
+            }
+            let prefix = format!("/ratio/upd/{round}/");
+            let ours = update_slots(
+                OPS,
+                &revs,
+                |k, v, rev| {
+                    let etcd = etcd.clone();
+                    async move { etcd.update(&k, v, rev).await.unwrap().mod_revision }
+                },
+                &prefix,
+            )
+            .await;
+            let raw = update_slots(
+                OPS,
+                &revs,
+                |k, v, rev| {
+                    let mut kv = kv.clone();
+                    async move {
+                        let txn = EtcdTxn::new()
+                            .when([Compare::mod_revision(k.as_str(), CompareOp::Equal, rev as i64)])
+                            .and_then([TxnOp::put(k.as_str(), v.to_vec(), None)])
+                            .or_else([TxnOp::get(k.as_str(), None)]);
+                        let r = kv.txn(txn).await.unwrap();
+                        assert!(r.succeeded());
+                        r.header().unwrap().revision() as u64
+                    }
+                },
+                &prefix,
+            )
+            .await;
+            update.push(raw.as_secs_f64() / ours.as_secs_f64());
+        });
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "etcd backend / raw etcd-client throughput, median of {ROUNDS} interleaved rounds of {OPS} ops \
+         ({CONCURRENCY} in flight): create {:.1}%, update {:.1}%",
+        100.0 * median(&mut create),
+        100.0 * median(&mut update)
+    );
+}
+
 fn main() {
     let rt = runtime();
     let server = EtcdServer::start();
@@ -349,11 +436,16 @@ fn main() {
             raw,
         }
     });
+    if std::env::args().any(|a| a == "--ratio-only") {
+        interleaved_ratio(&rt, &backends);
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     writes(&mut c, &rt, &backends);
     reads(&mut c, &rt, &backends);
     watches(&mut c, &rt, &backends);
     c.final_summary();
+    interleaved_ratio(&rt, &backends);
     drop(backends);
     drop(server);
 }
