@@ -24,10 +24,11 @@
 //!   field mean the same. Required fields are always written.
 //! - Decoding never fails on a *missing* field: it becomes its zero value, and the server's
 //!   validation reports it with a field path (422) where the API requires it.
-//! - Nothing is defaulted; consumers apply semantic defaults (e.g. `HostFirewall` policy types).
-//! - Enumerated strings (`phase`, `protocol`, …) are plain `String`s: the server accepts any
-//!   value the Go server accepted, and the constants in [`phase`] and each kind's module name
-//!   the known ones.
+//! - Defaults and validation live in the API server (`apiserver/src/validation`); this crate
+//!   only describes the shapes.
+//! - Enumerated strings (`phase`, `protocol`, …) are plain `String`s so that decoding never
+//!   fails on an unknown value; the server's validation restricts them to the known ones, which
+//!   the constants in [`phase`] and each kind's module name.
 
 use crate::{ApiKind, KindInfo};
 

@@ -9,7 +9,7 @@ use crate::serde_util::is_zero;
 
 /// Desired state of a [`VPC`].
 ///
-/// Nothing here is validated by the server; consumers decide what they accept.
+/// The API server validates every field (`apiserver/src/validation/vpc.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VPCSpec {

@@ -1,0 +1,285 @@
+//! `VPC`: name, address ranges and MTU.
+//!
+//! Rules (the Go server checked none of them):
+//! - `metadata.name` is a DNS-1123 label: VPC names are written into label values
+//!   (`sdn.cozystack.io/vpc` on Ports) and referenced by `vpcRef`s, which are DNS labels;
+//! - `spec.cidrs` is required; each entry is a canonical range (`10.0.0.0/24`, not
+//!   `10.0.0.1/24` or `010.0.0.0/24`; the message names the canonical form); an IPv4
+//!   range is at most /30 and an IPv6 range at most /126 long (room for the network address,
+//!   the `.1` gateway leg and at least one Port); no range touches a reserved range (loopback,
+//!   link-local, multicast, the NAT64 prefix the datapath stores IPv4 in, …);
+//! - at most one range per family, because only the first range is programmed and allocated
+//!   from: a second range of a family would hold addresses nothing can use. A repeated or
+//!   overlapping range is reported as such;
+//! - `spec.mtu` is 0 (the node's default) or between [`MIN_MTU`] and [`MAX_MTU`].
+//!
+//! The spec stays mutable, as in the Go server. Nothing is defaulted: `mtu: 0` means "the node
+//! default" and is resolved per node by the agent, so storing a number would be wrong.
+
+use cozyplane_apis::net::{IpFamily, IpNet, cidrs_overlap};
+use cozyplane_apis::v1alpha1::{VPC, VPCSpec};
+
+use super::common;
+use super::field::{FieldError, FieldErrors, FieldPath};
+use super::meta::{NameRule, validate_object_meta_named, validate_object_meta_update};
+
+/// The smallest MTU a VPC may set: the IPv6 minimum link MTU (RFC 8200).
+pub const MIN_MTU: i32 = 1280;
+/// The largest MTU a VPC may set: a jumbo frame.
+pub const MAX_MTU: i32 = 9000;
+/// The longest IPv4 prefix of a VPC range (4 addresses).
+pub const MAX_IPV4_PREFIX: u8 = 30;
+/// The longest IPv6 prefix of a VPC range (4 addresses).
+pub const MAX_IPV6_PREFIX: u8 = 126;
+
+/// Validates a new VPC: metadata and spec.
+pub fn validate_vpc(vpc: &VPC) -> FieldErrors {
+    let mut errs = validate_object_meta_named(&vpc.metadata, true, NameRule::Dns1123Label);
+    errs.extend(validate_vpc_spec(&vpc.spec, &FieldPath::new("spec")));
+    errs
+}
+
+/// Validates an update of a VPC: the create rules and the metadata update rules; the spec is
+/// mutable.
+pub fn validate_vpc_update(new: &VPC, old: &VPC) -> FieldErrors {
+    let mut errs = validate_vpc(new);
+    errs.extend(validate_object_meta_update(&new.metadata, &old.metadata));
+    errs
+}
+
+/// Validates a VPC spec at `path`.
+pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
+    let mut errs = FieldErrors::new();
+    let cidrs_path = path.child("cidrs");
+    if spec.cidrs.is_empty() {
+        errs.push(FieldError::required(
+            cidrs_path.clone(),
+            "at least one address range (one IPv4 and/or one IPv6)",
+        ));
+    }
+    let mut earlier: Vec<(usize, IpNet)> = Vec::new();
+    for (i, text) in spec.cidrs.iter().enumerate() {
+        let p = cidrs_path.index(i);
+        let Some(net) = common::canonical_cidr(&mut errs, p.clone(), text) else {
+            continue;
+        };
+        let family = IpFamily::of_net(&net);
+        let max = match family {
+            IpFamily::V4 => MAX_IPV4_PREFIX,
+            IpFamily::V6 => MAX_IPV6_PREFIX,
+        };
+        if net.prefix_len() > max {
+            errs.push(FieldError::invalid(
+                p.clone(),
+                text,
+                format!(
+                    "an {family} range must have a prefix length of at most {max}, to hold the network \
+                     address, the gateway and at least one Port"
+                ),
+            ));
+        } else if let Some(msg) = common::reserved_overlap(&net) {
+            errs.push(FieldError::invalid(p.clone(), text, msg));
+        } else if earlier.iter().any(|(_, other)| *other == net) {
+            errs.push(FieldError::duplicate(p.clone(), text));
+        } else if let Some((j, other)) = earlier.iter().find(|(_, other)| cidrs_overlap(other, &net)) {
+            errs.push(FieldError::invalid(
+                p.clone(),
+                text,
+                format!("overlaps {} ({other})", cidrs_path.index(*j)),
+            ));
+        } else if let Some((j, _)) = earlier
+            .iter()
+            .find(|(_, other)| IpFamily::of_net(other) == family)
+        {
+            errs.push(FieldError::invalid(
+                p.clone(),
+                text,
+                format!(
+                    "a VPC has at most one {family} range, and {} is one: only the first range of a \
+                     family is routed and allocated from",
+                    cidrs_path.index(*j)
+                ),
+            ));
+        }
+        earlier.push((i, net));
+    }
+    if spec.mtu != 0 && !(MIN_MTU..=MAX_MTU).contains(&spec.mtu) {
+        errs.push(FieldError::invalid_int(
+            path.child("mtu"),
+            spec.mtu.into(),
+            format!("must be 0 (the node default) or between {MIN_MTU} and {MAX_MTU}, inclusive"),
+        ));
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::validation::ErrorType;
+    use crate::validation::test_util::assert_errors;
+
+    fn vpc(cidrs: &[&str], mtu: i32) -> VPC {
+        let mut v = VPC::new(
+            "blue",
+            VPCSpec {
+                cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
+                mtu,
+            },
+        );
+        v.metadata.namespace = Some("tenant-a".into());
+        v
+    }
+
+    #[test]
+    fn valid_vpcs_pass() {
+        assert_errors(&validate_vpc(&vpc(&["10.0.0.0/24"], 0)), &[]);
+        assert_errors(&validate_vpc(&vpc(&["10.0.0.0/24", "fd00:10::/64"], 1500)), &[]);
+        assert_errors(&validate_vpc(&vpc(&["fd00::/126", "192.168.0.0/30"], 9000)), &[]);
+        assert_errors(&validate_vpc(&vpc(&["10.0.0.0/8"], 1280)), &[]);
+    }
+
+    #[test]
+    fn cidrs_are_required() {
+        assert_errors(
+            &validate_vpc(&vpc(&[], 0)),
+            &[("spec.cidrs", ErrorType::Required)],
+        );
+    }
+
+    #[test]
+    fn cidrs_must_be_canonical() {
+        let errs = validate_vpc(&vpc(&["10.0.0.1/8"], 0));
+        assert_errors(&errs, &[("spec.cidrs[0]", ErrorType::Invalid)]);
+        assert_eq!(
+            errs.iter().next().unwrap().message(),
+            r#"spec.cidrs[0]: Invalid value: "10.0.0.1/8": must be canonical (10.0.0.0/8)"#
+        );
+        for bad in [
+            "FD00::/64",
+            "fd00:0::/64",
+            "10.0.0.0/024",
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "x",
+        ] {
+            assert_errors(
+                &validate_vpc(&vpc(&[bad], 0)),
+                &[("spec.cidrs[0]", ErrorType::Invalid)],
+            );
+        }
+        assert_errors(
+            &validate_vpc(&vpc(&[""], 0)),
+            &[("spec.cidrs[0]", ErrorType::Required)],
+        );
+    }
+
+    #[test]
+    fn prefix_lengths_and_reserved_ranges() {
+        for bad in [
+            "10.0.0.0/31",
+            "10.0.0.1/32",
+            "fd00::/127",
+            "127.0.0.0/8",
+            "169.254.0.0/16",
+            "0.0.0.0/0",
+            "224.0.0.0/24",
+            "64:ff9b::/96",
+            "fe80::/64",
+            "::ffff:10.0.0.0/120",
+        ] {
+            let errs = validate_vpc(&vpc(&[bad], 0));
+            // A non-canonical spelling may be reported as such instead; either way one cause.
+            assert_errors(&errs, &[("spec.cidrs[0]", ErrorType::Invalid)]);
+        }
+    }
+
+    #[test]
+    fn one_range_per_family_without_repeats_or_overlap() {
+        assert_errors(
+            &validate_vpc(&vpc(&["10.0.0.0/24", "10.0.0.0/24"], 0)),
+            &[("spec.cidrs[1]", ErrorType::Duplicate)],
+        );
+        let errs = validate_vpc(&vpc(&["10.0.0.0/16", "10.0.1.0/24"], 0));
+        assert_errors(&errs, &[("spec.cidrs[1]", ErrorType::Invalid)]);
+        assert!(
+            errs.iter()
+                .next()
+                .unwrap()
+                .detail
+                .contains("overlaps spec.cidrs[0]")
+        );
+        let errs = validate_vpc(&vpc(&["10.0.0.0/24", "fd00::/64", "10.1.0.0/24"], 0));
+        assert_errors(&errs, &[("spec.cidrs[2]", ErrorType::Invalid)]);
+        assert!(
+            errs.iter()
+                .next()
+                .unwrap()
+                .detail
+                .contains("at most one IPv4 range")
+        );
+    }
+
+    #[test]
+    fn mtu_range() {
+        for bad in [-1, 1, 1279, 9001, i32::MAX] {
+            assert_errors(
+                &validate_vpc(&vpc(&["10.0.0.0/24"], bad)),
+                &[("spec.mtu", ErrorType::Invalid)],
+            );
+        }
+    }
+
+    #[test]
+    fn name_is_a_dns_label() {
+        let mut v = vpc(&["10.0.0.0/24"], 0);
+        v.metadata.name = Some("blue.green".into());
+        assert_errors(&validate_vpc(&v), &[("metadata.name", ErrorType::Invalid)]);
+    }
+
+    #[test]
+    fn all_problems_are_reported() {
+        let mut v = vpc(&["10.0.0.1/24", "fd00::/64", "fd01::/64", "bogus"], 100);
+        v.metadata.namespace = None;
+        assert_errors(
+            &validate_vpc(&v),
+            &[
+                ("metadata.namespace", ErrorType::Required),
+                ("spec.cidrs[0]", ErrorType::Invalid),
+                ("spec.cidrs[2]", ErrorType::Invalid),
+                ("spec.cidrs[3]", ErrorType::Invalid),
+                ("spec.mtu", ErrorType::Invalid),
+            ],
+        );
+    }
+
+    #[test]
+    fn update_allows_spec_changes_but_not_renames() {
+        let old = vpc(&["10.0.0.0/24"], 0);
+        let new = vpc(&["10.1.0.0/24", "fd00::/64"], 1400);
+        assert_errors(&validate_vpc_update(&new, &old), &[]);
+        let mut renamed = new.clone();
+        renamed.metadata.name = Some("green".into());
+        assert_errors(
+            &validate_vpc_update(&renamed, &old),
+            &[("metadata.name", ErrorType::Invalid)],
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn random_cidrs_never_panic(cidrs in proptest::collection::vec("\\PC{0,45}", 0..4), mtu: i32) {
+            let refs: Vec<&str> = cidrs.iter().map(String::as_str).collect();
+            let _ = validate_vpc(&vpc(&refs, mtu));
+        }
+
+        #[test]
+        fn address_like_cidrs_never_panic(a: [u8; 4], len in 0u8..40, six: [u16; 8]) {
+            let v4 = format!("{}.{}.{}.{}/{len}", a[0], a[1], a[2], a[3]);
+            let v6 = format!("{}/{}", std::net::Ipv6Addr::from(six), len * 4);
+            let _ = validate_vpc(&vpc(&[&v4, &v6, &v4], 0));
+        }
+    }
+}
