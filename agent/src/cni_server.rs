@@ -1,0 +1,573 @@
+//! The unix-socket server the CNI plugin talks to, and the per-command logic for the
+//! default network (net 0).
+//!
+//! Requests are serialized by one lock: an ADD touches IPAM, netlink and maps, and the
+//! order of those steps is what makes DEL and restart reconciliation correct. A pod ADD
+//! takes a few milliseconds, so the lock is not a throughput limit for a node.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use cozyplane_bpf::DatapathConfig;
+use cozyplane_bpf::maps::endpoints::EndpointsMap;
+use cozyplane_bpf::maps::ports::PortsMap;
+use cozyplane_cni::env::Command;
+use cozyplane_cni::proto::{MAX_MESSAGE, Request, Response};
+use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::UnixListener;
+use tokio::sync::Mutex;
+
+use crate::StartError;
+use crate::attachment;
+use crate::config::AgentConfig;
+use crate::datapath::loader::Datapath;
+use crate::datapath::netdev::{self, GATEWAY, NetDev, format_mac, parse_mac};
+use crate::ipam::{Allocation, Ipam};
+use crate::metrics::Metrics;
+
+/// The name of the host side of a pod's veth: `cph` + 11 hex digits of a hash of the
+/// attachment key. Deterministic, so DEL and restart find it without stored state.
+pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
+    // FNV-1a 64: stable across builds and platforms, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in container_id.bytes().chain([b'/']).chain(ifname.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("cph{:011x}", h & 0xfff_ffff_ffff)
+}
+
+struct Inner {
+    datapath: Datapath,
+    ipam: Ipam,
+}
+
+/// Everything a CNI request needs.
+pub struct AgentState {
+    inner: Mutex<Inner>,
+    netdev: NetDev,
+    pin_dir: PathBuf,
+    mtu: u32,
+    metrics: OnceLock<Metrics>,
+}
+
+impl std::fmt::Debug for AgentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentState")
+            .field("pin_dir", &self.pin_dir)
+            .field("mtu", &self.mtu)
+            .finish_non_exhaustive()
+    }
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(ErrorCode::Internal, what.to_string(), e.to_string())
+}
+
+impl AgentState {
+    /// Start-up: sysctls, tunnel device, datapath (reusing pins), IPAM, reconciliation.
+    pub async fn start(cfg: &AgentConfig) -> Result<Self, StartError> {
+        // The host stack forwards net-0 traffic between pods and to the tunnel.
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| StartError::Io {
+            what: "enable net.ipv4.ip_forward".into(),
+            source,
+        })?;
+        let netdev = NetDev::new()?;
+        let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
+        let mtu = underlay.saturating_sub(cfg.tunnel.overhead()).max(576);
+        let dp_cfg = DatapathConfig {
+            net0_vni: cfg.net0_vni,
+            ..DatapathConfig::default()
+        };
+        let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
+        let tunnel = netdev
+            .ensure_tunnel(cfg.tunnel, &cfg.tunnel_dev, port, mtu, dp_cfg.tunnel_mac)
+            .await?;
+        let dp_cfg = DatapathConfig {
+            tunnel_ifindex: tunnel.index,
+            ..dp_cfg
+        };
+        let mut datapath = Datapath::load(&cfg.bpffs_dir, &dp_cfg)?;
+        tracing::info!(
+            reused_maps = datapath.reused_maps,
+            pin_dir = %cfg.bpffs_dir.display(),
+            tunnel = %cfg.tunnel_dev,
+            underlay_mtu = underlay,
+            pod_mtu = mtu,
+            "datapath loaded"
+        );
+        datapath.attach_overlay(&cfg.tunnel_dev)?;
+        let ipam = Ipam::open(&cfg.state_dir, cfg.fabric_block)?;
+        let state = Self {
+            inner: Mutex::new(Inner { datapath, ipam }),
+            netdev,
+            pin_dir: cfg.bpffs_dir.clone(),
+            mtu,
+            metrics: OnceLock::new(),
+        };
+        state.reconcile().await;
+        Ok(state)
+    }
+
+    /// The bpffs directory.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// Pod MTU (underlay minus encapsulation).
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Install the metrics handle (once).
+    pub fn set_metrics(&self, m: Metrics) {
+        let _ = self.metrics.set(m);
+    }
+
+    fn sync_error(&self, op: &'static str) {
+        if let Some(m) = self.metrics.get() {
+            m.sync_error(op);
+        }
+    }
+
+    /// Make the kernel state match the IPAM records after a restart, without tearing
+    /// anything down: pods whose veth still exists get their map entries, routes and
+    /// program links re-asserted (links are updated in place); pods whose veth is gone
+    /// (deleted while the agent was down) are released; map entries nobody owns are pruned.
+    async fn reconcile(&self) {
+        let mut inner = self.inner.lock().await;
+        let allocs: Vec<Allocation> = inner.ipam.all().cloned().collect();
+        let mut live_ifindex = BTreeSet::new();
+        let mut live_ips = BTreeSet::new();
+        let (mut kept, mut released) = (0, 0);
+        for a in allocs {
+            let host = host_veth_name(&a.container_id, &a.ifname);
+            let link = match self.netdev.link(&host).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(%host, "reconcile: {e}");
+                    self.sync_error("reconcile");
+                    continue;
+                }
+            };
+            match (link, a.mac.as_deref().and_then(parse_mac)) {
+                (Some(l), Some(mac)) => {
+                    live_ifindex.insert(l.index);
+                    live_ips.insert(a.ip);
+                    let res = async {
+                        inner.datapath.attach_pod(&host).map_err(|e| e.to_string())?;
+                        self.write_maps(l.index, a.ip, mac).map_err(|e| e.to_string())?;
+                        self.netdev
+                            .pod_host_routes(l.index, a.ip, mac)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                    .await;
+                    if let Err(e) = res {
+                        tracing::warn!(%host, "reconcile: {e}");
+                        self.sync_error("reconcile");
+                    }
+                    kept += 1;
+                }
+                _ => {
+                    let _ = inner.datapath.detach(&host);
+                    let _ = self.netdev.delete(&host).await;
+                    if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
+                        let _ = eps.remove(0, IpAddr::V4(a.ip));
+                    }
+                    let _ = inner.ipam.release(&a.container_id, &a.ifname);
+                    released += 1;
+                }
+            }
+        }
+        // Entries without an owner (e.g. a pod deleted while the agent was down).
+        if let Ok(mut ports) = PortsMap::from_pin(&self.pin_dir) {
+            let stale: Vec<u32> = ports
+                .inner()
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| !live_ifindex.contains(k))
+                .collect();
+            for k in stale {
+                let _ = ports.remove(k);
+            }
+        }
+        if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
+            let stale: Vec<Ipv4Addr> = eps
+                .inner()
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.net == 0)
+                .filter_map(|k| k.ip.to_v4())
+                .filter(|ip| !live_ips.contains(ip))
+                .collect();
+            for ip in stale {
+                let _ = eps.remove(0, IpAddr::V4(ip));
+            }
+        }
+        tracing::info!(kept, released, "reconciled pod attachments");
+    }
+
+    fn write_maps(&self, ifindex: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<(), aya::maps::MapError> {
+        // Endpoint first: once the port exists, sdn_from_pod checks the source against it.
+        EndpointsMap::from_pin(&self.pin_dir)?.upsert(0, IpAddr::V4(ip), ifindex, mac)?;
+        PortsMap::from_pin(&self.pin_dir)?.set(ifindex, 0)
+    }
+
+    /// Serve one request.
+    pub async fn handle(&self, req: Request) -> Response {
+        let version = req.config["cniVersion"].as_str().unwrap_or_default().to_string();
+        let started = Instant::now();
+        let command = req.env.command;
+        let res = match command {
+            Command::Add => self.add(&req, &version).await,
+            Command::Del => self
+                .del(&req.env.container_id, &req.env.ifname)
+                .await
+                .map(|()| None),
+            Command::Check => self.check(&req).await.map(|()| None),
+            Command::Status => self.status().await.map(|()| None),
+            Command::Gc => self.gc(&req.config).await.map(|()| None),
+            Command::Version => Ok(None),
+        };
+        if let Some(m) = self.metrics.get() {
+            m.cni_request(&format!("{command:?}").to_uppercase(), res.is_ok());
+        }
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        match res {
+            Ok(result) => {
+                tracing::info!(?command, container = %req.env.container_id, ms, "ok");
+                Response::Ok { result }
+            }
+            Err(e) => {
+                tracing::warn!(?command, container = %req.env.container_id, ms, "{e}");
+                Response::Err {
+                    error: e.in_version(&version),
+                }
+            }
+        }
+    }
+
+    async fn add(&self, req: &Request, version: &str) -> Result<Option<Value>, CniError> {
+        let att = attachment::classify(&req.env, &req.config);
+        if let Some(e) = attachment::unsupported(&att) {
+            return Err(e);
+        }
+        let env = &req.env;
+        let pod = env
+            .pod()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .unwrap_or_default();
+        let mut inner = self.inner.lock().await;
+        let ip = inner
+            .ipam
+            .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
+            .map_err(|e| internal("fabric address allocation failed", e))?;
+        let host = host_veth_name(&env.container_id, &env.ifname);
+        // A repeated ADD (runtime retry) starts from a clean slate for this attachment.
+        let _ = inner.datapath.detach(&host);
+        let _ = self.netdev.delete(&host).await;
+
+        let setup = async {
+            let (hl, pod_mac) = self
+                .netdev
+                .create_pod_veth(&host, &env.netns, &env.ifname, ip, self.mtu)
+                .await
+                .map_err(|e| match e {
+                    netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
+                        CniError::new(
+                            ErrorCode::UnknownContainer,
+                            "container netns not found",
+                            e.to_string(),
+                        )
+                    }
+                    e => internal("creating the pod interface failed", e),
+                })?;
+            inner
+                .datapath
+                .attach_pod(&host)
+                .map_err(|e| internal("attaching the datapath failed", e))?;
+            self.write_maps(hl.index, ip, pod_mac)
+                .map_err(|e| internal("writing the datapath maps failed", e))?;
+            inner
+                .ipam
+                .set_mac(ip, &format_mac(pod_mac))
+                .map_err(|e| internal("persisting the attachment failed", e))?;
+            Ok::<_, CniError>((hl, pod_mac))
+        }
+        .await;
+        let (hl, pod_mac) = match setup {
+            Ok(v) => v,
+            Err(e) => {
+                self.sync_error("add");
+                // Undo whatever part was done; each step tolerates "already gone".
+                if let Some(l) = self.netdev.link(&host).await.ok().flatten()
+                    && let Ok(mut p) = PortsMap::from_pin(&self.pin_dir)
+                {
+                    let _ = p.remove(l.index);
+                }
+                if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
+                    let _ = eps.remove(0, IpAddr::V4(ip));
+                }
+                let _ = inner.datapath.detach(&host);
+                let _ = self.netdev.delete(&host).await;
+                let _ = inner.ipam.release(&env.container_id, &env.ifname);
+                return Err(e);
+            }
+        };
+        let result = CniResult {
+            cni_version: String::new(),
+            interfaces: vec![
+                Interface {
+                    name: host,
+                    mac: format_mac(hl.mac),
+                    mtu: Some(self.mtu),
+                    sandbox: None,
+                },
+                Interface {
+                    name: env.ifname.clone(),
+                    mac: format_mac(pod_mac),
+                    mtu: Some(self.mtu),
+                    sandbox: Some(env.netns.clone()),
+                },
+            ],
+            ips: vec![IpConfig {
+                version: None,
+                address: format!("{ip}/32"),
+                gateway: Some(GATEWAY.to_string()),
+                interface: Some(1),
+            }],
+            routes: vec![Route {
+                dst: "0.0.0.0/0".into(),
+                gw: Some(GATEWAY.to_string()),
+            }],
+            dns: Default::default(),
+        }
+        .for_version(version);
+        serde_json::to_value(result)
+            .map(Some)
+            .map_err(|e| internal("encoding the result failed", e))
+    }
+
+    async fn del(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+        let mut inner = self.inner.lock().await;
+        let host = host_veth_name(container_id, ifname);
+        let alloc = inner.ipam.get(container_id, ifname).cloned();
+        let link = self
+            .netdev
+            .link(&host)
+            .await
+            .map_err(|e| internal("looking up the pod veth failed", e))?;
+        let maps = async {
+            if let Some(l) = &link {
+                PortsMap::from_pin(&self.pin_dir)?.remove(l.index)?;
+            }
+            if let Some(a) = &alloc {
+                EndpointsMap::from_pin(&self.pin_dir)?.remove(0, IpAddr::V4(a.ip))?;
+            }
+            Ok::<_, aya::maps::MapError>(())
+        };
+        maps.await
+            .map_err(|e| internal("removing map entries failed", e))?;
+        inner
+            .datapath
+            .detach(&host)
+            .map_err(|e| internal("unpinning links failed", e))?;
+        // Deleting the host end removes the pod end and the host route with it.
+        self.netdev
+            .delete(&host)
+            .await
+            .map_err(|e| internal("deleting the pod veth failed", e))?;
+        inner
+            .ipam
+            .release(container_id, ifname)
+            .map_err(|e| internal("releasing the fabric address failed", e))?;
+        Ok(())
+    }
+
+    async fn check(&self, req: &Request) -> Result<(), CniError> {
+        let env = &req.env;
+        let fail = |msg: String| CniError::new(ErrorCode::CheckFailed, "attachment check failed", msg);
+        let alloc = {
+            let inner = self.inner.lock().await;
+            inner.ipam.get(&env.container_id, &env.ifname).cloned()
+        }
+        .ok_or_else(|| {
+            CniError::new(
+                ErrorCode::UnknownContainer,
+                "unknown attachment",
+                format!("{}/{} was never added on this node", env.container_id, env.ifname),
+            )
+        })?;
+        // The runtime's view (prevResult) must name our address.
+        if let Some(prev) = req.config.get("prevResult") {
+            let want = format!("{}/32", alloc.ip);
+            let listed = prev["ips"]
+                .as_array()
+                .is_some_and(|ips| ips.iter().any(|i| i["address"].as_str() == Some(&want)));
+            if !listed {
+                return Err(fail(format!("prevResult does not list {want}")));
+            }
+        }
+        let host = host_veth_name(&env.container_id, &env.ifname);
+        let hl = self
+            .netdev
+            .link(&host)
+            .await
+            .map_err(|e| internal("netlink", e))?
+            .ok_or_else(|| fail(format!("host veth {host} is missing")))?;
+        if !hl.up {
+            return Err(fail(format!("host veth {host} is down")));
+        }
+        let port = PortsMap::from_pin(&self.pin_dir)
+            .and_then(|p| p.get(hl.index))
+            .map_err(|e| internal("reading sdn_ports", e))?;
+        if port.map(|p| p.net) != Some(0) {
+            return Err(fail(format!("sdn_ports[{}] is {port:?}, want net 0", hl.index)));
+        }
+        let ep = EndpointsMap::from_pin(&self.pin_dir)
+            .and_then(|m| m.get(0, IpAddr::V4(alloc.ip)))
+            .map_err(|e| internal("reading sdn_endpoints", e))?
+            .ok_or_else(|| fail(format!("sdn_endpoints has no entry for {}", alloc.ip)))?;
+        if ep.ifindex != hl.index {
+            return Err(fail(format!(
+                "sdn_endpoints[{}] points at ifindex {}, want {}",
+                alloc.ip, ep.ifindex, hl.index
+            )));
+        }
+        let pod = netdev::inspect_pod(&env.netns, &env.ifname)
+            .await
+            .map_err(|e| internal("inspecting the pod netns", e))?
+            .ok_or_else(|| fail(format!("{} is missing in {}", env.ifname, env.netns)))?;
+        if pod.link.mac != ep.mac {
+            return Err(fail(format!(
+                "{} has MAC {}, the datapath expects {}",
+                env.ifname,
+                format_mac(pod.link.mac),
+                format_mac(ep.mac)
+            )));
+        }
+        if !pod.addrs.contains(&(alloc.ip, 32)) {
+            return Err(fail(format!(
+                "{} lacks {}/32 (has {:?})",
+                env.ifname, alloc.ip, pod.addrs
+            )));
+        }
+        Ok(())
+    }
+
+    async fn status(&self) -> Result<(), CniError> {
+        let inner = self.inner.lock().await;
+        if inner.ipam.free() == 0 {
+            return Err(CniError::new(
+                ErrorCode::NotAvailable,
+                "plugin not available",
+                format!("fabric block {} is exhausted", inner.ipam.block()),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn gc(&self, config: &Value) -> Result<(), CniError> {
+        let valid: BTreeSet<(String, String)> = config["cni.dev/valid-attachments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| {
+                Some((
+                    a["containerID"].as_str()?.to_string(),
+                    a["ifname"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        let stale: Vec<(String, String)> = {
+            let inner = self.inner.lock().await;
+            inner
+                .ipam
+                .all()
+                .map(|a| (a.container_id.clone(), a.ifname.clone()))
+                .filter(|k| !valid.contains(k))
+                .collect()
+        };
+        for (cid, ifname) in stale {
+            tracing::info!(container = %cid, %ifname, "gc: removing stale attachment");
+            self.del(&cid, &ifname).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Bind the CNI socket, replacing a stale one from a previous run.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let l = UnixListener::bind(path)?;
+    // Only root (kubelet's plugin invocations) may drive the agent.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Accept connections forever; one request per connection.
+pub async fn serve(listener: UnixListener, state: Arc<AgentState>) {
+    loop {
+        let (mut sock, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let read = tokio::time::timeout(
+                Duration::from_secs(10),
+                (&mut sock).take(MAX_MESSAGE as u64 + 1).read_to_end(&mut buf),
+            )
+            .await;
+            let resp = match read {
+                Ok(Ok(_)) if buf.len() <= MAX_MESSAGE => match serde_json::from_slice::<Request>(&buf) {
+                    Ok(req) => state.handle(req).await,
+                    Err(e) => Response::Err {
+                        error: CniError::new(ErrorCode::Decode, "undecodable request", e.to_string()),
+                    },
+                },
+                _ => Response::Err {
+                    error: CniError::plain(ErrorCode::Io, "reading the request failed"),
+                },
+            };
+            if let Ok(bytes) = serde_json::to_vec(&resp) {
+                let _ = sock.write_all(&bytes).await;
+            }
+            let _ = sock.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_veth_names_are_stable_short_and_distinct() {
+        let a = host_veth_name("abc", "eth0");
+        assert_eq!(a, host_veth_name("abc", "eth0"));
+        assert_eq!(a.len(), 14);
+        assert!(a.starts_with("cph"));
+        assert_ne!(a, host_veth_name("abc", "eth1"));
+        assert_ne!(a, host_veth_name("abd", "eth0"));
+    }
+}

@@ -1,0 +1,67 @@
+//! Command-line configuration.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::ipam::Block;
+
+/// The overlay encapsulation; both use a collect-metadata device and carry the net in the VNI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TunnelKind {
+    /// VXLAN (`external`), UDP 4789. The only one the reference kernel has.
+    Vxlan,
+    /// Geneve (`external`), UDP 6081.
+    Geneve,
+}
+
+impl TunnelKind {
+    /// The IANA port.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Vxlan => 4789,
+            Self::Geneve => 6081,
+        }
+    }
+
+    /// Bytes the encapsulation adds over an IPv4 underlay: outer IP 20 + UDP 8 + header 8
+    /// + inner Ethernet 14. Geneve options are not used, so both are 50.
+    pub fn overhead(self) -> u32 {
+        50
+    }
+}
+
+/// `cozyplane-agent` flags.
+#[derive(Clone, Debug, clap::Parser)]
+#[command(name = "cozyplane-agent", version, about = "cozyplane node agent")]
+pub struct AgentConfig {
+    /// Directory for the agent's persistent state (IPAM allocations).
+    #[arg(long, env = "COZYPLANE_STATE_DIR", default_value = "/var/lib/cozyplane")]
+    pub state_dir: PathBuf,
+    /// bpffs directory for pinned maps and links; must be on a bpf filesystem.
+    #[arg(long, env = "COZYPLANE_BPFFS_DIR", default_value = "/sys/fs/bpf/cozyplane")]
+    pub bpffs_dir: PathBuf,
+    /// Unix socket the CNI plugin talks to.
+    #[arg(long, env = "COZYPLANE_CNI_SOCKET", default_value = cozyplane_cni::spec::DEFAULT_AGENT_SOCKET)]
+    pub cni_socket: PathBuf,
+    /// This node's block of fabric (net 0) addresses, e.g. 10.244.3.0/24.
+    #[arg(long, env = "COZYPLANE_FABRIC_BLOCK")]
+    pub fabric_block: Block,
+    /// Overlay encapsulation.
+    #[arg(long, value_enum, default_value = "vxlan")]
+    pub tunnel: TunnelKind,
+    /// Name of the collect-metadata tunnel device.
+    #[arg(long, default_value = "cozyplane0")]
+    pub tunnel_dev: String,
+    /// UDP port of the tunnel (default: 4789 VXLAN, 6081 Geneve).
+    #[arg(long)]
+    pub tunnel_port: Option<u16>,
+    /// The underlay device whose MTU bounds the overlay (default: the default route's device).
+    #[arg(long)]
+    pub underlay_dev: Option<String>,
+    /// VNI that carries the default network.
+    #[arg(long, default_value_t = 1)]
+    pub net0_vni: u32,
+    /// Where to serve Prometheus metrics (`/metrics`); omit to disable.
+    #[arg(long, env = "COZYPLANE_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}

@@ -1,0 +1,237 @@
+//! Loading the embedded objects of `cozyplane-bpf` and attaching them with pinned TCX
+//! links, so the datapath outlives the agent process.
+//!
+//! Layout under the agent's bpffs directory: the maps (pinned by name by aya, one file
+//! per `maps::*::NAME`) and `links/<device>_<in|eg>` (bpffs rejects dots in names) for every attachment. On start the
+//! loader reuses the pinned maps (aya opens an existing pin instead of creating a map)
+//! and, for a pinned link, swaps in the newly loaded program atomically
+//! (`bpf_link_update`) instead of detaching: no packet sees an unattached device.
+
+use std::path::{Path, PathBuf};
+
+use aya::programs::links::{FdLink, LinkError, PinnedLink};
+use aya::programs::tc::SchedClassifierLink;
+use aya::programs::{SchedClassifier, TcAttachType};
+use aya::{Ebpf, EbpfLoader};
+use cozyplane_bpf::programs::{self, ProgramSpec};
+use cozyplane_bpf::{DatapathConfig, Object, maps};
+
+/// `BPF_FS_MAGIC` from `linux/magic.h`.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Why loading or attaching failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The pin directory is not on a bpffs (pins would fail or not survive).
+    #[error("{0} is not on a bpf filesystem; mount one (mount -t bpf bpffs <dir>) or pass --bpffs-dir")]
+    NotBpffs(PathBuf),
+    /// Filesystem work in the pin directory.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// aya failed to load an object or a program.
+    #[error("loading {what}: {source}")]
+    Load {
+        /// Object or program.
+        what: String,
+        /// The error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Attaching or pinning a link failed.
+    #[error("attaching {prog} to {dev}: {source}")]
+    Attach {
+        /// Program name.
+        prog: &'static str,
+        /// Device name.
+        dev: String,
+        /// The error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What happened to one attachment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachOutcome {
+    /// A new link was created and pinned.
+    Created,
+    /// A pinned link existed; its program was replaced in place.
+    Replaced,
+}
+
+/// The loaded objects; the programs stay loaded while this lives, the links and maps
+/// stay regardless (they are pinned).
+pub struct Datapath {
+    pin_dir: PathBuf,
+    pod: Ebpf,
+    overlay: Ebpf,
+    /// How many maps were already pinned when this process loaded them.
+    pub reused_maps: usize,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("pin_dir", &self.pin_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datapath {
+    /// Load both objects with `cfg`, pinning (or reusing) the maps under `pin_dir`.
+    pub fn load(pin_dir: &Path, cfg: &DatapathConfig) -> Result<Self, LoadError> {
+        let io = |what: String| move |source| LoadError::Io { what, source };
+        std::fs::create_dir_all(pin_dir.join("links"))
+            .map_err(io(format!("create {}", pin_dir.display())))?;
+        let fs = nix::sys::statfs::statfs(pin_dir)
+            .map_err(|e| io(format!("statfs {}", pin_dir.display()))(std::io::Error::from(e)))?;
+        if fs.filesystem_type().0 as i64 != BPF_FS_MAGIC {
+            return Err(LoadError::NotBpffs(pin_dir.to_path_buf()));
+        }
+        let reused_maps = maps::ALL.iter().filter(|m| pin_dir.join(m).exists()).count();
+
+        let values = cfg.values();
+        let mut loader = EbpfLoader::new();
+        loader.default_map_pin_directory(pin_dir);
+        values.apply(&mut loader);
+        let mut load = |obj: Object| {
+            let mut ebpf = loader.load(obj.bytes()).map_err(|e| LoadError::Load {
+                what: obj.file_name().to_string(),
+                source: Box::new(e),
+            })?;
+            for spec in programs::ALL.iter().filter(|s| s.object == obj) {
+                let prog = classifier(&mut ebpf, spec)?;
+                prog.load().map_err(|e| LoadError::Load {
+                    what: spec.name.to_string(),
+                    source: Box::new(e),
+                })?;
+            }
+            Ok::<_, LoadError>(ebpf)
+        };
+        let pod = load(Object::Pod)?;
+        let overlay = load(Object::Overlay)?;
+        Ok(Self {
+            pin_dir: pin_dir.to_path_buf(),
+            pod,
+            overlay,
+            reused_maps,
+        })
+    }
+
+    /// The bpffs directory.
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// Attach `sdn_from_pod` (ingress) and `sdn_to_pod` (egress) to a host veth.
+    pub fn attach_pod(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
+        let a = self.attach(&programs::FROM_POD, dev, TcAttachType::Ingress)?;
+        let b = self.attach(&programs::TO_POD, dev, TcAttachType::Egress)?;
+        Ok(if a == AttachOutcome::Created || b == AttachOutcome::Created {
+            AttachOutcome::Created
+        } else {
+            AttachOutcome::Replaced
+        })
+    }
+
+    /// Attach `sdn_from_overlay` to the tunnel device's ingress.
+    pub fn attach_overlay(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
+        self.attach(&programs::FROM_OVERLAY, dev, TcAttachType::Ingress)
+    }
+
+    /// Remove the link pins of `dev`; the kernel detaches once the last reference goes.
+    /// Absent pins are fine (idempotent DEL).
+    pub fn detach(&self, dev: &str) -> Result<(), LoadError> {
+        for dir in ["in", "eg"] {
+            let p = self.link_pin(dev, dir);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(LoadError::Io {
+                        what: format!("unpin {}", p.display()),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether both pod links of `dev` are pinned.
+    pub fn pod_links_pinned(&self, dev: &str) -> bool {
+        self.link_pin(dev, "in").exists() && self.link_pin(dev, "eg").exists()
+    }
+
+    fn link_pin(&self, dev: &str, dir: &str) -> PathBuf {
+        self.pin_dir.join("links").join(format!("{dev}_{dir}"))
+    }
+
+    fn attach(
+        &mut self,
+        spec: &ProgramSpec,
+        dev: &str,
+        at: TcAttachType,
+    ) -> Result<AttachOutcome, LoadError> {
+        let pin = self.link_pin(
+            dev,
+            match at {
+                TcAttachType::Egress => "eg",
+                _ => "in",
+            },
+        );
+        let ebpf = match spec.object {
+            Object::Pod => &mut self.pod,
+            Object::Overlay => &mut self.overlay,
+        };
+        let prog = classifier(ebpf, spec)?;
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| LoadError::Attach {
+            prog: spec.name,
+            dev: dev.to_string(),
+            source,
+        };
+        // An absent pin is the normal first attach; check the path rather than decoding
+        // BPF_OBJ_GET's errno, which aya does not expose uniformly.
+        if pin.exists() {
+            let old = PinnedLink::from_pin(&pin).map_err(|e| err(Box::new(e)))?;
+            {
+                let link = SchedClassifierLink::try_from(FdLink::from(old)).map_err(|e| err(Box::new(e)))?;
+                match prog.attach_to_link(link) {
+                    Ok(id) => {
+                        // The pin keeps the link; this process's handle may go.
+                        drop(prog.take_link(id).map_err(|e| err(Box::new(e)))?);
+                        return Ok(AttachOutcome::Replaced);
+                    }
+                    Err(e) => {
+                        // A link whose device is gone (veth recreated under the same name)
+                        // cannot be updated: drop the stale pin and attach afresh.
+                        tracing::debug!(%dev, prog = spec.name, "stale link pin: {e}");
+                        let _ = std::fs::remove_file(&pin);
+                    }
+                }
+            }
+        }
+        let id = prog.attach(dev, at).map_err(|e| err(Box::new(e)))?;
+        let link = prog.take_link(id).map_err(|e| err(Box::new(e)))?;
+        let fd: FdLink = link.try_into().map_err(|e: LinkError| err(Box::new(e)))?;
+        fd.pin(&pin).map_err(|e| err(Box::new(e)))?;
+        Ok(AttachOutcome::Created)
+    }
+}
+
+fn classifier<'a>(ebpf: &'a mut Ebpf, spec: &ProgramSpec) -> Result<&'a mut SchedClassifier, LoadError> {
+    let missing = || LoadError::Load {
+        what: spec.name.to_string(),
+        source: format!("{} has no program {}", spec.object.file_name(), spec.name).into(),
+    };
+    ebpf.program_mut(spec.name)
+        .ok_or_else(missing)?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| LoadError::Load {
+            what: spec.name.to_string(),
+            source: Box::new(e),
+        })
+}

@@ -1,0 +1,447 @@
+//! Netlink (rtnetlink) work: the tunnel device and pod veths.
+//!
+//! Pod veths are point-to-point: the pod gets its fabric address as a /32, an on-link
+//! route to the link-local gateway `169.254.1.1` and a default route via it; the
+//! gateway's ARP is answered by `sdn_from_pod`. On the host side the agent installs a
+//! /32 route and a permanent neighbour entry per pod, so the host stack (and net-0
+//! traffic it forwards) reaches the pod without ARP.
+//!
+//! Work inside a pod's netns runs on a fresh OS thread that `setns`es into it and opens
+//! its own netlink socket there: a netlink socket talks to the netns it was created in,
+//! and setns affects only the calling thread, so the thread is discarded afterwards.
+
+use std::fs::File;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
+
+use futures::TryStreamExt as _;
+use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::neighbour::NeighbourState;
+use netlink_packet_route::route::{RouteAttribute, RouteScope};
+use nix::sched::{CloneFlags, setns};
+use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
+
+use crate::config::TunnelKind;
+
+/// The gateway every pod routes through (`DatapathConfig::gw_ipv4`).
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+/// Failures of netlink work.
+#[derive(Debug, thiserror::Error)]
+pub enum NetdevError {
+    /// A netlink request failed.
+    #[error("{what}: {source}")]
+    Netlink {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: rtnetlink::Error,
+    },
+    /// Opening or entering a netns, or a socket.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Something expected is missing.
+    #[error("{0}")]
+    Missing(String),
+}
+
+fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetdevError {
+    let what = what.into();
+    move |source| NetdevError::Netlink { what, source }
+}
+
+/// Whether a netlink error means "no such object" (ENODEV, ENOENT, ESRCH).
+fn is_not_found(e: &rtnetlink::Error) -> bool {
+    matches!(e, rtnetlink::Error::NetlinkError(m)
+        if m.code.is_some_and(|c| [nix::libc::ENODEV, nix::libc::ENOENT, nix::libc::ESRCH].contains(&-c.get())))
+}
+
+/// What the agent needs to know about a link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// ifindex.
+    pub index: u32,
+    /// MTU.
+    pub mtu: u32,
+    /// MAC.
+    pub mac: [u8; 6],
+    /// Administratively up.
+    pub up: bool,
+}
+
+fn link_info(m: &LinkMessage) -> LinkInfo {
+    let mut info = LinkInfo {
+        index: m.header.index,
+        mtu: 0,
+        mac: [0; 6],
+        up: m.header.flags.contains(LinkFlags::Up),
+    };
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::Mtu(v) => info.mtu = *v,
+            LinkAttribute::Address(b) if b.len() == 6 => info.mac.copy_from_slice(b),
+            _ => {}
+        }
+    }
+    info
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: [u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parse `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut out {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// Netlink handle for the agent's own (node) netns.
+#[derive(Clone, Debug)]
+pub struct NetDev {
+    h: Handle,
+}
+
+impl NetDev {
+    /// Open a netlink connection in the current netns; must run inside a tokio runtime.
+    pub fn new() -> Result<Self, NetdevError> {
+        let (conn, h, _) = new_connection().map_err(|source| NetdevError::Io {
+            what: "netlink socket".into(),
+            source,
+        })?;
+        tokio::spawn(conn);
+        Ok(Self { h })
+    }
+
+    /// The link called `name`, if it exists.
+    pub async fn link(&self, name: &str) -> Result<Option<LinkInfo>, NetdevError> {
+        link_by_name(&self.h, name).await
+    }
+
+    /// The MTU the overlay must fit in: `dev`'s, else the default route's device's, else
+    /// 1500 (a node without a default route, as in tests).
+    pub async fn underlay_mtu(&self, dev: Option<&str>) -> Result<u32, NetdevError> {
+        if let Some(dev) = dev {
+            return self
+                .link(dev)
+                .await?
+                .map(|l| l.mtu)
+                .ok_or_else(|| NetdevError::Missing(format!("underlay device {dev} not found")));
+        }
+        let mut routes = self
+            .h
+            .route()
+            .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute();
+        while let Some(r) = routes.try_next().await.map_err(nl("list routes"))? {
+            if r.header.destination_prefix_length != 0 {
+                continue;
+            }
+            let oif = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            });
+            if let Some(oif) = oif {
+                let mut links = self.h.link().get().match_index(oif).execute();
+                if let Some(l) = links.try_next().await.map_err(nl("get default route device"))? {
+                    return Ok(link_info(&l).mtu);
+                }
+            }
+        }
+        Ok(1500)
+    }
+
+    /// Create (or adopt) the collect-metadata tunnel device `name`, with the fixed MAC
+    /// every node's tunnel device shares (`DatapathConfig::tunnel_mac`), and bring it up.
+    pub async fn ensure_tunnel(
+        &self,
+        kind: TunnelKind,
+        name: &str,
+        port: u16,
+        mtu: u32,
+        mac: [u8; 6],
+    ) -> Result<LinkInfo, NetdevError> {
+        if self.link(name).await?.is_none() {
+            let msg = match kind {
+                TunnelKind::Vxlan => LinkVxlan::new(name, 0)
+                    .port(port)
+                    .collect_metadata(true)
+                    .learning(false)
+                    .build(),
+                TunnelKind::Geneve => LinkGeneve::new(name, 0).port(port).collect_metadata().build(),
+            };
+            self.h.link().add(msg).execute().await.map_err(nl(format!(
+                "create {kind:?} device {name} (is the kernel module available?)"
+            )))?;
+        }
+        let l = self
+            .link(name)
+            .await?
+            .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))?;
+        self.h
+            .link()
+            .set(
+                LinkUnspec::new_with_index(l.index)
+                    .mtu(mtu)
+                    .address(mac.to_vec())
+                    .up()
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(nl(format!("configure {name}")))?;
+        self.link(name)
+            .await?
+            .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))
+    }
+
+    /// Delete link `name`; `false` if it did not exist.
+    pub async fn delete(&self, name: &str) -> Result<bool, NetdevError> {
+        let Some(l) = self.link(name).await? else {
+            return Ok(false);
+        };
+        match self.h.link().del(l.index).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(nl(format!("delete {name}"))(e)),
+        }
+    }
+
+    /// Create the veth pair of a pod: `host` stays here, the peer moves into `netns` as
+    /// `ifname` with `ip/32` and routes via [`GATEWAY`]. Returns (host link, pod MAC).
+    pub async fn create_pod_veth(
+        &self,
+        host: &str,
+        netns: &str,
+        ifname: &str,
+        ip: Ipv4Addr,
+        mtu: u32,
+    ) -> Result<(LinkInfo, [u8; 6]), NetdevError> {
+        // The peer is created under a temporary name unique to this pod: the pod's final
+        // name (eth0) would collide in the host netns.
+        let tmp = format!("cpt{}", &host[3..]);
+        let ns = File::open(netns).map_err(|source| NetdevError::Io {
+            what: format!("open netns {netns}"),
+            source,
+        })?;
+        self.h
+            .link()
+            .add(LinkVeth::new(host, &tmp).mtu(mtu).build())
+            .execute()
+            .await
+            .map_err(nl(format!("create veth {host}")))?;
+        let peer = self
+            .link(&tmp)
+            .await?
+            .ok_or_else(|| NetdevError::Missing(format!("veth peer {tmp} missing")))?;
+        use std::os::fd::AsRawFd as _;
+        self.h
+            .link()
+            .set(
+                LinkUnspec::new_with_index(peer.index)
+                    .setns_by_fd(ns.as_raw_fd())
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(nl(format!("move {tmp} into {netns}")))?;
+
+        let ifname_owned = ifname.to_string();
+        let pod_mac = in_netns(netns, move |h| async move {
+            let l = link_by_name(&h, &tmp)
+                .await?
+                .ok_or_else(|| NetdevError::Missing(format!("{tmp} not in the pod netns")))?;
+            h.link()
+                .set(
+                    LinkUnspec::new_with_index(l.index)
+                        .name(ifname_owned.clone())
+                        .build(),
+                )
+                .execute()
+                .await
+                .map_err(nl(format!("rename {tmp} to {ifname_owned}")))?;
+            h.link()
+                .set(LinkUnspec::new_with_index(l.index).mtu(mtu).up().build())
+                .execute()
+                .await
+                .map_err(nl(format!("up {ifname_owned}")))?;
+            h.address()
+                .add(l.index, IpAddr::V4(ip), 32)
+                .execute()
+                .await
+                .map_err(nl(format!("address {ip}/32")))?;
+            h.route()
+                .add(
+                    RouteMessageBuilder::<Ipv4Addr>::new()
+                        .destination_prefix(GATEWAY, 32)
+                        .output_interface(l.index)
+                        .scope(RouteScope::Link)
+                        .build(),
+                )
+                .execute()
+                .await
+                .map_err(nl("on-link route to the gateway"))?;
+            h.route()
+                .add(
+                    RouteMessageBuilder::<Ipv4Addr>::new()
+                        .gateway(GATEWAY)
+                        .output_interface(l.index)
+                        .build(),
+                )
+                .execute()
+                .await
+                .map_err(nl("default route"))?;
+            Ok(l.mac)
+        })
+        .await?;
+
+        let host_link = self
+            .link(host)
+            .await?
+            .ok_or_else(|| NetdevError::Missing(format!("host veth {host} missing")))?;
+        self.h
+            .link()
+            .set(LinkUnspec::new_with_index(host_link.index).up().build())
+            .execute()
+            .await
+            .map_err(nl(format!("up {host}")))?;
+        self.pod_host_routes(host_link.index, ip, pod_mac).await?;
+        Ok((host_link, pod_mac))
+    }
+
+    /// The host-side /32 route and permanent neighbour of a pod (replace: idempotent).
+    pub async fn pod_host_routes(
+        &self,
+        index: u32,
+        ip: Ipv4Addr,
+        pod_mac: [u8; 6],
+    ) -> Result<(), NetdevError> {
+        self.h
+            .route()
+            .add(
+                RouteMessageBuilder::<Ipv4Addr>::new()
+                    .destination_prefix(ip, 32)
+                    .output_interface(index)
+                    .scope(RouteScope::Link)
+                    .build(),
+            )
+            .replace()
+            .execute()
+            .await
+            .map_err(nl(format!("host route {ip}/32")))?;
+        self.h
+            .neighbours()
+            .add(index, IpAddr::V4(ip))
+            .link_layer_address(&pod_mac)
+            .state(NeighbourState::Permanent)
+            .replace()
+            .execute()
+            .await
+            .map_err(nl(format!("neighbour {ip}")))
+    }
+}
+
+/// What CHECK finds inside the pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSide {
+    /// The pod interface.
+    pub link: LinkInfo,
+    /// Its IPv4 addresses with prefix lengths.
+    pub addrs: Vec<(Ipv4Addr, u8)>,
+}
+
+/// Look at `ifname` inside `netns`; `None` if it does not exist.
+pub async fn inspect_pod(netns: &str, ifname: &str) -> Result<Option<PodSide>, NetdevError> {
+    let ifname = ifname.to_string();
+    in_netns(netns, move |h| async move {
+        let Some(link) = link_by_name(&h, &ifname).await? else {
+            return Ok(None);
+        };
+        let mut addrs = Vec::new();
+        let mut s = h.address().get().set_link_index_filter(link.index).execute();
+        while let Some(m) = s.try_next().await.map_err(nl("list addresses"))? {
+            for a in &m.attributes {
+                if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
+                    addrs.push((*v4, m.header.prefix_len));
+                }
+            }
+        }
+        Ok(Some(PodSide { link, addrs }))
+    })
+    .await
+}
+
+async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkInfo>, NetdevError> {
+    let mut s = h.link().get().match_name(name.to_string()).execute();
+    match s.try_next().await {
+        Ok(m) => Ok(m.as_ref().map(link_info)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(nl(format!("get link {name}"))(e)),
+    }
+}
+
+/// Run `f` with a netlink handle inside the netns at `path`, on a dedicated thread.
+pub async fn in_netns<F, Fut, T>(path: &str, f: F) -> Result<T, NetdevError>
+where
+    F: FnOnce(Handle) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, NetdevError>>,
+    T: Send + 'static,
+{
+    let path = path.to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // A fresh thread, never a pooled one: after setns it belongs to the pod's netns and
+    // must not run anything else.
+    std::thread::Builder::new()
+        .name("cozyplane-netns".into())
+        .spawn(move || {
+            let res = (|| {
+                let io = |what: String| move |source| NetdevError::Io { what, source };
+                let ns = File::open(&path).map_err(io(format!("open netns {path}")))?;
+                setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| io(format!("setns {path}"))(e.into()))?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(io("runtime".into()))?;
+                rt.block_on(async move {
+                    let (conn, h, _) = new_connection().map_err(io("netlink socket in netns".into()))?;
+                    tokio::spawn(conn);
+                    f(h).await
+                })
+            })();
+            let _ = tx.send(res);
+        })
+        .map_err(|source| NetdevError::Io {
+            what: "spawn netns thread".into(),
+            source,
+        })?;
+    rx.await
+        .map_err(|_| NetdevError::Missing("netns thread died".into()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_round_trip() {
+        let m = [0x02, 0xcf, 0, 0x0a, 0xff, 1];
+        assert_eq!(format_mac(m), "02:cf:00:0a:ff:01");
+        assert_eq!(parse_mac(&format_mac(m)), Some(m));
+        assert_eq!(parse_mac("02:cf"), None);
+        assert_eq!(parse_mac("02:cf:00:0a:ff:01:02"), None);
+    }
+}

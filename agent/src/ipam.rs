@@ -1,0 +1,303 @@
+//! Node-local fabric address allocation.
+//!
+//! Each node owns a block of the fabric (e.g. a /24), so a pod's ADD needs no API round
+//! trip. Allocations are keyed by `(container id, ifname)` — the CNI attachment key — so a
+//! repeated ADD gets the same address, and they are persisted to a JSON file (write to a
+//! temporary file, fsync, rename) so an agent restart keeps every running pod's address.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// An IPv4 CIDR block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    base: Ipv4Addr,
+    prefix: u8,
+}
+
+impl Block {
+    /// `base/prefix`; host bits of `base` must be zero.
+    pub fn new(base: Ipv4Addr, prefix: u8) -> Result<Self, String> {
+        if prefix > 30 {
+            return Err(format!("/{prefix} leaves no room for pods (need /30 or larger)"));
+        }
+        let mask = u32::MAX << (32 - prefix);
+        if u32::from(base) & !mask != 0 {
+            return Err(format!("{base}/{prefix} has host bits set"));
+        }
+        Ok(Self { base, prefix })
+    }
+
+    /// Usable pod addresses: every address but the network and broadcast ones.
+    fn hosts(self) -> impl Iterator<Item = Ipv4Addr> {
+        let first = u32::from(self.base) + 1;
+        let last = u32::from(self.base) + (1u32 << (32 - self.prefix)) - 2;
+        (first..=last).map(Ipv4Addr::from)
+    }
+
+    /// Whether `ip` is a pod address of the block.
+    pub fn contains(self, ip: Ipv4Addr) -> bool {
+        self.hosts().any(|h| h == ip)
+    }
+
+    /// Number of pod addresses.
+    pub fn size(self) -> u32 {
+        (1u32 << (32 - self.prefix)) - 2
+    }
+}
+
+impl FromStr for Block {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (ip, len) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected a.b.c.d/len"))?;
+        let ip: Ipv4Addr = ip.parse().map_err(|e| format!("{s:?}: {e}"))?;
+        let len: u8 = len.parse().map_err(|e| format!("{s:?}: {e}"))?;
+        Self::new(ip, len)
+    }
+}
+
+impl std::fmt::Display for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
+    }
+}
+
+/// One pod attachment and what the agent created for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Allocation {
+    /// The fabric address.
+    pub ip: Ipv4Addr,
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+    /// `CNI_NETNS` at ADD time.
+    #[serde(default)]
+    pub netns: String,
+    /// `namespace/name` of the pod, for humans.
+    #[serde(default)]
+    pub pod: String,
+    /// The pod interface's MAC once the veth exists (needed to rebuild `sdn_endpoints`).
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+/// Why an allocation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IpamError {
+    /// Every address of the block is in use.
+    #[error("fabric block {0} is exhausted")]
+    Exhausted(Block),
+    /// The state file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The state file is not ours or is corrupt.
+    #[error("{path}: {msg}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    block: String,
+    allocations: Vec<Allocation>,
+}
+
+/// The allocator and its file.
+#[derive(Debug)]
+pub struct Ipam {
+    path: PathBuf,
+    block: Block,
+    by_ip: BTreeMap<Ipv4Addr, Allocation>,
+}
+
+impl Ipam {
+    /// Open (or create) the state in `dir/ipam.json` for `block`. Allocations outside
+    /// `block` (the node's block changed) are kept until their pods are deleted; new ones
+    /// come from the new block.
+    pub fn open(dir: &Path, block: Block) -> Result<Self, IpamError> {
+        let path = dir.join("ipam.json");
+        let io = |source| IpamError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let by_ip = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let f: StateFile = serde_json::from_slice(&bytes).map_err(|e| IpamError::Corrupt {
+                    path: path.clone(),
+                    msg: e.to_string(),
+                })?;
+                if f.block != block.to_string() {
+                    tracing::warn!(old = %f.block, new = %block, "fabric block changed; existing pods keep their addresses");
+                }
+                f.allocations.into_iter().map(|a| (a.ip, a)).collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(io(e)),
+        };
+        Ok(Self { path, block, by_ip })
+    }
+
+    /// The block new addresses come from.
+    pub fn block(&self) -> Block {
+        self.block
+    }
+
+    /// The allocation of an attachment, if any.
+    pub fn get(&self, container_id: &str, ifname: &str) -> Option<&Allocation> {
+        self.by_ip
+            .values()
+            .find(|a| a.container_id == container_id && a.ifname == ifname)
+    }
+
+    /// Every allocation.
+    pub fn all(&self) -> impl Iterator<Item = &Allocation> {
+        self.by_ip.values()
+    }
+
+    /// Addresses still free.
+    pub fn free(&self) -> u32 {
+        let used = self.by_ip.keys().filter(|ip| self.block.contains(**ip)).count() as u32;
+        self.block.size() - used
+    }
+
+    /// The address of `(container_id, ifname)`: the existing one, or the lowest free one,
+    /// persisted before it is returned.
+    pub fn allocate(
+        &mut self,
+        container_id: &str,
+        ifname: &str,
+        netns: &str,
+        pod: &str,
+    ) -> Result<Ipv4Addr, IpamError> {
+        if let Some(a) = self.get(container_id, ifname) {
+            return Ok(a.ip);
+        }
+        let ip = self
+            .block
+            .hosts()
+            .find(|ip| !self.by_ip.contains_key(ip))
+            .ok_or(IpamError::Exhausted(self.block))?;
+        self.by_ip.insert(
+            ip,
+            Allocation {
+                ip,
+                container_id: container_id.to_string(),
+                ifname: ifname.to_string(),
+                netns: netns.to_string(),
+                pod: pod.to_string(),
+                mac: None,
+            },
+        );
+        if let Err(e) = self.save() {
+            self.by_ip.remove(&ip);
+            return Err(e);
+        }
+        Ok(ip)
+    }
+
+    /// Record the pod interface's MAC.
+    pub fn set_mac(&mut self, ip: Ipv4Addr, mac: &str) -> Result<(), IpamError> {
+        if let Some(a) = self.by_ip.get_mut(&ip) {
+            a.mac = Some(mac.to_string());
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Free the attachment's address; `None` if it had none (idempotent DEL).
+    pub fn release(&mut self, container_id: &str, ifname: &str) -> Result<Option<Allocation>, IpamError> {
+        let Some(ip) = self.get(container_id, ifname).map(|a| a.ip) else {
+            return Ok(None);
+        };
+        let a = self.by_ip.remove(&ip);
+        self.save()?;
+        Ok(a)
+    }
+
+    fn save(&self) -> Result<(), IpamError> {
+        let io = |source| IpamError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let f = StateFile {
+            block: self.block.to_string(),
+            allocations: self.by_ip.values().cloned().collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&f).map_err(|e| io(std::io::Error::other(e)))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&bytes).map_err(io)?;
+        // The rename must not expose a file whose data is not on disk yet.
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block() -> Block {
+        "10.9.0.0/29".parse().unwrap()
+    }
+
+    #[test]
+    fn block_parsing() {
+        assert!("10.9.0.1/24".parse::<Block>().is_err());
+        assert!("10.9.0.0/31".parse::<Block>().is_err());
+        assert!("10.9.0.0".parse::<Block>().is_err());
+        assert_eq!(block().size(), 6);
+        assert!(!block().contains(Ipv4Addr::new(10, 9, 0, 0)));
+        assert!(!block().contains(Ipv4Addr::new(10, 9, 0, 7)));
+    }
+
+    #[test]
+    fn lowest_free_idempotent_and_persistent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        let a = ipam.allocate("c1", "eth0", "/n1", "ns/a").unwrap();
+        let b = ipam.allocate("c2", "eth0", "/n2", "ns/b").unwrap();
+        assert_eq!((a, b), (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2)));
+        assert_eq!(ipam.allocate("c1", "eth0", "/n1", "ns/a").unwrap(), a);
+        assert_eq!(ipam.release("c1", "eth0").unwrap().unwrap().ip, a);
+        assert!(ipam.release("c1", "eth0").unwrap().is_none());
+        // The lowest free address is reused.
+        assert_eq!(ipam.allocate("c3", "eth0", "/n3", "").unwrap(), a);
+        ipam.set_mac(b, "02:00:00:00:00:02").unwrap();
+        drop(ipam);
+
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        assert_eq!(
+            ipam.get("c2", "eth0").unwrap().mac.as_deref(),
+            Some("02:00:00:00:00:02")
+        );
+        assert_eq!(ipam.get("c3", "eth0").unwrap().ip, a);
+        assert_eq!(ipam.free(), 4);
+        for i in 0..4 {
+            ipam.allocate(&format!("x{i}"), "eth0", "", "").unwrap();
+        }
+        assert!(matches!(
+            ipam.allocate("y", "eth0", "", ""),
+            Err(IpamError::Exhausted(_))
+        ));
+    }
+}

@@ -1,0 +1,69 @@
+//! The cozyplane node agent.
+//!
+//! Today it owns the node side of the default network (net 0): it loads the datapath
+//! into a per-agent bpffs directory, keeps the overlay tunnel device, allocates fabric
+//! addresses from a node-local block, and serves the CNI plugin over a unix socket
+//! ([`cni_server`]). Restarting it reuses everything pinned, so traffic keeps flowing
+//! while it is down. The API-driven parts (remote endpoints, VPCs) come with the API
+//! server; [`attachment::Attachment`] is where the VPC attach path plugs in.
+//!
+//! Start at [`run`].
+
+pub mod attachment;
+pub mod cni_server;
+pub mod config;
+pub mod datapath;
+pub mod ipam;
+pub mod metrics;
+
+use std::sync::Arc;
+
+pub use config::AgentConfig;
+
+/// Everything that can stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The datapath could not be loaded or attached.
+    #[error("datapath: {0}")]
+    Datapath(#[from] datapath::loader::LoadError),
+    /// Netlink work on the node failed.
+    #[error("netlink: {0}")]
+    Netdev(#[from] datapath::netdev::NetdevError),
+    /// The IPAM state could not be read.
+    #[error("ipam: {0}")]
+    Ipam(#[from] ipam::IpamError),
+    /// Files, sockets, sysctls.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Bring the agent up and serve until the process is killed.
+pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
+    let started = std::time::Instant::now();
+    let state = cni_server::AgentState::start(&cfg).await?;
+    let state = Arc::new(state);
+    let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
+    state.set_metrics(metrics.clone());
+    let listener = cni_server::bind(&cfg.cni_socket).map_err(|source| StartError::Io {
+        what: format!("bind {}", cfg.cni_socket.display()),
+        source,
+    })?;
+    if let Some(addr) = cfg.metrics_addr {
+        let m = metrics.clone();
+        let tcp = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Io {
+                what: format!("bind metrics {addr}"),
+                source,
+            })?;
+        tokio::spawn(async move { m.serve(tcp).await });
+    }
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, socket = %cfg.cni_socket.display(), "agent ready");
+    cni_server::serve(listener, state).await;
+    Ok(())
+}

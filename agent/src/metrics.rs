@@ -1,0 +1,231 @@
+//! Prometheus metrics, read fresh from the pinned maps on every scrape (so they stay
+//! right across agent restarts: the datapath counters live in the kernel, not here).
+//!
+//! Exported (text exposition; counters get `_total`):
+//! - `cozyplane_bpf_map_entries{map}`: entries in each hash map;
+//! - `cozyplane_drops_packets_total{reason}`, `cozyplane_drops_bytes_total{reason}`;
+//! - `cozyplane_net_packets_total{net,direction}`, `cozyplane_net_bytes_total{net,direction}`
+//!   (per VPC; net 0 is the default network);
+//! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
+//! - `cozyplane_cni_requests_total{command,outcome}`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cozyplane_bpf::maps::{self, drops::DropsMap, net_stats::NetStatsMap};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The agent's registry and the counters the agent itself increments.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    sync_errors: Family<Labels, Counter>,
+    cni_requests: Family<Labels, Counter>,
+}
+
+impl Metrics {
+    /// A registry with the map collector over `pin_dir`.
+    pub fn new(pin_dir: PathBuf) -> Self {
+        let mut registry = Registry::default();
+        let sync_errors = Family::<Labels, Counter>::default();
+        let cni_requests = Family::<Labels, Counter>::default();
+        registry.register(
+            "cozyplane_sync_errors",
+            "Failures to program the datapath (maps, links, netlink)",
+            sync_errors.clone(),
+        );
+        registry.register(
+            "cozyplane_cni_requests",
+            "CNI requests served",
+            cni_requests.clone(),
+        );
+        registry.register_collector(Box::new(MapCollector { pin_dir }));
+        Self {
+            registry: Arc::new(registry),
+            sync_errors,
+            cni_requests,
+        }
+    }
+
+    /// Count a failed datapath operation.
+    pub fn sync_error(&self, op: &'static str) {
+        self.sync_errors
+            .get_or_create(&vec![("op", op.to_string())])
+            .inc();
+    }
+
+    /// Count a CNI request.
+    pub fn cni_request(&self, command: &str, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.cni_requests
+            .get_or_create(&vec![
+                ("command", command.to_string()),
+                ("outcome", outcome.to_string()),
+            ])
+            .inc();
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!("encoding metrics: {e}");
+        }
+        out
+    }
+
+    /// Serve `GET /metrics` (HTTP/1.0-style, one request per connection) until the
+    /// listener fails. Hand-rolled: the agent has no other HTTP needs.
+    pub async fn serve(self, listener: tokio::net::TcpListener) {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                continue;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let Ok(Ok(n)) =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await
+                else {
+                    return;
+                };
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let (status, body) = if req.starts_with("GET /metrics") {
+                    ("200 OK", me.render())
+                } else {
+                    ("404 Not Found", "not found\n".to_string())
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    }
+}
+
+/// Reads the pinned maps on each scrape.
+#[derive(Debug)]
+struct MapCollector {
+    pin_dir: PathBuf,
+}
+
+fn counter_family(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for MapCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // A map that cannot be opened (agent starting, pins wiped) is left out of the
+        // scrape rather than failing it.
+        let sizes: Vec<(Labels, i64)> = map_sizes(&self.pin_dir)
+            .into_iter()
+            .map(|(name, n)| (vec![("map", name.to_string())], n as i64))
+            .collect();
+        {
+            let mut g = enc.encode_descriptor(
+                "cozyplane_bpf_map_entries",
+                "Entries in each pinned hash map",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (labels, v) in &sizes {
+                prometheus_client::metrics::gauge::ConstGauge::new(*v).encode(g.encode_family(labels)?)?;
+            }
+        }
+
+        if let Ok(drops) = DropsMap::from_pin(&self.pin_dir)
+            && let Ok(all) = drops.all()
+        {
+            let pk: Vec<_> = all
+                .iter()
+                .map(|(r, s)| (vec![("reason", r.c_name().to_string())], s.packets))
+                .collect();
+            let by: Vec<_> = all
+                .iter()
+                .map(|(r, s)| (vec![("reason", r.c_name().to_string())], s.bytes))
+                .collect();
+            counter_family(
+                &mut enc,
+                "cozyplane_drops_packets",
+                "Packets dropped by the datapath, by reason",
+                &pk,
+            )?;
+            counter_family(
+                &mut enc,
+                "cozyplane_drops_bytes",
+                "Bytes dropped by the datapath, by reason",
+                &by,
+            )?;
+        }
+
+        if let Ok(stats) = NetStatsMap::from_pin(&self.pin_dir) {
+            let nets: Vec<u32> = stats.inner().keys().filter_map(Result::ok).collect();
+            let (mut pk, mut by) = (Vec::new(), Vec::new());
+            for net in nets {
+                if let Ok(Some(s)) = stats.get(net) {
+                    let l = |d: &str| vec![("net", net.to_string()), ("direction", d.to_string())];
+                    pk.push((l("tx"), s.tx_packets));
+                    pk.push((l("rx"), s.rx_packets));
+                    by.push((l("tx"), s.tx_bytes));
+                    by.push((l("rx"), s.rx_bytes));
+                }
+            }
+            counter_family(
+                &mut enc,
+                "cozyplane_net_packets",
+                "East-west packets per net (VNI; 0 = default network)",
+                &pk,
+            )?;
+            counter_family(
+                &mut enc,
+                "cozyplane_net_bytes",
+                "East-west bytes per net (VNI; 0 = default network)",
+                &by,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Entries of the four hash maps the agent and CNI write, by walking their keys (the
+/// kernel keeps no count userspace can read).
+fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
+    use cozyplane_bpf::maps::{
+        bridges::BridgesMap, endpoints::EndpointsMap, ports::PortsMap, remotes::RemotesMap,
+    };
+    let mut out = Vec::new();
+    if let Ok(m) = PortsMap::from_pin(dir) {
+        out.push((maps::ports::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = EndpointsMap::from_pin(dir) {
+        out.push((maps::endpoints::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = RemotesMap::from_pin(dir) {
+        out.push((maps::remotes::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = BridgesMap::from_pin(dir) {
+        out.push((maps::bridges::NAME, m.inner().keys().count()));
+    }
+    out
+}

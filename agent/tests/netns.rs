@@ -1,0 +1,540 @@
+//! End-to-end tests of the agent and the real `cozyplane-cni` binary in network
+//! namespaces this test creates (`cpag-*`), with a private bpffs per test.
+//!
+//! Needs root; without it every test fails (it does not skip). Needs `ping`
+//! (iputils-ping) and Debian's containernetworking-plugins for the chaining test.
+//! Run: `cargo build -p cozyplane-cni && cargo test -p cozyplane-agent --test netns`
+//! (`cargo test -p cozyplane-cni -p cozyplane-agent` builds both binaries too).
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use cozyplane_bpf::maps::endpoints::EndpointsMap;
+use cozyplane_bpf::maps::ports::PortsMap;
+use serde_json::{Value, json};
+
+fn require_root() {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("Uid line");
+    assert_eq!(
+        euid, "0",
+        "these tests create netns, veths and bpffs mounts and need root; they do not skip"
+    );
+}
+
+fn sh(args: &[&str]) -> std::process::Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn sh_ok(args: &[&str]) -> String {
+    let out = sh(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn unique(tag: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "cpag-{}-{}{tag}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A named netns, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Self {
+        let name = unique(tag);
+        sh_ok(&["ip", "netns", "add", &name]);
+        Self(name)
+    }
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+    fn ip(&self, args: &[&str]) -> std::process::Output {
+        let mut v = vec!["ip", "-n", &self.0];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.0]);
+    }
+}
+
+/// A temp dir with a private bpffs mounted at `bpffs`, unmounted on drop.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("cpag-").tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("bpffs")).unwrap();
+        let s = Self { dir };
+        sh_ok(&["mount", "-t", "bpf", "cpag", s.bpffs().to_str().unwrap()]);
+        s
+    }
+    fn bpffs(&self) -> PathBuf {
+        self.dir.path().join("bpffs")
+    }
+    fn pins(&self) -> PathBuf {
+        self.bpffs().join("cozyplane")
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("cni.sock")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = sh(&["umount", "-l", self.bpffs().to_str().unwrap()]);
+    }
+}
+
+/// The agent process inside the node netns; SIGKILLed by PID on drop.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn start(node: &Netns, s: &Scratch, run: u32) -> Self {
+        let log = s.dir.path().join(format!("agent-{run}.log"));
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", node.path()))
+            .arg(env!("CARGO_BIN_EXE_cozyplane-agent"))
+            .args(["--state-dir", s.dir.path().join("state").to_str().unwrap()])
+            .args(["--bpffs-dir", s.pins().to_str().unwrap()])
+            .args(["--cni-socket", s.socket().to_str().unwrap()])
+            .args([
+                "--fabric-block",
+                "10.77.0.0/24",
+                "--tunnel-dev",
+                "cpag-vx0",
+                "--underlay-dev",
+                "cpag-ul",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn agent");
+        let a = Self { child, log };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !a.log_text().contains("agent ready") {
+            assert!(Instant::now() < deadline, "agent not ready:\n{}", a.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        a
+    }
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn kill(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = nix_kill(self.child.id());
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn nix_kill(pid: u32) -> std::io::Result<()> {
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .map(drop)
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A node netns with an underlay veth (MTU 1400; this kernel has no dummy driver) and a running agent.
+struct Node {
+    agent: Option<Agent>,
+    ns: Netns,
+    s: Scratch,
+}
+
+impl Node {
+    fn new() -> Self {
+        require_root();
+        let ns = Netns::new("n");
+        assert!(ns.ip(&["link", "set", "lo", "up"]).status.success());
+        assert!(
+            ns.ip(&[
+                "link",
+                "add",
+                "cpag-ul",
+                "mtu",
+                "1400",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "cpag-ul-peer"
+            ])
+            .status
+            .success()
+        );
+        let s = Scratch::new();
+        let agent = Some(Agent::start(&ns, &s, 0));
+        Self { agent, ns, s }
+    }
+
+    fn conf(&self, version: &str) -> Value {
+        json!({"cniVersion": version, "name": "cozy", "type": "cozyplane",
+               "agentSocket": self.s.socket().to_str().unwrap()})
+    }
+
+    fn endpoints(&self) -> EndpointsMap<aya::maps::MapData> {
+        EndpointsMap::from_pin(&self.s.pins()).unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Order: agent, then netns (Netns drop), then bpffs (Scratch drop).
+        self.agent.take();
+    }
+}
+
+fn cni_bin() -> PathBuf {
+    let agent = Path::new(env!("CARGO_BIN_EXE_cozyplane-agent"));
+    let p = agent.with_file_name("cozyplane-cni");
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build -p cozyplane-cni` first",
+        p.display()
+    );
+    p
+}
+
+/// Run a plugin exactly as kubelet/the runtime does: CNI_* env and the config on stdin.
+fn invoke(
+    bin: &Path,
+    via_node: Option<&Netns>,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    conf: &Value,
+) -> (i32, Value) {
+    let mut c = match via_node {
+        // Plugins that program the host (portmap) must run in the node's netns.
+        Some(n) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", n.path())).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = c
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={cid};K8S_POD_UID=uid-{cid}"),
+        )
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!(
+                "{cmd}: not JSON ({e}): {text} / {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    };
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn add(node: &Node, pod: &Netns, cid: &str) -> (Value, Ipv4Addr) {
+    let t = Instant::now();
+    let (code, v) = invoke(&cni_bin(), None, "ADD", cid, &pod.path(), &node.conf("1.0.0"));
+    eprintln!("ADD {cid}: {:?} (via the cozyplane-cni binary)", t.elapsed());
+    assert_eq!(
+        code,
+        0,
+        "ADD failed: {v}\n{}",
+        node.agent.as_ref().unwrap().log_text()
+    );
+    let addr = v["ips"][0]["address"].as_str().unwrap();
+    let ip: Ipv4Addr = addr.trim_end_matches("/32").parse().unwrap();
+    (v, ip)
+}
+
+fn ping(from: &Netns, to: Ipv4Addr, count: u32, interval: &str) -> std::process::Output {
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &from.0,
+        "ping",
+        "-n",
+        "-q",
+        "-c",
+        &count.to_string(),
+        "-i",
+        interval,
+        "-W",
+        "1",
+        &to.to_string(),
+    ])
+}
+
+#[test]
+fn add_two_pods_and_ping_over_the_fabric() {
+    let node = Node::new();
+    let (p1, p2) = (Netns::new("a"), Netns::new("b"));
+    let (r1, ip1) = add(&node, &p1, "ctr-a");
+    let (_, ip2) = add(&node, &p2, "ctr-b");
+    assert_eq!(ip1, Ipv4Addr::new(10, 77, 0, 1));
+    assert_eq!(ip2, Ipv4Addr::new(10, 77, 0, 2));
+    assert_eq!(r1["cniVersion"], "1.0.0");
+    assert_eq!(r1["routes"][0]["gw"], "169.254.1.1");
+    assert_eq!(r1["interfaces"][1]["sandbox"], p1.path());
+    // Underlay 1400 minus VXLAN overhead.
+    let link = String::from_utf8_lossy(&p1.ip(&["link", "show", "eth0"]).stdout).to_string();
+    assert!(link.contains("mtu 1350"), "{link}");
+    let out = ping(&p1, ip2, 3, "0.2");
+    assert!(
+        out.status.success(),
+        "ping failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = ping(&p2, ip1, 3, "0.2");
+    assert!(
+        out.status.success(),
+        "ping failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The datapath saw it: net 0 traffic counted, maps populated, tunnel device up.
+    let ep = node
+        .endpoints()
+        .get(0, IpAddr::V4(ip1))
+        .unwrap()
+        .expect("endpoint of pod a");
+    assert_ne!(ep.ifindex, 0);
+    let vx = String::from_utf8_lossy(&node.ns.ip(&["-d", "link", "show", "cpag-vx0"]).stdout).to_string();
+    assert!(
+        vx.contains("external") && vx.contains("mtu 1350") && vx.contains("02:cf:cf:cf:cf:cf"),
+        "{vx}"
+    );
+}
+
+#[test]
+fn del_is_idempotent_and_removes_everything() {
+    let node = Node::new();
+    let p = Netns::new("a");
+    let (_, ip) = add(&node, &p, "ctr-del");
+    let host = cozyplane_agent::cni_server::host_veth_name("ctr-del", "eth0");
+    let ifindex = node.endpoints().get(0, IpAddr::V4(ip)).unwrap().unwrap().ifindex;
+    assert!(
+        PortsMap::from_pin(&node.s.pins())
+            .unwrap()
+            .get(ifindex)
+            .unwrap()
+            .is_some()
+    );
+    assert!(node.s.pins().join("links").join(format!("{host}_in")).exists());
+    for _ in 0..2 {
+        let (code, v) = invoke(&cni_bin(), None, "DEL", "ctr-del", &p.path(), &node.conf("1.0.0"));
+        assert_eq!((code, &v), (0, &Value::Null));
+    }
+    assert!(
+        !node.ns.ip(&["link", "show", &host]).status.success(),
+        "host veth still there"
+    );
+    assert!(
+        !p.ip(&["link", "show", "eth0"]).status.success(),
+        "pod eth0 still there"
+    );
+    assert!(node.endpoints().get(0, IpAddr::V4(ip)).unwrap().is_none());
+    assert!(
+        PortsMap::from_pin(&node.s.pins())
+            .unwrap()
+            .get(ifindex)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!node.s.pins().join("links").join(format!("{host}_in")).exists());
+    // A DEL for something never added is fine too, and the address is reusable.
+    let (code, _) = invoke(&cni_bin(), None, "DEL", "never", "", &node.conf("1.0.0"));
+    assert_eq!(code, 0);
+    let (_, again) = add(&node, &p, "ctr-del2");
+    assert_eq!(again, ip);
+}
+
+#[test]
+fn check_passes_then_fails_when_the_address_is_removed() {
+    let node = Node::new();
+    let p = Netns::new("a");
+    let (res, ip) = add(&node, &p, "ctr-chk");
+    let mut conf = node.conf("1.0.0");
+    conf["prevResult"] = res;
+    let (code, v) = invoke(&cni_bin(), None, "CHECK", "ctr-chk", &p.path(), &conf);
+    assert_eq!((code, &v), (0, &Value::Null));
+    assert!(
+        p.ip(&["addr", "del", &format!("{ip}/32"), "dev", "eth0"])
+            .status
+            .success()
+    );
+    let (code, v) = invoke(&cni_bin(), None, "CHECK", "ctr-chk", &p.path(), &conf);
+    assert_eq!(code, 1);
+    assert_eq!(v["code"], 100, "{v}");
+    assert_eq!(v["cniVersion"], "1.0.0");
+    // VPC requests are refused clearly, not put on net 0.
+    let mut c = Command::new(cni_bin());
+    let out = c
+        .env_clear()
+        .envs([
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", "vpc"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", "SDN_VPC=t/a"),
+        ])
+        .env("CNI_NETNS", p.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = out;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(node.conf("1.0.0").to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["code"], 101, "{v}");
+    // STATUS answers (1.1.0 only).
+    let (code, _) = invoke(&cni_bin(), None, "STATUS", "", "", &node.conf("1.1.0"));
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn debian_portmap_and_tuning_accept_our_result_as_prev_result() {
+    let node = Node::new();
+    let p = Netns::new("a");
+    for plugin in ["portmap", "tuning"] {
+        assert!(
+            Path::new("/usr/lib/cni").join(plugin).exists(),
+            "install containernetworking-plugins"
+        );
+    }
+    let (res, _) = add(&node, &p, "ctr-chain");
+    let portmap = json!({"cniVersion": "1.0.0", "name": "cozy", "type": "portmap",
+        "capabilities": {"portMappings": true}, "snat": true,
+        "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]},
+        "prevResult": res.clone()});
+    let tuning = json!({"cniVersion": "1.0.0", "name": "cozy", "type": "tuning",
+        "sysctl": {"net.core.somaxconn": "512"}, "prevResult": res.clone()});
+    for (name, conf) in [("portmap", &portmap), ("tuning", &tuning)] {
+        let bin = Path::new("/usr/lib/cni").join(name);
+        let (code, v) = invoke(&bin, Some(&node.ns), "ADD", "ctr-chain", &p.path(), conf);
+        assert_eq!(code, 0, "{name} rejected our prevResult: {v}");
+        assert_eq!(
+            v["ips"][0]["address"], res["ips"][0]["address"],
+            "{name} passes the result on"
+        );
+        let (code, v) = invoke(&bin, Some(&node.ns), "DEL", "ctr-chain", &p.path(), conf);
+        assert_eq!(code, 0, "{name} DEL: {v}");
+    }
+    // tuning really ran inside the pod.
+    let v = sh_ok(&["ip", "netns", "exec", &p.0, "cat", "/proc/sys/net/core/somaxconn"]);
+    assert_eq!(v.trim(), "512");
+}
+
+#[test]
+fn agent_restart_keeps_traffic_flowing_and_reuses_pins() {
+    let mut node = Node::new();
+    let (p1, p2) = (Netns::new("a"), Netns::new("b"));
+    let (_, _ip1) = add(&node, &p1, "ctr-r1");
+    let (_, ip2) = add(&node, &p2, "ctr-r2");
+    let map_id = |n: &Node| {
+        aya::maps::MapData::from_pin(n.s.pins().join("sdn_endpoints"))
+            .unwrap()
+            .info()
+            .unwrap()
+            .id()
+    };
+    let before = map_id(&node);
+    // 60 pings over 6 s; the agent is down for ~1.5 s in the middle.
+    let pinger = Command::new("ip")
+        .args([
+            "netns", "exec", &p1.0, "ping", "-n", "-q", "-c", "60", "-i", "0.1", "-W", "1",
+        ])
+        .arg(ip2.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    node.agent.as_mut().unwrap().kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    node.agent = Some(Agent::start(&node.ns, &node.s, 1));
+    let out = pinger.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let received: u32 = text
+        .split(", ")
+        .find_map(|s| s.strip_suffix(" received"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no ping summary: {text}"));
+    eprintln!("ping across restart: {text}");
+    assert!(
+        received >= 55,
+        "lost {} of 60 packets across the restart: {text}",
+        60 - received
+    );
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(
+        log.contains("reused_maps=8"),
+        "restarted agent did not reuse the pins:\n{log}"
+    );
+    assert!(log.contains("kept=2"), "{log}");
+    assert_eq!(map_id(&node), before, "sdn_endpoints was recreated");
+    // The restarted agent still serves: CHECK both pods.
+    for (cid, p) in [("ctr-r1", &p1), ("ctr-r2", &p2)] {
+        let (code, v) = invoke(&cni_bin(), None, "CHECK", cid, &p.path(), &node.conf("1.0.0"));
+        assert_eq!(code, 0, "{v}");
+    }
+}
