@@ -44,7 +44,9 @@ build: deps
 run: deps
 	$(CARGO) build --bin cozyplane-apiserver
 	@mkdir -p $(RUN_DIR)
-	$(CARGO_TARGET_DIR)/debug/cozyplane-apiserver --data-dir $(RUN_DIR)/data $(ARGS)
+	@echo "then, in another shell: kubectl --kubeconfig $(RUN_DIR)/kubeconfig get vpcs"
+	$(CARGO_TARGET_DIR)/debug/cozyplane-apiserver --data-dir $(RUN_DIR)/data \
+		--standalone --write-kubeconfig $(RUN_DIR)/kubeconfig $(ARGS)
 
 test: deps lint test-unit
 

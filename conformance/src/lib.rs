@@ -1,4 +1,154 @@
 //! Conformance tests for cozyplane: the API server driven over HTTPS by the real `kubectl` and
 //! by kube-rs, on the embedded store and on a real etcd.
 //!
-//! The suites arrive with the API server's first part (issue 3).
+//! [`TestServer`] starts `cozyplane-apiserver` in-process in standalone mode on a free loopback
+//! port with a temporary data directory (or a private etcd), and writes an admin kubeconfig.
+//! Tests in `tests/` drive it with [`TestServer::kubectl`] and [`TestServer::client`].
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use cozyplane_apiserver::options::Options;
+use cozyplane_storage::testing::EtcdServer;
+
+/// Which store a test server runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded store in a temporary directory.
+    Embedded,
+    /// A private etcd process.
+    Etcd,
+}
+
+/// A running API server; stopped (task aborted, etcd killed by PID) when dropped.
+pub struct TestServer {
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// Admin kubeconfig for this server.
+    pub kubeconfig: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+    _etcd: Option<EtcdServer>,
+}
+
+impl TestServer {
+    /// Starts a server on `backend`.
+    pub async fn start(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let etcd = (backend == Backend::Etcd).then(EtcdServer::start);
+        let mut args = vec![
+            "cozyplane-apiserver".to_string(),
+            "--secure-port=0".into(),
+            "--standalone".into(),
+            format!("--write-kubeconfig={}", kubeconfig.display()),
+            format!("--data-dir={}", dir.path().join("data").display()),
+        ];
+        if let Some(e) = &etcd {
+            args.push(format!("--etcd-servers={}", e.client_url));
+        }
+        let opts = <Options as clap::Parser>::parse_from(args);
+        let server = opts.complete().await.expect("server starts");
+        let url = format!("https://127.0.0.1:{}", server.addr.port());
+        let task = tokio::spawn(async move {
+            let _ = server.run().await;
+        });
+        Self {
+            url,
+            kubeconfig,
+            task,
+            _dir: dir,
+            _etcd: etcd,
+        }
+    }
+
+    /// Runs `/usr/bin/kubectl --kubeconfig <this> <args>` and returns its output.
+    pub async fn kubectl_output(&self, args: &[&str]) -> Output {
+        let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .kill_on_drop(true);
+        cmd.output().await.expect("kubectl runs")
+    }
+
+    /// Runs kubectl, asserts success and returns stdout.
+    pub async fn kubectl(&self, args: &[&str]) -> String {
+        let out = self.kubectl_output(args).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl with `stdin` as input (for `-f -`), asserting success.
+    pub async fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("kubectl runs");
+        let mut input = child.stdin.take().expect("stdin is piped");
+        input.write_all(stdin.as_bytes()).await.expect("write stdin");
+        drop(input);
+        let out = child.wait_with_output().await.expect("kubectl ends");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A kube-rs client for the admin kubeconfig.
+    pub async fn client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig parses");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig loads");
+        kube::Client::try_from(cfg).expect("client builds")
+    }
+
+    /// A raw request through the kube-rs client: status, headers and body text.
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (u16, http::HeaderMap, String) {
+        let client = self.client().await;
+        let mut b = http::Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b
+            .body(body.unwrap_or_default().as_bytes().to_vec())
+            .expect("request builds");
+        let resp = client
+            .send(req.map(kube::client::Body::from))
+            .await
+            .expect("request is sent");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,739 @@
+//! The generic REST verbs over any [`Resource`](crate::registry::Resource) of the table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::errors::{ApiError, Result};
+use crate::registry::Resource;
+use crate::registry::cache::WatchCache;
+use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::registry::store::{DeleteOptions, Deleted, ListParams, WriteOptions};
+use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
+use crate::server::table::{self, Repr};
+use crate::server::watch::{self, WatchRequest};
+
+/// Where a request points inside the group-version.
+pub struct Target {
+    /// The kind.
+    pub resource: Arc<dyn Resource>,
+    /// Its watch cache.
+    pub cache: Arc<WatchCache>,
+    /// Namespace from the URL.
+    pub namespace: Option<String>,
+    /// Object name, for item requests.
+    pub name: Option<String>,
+    /// `/status`.
+    pub status: bool,
+}
+
+fn json_response(code: StatusCode, v: &Value, warnings: &[String]) -> Response {
+    let mut r = (code, v.to_string()).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        if let Ok(h) = HeaderValue::from_str(&text) {
+            r.headers_mut().append("warning", h);
+        }
+    }
+    r
+}
+
+fn flag(q: &HashMap<String, String>, k: &str) -> bool {
+    q.get(k).is_some_and(|v| v == "true" || v == "1")
+}
+
+fn dry_run(q: &HashMap<String, String>, kind: &str) -> Result<bool> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(v) => Err(options_invalid(kind, "dryRun", v, "supported values: \"All\"")),
+    }
+}
+
+fn options_invalid(kind: &str, field: &str, value: &str, detail: &str) -> ApiError {
+    let mut e = FieldError::invalid(FieldPath::new(field), value, detail);
+    e.kind = ErrorType::NotSupported;
+    let errs = FieldErrors::from(e);
+    ApiError::invalid(kind, "meta.k8s.io", "", &errs)
+}
+
+fn options_forbidden(kind: &str, field: &str, detail: &str) -> ApiError {
+    let errs = FieldErrors::from(FieldError::forbidden(FieldPath::new(field), detail));
+    ApiError::invalid(kind, "meta.k8s.io", "", &errs)
+}
+
+/// The request body as JSON; `fieldValidation` decides what unknown fields do.
+fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<Value> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+        let base = ct.split(';').next().unwrap_or_default().trim();
+        if !base.is_empty() && base != "application/json" && base != "*/*" {
+            return Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json (got {base})"
+            )));
+        }
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Paths of keys that appear twice in one JSON object of `body` (serde_json keeps the last).
+fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Seek<'a> {
+        path: String,
+        out: &'a mut Vec<String>,
+    }
+    impl<'de> DeserializeSeed<'de> for Seek<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Seek<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> std::result::Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = m.next_key::<String>()? {
+                let p = if self.path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{}.{k}", self.path)
+                };
+                if !seen.insert(k) {
+                    self.out.push(p.clone());
+                }
+                m.next_value_seed(Seek {
+                    path: p,
+                    out: self.out,
+                })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> std::result::Result<(), A::Error> {
+            let mut i = 0;
+            while s
+                .next_element_seed(Seek {
+                    path: format!("{}[{i}]", self.path),
+                    out: self.out,
+                })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> std::result::Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> std::result::Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> std::result::Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> std::result::Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> std::result::Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> std::result::Result<(), E> {
+            Ok(())
+        }
+    }
+    let mut out = Vec::new();
+    let mut d = serde_json::Deserializer::from_slice(body);
+    let _ = Seek {
+        path: String::new(),
+        out: &mut out,
+    }
+    .deserialize(&mut d);
+    out
+}
+
+/// Unknown fields of `sent`, judged by what the typed object kept.
+fn unknown_fields(sent: &Value, kept: &Value, path: &str, out: &mut Vec<String>) {
+    if let (Value::Object(s), Value::Object(k)) = (sent, kept) {
+        for (key, v) in s {
+            let p = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            match k.get(key) {
+                Some(kv) => unknown_fields(v, kv, &p, out),
+                None if is_zero(v) => {}
+                None => out.push(p),
+            }
+        }
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.values().all(is_zero),
+    }
+}
+
+/// Applies `fieldValidation` to unknown and duplicate fields: Strict fails with 400, Warn (the
+/// default) returns warnings, Ignore drops them.
+fn field_validation(
+    q: &HashMap<String, String>,
+    raw: &[u8],
+    sent: &Value,
+    stored: &Value,
+) -> Result<Vec<String>> {
+    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
+    if !matches!(mode, "Strict" | "Warn" | "Ignore" | "") {
+        return Err(ApiError::bad_request(format!(
+            "fieldValidation: invalid value {mode:?}; supported values: \"Ignore\", \"Warn\", \"Strict\""
+        )));
+    }
+    if mode == "Ignore" {
+        return Ok(vec![]);
+    }
+    let mut sent = sent.clone();
+    // Server-managed or ignored parts are never "unknown".
+    if let Some(m) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "selfLink",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            m.remove(k);
+        }
+    }
+    if let Some(o) = sent.as_object_mut() {
+        o.remove("status");
+    }
+    let mut stored = stored.clone();
+    if let Some(o) = stored.as_object_mut() {
+        o.remove("status");
+    }
+    let mut unknown = Vec::new();
+    unknown_fields(&sent, &stored, "", &mut unknown);
+    let mut msgs: Vec<String> = duplicate_fields(raw)
+        .iter()
+        .map(|f| format!("duplicate field \"{f}\""))
+        .collect();
+    msgs.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+    if msgs.is_empty() {
+        return Ok(msgs);
+    }
+    if mode == "Strict" {
+        return Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
+fn list_params(r: &dyn Resource, q: &HashMap<String, String>, watch: bool) -> Result<ListParams> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        r.selectable_fields(),
+    )
+    .map_err(ApiError::bad_request)?;
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let rv_num = match rv {
+        Some(v) => Some(v.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "resourceVersion: Invalid value: {v:?}: must be an integer"
+            ))
+        })?),
+        None => None,
+    };
+    let m = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let cont = q.get("continue").filter(|s| !s.is_empty()).cloned();
+    let sie = q.contains_key("sendInitialEvents");
+    if sie && !watch {
+        return Err(options_forbidden(
+            "ListOptions",
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    let mut p = ListParams {
+        labels,
+        fields,
+        continue_token: cont.clone(),
+        ..Default::default()
+    };
+    p.limit = match q.get("limit").filter(|s| !s.is_empty()) {
+        Some(l) => Some(
+            l.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
+        None => None,
+    };
+    if let Some(m) = m {
+        // A streaming list may start "now" (resourceVersion unset) with NotOlderThan.
+        if rv.is_none() && !(watch && sie) {
+            return Err(options_forbidden(
+                "ListOptions",
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if cont.is_some() {
+            return Err(options_forbidden(
+                "ListOptions",
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        match m {
+            "NotOlderThan" => p.min_revision = rv_num.filter(|r| *r > 0),
+            "Exact" if !watch => {
+                if rv_num == Some(0) {
+                    return Err(options_forbidden(
+                        "ListOptions",
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
+                }
+                p.revision = rv_num;
+            }
+            other => {
+                return Err(options_invalid(
+                    "ListOptions",
+                    "resourceVersionMatch",
+                    other,
+                    "supported values: \"Exact\", \"NotOlderThan\"",
+                ));
+            }
+        }
+    } else if !watch {
+        match rv_num {
+            // A paged list at X reads exactly X; otherwise X means "not older than X".
+            Some(x) if x > 0 && p.limit.is_some_and(|l| l > 0) && cont.is_none() => p.revision = Some(x),
+            Some(x) if x > 0 => p.min_revision = Some(x),
+            _ => {}
+        }
+    }
+    Ok(p)
+}
+
+/// GET of a collection (list or watch).
+pub async fn list(t: Target, q: HashMap<String, String>, headers: &HeaderMap) -> Result<Response> {
+    let repr = table::negotiate(headers)?;
+    let include = table::include(q.get("includeObject").map(String::as_str))?;
+    let r = &*t.resource;
+    let watch = flag(&q, "watch");
+    let p = list_params(r, &q, watch)?;
+    if watch {
+        return start_watch(&t, &q, p, repr, include);
+    }
+    let page = t.cache.list(t.namespace.as_deref(), &p).await?;
+    let mut meta = json!({ "resourceVersion": page.revision.to_string() });
+    if let Some(c) = &page.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if let Some(n) = page.remaining.filter(|n| *n > 0) {
+        meta["remainingItemCount"] = json!(n);
+    }
+    let i = r.info();
+    let body = match repr {
+        Repr::Object => {
+            json!({ "kind": i.list_kind, "apiVersion": format!("{}/{}", i.group, i.version), "metadata": meta, "items": page.items })
+        }
+        Repr::Metadata => {
+            json!({ "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": page.items.iter().map(table::partial).collect::<Vec<_>>() })
+        }
+        Repr::Table => table::table(r, &page.items, &meta, include, true),
+    };
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+fn start_watch(
+    t: &Target,
+    q: &HashMap<String, String>,
+    mut p: ListParams,
+    repr: Repr,
+    include: table::Include,
+) -> Result<Response> {
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let sie = q.get("sendInitialEvents").map(|v| v == "true" || v == "1");
+    let m = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    if sie.is_some() && m != Some("NotOlderThan") {
+        return Err(options_forbidden(
+            "ListOptions",
+            "sendInitialEvents",
+            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
+    if sie.is_none() && m.is_some() {
+        return Err(options_forbidden(
+            "ListOptions",
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    if let Some(n) = &t.name {
+        if let Some(f) = p.fields.name()
+            && f != n
+        {
+            return Err(ApiError::bad_request(
+                "fieldSelector metadata.name doesn't match requested name",
+            ));
+        }
+        p.fields = FieldSelector::parse(&format!("metadata.name={n}"), &[]).map_err(ApiError::bad_request)?;
+    }
+    let start = rv.and_then(|v| v.parse::<u64>().ok());
+    let legacy_initial = sie.is_none() && start.unwrap_or(0) == 0;
+    let initial = sie == Some(true) || legacy_initial;
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800 + rand::random::<u64>() % 1800));
+    let w = WatchRequest {
+        namespace: t.namespace.clone(),
+        start: start.filter(|s| *s > 0),
+        initial,
+        initial_end_bookmark: sie == Some(true) && flag(q, "allowWatchBookmarks"),
+        bookmarks: flag(q, "allowWatchBookmarks"),
+        params: p,
+        timeout,
+        repr,
+        include,
+    };
+    let body = Body::from_stream(watch::stream(t.cache.clone(), w));
+    let mut r = Response::new(body);
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(r)
+}
+
+/// GET of one object.
+pub async fn get(t: Target, q: HashMap<String, String>, headers: &HeaderMap) -> Result<Response> {
+    if flag(&q, "watch") {
+        return list(t, q, headers).await;
+    }
+    let repr = table::negotiate(headers)?;
+    let include = table::include(q.get("includeObject").map(String::as_str))?;
+    let name = t.name.as_deref().unwrap_or_default();
+    let obj = t.resource.get(t.namespace.as_deref(), name).await?;
+    let body = match repr {
+        Repr::Object => obj,
+        Repr::Metadata => table::partial(&obj),
+        Repr::Table => {
+            let rv = obj
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(json!(""));
+            table::table(
+                &*t.resource,
+                std::slice::from_ref(&obj),
+                &json!({ "resourceVersion": rv }),
+                include,
+                true,
+            )
+        }
+    };
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+/// POST of a new object.
+pub async fn create(
+    t: Target,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let o = WriteOptions {
+        dry_run: dry_run(&q, "CreateOptions")?,
+    };
+    let sent = body_json(headers, &body)?;
+    if q.get("fieldValidation").is_some_and(|m| m == "Strict") {
+        // Strict must refuse before anything is written: judge a dry run first.
+        let probe = t
+            .resource
+            .create(
+                t.namespace.as_deref(),
+                sent.clone(),
+                &WriteOptions { dry_run: true },
+            )
+            .await?;
+        field_validation(&q, &body, &sent, &probe)?;
+    }
+    let created = t
+        .resource
+        .create(t.namespace.as_deref(), sent.clone(), &o)
+        .await?;
+    let warnings = field_validation(&q, &body, &sent, &created)?;
+    Ok(json_response(StatusCode::CREATED, &created, &warnings))
+}
+
+/// PUT of an object or its status.
+pub async fn update(
+    t: Target,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let o = WriteOptions {
+        dry_run: dry_run(&q, "UpdateOptions")?,
+    };
+    let sent = body_json(headers, &body)?;
+    let name = t.name.as_deref().unwrap_or_default();
+    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
+    if mode == "Strict" {
+        // Reject before writing: decode-only check against the typed round trip.
+        let probe = t
+            .resource
+            .create(
+                t.namespace.as_deref(),
+                strip_for_probe(&sent),
+                &WriteOptions { dry_run: true },
+            )
+            .await;
+        if let Ok(kept) = probe {
+            field_validation(&q, &body, &sent, &kept)?;
+        }
+    }
+    let updated = t
+        .resource
+        .update(t.namespace.as_deref(), name, sent.clone(), t.status, &o)
+        .await?;
+    let warnings = if mode == "Strict" {
+        vec![]
+    } else {
+        field_validation(&q, &body, &sent, &updated)?
+    };
+    Ok(json_response(StatusCode::OK, &updated, &warnings))
+}
+
+fn strip_for_probe(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    v
+}
+
+/// PATCH of an object or its status.
+pub async fn patch(
+    t: Target,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    let o = WriteOptions {
+        dry_run: dry_run(&q, "PatchOptions")?,
+    };
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let ct = ct.split(';').next().unwrap_or_default().trim().to_string();
+    let name = t.name.clone().unwrap_or_default();
+    let doc: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+    let apply: Box<dyn Fn(Value) -> Result<Value> + Send + Sync> = match ct.as_str() {
+        "application/json-patch+json" => {
+            let p: json_patch::Patch = serde_json::from_value(doc)
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            let kind = t.resource.info().kind;
+            let group = t.resource.info().group;
+            let n = name.clone();
+            Box::new(move |mut cur: Value| {
+                json_patch::patch(&mut cur, &p).map_err(|e| {
+                    let errs =
+                        FieldErrors::from(FieldError::invalid(FieldPath::new("patch"), "", e.to_string()));
+                    ApiError::invalid(kind, group, &n, &errs)
+                })?;
+                Ok(cur)
+            })
+        }
+        "application/merge-patch+json" => Box::new(move |mut cur: Value| {
+            json_patch::merge(&mut cur, &doc);
+            Ok(cur)
+        }),
+        other => {
+            return Err(ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: {} (got {other:?})",
+                crate::server::openapi::PATCH_TYPES.join(", ")
+            )));
+        }
+    };
+    let patched = t
+        .resource
+        .patch(t.namespace.as_deref(), &name, &*apply, t.status, &o)
+        .await?;
+    Ok(json_response(StatusCode::OK, &patched, &[]))
+}
+
+fn delete_options(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOptions> {
+    let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let mut o = DeleteOptions {
+        dry_run: dry_run(q, "DeleteOptions")?,
+        uid: b
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        resource_version: b
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        propagation: b
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    };
+    if let Some(d) = b.get("dryRun").and_then(Value::as_array) {
+        for v in d {
+            match v.as_str() {
+                Some("All") => o.dry_run = true,
+                other => {
+                    return Err(options_invalid(
+                        "DeleteOptions",
+                        "dryRun",
+                        other.unwrap_or_default(),
+                        "supported values: \"All\"",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation = Some(p.clone());
+    }
+    if let Some(p) = &o.propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(options_invalid(
+            "DeleteOptions",
+            "propagationPolicy",
+            p,
+            "supported values: \"Foreground\", \"Background\", \"Orphan\"",
+        ));
+    }
+    if o.propagation.is_some() && b.get("orphanDependents").is_some_and(|v| !v.is_null()) {
+        return Err(options_forbidden(
+            "DeleteOptions",
+            "propagationPolicy",
+            "orphanDependents and deletionPropagation cannot be both set",
+        ));
+    }
+    Ok(o)
+}
+
+/// DELETE of one object.
+pub async fn delete(t: Target, q: HashMap<String, String>, body: Bytes) -> Result<Response> {
+    let o = delete_options(&q, &body)?;
+    let name = t.name.as_deref().unwrap_or_default();
+    let i = t.resource.info();
+    match t.resource.delete(t.namespace.as_deref(), name, &o).await? {
+        Deleted::Marked(obj) => Ok(json_response(StatusCode::OK, &obj, &[])),
+        Deleted::Gone(obj) => {
+            let uid = obj.pointer("/metadata/uid").cloned().unwrap_or(json!(""));
+            let s = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": { "name": name, "group": i.group, "kind": i.plural, "uid": uid },
+            });
+            Ok(json_response(StatusCode::OK, &s, &[]))
+        }
+    }
+}
+
+/// DELETE of a collection: every matching object is deleted (or marked).
+pub async fn delete_collection(t: Target, q: HashMap<String, String>, body: Bytes) -> Result<Response> {
+    let o = delete_options(&q, &body)?;
+    let r = &*t.resource;
+    let p = list_params(r, &q, false)?;
+    let page = r
+        .list(
+            t.namespace.as_deref(),
+            &ListParams {
+                limit: None,
+                continue_token: None,
+                ..p
+            },
+        )
+        .await?;
+    let mut items = Vec::new();
+    for obj in &page.items {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
+        match r.delete(ns, name, &o).await {
+            Ok(Deleted::Gone(v) | Deleted::Marked(v)) => items.push(v),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let i = r.info();
+    let body = json!({ "kind": i.list_kind, "apiVersion": format!("{}/{}", i.group, i.version), "metadata": { "resourceVersion": page.revision.to_string() }, "items": items });
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+/// Dispatches a verb on a target.
+pub async fn dispatch(
+    t: Target,
+    method: &Method,
+    q: HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response> {
+    if t.resource.info().namespaced && t.namespace.is_none() && method != Method::GET {
+        return Err(ApiError::method_not_allowed(method.as_str()));
+    }
+    match (method.as_str(), t.name.is_some()) {
+        ("GET", false) => list(t, q, headers).await,
+        ("GET", true) => get(t, q, headers).await,
+        ("POST", false) if !t.status => create(t, q, headers, body).await,
+        ("PUT", true) => update(t, q, headers, body).await,
+        ("PATCH", true) => patch(t, q, headers, body).await,
+        ("DELETE", true) if !t.status => delete(t, q, body).await,
+        ("DELETE", false) => delete_collection(t, q, body).await,
+        (m, _) => Err(ApiError::method_not_allowed(m)),
+    }
+}

@@ -1,0 +1,13 @@
+//! The aggregated Kubernetes API server for `sdn.cozystack.io`.
+//!
+//! Start with [`registry`]: its table of kinds drives routes, discovery, OpenAPI and Table
+//! output. [`registry::store::Store`] owns the request flow, each kind's `Strategy` the policy;
+//! [`handlers`] map REST verbs onto it and [`server`] serves it over HTTPS. Request flow,
+//! tenancy and storage are described in `docs/architecture.md`.
+
+pub mod errors;
+pub mod handlers;
+pub mod options;
+pub mod registry;
+pub mod server;
+pub mod validation;

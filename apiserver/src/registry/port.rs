@@ -1,0 +1,79 @@
+//! Registry policy of `Port`: validation from `crate::validation` and its printer columns.
+
+use cozyplane_apis::v1alpha1::Port;
+
+use super::strategy::{self, Column};
+use super::validate::{field::FieldErrors, validate_port, validate_port_update};
+
+/// Create/update policy of `Port`.
+pub struct Strategy;
+
+impl strategy::Strategy for Strategy {
+    type Object = Port;
+
+    const COLUMNS: &'static [Column] = &[
+        Column {
+            name: "IP",
+            kind: "string",
+            pointer: "/spec/ip",
+            priority: 0,
+            description: "The claimed address.",
+        },
+        Column {
+            name: "MAC",
+            kind: "string",
+            pointer: "/spec/mac",
+            priority: 0,
+            description: "Pinned MAC address.",
+        },
+        Column {
+            name: "Node",
+            kind: "string",
+            pointer: "/spec/node",
+            priority: 0,
+            description: "Node the address is on.",
+        },
+        Column {
+            name: "VPC",
+            kind: "string",
+            pointer: "/spec/vpcRef/name",
+            priority: 0,
+            description: "The VPC.",
+        },
+        Column {
+            name: "VPC Namespace",
+            kind: "string",
+            pointer: "/spec/vpcRef/namespace",
+            priority: 1,
+            description: "Namespace of the VPC.",
+        },
+        Column {
+            name: "Node IP",
+            kind: "string",
+            pointer: "/spec/nodeIP",
+            priority: 1,
+            description: "Tunnel endpoint.",
+        },
+        Column {
+            name: "Pod",
+            kind: "string",
+            pointer: "/spec/podName",
+            priority: 1,
+            description: "Pod holding the address.",
+        },
+    ];
+
+    const SELECTABLE_FIELDS: &'static [(&'static str, &'static str)] = &[
+        ("spec.node", "/spec/node"),
+        ("spec.vpcRef.namespace", "/spec/vpcRef/namespace"),
+        ("spec.vpcRef.name", "/spec/vpcRef/name"),
+    ];
+
+    fn validate(&self, obj: &Port) -> FieldErrors {
+        validate_port(obj)
+    }
+
+    fn validate_update(&self, new: &Port, old: &Port) -> FieldErrors {
+        validate_port_update(new, old)
+    }
+}

@@ -1,0 +1,622 @@
+//! The generic store: one create/update/patch/delete/list flow for every kind.
+//!
+//! [`Store<S>`] is typed by its [`Strategy`]; the HTTP layer sees it as `dyn` [`Resource`], which
+//! speaks JSON, so one router serves every kind of the table.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use cozyplane_apis::{HasSpecStatus, KindInfo};
+use cozyplane_storage::{ListOptions, ObjectKey, Revision, Storage, WatchOptions, WatchStream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube_core::Resource as _;
+use rand::Rng;
+use serde_json::{Value, json};
+
+use super::selector::{FieldSelector, LabelSelector};
+use super::strategy::{Column, StatusStrategy, Strategy};
+use super::validate;
+use crate::errors::{ApiError, Result};
+
+/// The storage root of every key this server writes.
+pub const KEY_PREFIX: &str = "registry";
+
+/// Options of a write (`dryRun`).
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run the whole flow, persist nothing.
+    pub dry_run: bool,
+}
+
+/// Options of a delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `propagationPolicy`: `Orphan` and `Foreground` add the GC finalizers.
+    pub propagation: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Clone, Debug)]
+pub enum Deleted {
+    /// The object is gone; this was its last state.
+    Gone(Value),
+    /// The object has finalizers and is now marked for deletion.
+    Marked(Value),
+}
+
+/// Options of a list.
+#[derive(Clone, Debug, Default)]
+pub struct ListParams {
+    /// Read at this revision exactly (`resourceVersionMatch=Exact` or a paged list at X).
+    pub revision: Option<Revision>,
+    /// Require the store to have reached at least this revision (`NotOlderThan`).
+    pub min_revision: Option<Revision>,
+    /// Page size.
+    pub limit: Option<u64>,
+    /// Continue token.
+    pub continue_token: Option<String>,
+    /// Label filter.
+    pub labels: LabelSelector,
+    /// Field filter.
+    pub fields: FieldSelector,
+}
+
+/// One page of a list.
+#[derive(Clone, Debug)]
+pub struct ListPage {
+    /// Matching objects, with `resourceVersion` set.
+    pub items: Vec<Value>,
+    /// Revision of the snapshot.
+    pub revision: Revision,
+    /// Next-page token.
+    pub continue_token: Option<String>,
+    /// Items after this page (only without selectors).
+    pub remaining: Option<u64>,
+}
+
+/// A kind as the HTTP layer sees it: JSON in, JSON out.
+#[async_trait]
+pub trait Resource: Send + Sync + 'static {
+    /// Names and scope.
+    fn info(&self) -> &KindInfo;
+    /// Extra printer columns.
+    fn columns(&self) -> &'static [Column];
+    /// Extra field selectors.
+    fn selectable_fields(&self) -> &'static [(&'static str, &'static str)];
+    /// OpenAPI schema of the object (schemars), and its definitions.
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema;
+    /// Storage key prefix for a namespace (or all).
+    fn prefix(&self, ns: Option<&str>) -> String;
+    /// The underlying store.
+    fn storage(&self) -> &Arc<dyn Storage>;
+    /// Reads one object.
+    async fn get(&self, ns: Option<&str>, name: &str) -> Result<Value>;
+    /// Lists objects.
+    async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage>;
+    /// Creates an object from a request body.
+    async fn create(&self, ns: Option<&str>, body: Value, o: &WriteOptions) -> Result<Value>;
+    /// Replaces an object (or its status).
+    async fn update(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<Value>;
+    /// Patches an object (or its status): `apply` turns the current JSON into the new body.
+    async fn patch(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        apply: &(dyn Fn(Value) -> Result<Value> + Send + Sync),
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<Value>;
+    /// Deletes (or marks) an object.
+    async fn delete(&self, ns: Option<&str>, name: &str, o: &DeleteOptions) -> Result<Deleted>;
+    /// Decodes a stored value into JSON with `metadata.resourceVersion` set.
+    fn decode(&self, value: &[u8], rev: Revision) -> Result<Value>;
+    /// Starts a storage watch of a namespace (or all).
+    async fn watch(&self, ns: Option<&str>, after: Option<Revision>) -> Result<WatchStream>;
+}
+
+/// The generic store of kind `S::Object`.
+pub struct Store<S: Strategy> {
+    strategy: S,
+    info: KindInfo,
+    storage: Arc<dyn Storage>,
+}
+
+impl<S: Strategy> Store<S> {
+    /// A store for `strategy`'s kind on `storage`.
+    pub fn new(strategy: S, storage: Arc<dyn Storage>) -> Self {
+        Self {
+            strategy,
+            info: <S::Object as cozyplane_apis::ApiKind>::INFO,
+            storage,
+        }
+    }
+
+    fn key(&self, ns: Option<&str>, name: &str) -> String {
+        self.object_key(ns).object(name)
+    }
+
+    fn object_key<'a>(&'a self, ns: Option<&'a str>) -> ObjectKey<'a> {
+        ObjectKey {
+            prefix: KEY_PREFIX,
+            group: self.info.group,
+            resource: self.info.plural,
+            namespace: if self.info.namespaced { ns } else { None },
+        }
+    }
+
+    fn invalid(&self, name: &str, errs: &validate::field::FieldErrors) -> ApiError {
+        ApiError::invalid(self.info.kind, self.info.group, name, errs)
+    }
+
+    /// Checks `apiVersion`/`kind` of a body and decodes it.
+    fn decode_body(&self, body: Value) -> Result<S::Object> {
+        if let Some(av) = body.get("apiVersion").and_then(Value::as_str)
+            && av != <S::Object as cozyplane_apis::ApiKind>::API_VERSION
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({})",
+                <S::Object as cozyplane_apis::ApiKind>::API_VERSION
+            )));
+        }
+        if let Some(k) = body.get("kind").and_then(Value::as_str)
+            && k != self.info.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                self.info.kind
+            )));
+        }
+        serde_json::from_value(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding the request body: {e}")))
+    }
+
+    fn encode(&self, obj: &S::Object) -> Result<(Bytes, Value)> {
+        let mut stored = obj.clone();
+        stored.meta_mut().resource_version = None;
+        let bytes = serde_json::to_vec(&stored).map_err(ApiError::internal)?;
+        let v = serde_json::to_value(obj).map_err(ApiError::internal)?;
+        Ok((bytes.into(), v))
+    }
+
+    fn typed(&self, value: &[u8], rev: Revision) -> Result<S::Object> {
+        let mut o: S::Object = serde_json::from_slice(value).map_err(ApiError::internal)?;
+        o.meta_mut().resource_version = Some(rev.to_string());
+        Ok(o)
+    }
+
+    fn with_rv(&self, obj: &S::Object, rev: Revision) -> Result<Value> {
+        let mut v = serde_json::to_value(obj).map_err(ApiError::internal)?;
+        v["metadata"]["resourceVersion"] = json!(rev.to_string());
+        Ok(v)
+    }
+
+    fn fix_namespace(&self, obj: &mut S::Object, ns: Option<&str>) -> Result<()> {
+        let meta = obj.meta_mut();
+        if self.info.namespaced {
+            let url = ns.unwrap_or_default();
+            match meta.namespace.as_deref() {
+                None | Some("") => meta.namespace = Some(url.to_string()),
+                Some(b) if b != url => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {}
+            }
+        } else {
+            meta.namespace = None;
+        }
+        Ok(())
+    }
+
+    async fn read(&self, ns: Option<&str>, name: &str) -> Result<(S::Object, Revision)> {
+        let kv = self
+            .storage
+            .get(&self.key(ns, name))
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        Ok((self.typed(&kv.value, kv.mod_revision)?, kv.mod_revision))
+    }
+
+    /// The shared tail of PUT and PATCH: `new` replaces `old` (read at `rev`).
+    async fn update_from(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        mut new: S::Object,
+        (old, rev): (S::Object, Revision),
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<Value> {
+        self.fix_namespace(&mut new, ns)?;
+        match new.meta().name.as_deref() {
+            Some(n) if n == name => {}
+            None | Some("") => new.meta_mut().name = Some(name.to_string()),
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        match new.meta().resource_version.as_deref() {
+            None | Some("") => {
+                let errs = validate::FieldErrors::from(validate::FieldError::invalid(
+                    validate::FieldPath::new("metadata").child("resourceVersion"),
+                    "0x0",
+                    "must be specified for an update",
+                ));
+                return Err(self.invalid(name, &errs));
+            }
+            Some(v) if v != rev.to_string() => return Err(ApiError::modified(&self.info, name)),
+            _ => {}
+        }
+        let old_meta = old.meta().clone();
+        if let Some(uid) = new.meta().uid.as_deref()
+            && !uid.is_empty()
+            && Some(uid) != old_meta.uid.as_deref()
+        {
+            return Err(ApiError::conflict(
+                &self.info,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    old_meta.uid.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        let errs = if status {
+            let st = StatusStrategy(&self.strategy);
+            st.prepare_for_update(&mut new, &old);
+            st.validate_update(&new, &old)
+        } else {
+            {
+                let m = new.meta_mut();
+                m.uid = old_meta.uid.clone();
+                m.creation_timestamp = old_meta.creation_timestamp.clone();
+                m.deletion_timestamp = old_meta.deletion_timestamp.clone();
+                m.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
+                m.generation = old_meta.generation;
+                m.managed_fields = None;
+            }
+            self.strategy.prepare_for_update(&mut new, &old);
+            self.strategy.default(&mut new);
+            if !new.spec_eq(&old) {
+                new.meta_mut().generation = Some(old_meta.generation.unwrap_or(1) + 1);
+            }
+            // The kind validators include the metadata update rules (finalizers of an object
+            // being deleted, immutable uid/name/namespace).
+            self.strategy.validate_update(&new, &old)
+        };
+        if !errs.is_empty() {
+            return Err(self.invalid(name, &errs));
+        }
+        self.strategy.canonicalize(&mut new);
+        let (bytes, _) = self.encode(&new)?;
+        let (old_bytes, _) = self.encode(&old)?;
+        if bytes == old_bytes {
+            // A no-op write keeps the resourceVersion and emits no event.
+            return self.with_rv(&old, rev);
+        }
+        let key = self.key(ns, name);
+        let finished = new.meta().deletion_timestamp.is_some()
+            && new.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
+        if o.dry_run {
+            return self.with_rv(&new, rev);
+        }
+        if finished {
+            // The last finalizer is gone: the object goes away now.
+            let d = self
+                .storage
+                .delete(&key, Some(rev))
+                .await
+                .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+            return self.with_rv(&new, d.revision);
+        }
+        let kv = self
+            .storage
+            .update(&key, bytes, rev)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        self.with_rv(&new, kv.mod_revision)
+    }
+}
+
+/// Five characters Kubernetes uses for generated names (no vowels, no look-alikes).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn generate_name(prefix: &str) -> String {
+    let mut rng = rand::rng();
+    let mut s: String = prefix.chars().take(58).collect();
+    for _ in 0..5 {
+        s.push(NAME_ALPHABET[rng.random_range(0..NAME_ALPHABET.len())] as char);
+    }
+    s
+}
+
+fn now() -> Time {
+    // Kubernetes timestamps have second precision.
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+#[async_trait]
+impl<S: Strategy> Resource for Store<S> {
+    fn info(&self) -> &KindInfo {
+        &self.info
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        S::COLUMNS
+    }
+
+    fn selectable_fields(&self) -> &'static [(&'static str, &'static str)] {
+        S::SELECTABLE_FIELDS
+    }
+
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<S::Object>()
+    }
+
+    fn prefix(&self, ns: Option<&str>) -> String {
+        self.object_key(ns).list_prefix()
+    }
+
+    fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    fn decode(&self, value: &[u8], rev: Revision) -> Result<Value> {
+        let mut v: Value = serde_json::from_slice(value).map_err(ApiError::internal)?;
+        v["metadata"]["resourceVersion"] = json!(rev.to_string());
+        Ok(v)
+    }
+
+    async fn get(&self, ns: Option<&str>, name: &str) -> Result<Value> {
+        let kv = self
+            .storage
+            .get(&self.key(ns, name))
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        self.decode(&kv.value, kv.mod_revision)
+    }
+
+    async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage> {
+        if let Some(min) = p.min_revision {
+            let cur = self
+                .storage
+                .current_revision()
+                .await
+                .map_err(|e| ApiError::from_storage(&self.info, "", e))?;
+            if cur < min {
+                return Err(ApiError::from_storage(
+                    &self.info,
+                    "",
+                    cozyplane_storage::Error::FutureRevision {
+                        requested: min,
+                        current: cur,
+                    },
+                ));
+            }
+        }
+        let opts = ListOptions {
+            revision: p.revision,
+            limit: p.limit,
+            continue_token: p.continue_token.clone(),
+        };
+        let r = self
+            .storage
+            .list(&self.prefix(ns), &opts)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, "", e))?;
+        let filtered = !p.labels.is_empty() || !p.fields.is_empty();
+        let mut items = Vec::with_capacity(r.items.len());
+        for kv in &r.items {
+            let v = self.decode(&kv.value, kv.mod_revision)?;
+            if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
+                items.push(v);
+            }
+        }
+        Ok(ListPage {
+            items,
+            revision: r.revision,
+            remaining: if filtered { None } else { r.remaining },
+            continue_token: r.continue_token,
+        })
+    }
+
+    async fn create(&self, ns: Option<&str>, body: Value, o: &WriteOptions) -> Result<Value> {
+        let mut obj = self.decode_body(body)?;
+        self.fix_namespace(&mut obj, ns)?;
+        let generated = {
+            let m = obj.meta_mut();
+            let empty = m.name.as_deref().unwrap_or_default().is_empty();
+            let prefix = m.generate_name.clone().filter(|g| !g.is_empty());
+            match (empty, prefix) {
+                (true, Some(p)) => {
+                    m.name = Some(generate_name(&p));
+                    Some(p)
+                }
+                _ => None,
+            }
+        };
+        {
+            let m = obj.meta_mut();
+            m.uid = Some(uuid::Uuid::new_v4().to_string());
+            m.creation_timestamp = Some(now());
+            m.generation = Some(1);
+            m.resource_version = None;
+            m.deletion_timestamp = None;
+            m.deletion_grace_period_seconds = None;
+            m.managed_fields = None;
+            m.self_link = None;
+        }
+        self.strategy.prepare_for_create(&mut obj);
+        self.strategy.default(&mut obj);
+        let name = obj.meta().name.clone().unwrap_or_default();
+        // The kind validators include the object metadata rules.
+        let errs = self.strategy.validate(&obj);
+        if !errs.is_empty() {
+            return Err(self.invalid(&name, &errs));
+        }
+        self.strategy.canonicalize(&mut obj);
+        let (bytes, v) = self.encode(&obj)?;
+        if o.dry_run {
+            return Ok(v);
+        }
+        let mut attempt = 0;
+        let mut key = self.key(ns, &name);
+        let mut bytes = bytes;
+        loop {
+            match self.storage.create(&key, bytes.clone()).await {
+                Ok(kv) => return self.with_rv(&obj, kv.mod_revision),
+                Err(cozyplane_storage::Error::AlreadyExists { .. }) if generated.is_some() && attempt < 7 => {
+                    attempt += 1;
+                    let n = generate_name(generated.as_deref().unwrap_or_default());
+                    obj.meta_mut().name = Some(n.clone());
+                    key = self.key(ns, &n);
+                    bytes = self.encode(&obj)?.0;
+                }
+                Err(cozyplane_storage::Error::AlreadyExists { .. }) if generated.is_some() => {
+                    let mut e = ApiError::already_exists(&self.info, &name);
+                    e.message
+                        .push_str(", the server was not able to generate a unique name for the object");
+                    return Err(e);
+                }
+                Err(e) => return Err(ApiError::from_storage(&self.info, &name, e)),
+            }
+        }
+    }
+
+    async fn update(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<Value> {
+        let new = self.decode_body(body)?;
+        let (old, rev) = self.read(ns, name).await?;
+        self.update_from(ns, name, new, (old, rev), status, o).await
+    }
+
+    async fn patch(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        apply: &(dyn Fn(Value) -> Result<Value> + Send + Sync),
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<Value> {
+        // Without a resourceVersion in the patch, a concurrent write is retried transparently,
+        // as Go's GuaranteedUpdate does.
+        let mut tries = 0;
+        loop {
+            let (old, rev) = self.read(ns, name).await?;
+            let current = self.with_rv(&old, rev)?;
+            let patched = apply(current)?;
+            let new = self.decode_body(patched)?;
+            match self.update_from(ns, name, new, (old, rev), status, o).await {
+                Err(e) if e.reason == "Conflict" && tries < 5 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn delete(&self, ns: Option<&str>, name: &str, o: &DeleteOptions) -> Result<Deleted> {
+        let (mut obj, rev) = self.read(ns, name).await?;
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        if let Some(want) = &o.uid
+            && *want != uid
+        {
+            return Err(ApiError::conflict(
+                &self.info,
+                name,
+                &format!(
+                    "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        if let Some(want) = &o.resource_version
+            && *want != rev.to_string()
+        {
+            return Err(ApiError::conflict(
+                &self.info,
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
+                ),
+            ));
+        }
+        let gc_finalizer = match o.propagation.as_deref() {
+            Some("Orphan") => Some("orphan"),
+            Some("Foreground") => Some("foregroundDeletion"),
+            _ => None,
+        };
+        let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
+        if let Some(f) = gc_finalizer
+            && !finalizers.iter().any(|x| x == f)
+        {
+            finalizers.push(f.to_string());
+        }
+        if finalizers.is_empty() {
+            let key = self.key(ns, name);
+            if o.dry_run {
+                return Ok(Deleted::Gone(self.with_rv(&obj, rev)?));
+            }
+            let d = self
+                .storage
+                .delete(&key, Some(rev))
+                .await
+                .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+            return Ok(Deleted::Gone(self.with_rv(&obj, d.revision)?));
+        }
+        if obj.meta().deletion_timestamp.is_some() {
+            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
+        }
+        {
+            let m = obj.meta_mut();
+            m.finalizers = Some(finalizers);
+            m.deletion_timestamp = Some(now());
+            m.deletion_grace_period_seconds = Some(0);
+            m.generation = Some(m.generation.unwrap_or(1) + 1);
+        }
+        if o.dry_run {
+            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
+        }
+        let (bytes, _) = self.encode(&obj)?;
+        let kv = self
+            .storage
+            .update(&self.key(ns, name), bytes, rev)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        Ok(Deleted::Marked(self.with_rv(&obj, kv.mod_revision)?))
+    }
+
+    async fn watch(&self, ns: Option<&str>, after: Option<Revision>) -> Result<WatchStream> {
+        let opts = WatchOptions {
+            revision: after,
+            prefix: true,
+            // Frequent progress lets the watch cache prove it is current when other kinds are written.
+            progress_interval: Some(std::time::Duration::from_millis(200)),
+        };
+        self.storage
+            .watch(&self.prefix(ns), opts)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, "", e))
+    }
+}

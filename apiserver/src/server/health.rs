@@ -1,0 +1,61 @@
+//! `/healthz`, `/livez`, `/readyz`: per-check, `?verbose`, `?exclude=`, `/<endpoint>/<check>`.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cozyplane_storage::Storage;
+
+/// Runs the checks of `endpoint` (`healthz`, `livez`, `readyz`); `only` selects one check.
+pub async fn check(storage: &Arc<dyn Storage>, endpoint: &str, only: Option<&str>, query: &str) -> Response {
+    let verbose = query
+        .split('&')
+        .any(|p| p == "verbose" || p.starts_with("verbose="));
+    let excluded: Vec<&str> = query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("exclude="))
+        .collect();
+    // Liveness must not depend on storage: a slow etcd should not get the process restarted.
+    let mut checks: Vec<(&str, bool)> = vec![("ping", true)];
+    if endpoint != "livez" {
+        checks.push(("storage", storage.health().await.is_ok()));
+    }
+    let checks: Vec<_> = checks
+        .into_iter()
+        .filter(|(n, _)| only.is_none_or(|o| o == *n) && !excluded.contains(n))
+        .collect();
+    if checks.is_empty() {
+        return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    }
+    let ok = checks.iter().all(|(_, ok)| *ok);
+    let mut body = String::new();
+    if verbose || !ok {
+        for (n, c) in &checks {
+            if *c {
+                body.push_str(&format!("[+]{n} ok\n"));
+            } else {
+                body.push_str(&format!("[-]{n} failed: reason withheld\n"));
+            }
+        }
+        body.push_str(&if ok {
+            format!("{endpoint} check passed\n")
+        } else {
+            format!("{endpoint} check failed\n")
+        });
+    } else {
+        body.push_str("ok");
+    }
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    let mut r = (code, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    r
+}

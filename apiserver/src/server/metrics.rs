@@ -1,0 +1,53 @@
+//! `/metrics`: Prometheus text exposition of request counters.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Labels of `apiserver_request_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// HTTP method.
+    pub verb: String,
+    /// HTTP status code.
+    pub code: u16,
+}
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Requests by verb and code.
+    pub requests: Family<RequestLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "apiserver_request",
+            "Requests served, by verb and code",
+            requests.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            requests,
+        }
+    }
+}
+
+impl Metrics {
+    /// Text exposition.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let r = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = prometheus_client::encoding::text::encode(&mut s, &r);
+        s
+    }
+}

@@ -1,0 +1,289 @@
+//! The one request router: health, version, metrics, discovery, OpenAPI and the group-version,
+//! all dispatched from the path so every kind of the table is served by the same code.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use cozyplane_apis::{GROUP, v1alpha1::VERSION};
+use cozyplane_storage::Storage;
+use serde_json::{Value, json};
+
+use super::authn::{self, Peer};
+use super::{discovery, health, metrics::Metrics, metrics::RequestLabels, openapi::Docs};
+use crate::errors::{ApiError, Result};
+use crate::handlers::{self, Target};
+use crate::registry::Resource;
+use crate::registry::cache::WatchCache;
+
+/// Largest request body accepted (Kubernetes' limit is 3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Shared state of every request.
+pub struct AppState {
+    /// The table of kinds.
+    pub kinds: Vec<Arc<dyn Resource>>,
+    /// One watch cache per kind, in table order.
+    pub caches: Vec<Arc<WatchCache>>,
+    /// The store (health).
+    pub storage: Arc<dyn Storage>,
+    /// OpenAPI documents.
+    pub docs: Docs,
+    /// Aggregated discovery body and its ETag.
+    pub discovery_v2: (Vec<u8>, String),
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Refuse anonymous requests outside the public paths (standalone mode).
+    pub require_authn: bool,
+}
+
+impl AppState {
+    /// State for `kinds`.
+    pub fn new(kinds: Vec<Arc<dyn Resource>>, storage: Arc<dyn Storage>, require_authn: bool) -> Arc<Self> {
+        use sha2::Digest;
+        let docs = Docs::build(&kinds);
+        let v2 = serde_json::to_vec(&discovery::aggregated(&kinds)).expect("a JSON value serializes");
+        let etag = sha2::Sha512::digest(&v2)
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        let caches = kinds.iter().map(|k| WatchCache::start(k.clone())).collect();
+        Arc::new(Self {
+            kinds,
+            caches,
+            storage,
+            docs,
+            discovery_v2: (v2, etag),
+            metrics: Metrics::default(),
+            require_authn,
+        })
+    }
+}
+
+/// The axum router.
+pub fn router(state: Arc<AppState>) -> axum::Router {
+    axum::Router::new().fallback(serve).with_state(state)
+}
+
+fn raw(code: StatusCode, ct: &'static str, body: impl Into<Body>) -> Response {
+    let mut r = Response::new(body.into());
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r
+}
+
+fn json_ok(v: &Value) -> Response {
+    raw(StatusCode::OK, "application/json", v.to_string())
+}
+
+fn etagged(headers: &HeaderMap, etag: &str, ct: &'static str, body: &[u8]) -> Response {
+    let quoted = format!("\"{etag}\"");
+    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(quoted.as_str()) {
+        let mut r = raw(StatusCode::NOT_MODIFIED, ct, Body::empty());
+        r.headers_mut().insert(
+            header::ETAG,
+            HeaderValue::from_str(&quoted).expect("hex is a valid header"),
+        );
+        return r;
+    }
+    let mut r = raw(StatusCode::OK, ct, body.to_vec());
+    r.headers_mut().insert(
+        header::ETAG,
+        HeaderValue::from_str(&quoted).expect("hex is a valid header"),
+    );
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+fn query(q: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    for pair in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        m.insert(decode(k), decode(v));
+    }
+    m
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn serve(State(st): State<Arc<AppState>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let r = route(&st, req).await.unwrap_or_else(IntoResponse::into_response);
+    tracing::debug!(%method, %path, code = r.status().as_u16(), "request");
+    st.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            verb: method.to_string(),
+            code: r.status().as_u16(),
+        })
+        .inc();
+    r
+}
+
+async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
+    let (parts, body) = req.into_parts();
+    let user = parts.extensions.get::<Peer>().and_then(|p| p.0.clone());
+    if st.require_authn && user.is_none() && !authn::is_public(parts.uri.path()) {
+        return Err(ApiError::unauthorized());
+    }
+    let path = parts.uri.path().trim_end_matches('/').to_string();
+    let q = parts.uri.query().unwrap_or_default().to_string();
+    let headers = parts.headers;
+    let method = parts.method;
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(&st.storage, ep, None, &q).await),
+        [ep @ ("healthz" | "livez" | "readyz"), check] => {
+            return Ok(health::check(&st.storage, ep, Some(check), &q).await);
+        }
+        ["version"] => {
+            return Ok(json_ok(&json!({
+                "major": "1", "minor": "33", "gitVersion": concat!("v1.33.0-cozyplane-", env!("CARGO_PKG_VERSION")),
+                "gitCommit": "", "gitTreeState": "clean", "buildDate": "", "goVersion": "", "compiler": "rustc", "platform": "linux/amd64",
+            })));
+        }
+        ["metrics"] => {
+            return Ok(raw(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                st.metrics.encode(),
+            ));
+        }
+        ["api"] => return Ok(json_ok(&discovery::core_versions())),
+        ["apis"] => {
+            if discovery::wants_v2(&accept) {
+                let mut r = etagged(
+                    &headers,
+                    &st.discovery_v2.1,
+                    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                    &st.discovery_v2.0,
+                );
+                r.headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+                return Ok(r);
+            }
+            return Ok(json_ok(&discovery::group_list()));
+        }
+        ["apis", g] if *g == GROUP => return Ok(json_ok(&discovery::group())),
+        ["apis", g, v] if *g == GROUP && *v == VERSION => {
+            return Ok(json_ok(&discovery::resource_list(&st.kinds)));
+        }
+        ["openapi", "v2"] => {
+            return Ok(etagged(
+                &headers,
+                &st.docs.v2_etag,
+                "application/json",
+                &st.docs.v2,
+            ));
+        }
+        ["openapi", "v3"] => return Ok(json_ok(&st.docs.v3_root())),
+        ["openapi", "v3", "apis", g, v] if *g == GROUP && *v == VERSION => {
+            let qm = query(Some(&q));
+            if let Some(h) = qm.get("hash")
+                && *h != st.docs.v3_hash
+            {
+                let mut r = raw(StatusCode::MOVED_PERMANENTLY, "text/plain", Body::empty());
+                let loc = format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={}", st.docs.v3_hash);
+                r.headers_mut().insert(
+                    header::LOCATION,
+                    HeaderValue::from_str(&loc).expect("a path is a valid header"),
+                );
+                return Ok(r);
+            }
+            let mut r = etagged(&headers, &st.docs.v3_hash, "application/json", &st.docs.v3_gv);
+            if qm.contains_key("hash") {
+                r.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("public, immutable"),
+                );
+            }
+            return Ok(r);
+        }
+        ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
+            let target = resolve(st, rest)?;
+            let body = axum::body::to_bytes(body, MAX_BODY)
+                .await
+                .map_err(|_| ApiError::too_large())?;
+            return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
+        }
+        _ => {}
+    }
+    Err(ApiError::path_not_found())
+}
+
+fn find(st: &AppState, plural: &str) -> Result<Arc<WatchCache>> {
+    st.caches
+        .iter()
+        .find(|c| c.resource().info().plural == plural)
+        .cloned()
+        .ok_or_else(ApiError::path_not_found)
+}
+
+fn resolve(st: &AppState, rest: &[&str]) -> Result<Target> {
+    let t = |c: Arc<WatchCache>, ns: Option<&str>, name: Option<&str>, status: bool| Target {
+        resource: c.resource().clone(),
+        cache: c,
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+        status,
+    };
+    match rest {
+        ["namespaces", ns, plural, tail @ ..] => {
+            let r = find(st, plural)?;
+            if !r.resource().info().namespaced {
+                return Err(ApiError::path_not_found());
+            }
+            match tail {
+                [] => Ok(t(r, Some(ns), None, false)),
+                [name] => Ok(t(r, Some(ns), Some(name), false)),
+                [name, "status"] if r.resource().info().has_status => Ok(t(r, Some(ns), Some(name), true)),
+                _ => Err(ApiError::path_not_found()),
+            }
+        }
+        [plural, tail @ ..] => {
+            let r = find(st, plural)?;
+            match tail {
+                [] => Ok(t(r, None, None, false)),
+                [name] if !r.resource().info().namespaced => Ok(t(r, None, Some(name), false)),
+                [name, "status"] if !r.resource().info().namespaced && r.resource().info().has_status => {
+                    Ok(t(r, None, Some(name), true))
+                }
+                _ => Err(ApiError::path_not_found()),
+            }
+        }
+        _ => Err(ApiError::path_not_found()),
+    }
+}
