@@ -7,6 +7,7 @@
 
 pub mod errors;
 pub mod handlers;
+pub mod merge;
 pub mod options;
 pub mod registry;
 pub mod server;
