@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cozyplane_storage::embedded::{Config as EmbeddedConfig, EmbeddedStore};
 use cozyplane_storage::etcd::EtcdStore;
-use cozyplane_storage::testing::{EtcdServer, next_change};
+use cozyplane_storage::testing::{EtcdServer, next_change, runtime};
 use cozyplane_storage::{ListOptions, Storage, Txn, WatchOptions};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use etcd_client::{Compare, CompareOp, Txn as EtcdTxn, TxnOp};
@@ -19,14 +19,6 @@ use futures::stream::FuturesUnordered;
 const CONCURRENCY: usize = 32;
 /// A Port-sized object.
 const VALUE: &[u8] = &[b'x'; 600];
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Run `n` calls of `op(i)` with `CONCURRENCY` in flight; return the elapsed time.
 async fn concurrently<F, Fut>(n: u64, op: F) -> Duration

@@ -17,6 +17,7 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
+use crate::progress::ProgressTicker;
 use crate::{
     Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Txn,
     TxnResponse, WatchOptions, WatchStream, prefix_end, token,
@@ -408,18 +409,8 @@ impl Watcher {
             },
             _ = self.tx.closed() => return End::Done,
         };
-        let mut tick = self.opts.progress_interval.map(|p| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + p, p);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            t
-        });
+        let mut tick = ProgressTicker::new(self.opts.progress_interval);
         loop {
-            let ticked = async {
-                match tick.as_mut() {
-                    Some(t) => t.tick().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 msg = stream.message() => {
                     let Ok(Some(resp)) = msg else { return End::Reconnect };
@@ -469,7 +460,7 @@ impl Watcher {
                     }
                     self.last = newest;
                 }
-                _ = ticked => {
+                _ = tick.tick() => {
                     if stream.request_progress().await.is_err() {
                         return End::Reconnect;
                     }

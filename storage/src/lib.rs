@@ -80,6 +80,7 @@ pub mod embedded;
 mod error;
 pub mod etcd;
 mod key;
+mod progress;
 #[cfg(feature = "test-util")]
 pub mod testing;
 mod token;

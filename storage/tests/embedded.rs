@@ -9,20 +9,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cozyplane_storage::embedded::{Config, EmbeddedStore};
-use cozyplane_storage::testing::{self, Ctx, next};
+use cozyplane_storage::testing::{self, Ctx, next, runtime};
 use cozyplane_storage::{Error, ListOptions, Storage, WatchOptions};
 use libtest_mimic::{Arguments, Trial};
 use rand::Rng;
 
 const CHILD_ENV: &str = "COZYPLANE_CRASH_CHILD_DIR";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn main() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {

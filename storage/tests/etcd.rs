@@ -6,17 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cozyplane_storage::etcd::EtcdStore;
-use cozyplane_storage::testing::{self, Ctx, EtcdServer, next_change};
+use cozyplane_storage::testing::{self, Ctx, EtcdServer, next_change, runtime};
 use cozyplane_storage::{Storage, WatchOptions};
 use libtest_mimic::{Arguments, Trial};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn main() {
     let args = Arguments::from_args();

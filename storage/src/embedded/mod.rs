@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::progress::ProgressTicker;
 use crate::{
     Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Txn, TxnResponse,
     WatchOptions, WatchStream, token,
@@ -628,16 +629,12 @@ impl Watcher {
     }
 
     async fn run(mut self, mut live: broadcast::Receiver<Arc<[Event]>>) {
-        let mut tick = self.progress.map(|p| {
-            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + p, p);
-            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            t
-        });
+        let mut tick = ProgressTicker::new(self.progress);
         loop {
             if self.catch_up().await.is_err() {
                 return;
             }
-            if let Stop::Done = self.follow(&mut live, tick.as_mut()).await {
+            if let Stop::Done = self.follow(&mut live, &mut tick).await {
                 return;
             }
         }
@@ -666,15 +663,9 @@ impl Watcher {
     async fn follow(
         &mut self,
         live: &mut broadcast::Receiver<Arc<[Event]>>,
-        mut tick: Option<&mut tokio::time::Interval>,
+        tick: &mut ProgressTicker,
     ) -> Stop {
         loop {
-            let ticked = async {
-                match tick.as_mut() {
-                    Some(t) => t.tick().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 batch = live.recv() => match batch {
                     Ok(batch) => {
@@ -688,7 +679,7 @@ impl Watcher {
                         return Stop::Done;
                     }
                 },
-                _ = ticked => {
+                _ = tick.tick() => {
                     // The writer publishes a commit's events before its revision, so once the
                     // channel is drained every event up to `now` has been delivered.
                     let now = self.shared.committed.borrow().revision;
