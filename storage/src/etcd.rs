@@ -242,6 +242,45 @@ impl Storage for EtcdStore {
         })
     }
 
+    /// The hot path of every API update: one compare-and-put, without the generic
+    /// transaction's bookkeeping. The previous item is asked for because the result names the
+    /// key's create revision.
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        let txn = EtcdTxn::new()
+            .when([EtcdCompare::mod_revision(key, CompareOp::Equal, expected as i64)])
+            .and_then([TxnOp::put(
+                key,
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
+        let resp = self.kv.clone().txn(txn).await.map_err(Error::unavailable)?;
+        let rev = header_revision(resp.header());
+        let first = resp.op_responses().into_iter().next();
+        match (resp.succeeded(), first) {
+            (true, Some(TxnOpResponse::Put(p))) => {
+                let create_revision = p.prev_key().map_or(rev, |kv| kv.create_revision() as Revision);
+                Ok(KeyValue {
+                    key: key.into(),
+                    value,
+                    create_revision,
+                    mod_revision: rev,
+                })
+            }
+            (false, Some(TxnOpResponse::Get(g))) => match g.kvs().first() {
+                Some(kv) => Err(Error::Conflict {
+                    key: key.into(),
+                    expected,
+                    actual: kv.mod_revision() as Revision,
+                }),
+                None => Err(Error::NotFound { key: key.into() }),
+            },
+            _ => Err(Error::internal(
+                "etcd answered an update transaction out of shape",
+            )),
+        }
+    }
+
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         txn.check()?;
         let compares: Vec<EtcdCompare> = txn
