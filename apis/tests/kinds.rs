@@ -489,8 +489,19 @@ fn list_markers_are_kept() {
         vpc["properties"]["conditions"]["x-kubernetes-list-map-keys"],
         json!(["type"])
     );
+    assert_eq!(
+        vpc["properties"]["conditions"]["x-kubernetes-patch-merge-key"],
+        "type"
+    );
     let port = schema_of::<PortStatus>();
     assert_eq!(port["properties"]["groups"]["x-kubernetes-list-type"], "atomic");
+    let spec = schema_of::<VPCSpec>();
+    assert_eq!(spec["properties"]["cidrs"]["x-kubernetes-list-type"], "atomic");
+    let hf = schema_of::<HostFirewallSpec>();
+    assert_eq!(hf["properties"]["policyTypes"]["x-kubernetes-list-type"], "set");
+    assert_eq!(hf["properties"]["ingress"]["x-kubernetes-list-type"], "atomic");
+    let peer = schema_of::<HostFirewallPeer>();
+    assert_eq!(peer["properties"]["except"]["x-kubernetes-list-type"], "set");
     let gw = schema_of::<VPCGatewayStatus>();
     assert!(
         gw["properties"]["conditions"]

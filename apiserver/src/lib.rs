@@ -5,10 +5,14 @@
 //! [`handlers`] map REST verbs onto it and [`server`] serves it over HTTPS. Request flow,
 //! tenancy and storage are described in `docs/architecture.md`.
 
+pub mod admission;
+pub mod alloc;
+pub mod controllers;
 pub mod errors;
 pub mod handlers;
 pub mod merge;
 pub mod options;
+pub mod rbac;
 pub mod registry;
 pub mod server;
 pub mod validation;

@@ -1,5 +1,12 @@
 //! Command-line options and server start-up: `Options` (flags) → [`Options::complete`] →
 //! [`Server`] (bound, ready to serve).
+//!
+//! Request path: TLS (client certificate requested, not required) → `cozyplane-authz`
+//! authentication (front proxy, client certificate, TokenReview; anonymous only on health paths)
+//! → authorization (SubjectAccessReview; `system:masters` and health paths short-circuit) →
+//! admission context → router. `--standalone` replaces the delegated parts: the minted CA (plus
+//! `--client-ca-file`) authenticates, and everything authenticated is allowed unless
+//! `--authorization-kubeconfig` is given.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,14 +14,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use cozyplane_authz::{
+    AlwaysAllow, AlwaysAllowPaths, AuthOptions, AuthenticationLayer, Authenticator, AuthorizationLayer,
+    Authorizer, CaBundle, DelegatingAuthorizer, DynamicCertConfig, PeerCertificates,
+    SubjectAccessReviewAuthorizer, TokenReviewAuthenticator,
+};
 use cozyplane_storage::{Config, Storage, embedded, etcd};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt;
+use tower::{ServiceBuilder, ServiceExt};
 
+use crate::admission::{self, Admission};
 use crate::registry;
-use crate::server::authn::{self, Peer};
+use crate::server::apiservice::{self, CaSource, Registration, ServiceRef};
 use crate::server::router::{AppState, router};
 use crate::server::tls;
 
@@ -55,6 +70,34 @@ pub struct Options {
     /// With --standalone: write a kubeconfig for the admin certificate here.
     #[arg(long, requires = "standalone")]
     pub write_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of the kube-apiserver for namespace lifecycle, ResourceQuota and the
+    /// APIService (default: --authentication-kubeconfig, else in-cluster; in standalone mode
+    /// without either, namespace lifecycle and quota are off).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Register (create or patch) the APIService v1alpha1.sdn.cozystack.io for this Service,
+    /// `<namespace>/<name>`, at start-up.
+    #[arg(long, value_name = "NAMESPACE/SERVICE")]
+    pub ensure_apiservice: Option<ServiceRef>,
+    /// Where the APIService's caBundle comes from: `serving-cert`, `file:<path>` or
+    /// `cert-manager:<namespace>/<secret>` (cert-manager's CA injector fills it).
+    #[arg(long, default_value = "serving-cert", value_name = "SOURCE")]
+    pub apiservice_ca_bundle_from: CaSource,
+    /// spec.groupPriorityMinimum of the APIService.
+    #[arg(long, default_value_t = 1000)]
+    pub apiservice_group_priority_minimum: i32,
+    /// spec.versionPriority of the APIService.
+    #[arg(long, default_value_t = 15)]
+    pub apiservice_version_priority: i32,
+    /// The Service port of the APIService.
+    #[arg(long, default_value_t = 443)]
+    pub apiservice_service_port: i32,
+    /// How often quota usage of our resources is recounted for every namespace.
+    #[arg(long, default_value = "5m", value_parser = cozyplane_authz::parse_duration)]
+    pub quota_resync_period: Duration,
+    /// Delegated authentication and authorization.
+    #[command(flatten)]
+    pub auth: AuthOptions,
 }
 
 /// Start-up failures.
@@ -72,6 +115,12 @@ pub enum Error {
     /// I/O (listen, files).
     #[error("I/O")]
     Io(#[from] std::io::Error),
+    /// Delegated authentication or authorization could not be set up.
+    #[error("configuring authentication/authorization")]
+    Auth(#[from] cozyplane_authz::Error),
+    /// The kube-apiserver connection could not be configured.
+    #[error("configuring the kube-apiserver connection: {0}")]
+    Kube(String),
 }
 
 /// A bound server, ready to [`run`](Server::run).
@@ -79,6 +128,10 @@ pub struct Server {
     listener: TcpListener,
     acceptor: TlsAcceptor,
     state: Arc<AppState>,
+    authn: AuthenticationLayer,
+    authz: AuthorizationLayer,
+    /// Admission (virtual verbs, namespace lifecycle, quota).
+    pub admission: Arc<Admission>,
     /// The address it listens on.
     pub addr: SocketAddr,
     /// The standalone PKI, if minted.
@@ -108,17 +161,24 @@ impl Options {
 
     /// As [`complete`](Self::complete), on an already opened store.
     pub async fn complete_with(self, storage: Arc<dyn Storage>) -> Result<Server, Error> {
+        let service_names = self
+            .ensure_apiservice
+            .as_ref()
+            .map(ServiceRef::dns_names)
+            .unwrap_or_default();
         let pki = if self.standalone {
-            Some(tls::Pki::mint()?)
+            Some(tls::Pki::mint_for(&service_names)?)
         } else {
             None
         };
         let serving = match (&self.tls_cert_file, &self.tls_private_key_file, &pki) {
             (Some(c), Some(k), _) => tls::read(c, k)?,
             (_, _, Some(p)) => p.serving.clone(),
-            _ => tls::self_signed()?,
+            _ => tls::self_signed(&service_names)?,
         };
-        let cfg = tls::server_config(&serving, pki.as_ref().map(|p| p.ca.as_str()))?;
+        let cfg = tls::server_config(&serving)?;
+        let (authn, authz) = self.auth_layers(pki.as_ref()).await?;
+        let kube = self.kube_client().await?;
         let listener = TcpListener::bind(SocketAddr::new(self.bind_address, self.secure_port)).await?;
         let addr = listener.local_addr()?;
         if let (Some(p), Some(path)) = (&pki, &self.write_kubeconfig) {
@@ -133,21 +193,151 @@ impl Options {
             std::fs::write(path, p.kubeconfig(&format!("https://{host}:{}", addr.port())))?;
         }
         let kinds = registry::kinds(&storage);
+        let mut admission = Admission::new(authz.authorizer());
+        if let Some(client) = &kube {
+            admission = admission.with_kube(client.clone());
+            admission::quota::Reconciler::new(client.clone(), kinds.clone()).start(self.quota_resync_period);
+        } else {
+            tracing::info!("no kube-apiserver connection: namespace lifecycle and quota admission are off");
+        }
+        if let Some(service) = &self.ensure_apiservice {
+            let Some(client) = kube.clone() else {
+                return Err(Error::Kube(
+                    "--ensure-apiservice needs a kube-apiserver connection".into(),
+                ));
+            };
+            let registration = Registration {
+                service: service.clone(),
+                port: self.apiservice_service_port,
+                group_priority_minimum: self.apiservice_group_priority_minimum,
+                version_priority: self.apiservice_version_priority,
+                ca: self.apiservice_ca_bundle_from.clone(),
+            };
+            let ca = pki
+                .as_ref()
+                .map_or_else(|| serving.cert.clone(), |p| p.ca.clone());
+            tokio::spawn(ensure_apiservice(client, registration, ca));
+        }
         let state = AppState::new(kinds, storage, pki.is_some());
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(cfg)),
             state,
+            authn,
+            authz,
+            admission: Arc::new(admission),
             addr,
             pki,
         })
+    }
+
+    /// The authentication and authorization layers; see the module docs.
+    async fn auth_layers(
+        &self,
+        pki: Option<&tls::Pki>,
+    ) -> Result<(AuthenticationLayer, AuthorizationLayer), Error> {
+        let Some(pki) = pki else {
+            return Ok(self.auth.build().await?);
+        };
+        let a = &self.auth;
+        let mut certs = a.cert_config_from_flags()?;
+        let mut cas: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.ca.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(tls::Error::from)?;
+        if let Some(extra) = &certs.client_ca {
+            cas.extend(extra.certificates().iter().cloned());
+        }
+        certs.client_ca = Some(CaBundle::from_der(cas)?);
+        let paths = AlwaysAllowPaths::new(a.authorization_always_allow_paths.iter().cloned());
+        let tokens = match &a.authentication_kubeconfig {
+            Some(p) => Some(
+                TokenReviewAuthenticator::new(kube_client(Some(p)).await?)
+                    .authenticated_ttl(a.authentication_token_webhook_cache_ttl)
+                    .unauthenticated_ttl(a.authentication_token_webhook_cache_ttl),
+            ),
+            None => None,
+        };
+        let authn = AuthenticationLayer::new(Authenticator::new(
+            DynamicCertConfig::new(certs),
+            tokens,
+            paths.clone(),
+        ));
+        let inner: Arc<dyn Authorizer> = match &a.authorization_kubeconfig {
+            Some(p) => Arc::new(
+                SubjectAccessReviewAuthorizer::new(kube_client(Some(p)).await?)
+                    .authorized_ttl(a.authorization_webhook_cache_authorized_ttl)
+                    .unauthorized_ttl(a.authorization_webhook_cache_unauthorized_ttl),
+            ),
+            None => Arc::new(AlwaysAllow),
+        };
+        let authz = AuthorizationLayer::new(Arc::new(DelegatingAuthorizer::new(paths, inner)));
+        Ok((authn, authz))
+    }
+
+    /// The kube-apiserver connection for admission and the APIService, if any.
+    async fn kube_client(&self) -> Result<Option<kube::Client>, Error> {
+        match self
+            .kubeconfig
+            .as_ref()
+            .or(self.auth.authentication_kubeconfig.as_ref())
+        {
+            Some(p) => Ok(Some(kube_client(Some(p)).await?)),
+            None if self.standalone => Ok(None),
+            None => Ok(Some(kube_client(None).await?)),
+        }
+    }
+}
+
+/// A kube client from a kubeconfig file, or the in-cluster configuration.
+pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let err = |what: &str, e: &dyn std::fmt::Display| Error::Kube(format!("{what}: {e}"));
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(|e| err(&path.display().to_string(), &e))?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(&path.display().to_string(), &e))?
+        }
+        None => kube::Config::incluster().map_err(|e| err("in-cluster configuration", &e))?,
+    };
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| err("client", &e))
+}
+
+/// Ensures the APIService, retrying until it succeeds.
+async fn ensure_apiservice(client: kube::Client, r: Registration, ca: String) {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match apiservice::ensure(client.clone(), &r, &ca).await {
+            Ok(created) => {
+                tracing::info!(name = %apiservice::name(), created, "APIService ensured");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "ensuring the APIService; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
     }
 }
 
 impl Server {
     /// Serves until the task is dropped or the listener fails.
     pub async fn run(self) -> Result<(), Error> {
-        let app = router(self.state.clone());
+        // Control loops (issue 5): leader-elected over the store; aborted with the server.
+        let controllers = crate::controllers::start(self.state.kinds.clone(), self.state.storage.clone());
+        let _stop_controllers = AbortOnDrop(controllers);
+        let app = router(self.state.clone()).layer(axum::middleware::from_fn_with_state(
+            self.admission.clone(),
+            admission::scope,
+        ));
+        let app = ServiceBuilder::new()
+            .layer(self.authn.clone())
+            .layer(self.authz.clone())
+            .service(app);
         loop {
             let (tcp, peer) = self.listener.accept().await?;
             let acceptor = self.acceptor.clone();
@@ -160,10 +350,17 @@ impl Server {
                         return;
                     }
                 };
-                let peer_user = Peer(authn::user_of(tls.get_ref().1.peer_certificates()));
+                let certs = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .filter(|c| !c.is_empty())
+                    .map(|c| PeerCertificates(c.iter().map(|d| d.clone().into_owned()).collect()));
                 let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let mut req = req.map(axum::body::Body::new);
-                    req.extensions_mut().insert(peer_user.clone());
+                    if let Some(c) = &certs {
+                        req.extensions_mut().insert(c.clone());
+                    }
                     app.clone().oneshot(req)
                 });
                 let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -174,5 +371,14 @@ impl Server {
                 }
             });
         }
+    }
+}
+
+/// Aborts a task when dropped (the control loops end with the server).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -20,6 +20,10 @@ const GROUPLESS_API_PREFIX: &str = "api";
 const SPECIAL_VERBS: [&str; 2] = ["proxy", "watch"];
 /// Segments after `/namespaces/{name}` that are subresources of the namespace itself.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
+/// Read-only views computed from their parent object, as `(group, resource, subresource)`: a
+/// `get` of one is authorized as a `get` of the parent (whoever may get a VPC may read its
+/// allocations).
+const PARENT_VIEWS: [(&str, &str, &str); 1] = [("sdn.cozystack.io", "vpcs", "allocations")];
 
 /// The parsed intent of one HTTP request, inserted by the authentication layer as a request
 /// extension.
@@ -155,12 +159,22 @@ impl RequestInfo {
     /// The authorization attributes of this request.
     pub fn attributes(&self) -> Attributes {
         if self.is_resource_request {
+            let view = self.verb == "get"
+                && PARENT_VIEWS.contains(&(
+                    self.api_group.as_str(),
+                    self.resource.as_str(),
+                    self.subresource.as_str(),
+                ));
             Attributes::Resource(ResourceAttributes {
                 verb: self.verb.clone(),
                 group: self.api_group.clone(),
                 version: self.api_version.clone(),
                 resource: self.resource.clone(),
-                subresource: self.subresource.clone(),
+                subresource: if view {
+                    String::new()
+                } else {
+                    self.subresource.clone()
+                },
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
             })
@@ -305,6 +319,35 @@ mod tests {
         assert_eq!(info.api_group, "sdn.cozystack.io");
         assert_eq!(info.api_version, "v1alpha1");
         assert_eq!(info.parts, ["vpcs", "a", "status"]);
+    }
+
+    #[test]
+    fn vpc_allocations_are_authorized_as_get_of_the_vpc() {
+        let info = parse(&Method::GET, &format!("{G}/namespaces/t1/vpcs/a/allocations"));
+        assert_resource(&info, "get", "t1", "vpcs", "allocations", "a");
+        let Attributes::Resource(r) = info.attributes() else {
+            panic!("a resource request");
+        };
+        assert_eq!(
+            (
+                r.verb.as_str(),
+                r.resource.as_str(),
+                r.subresource.as_str(),
+                r.name.as_str()
+            ),
+            ("get", "vpcs", "", "a")
+        );
+        // Other subresources, and writes to this one, keep their subresource.
+        for (method, path) in [
+            (Method::GET, "/namespaces/t1/vpcs/a/status"),
+            (Method::PUT, "/namespaces/t1/vpcs/a/allocations"),
+            (Method::GET, "/namespaces/t1/ports/a/allocations"),
+        ] {
+            let Attributes::Resource(r) = parse(&method, &format!("{G}{path}")).attributes() else {
+                panic!("a resource request");
+            };
+            assert!(!r.subresource.is_empty(), "{path}: {r:?}");
+        }
     }
 
     #[test]

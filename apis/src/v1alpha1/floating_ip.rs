@@ -42,7 +42,12 @@ pub struct FloatingIPStatus {
     pub phase: String,
     /// Conditions of the floating IP; see [`conditions`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
     pub conditions: Vec<Condition>,
 }
 

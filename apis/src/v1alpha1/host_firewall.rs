@@ -17,12 +17,15 @@ pub struct HostFirewallSpec {
     /// Directions the policy restricts, `Ingress` and/or `Egress`. Empty means `Ingress`, plus
     /// `Egress` if `egress` has rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub policy_types: Vec<String>,
     /// Inbound traffic the nodes accept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ingress: Vec<HostFirewallIngressRule>,
     /// Outbound traffic the nodes may send.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub egress: Vec<HostFirewallEgressRule>,
 }
 
@@ -32,9 +35,11 @@ pub struct HostFirewallSpec {
 pub struct HostFirewallIngressRule {
     /// Allowed sources; empty means any address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub from: Vec<HostFirewallPeer>,
     /// Allowed destination ports; empty means all TCP and UDP ports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<HostFirewallPort>,
 }
 
@@ -44,9 +49,11 @@ pub struct HostFirewallIngressRule {
 pub struct HostFirewallEgressRule {
     /// Allowed destinations; empty means any address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub to: Vec<HostFirewallPeer>,
     /// Allowed destination ports; empty means all TCP and UDP ports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<HostFirewallPort>,
 }
 
@@ -61,6 +68,7 @@ pub struct HostFirewallPeer {
     pub cidr: String,
     /// Sub-ranges of `cidr` that are not included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub except: Vec<String>,
 }
 
@@ -87,7 +95,12 @@ pub struct HostFirewallPort {
 pub struct HostFirewallStatus {
     /// Conditions of the policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
     pub conditions: Vec<Condition>,
 }
 

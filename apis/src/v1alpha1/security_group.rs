@@ -43,6 +43,7 @@ pub struct SecurityGroupIngressRule {
     pub from: SecurityGroupPeer,
     /// Destination ports allowed; empty allows all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<SecurityGroupPort>,
 }
 
@@ -57,6 +58,7 @@ pub struct SecurityGroupEgressRule {
     pub to: SecurityGroupPeer,
     /// Destination ports allowed; empty allows all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<SecurityGroupPort>,
 }
 
@@ -104,7 +106,12 @@ pub struct SecurityGroupStatus {
     pub phase: String,
     /// Conditions of the group (currently not written by any controller).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
     pub conditions: Vec<Condition>,
 }
 

@@ -27,6 +27,7 @@ pub struct ServiceVIPSpec {
     pub service_ref: ServiceRef,
     /// The Service's ports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<ServiceVIPPort>,
     /// The Service's session affinity: `ClientIP`, or `None`/empty for none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -72,13 +73,19 @@ pub struct ServiceVIPPort {
 pub struct ServiceVIPStatus {
     /// The ready endpoints traffic is balanced across.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub backends: Vec<ServiceVIPBackend>,
     /// `Pending` or `Ready`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
     /// Conditions of the address (currently not written by any controller).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
     pub conditions: Vec<Condition>,
 }
 
@@ -93,6 +100,7 @@ pub struct ServiceVIPBackend {
     pub ip: String,
     /// Where each Service port is served on this endpoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<ServiceVIPBackendPort>,
 }
 

@@ -17,6 +17,7 @@ pub struct VPCSpec {
     /// service addresses are allocated from the first entry, which is also the only one the
     /// datapath programs; peering checks all entries for overlap.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub cidrs: Vec<String>,
     /// MTU of interfaces attached to the VPC; 0 means the node default.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -36,7 +37,12 @@ pub struct VPCStatus {
     pub phase: String,
     /// Conditions of the VPC (currently not written by any controller).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
     pub conditions: Vec<Condition>,
 }
 

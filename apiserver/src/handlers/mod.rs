@@ -18,6 +18,9 @@ use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
 use crate::server::table::{self, Repr};
 use crate::server::watch::{self, WatchRequest};
 
+mod apply;
+mod fields;
+
 /// Where a request points inside the group-version.
 pub struct Target {
     /// The kind.
@@ -161,86 +164,73 @@ fn duplicate_fields(body: &[u8]) -> Vec<String> {
     out
 }
 
-/// Unknown fields of `sent`, judged by what the typed object kept.
-fn unknown_fields(sent: &Value, kept: &Value, path: &str, out: &mut Vec<String>) {
-    if let (Value::Object(s), Value::Object(k)) = (sent, kept) {
-        for (key, v) in s {
-            let p = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            match k.get(key) {
-                Some(kv) => unknown_fields(v, kv, &p, out),
-                None if is_zero(v) => {}
-                None => out.push(p),
-            }
+/// OBJ-18: removes exact duplicates from `metadata.ownerReferences` and warns about them, and
+/// about distinct entries sharing a UID.
+fn dedup_owner_references(v: &mut Value) -> Vec<String> {
+    let Some(Value::Array(owners)) = v.pointer_mut("/metadata/ownerReferences") else {
+        return vec![];
+    };
+    let mut kept: Vec<Value> = Vec::with_capacity(owners.len());
+    let mut dropped = false;
+    for o in owners.drain(..) {
+        if kept.contains(&o) {
+            dropped = true;
+        } else {
+            kept.push(o);
         }
     }
+    let mut warnings = Vec::new();
+    if dropped {
+        warnings.push(
+            "metadata.ownerReferences contains duplicate entries; the server removed the duplicates"
+                .to_string(),
+        );
+    }
+    let mut uids = std::collections::HashSet::new();
+    for o in &kept {
+        if let Some(u) = o.get("uid").and_then(Value::as_str)
+            && !uids.insert(u)
+        {
+            warnings.push(format!(
+                "metadata.ownerReferences: more than one entry has UID {u:?}"
+            ));
+        }
+    }
+    *owners = kept;
+    warnings
 }
 
-fn is_zero(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.values().all(is_zero),
+/// The `fieldValidation` mode of a write: `Strict`, `Warn` (the default) or `Ignore`.
+fn validation_mode(q: &HashMap<String, String>) -> Result<&str> {
+    match q.get("fieldValidation").map(String::as_str) {
+        None | Some("") => Ok("Warn"),
+        Some(m @ ("Strict" | "Warn" | "Ignore")) => Ok(m),
+        Some(m) => Err(ApiError::bad_request(format!(
+            "fieldValidation: invalid value {m:?}; supported values: \"Ignore\", \"Warn\", \"Strict\""
+        ))),
     }
 }
 
-/// Applies `fieldValidation` to unknown and duplicate fields: Strict fails with 400, Warn (the
-/// default) returns warnings, Ignore drops them.
-fn field_validation(
-    q: &HashMap<String, String>,
-    raw: &[u8],
-    sent: &Value,
-    stored: &Value,
-) -> Result<Vec<String>> {
-    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
-    if !matches!(mode, "Strict" | "Warn" | "Ignore" | "") {
-        return Err(ApiError::bad_request(format!(
-            "fieldValidation: invalid value {mode:?}; supported values: \"Ignore\", \"Warn\", \"Strict\""
-        )));
-    }
+/// Applies `fieldValidation` to the unknown fields of `sent` (judged by the kind's schema) and to
+/// the duplicate fields of `raw` (if given): Strict fails with 400, Warn returns warnings, Ignore
+/// drops them.
+fn field_validation(r: &dyn Resource, mode: &str, raw: Option<&[u8]>, sent: &Value) -> Result<Vec<String>> {
     if mode == "Ignore" {
         return Ok(vec![]);
     }
-    let mut sent = sent.clone();
-    // Server-managed or ignored parts are never "unknown".
-    if let Some(m) = sent.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "managedFields",
-            "resourceVersion",
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "selfLink",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ] {
-            m.remove(k);
-        }
-    }
-    if let Some(o) = sent.as_object_mut() {
-        o.remove("status");
-    }
-    let mut stored = stored.clone();
-    if let Some(o) = stored.as_object_mut() {
-        o.remove("status");
-    }
-    let mut unknown = Vec::new();
-    unknown_fields(&sent, &stored, "", &mut unknown);
-    let mut msgs: Vec<String> = duplicate_fields(raw)
+    let mut msgs: Vec<String> = raw
+        .map(duplicate_fields)
+        .unwrap_or_default()
         .iter()
         .map(|f| format!("duplicate field \"{f}\""))
         .collect();
-    msgs.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
-    if msgs.is_empty() {
-        return Ok(msgs);
-    }
-    if mode == "Strict" {
+    msgs.extend(
+        fields::schema_of(r)
+            .unknown_fields(sent)
+            .iter()
+            .map(|f| format!("unknown field \"{f}\"")),
+    );
+    if mode == "Strict" && !msgs.is_empty() {
         return Err(ApiError::bad_request(format!(
             "strict decoding error: {}",
             msgs.join(", ")
@@ -483,25 +473,15 @@ pub async fn create(
 ) -> Result<Response> {
     let o = WriteOptions {
         dry_run: dry_run(&q, "CreateOptions")?,
+        manager: apply::field_manager(&q, headers, "CreateOptions")?,
+        applied: false,
     };
-    let sent = body_json(headers, &body)?;
-    if q.get("fieldValidation").is_some_and(|m| m == "Strict") {
-        // Strict must refuse before anything is written: judge a dry run first.
-        let probe = t
-            .resource
-            .create(
-                t.namespace.as_deref(),
-                sent.clone(),
-                &WriteOptions { dry_run: true },
-            )
-            .await?;
-        field_validation(&q, &body, &sent, &probe)?;
-    }
-    let created = t
-        .resource
-        .create(t.namespace.as_deref(), sent.clone(), &o)
-        .await?;
-    let warnings = field_validation(&q, &body, &sent, &created)?;
+    let mut sent = body_json(headers, &body)?;
+    let mode = validation_mode(&q)?;
+    // Decoding comes first, as in Go: Strict refuses before anything is validated or written.
+    let mut warnings = field_validation(&*t.resource, mode, Some(&body), &sent)?;
+    warnings.extend(dedup_owner_references(&mut sent));
+    let created = t.resource.create(t.namespace.as_deref(), sent, &o).await?;
     Ok(json_response(StatusCode::CREATED, &created, &warnings))
 }
 
@@ -514,42 +494,19 @@ pub async fn update(
 ) -> Result<Response> {
     let o = WriteOptions {
         dry_run: dry_run(&q, "UpdateOptions")?,
+        manager: apply::field_manager(&q, headers, "UpdateOptions")?,
+        applied: false,
     };
-    let sent = body_json(headers, &body)?;
+    let mut sent = body_json(headers, &body)?;
     let name = t.name.as_deref().unwrap_or_default();
-    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
-    if mode == "Strict" {
-        // Reject before writing: decode-only check against the typed round trip.
-        let probe = t
-            .resource
-            .create(
-                t.namespace.as_deref(),
-                strip_for_probe(&sent),
-                &WriteOptions { dry_run: true },
-            )
-            .await;
-        if let Ok(kept) = probe {
-            field_validation(&q, &body, &sent, &kept)?;
-        }
-    }
+    let mode = validation_mode(&q)?;
+    let mut warnings = field_validation(&*t.resource, mode, Some(&body), &sent)?;
+    warnings.extend(dedup_owner_references(&mut sent));
     let updated = t
         .resource
-        .update(t.namespace.as_deref(), name, sent.clone(), t.status, &o)
+        .update(t.namespace.as_deref(), name, sent, t.status, &o)
         .await?;
-    let warnings = if mode == "Strict" {
-        vec![]
-    } else {
-        field_validation(&q, &body, &sent, &updated)?
-    };
     Ok(json_response(StatusCode::OK, &updated, &warnings))
-}
-
-fn strip_for_probe(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-    }
-    v
 }
 
 /// PATCH of an object or its status.
@@ -561,12 +518,24 @@ pub async fn patch(
 ) -> Result<Response> {
     let o = WriteOptions {
         dry_run: dry_run(&q, "PatchOptions")?,
+        manager: apply::field_manager(&q, headers, "PatchOptions")?,
+        applied: false,
     };
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let ct = ct.split(';').next().unwrap_or_default().trim().to_string();
+    if ct == "application/apply-patch+yaml" {
+        return apply::apply_patch(t, q, body, o).await;
+    }
+    if !crate::server::openapi::PATCH_TYPES.contains(&ct.as_str()) {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: {} (got {ct:?})",
+            crate::server::openapi::PATCH_TYPES.join(", ")
+        )));
+    }
+    apply::check_force(&q)?;
     let name = t.name.clone().unwrap_or_default();
     let doc: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
@@ -590,6 +559,7 @@ pub async fn patch(
             json_patch::merge(&mut cur, &doc);
             Ok(cur)
         }),
+        "application/strategic-merge-patch+json" => apply::strategic(&t, doc),
         other => {
             return Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: {} (got {other:?})",
@@ -597,11 +567,30 @@ pub async fn patch(
             )));
         }
     };
+    // fieldValidation judges the patched object: the stored one has no unknown fields, so any
+    // found came from the patch. Strict fails inside the write, before anything is stored.
+    let mode = validation_mode(&q)?;
+    let dups = matches!(
+        ct.as_str(),
+        "application/merge-patch+json" | "application/strategic-merge-patch+json"
+    )
+    .then_some(&body[..]);
+    let warnings = std::sync::Mutex::new(Vec::new());
+    let checked = |cur: Value| -> Result<Value> {
+        let mut out = apply(cur)?;
+        let mut w = field_validation(&*t.resource, mode, dups, &out)?;
+        w.extend(dedup_owner_references(&mut out));
+        *warnings.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = w;
+        Ok(out)
+    };
     let patched = t
         .resource
-        .patch(t.namespace.as_deref(), &name, &*apply, t.status, &o)
+        .patch(t.namespace.as_deref(), &name, &checked, t.status, &o)
         .await?;
-    Ok(json_response(StatusCode::OK, &patched, &[]))
+    let warnings = warnings
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok(json_response(StatusCode::OK, &patched, &warnings))
 }
 
 fn delete_options(q: &HashMap<String, String>, body: &Bytes) -> Result<DeleteOptions> {

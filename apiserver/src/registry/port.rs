@@ -1,5 +1,6 @@
 //! Registry policy of `Port`: validation from `crate::validation` and its printer columns.
 
+use cozyplane_apis::HasSpecStatus;
 use cozyplane_apis::v1alpha1::Port;
 
 use super::strategy::{self, Column};
@@ -73,7 +74,31 @@ impl strategy::Strategy for Strategy {
         validate_port(obj)
     }
 
+    fn prepare_for_update(&self, new: &mut Port, old: &Port) {
+        new.keep_status_from(old);
+        // Server-filled fields survive an update that leaves them out (e.g. an apply).
+        if new.spec.ip.is_empty() {
+            new.spec.ip.clone_from(&old.spec.ip);
+        }
+        if new.spec.mac.is_empty() {
+            new.spec.mac.clone_from(&old.spec.mac);
+        }
+    }
+
     fn validate_update(&self, new: &Port, old: &Port) -> FieldErrors {
-        validate_port_update(new, old)
+        let mut errs = validate_port_update(new, old);
+        if new.spec.mac != old.spec.mac && !old.spec.mac.is_empty() {
+            // The MAC is claimed in storage with the Port; it stays as long as the Port.
+            errs.push(super::validate::FieldError::invalid(
+                super::validate::FieldPath::new("spec").child("mac"),
+                &new.spec.mac,
+                "field is immutable",
+            ));
+        }
+        errs
+    }
+
+    fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<Port>> {
+        Some(&crate::alloc::kinds::PortAllocator)
     }
 }

@@ -46,6 +46,34 @@ impl strategy::Strategy for Strategy {
     }
 
     fn validate_update(&self, new: &SecurityGroup, old: &SecurityGroup) -> FieldErrors {
-        validate_security_group_update(new, old)
+        let mut errs = validate_security_group_update(new, old);
+        if new.spec.vpc_ref != old.spec.vpc_ref && old.status.as_ref().is_some_and(|s| s.id != 0) {
+            // The id is claimed within the VPC: moving the group would need a new one.
+            errs.push(super::validate::FieldError::invalid(
+                super::validate::FieldPath::new("spec")
+                    .child("vpcRef")
+                    .child("name"),
+                &new.spec.vpc_ref.name,
+                "field is immutable once a group id is allocated",
+            ));
+        }
+        errs
+    }
+
+    fn validate_status_update(&self, new: &SecurityGroup, old: &SecurityGroup) -> FieldErrors {
+        let id = |g: &SecurityGroup| g.status.as_ref().map_or(0, |s| s.id);
+        let mut errs = FieldErrors::new();
+        if id(new) != id(old) {
+            errs.push(super::validate::FieldError::invalid_int(
+                super::validate::FieldPath::new("status").child("id"),
+                i64::from(id(new)),
+                "is allocated by the server and immutable",
+            ));
+        }
+        errs
+    }
+
+    fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<cozyplane_apis::v1alpha1::SecurityGroup>> {
+        Some(&crate::alloc::kinds::SecurityGroupAllocator)
     }
 }

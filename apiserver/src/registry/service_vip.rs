@@ -60,4 +60,8 @@ impl strategy::Strategy for Strategy {
     fn validate_status_update(&self, new: &ServiceVIP, old: &ServiceVIP) -> FieldErrors {
         validate_service_vip_status_update(new, old)
     }
+
+    fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<cozyplane_apis::v1alpha1::ServiceVIP>> {
+        Some(&crate::alloc::kinds::ServiceVipAllocator)
+    }
 }

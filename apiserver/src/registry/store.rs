@@ -28,6 +28,59 @@ pub const KEY_PREFIX: &str = "registry";
 pub struct WriteOptions {
     /// `dryRun=All`: run the whole flow, persist nothing.
     pub dry_run: bool,
+    /// The field manager recorded in `metadata.managedFields` (`fieldManager`, else the
+    /// User-Agent prefix); `None` records the write as [`DEFAULT_MANAGER`].
+    pub manager: Option<String>,
+    /// The body is the result of server-side apply and already carries its `managedFields`;
+    /// the Update bookkeeping is skipped.
+    pub applied: bool,
+}
+
+/// The manager of writes that name none (in-process controllers).
+pub const DEFAULT_MANAGER: &str = "cozyplane-apiserver";
+
+/// The kind's schema reduced for server-side apply and strategic merge patch, built once per
+/// group and kind.
+pub fn merge_schema(r: &dyn Resource) -> Arc<crate::merge::Schema> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    type Cache = Mutex<HashMap<(&'static str, &'static str), Arc<crate::merge::Schema>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (r.info().group, r.info().kind);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(s) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        return s.clone();
+    }
+    let mut generator = schemars::SchemaGenerator::default();
+    let mut doc = r.schema(&mut generator).to_value();
+    let defs: serde_json::Map<String, Value> = generator.take_definitions(true);
+    if let Value::Object(m) = &mut doc {
+        m.insert("$defs".into(), Value::Object(defs));
+    }
+    let s = Arc::new(crate::merge::Schema::for_object(&doc));
+    cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, s.clone());
+    s
+}
+
+/// `metadata.managedFields` as the typed object carries it (`None` when empty).
+fn typed_managed_fields(
+    m: &crate::merge::ManagedFields,
+) -> Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>> {
+    let entries: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> =
+        serde_json::from_value(m.to_json()).map_err(ApiError::internal)?;
+    Ok((!entries.is_empty()).then_some(entries))
+}
+
+/// `true` for an apply conflict (409 with `FieldManagerConflict` causes), which no retry fixes.
+fn is_field_manager_conflict(e: &ApiError) -> bool {
+    e.details
+        .as_ref()
+        .and_then(|d| d.get("causes"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["reason"] == "FieldManagerConflict"))
 }
 
 /// Options of a delete.
@@ -163,6 +216,74 @@ impl<S: Strategy> Store<S> {
         ApiError::invalid(self.info.kind, self.info.group, name, errs)
     }
 
+    /// One attempt of a delete: read, check preconditions, then remove or mark at the read
+    /// revision.
+    async fn delete_once(&self, ns: Option<&str>, name: &str, o: &DeleteOptions) -> Result<Deleted> {
+        let (mut obj, rev) = self.read(ns, name).await?;
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        if let Some(want) = &o.uid
+            && *want != uid
+        {
+            return Err(ApiError::conflict(
+                &self.info,
+                name,
+                &format!(
+                    "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+                ),
+            ));
+        }
+        if let Some(want) = &o.resource_version
+            && *want != rev.to_string()
+        {
+            return Err(ApiError::conflict(
+                &self.info,
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
+                ),
+            ));
+        }
+        let gc_finalizer = match o.propagation.as_deref() {
+            Some("Orphan") => Some("orphan"),
+            Some("Foreground") => Some("foregroundDeletion"),
+            _ => None,
+        };
+        let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
+        if let Some(f) = gc_finalizer
+            && !finalizers.iter().any(|x| x == f)
+        {
+            finalizers.push(f.to_string());
+        }
+        if finalizers.is_empty() {
+            let key = self.key(ns, name);
+            if o.dry_run {
+                return Ok(Deleted::Gone(self.with_rv(&obj, rev)?));
+            }
+            let revision = self.remove(&key, name, &obj, rev).await?;
+            return Ok(Deleted::Gone(self.with_rv(&obj, revision)?));
+        }
+        if obj.meta().deletion_timestamp.is_some() {
+            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
+        }
+        {
+            let m = obj.meta_mut();
+            m.finalizers = Some(finalizers);
+            m.deletion_timestamp = Some(now());
+            m.deletion_grace_period_seconds = Some(0);
+            m.generation = Some(m.generation.unwrap_or(1) + 1);
+        }
+        if o.dry_run {
+            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
+        }
+        let (bytes, _) = self.encode(&obj)?;
+        let kv = self
+            .storage
+            .update(&self.key(ns, name), bytes, rev)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        Ok(Deleted::Marked(self.with_rv(&obj, kv.mod_revision)?))
+    }
+
     /// Checks `apiVersion`/`kind` of a body and decodes it.
     fn decode_body(&self, body: Value) -> Result<S::Object> {
         if let Some(av) = body.get("apiVersion").and_then(Value::as_str)
@@ -233,6 +354,63 @@ impl<S: Strategy> Store<S> {
         Ok((self.typed(&kv.value, kv.mod_revision)?, kv.mod_revision))
     }
 
+    /// Where a write's `managedFields` bookkeeping starts: `None` for an apply (the body
+    /// carries the result), else what the body asks for (`merge::managed_fields_for_write`).
+    fn managed_input(
+        &self,
+        old: Option<&S::Object>,
+        new: &S::Object,
+        o: &WriteOptions,
+    ) -> Result<Option<crate::merge::ManagedFieldsInput>> {
+        if o.applied {
+            return Ok(None);
+        }
+        let old = old
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(ApiError::internal)?;
+        let new = serde_json::to_value(new).map_err(ApiError::internal)?;
+        Ok(Some(crate::merge::managed_fields_for_write(old.as_ref(), &new)))
+    }
+
+    /// Sets `new`'s `managedFields` for a write by `o.manager` (PATCH-09): an apply keeps
+    /// `applied` (what the body carried), any other write records an Update entry.
+    fn record_managed_fields(
+        &self,
+        old: Option<&S::Object>,
+        new: &mut S::Object,
+        input: Option<crate::merge::ManagedFieldsInput>,
+        applied: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
+        status: bool,
+        o: &WriteOptions,
+    ) -> Result<()> {
+        use crate::merge::ManagedFieldsInput;
+        let entries = match input {
+            None => applied,
+            Some(ManagedFieldsInput::Reset) => None,
+            Some(ManagedFieldsInput::Track(managed)) => {
+                new.meta_mut().managed_fields = None;
+                let old = old
+                    .map(serde_json::to_value)
+                    .transpose()
+                    .map_err(ApiError::internal)?;
+                let new_v = serde_json::to_value(&*new).map_err(ApiError::internal)?;
+                let time = now().0.to_string();
+                let ctx = crate::merge::WriteContext {
+                    manager: o.manager.as_deref().unwrap_or(DEFAULT_MANAGER),
+                    subresource: status.then_some("status"),
+                    api_version: <S::Object as cozyplane_apis::ApiKind>::API_VERSION,
+                    time: &time,
+                };
+                let schema = merge_schema(self);
+                let m = crate::merge::update_managed_fields(old.as_ref(), &new_v, &managed, &ctx, &schema);
+                typed_managed_fields(&m)?
+            }
+        };
+        new.meta_mut().managed_fields = entries;
+        Ok(())
+    }
+
     /// The shared tail of PUT and PATCH: `new` replaces `old` (read at `rev`).
     async fn update_from(
         &self,
@@ -266,6 +444,8 @@ impl<S: Strategy> Store<S> {
             _ => {}
         }
         let old_meta = old.meta().clone();
+        let sent_managed = new.meta().managed_fields.clone();
+        let managed_input = self.managed_input(Some(&old), &new, o)?;
         if let Some(uid) = new.meta().uid.as_deref()
             && !uid.is_empty()
             && Some(uid) != old_meta.uid.as_deref()
@@ -305,10 +485,23 @@ impl<S: Strategy> Store<S> {
         if !errs.is_empty() {
             return Err(self.invalid(name, &errs));
         }
+        if !status {
+            let checks = self.strategy.update_checks(&new, &old);
+            crate::admission::admit_update(&self.info, name, &checks).await?;
+        }
         self.strategy.canonicalize(&mut new);
+        if !status {
+            self.strategy.derive_status(&mut new);
+        }
+        self.record_managed_fields(Some(&old), &mut new, managed_input, sent_managed, status, o)?;
         let (bytes, _) = self.encode(&new)?;
         let (old_bytes, _) = self.encode(&old)?;
-        if bytes == old_bytes {
+        let same = bytes == old_bytes || {
+            let a: Value = serde_json::from_slice(&bytes).map_err(ApiError::internal)?;
+            let b: Value = serde_json::from_slice(&old_bytes).map_err(ApiError::internal)?;
+            crate::merge::equal_ignoring_managed_fields_time(&a, &b)
+        };
+        if same {
             // A no-op write keeps the resourceVersion and emits no event.
             return self.with_rv(&old, rev);
         }
@@ -319,13 +512,9 @@ impl<S: Strategy> Store<S> {
             return self.with_rv(&new, rev);
         }
         if finished {
-            // The last finalizer is gone: the object goes away now.
-            let d = self
-                .storage
-                .delete(&key, Some(rev))
-                .await
-                .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
-            return self.with_rv(&new, d.revision);
+            // The last finalizer is gone: the object goes away now (with what it holds).
+            let revision = self.remove(&key, name, &old, rev).await?;
+            return self.with_rv(&new, revision);
         }
         let kv = self
             .storage
@@ -333,6 +522,113 @@ impl<S: Strategy> Store<S> {
             .await
             .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
         self.with_rv(&new, kv.mod_revision)
+    }
+}
+
+impl<S: Strategy> Store<S> {
+    /// Deletes `key` at `rev`, releasing in the same transaction whatever `obj` holds.
+    async fn remove(&self, key: &str, name: &str, obj: &S::Object, rev: Revision) -> Result<Revision> {
+        let release = self
+            .strategy
+            .allocator()
+            .map(|a| a.release(obj))
+            .unwrap_or_default();
+        let mut t = cozyplane_storage::Txn::new()
+            .when(cozyplane_storage::Compare::ModRevision(key.into(), rev))
+            .delete(key);
+        t.ops.extend(release.into_iter().filter(|op| op.key() != key));
+        let r = self
+            .storage
+            .txn(t)
+            .await
+            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
+        if r.succeeded {
+            return Ok(r.revision);
+        }
+        let e = match r.current.into_iter().next().and_then(|(_, kv)| kv) {
+            None => cozyplane_storage::Error::NotFound { key: key.into() },
+            Some(kv) => cozyplane_storage::Error::Conflict {
+                key: key.into(),
+                expected: rev,
+                actual: kv.mod_revision,
+            },
+        };
+        Err(ApiError::from_storage(&self.info, name, e))
+    }
+
+    /// Create with server-side allocation: allocate → validate → admit → one transaction with
+    /// the object and its claims; a lost race re-allocates (bounded), avoiding what was lost.
+    async fn create_allocated(
+        &self,
+        alloc: &dyn crate::alloc::Allocator<S::Object>,
+        ns: Option<&str>,
+        mut obj: S::Object,
+        generated: Option<&str>,
+        admitted_name: &str,
+        o: &WriteOptions,
+    ) -> Result<Value> {
+        use crate::alloc::{Cx, MAX_ATTEMPTS, Outcome, failed_compares};
+        let mut avoid = std::collections::HashSet::new();
+        let name_generated = generated.is_some() || obj.meta().name.as_deref().unwrap_or_default().is_empty();
+        for _ in 0..MAX_ATTEMPTS {
+            let mut cand = obj.clone();
+            let cx = Cx {
+                storage: &self.storage,
+                avoid: &avoid,
+                name_generated,
+            };
+            let mut a = alloc.allocate(&mut cand, &cx).await?;
+            let name = cand.meta().name.clone().unwrap_or_default();
+            let errs = self.strategy.validate(&cand);
+            if !errs.is_empty() {
+                a.finish(false, &[]);
+                return Err(self.invalid(&name, &errs));
+            }
+            self.strategy.canonicalize(&mut cand);
+            self.strategy.derive_status(&mut cand);
+            let checks = self.strategy.create_checks(&cand);
+            if let Err(e) =
+                crate::admission::admit_create(&self.info, ns, admitted_name, &checks, o.dry_run).await
+            {
+                a.finish(false, &[]);
+                return Err(e);
+            }
+            let (bytes, v) = self.encode(&cand)?;
+            if o.dry_run {
+                a.finish(false, &[]);
+                return Ok(v);
+            }
+            let key = self.key(ns, &name);
+            let txn = a.txn(&key, bytes);
+            let r = match self.storage.txn(txn.clone()).await {
+                Ok(r) => r,
+                Err(e) => {
+                    a.finish(false, &[]);
+                    return Err(ApiError::from_storage(&self.info, &name, e));
+                }
+            };
+            if r.succeeded {
+                a.finish(true, &[]);
+                return self.with_rv(&cand, r.revision);
+            }
+            let failed = failed_compares(&txn, &r.current);
+            let lost: Vec<String> = failed.iter().map(|(k, _)| k.clone()).collect();
+            a.finish(false, &lost);
+            match a.resolve(&key, &failed) {
+                Outcome::Retry => avoid.extend(lost.into_iter().filter(|k| *k != key)),
+                Outcome::Fail(e) => return Err(e),
+                Outcome::NameTaken if generated.is_some() => {
+                    let n = generate_name(generated.unwrap_or_default());
+                    obj.meta_mut().name = Some(n);
+                }
+                Outcome::NameTaken => return Err(ApiError::already_exists(&self.info, &name)),
+            }
+        }
+        Err(ApiError::conflict(
+            &self.info,
+            obj.meta().name.as_deref().unwrap_or_default(),
+            &format!("allocation lost {MAX_ATTEMPTS} races in a row; try again"),
+        ))
     }
 }
 
@@ -441,6 +737,8 @@ impl<S: Strategy> Resource for Store<S> {
     async fn create(&self, ns: Option<&str>, body: Value, o: &WriteOptions) -> Result<Value> {
         let mut obj = self.decode_body(body)?;
         self.fix_namespace(&mut obj, ns)?;
+        let sent_managed = obj.meta().managed_fields.clone();
+        let managed_input = self.managed_input(None, &obj, o)?;
         let generated = {
             let m = obj.meta_mut();
             let empty = m.name.as_deref().unwrap_or_default().is_empty();
@@ -466,13 +764,25 @@ impl<S: Strategy> Resource for Store<S> {
         }
         self.strategy.prepare_for_create(&mut obj);
         self.strategy.default(&mut obj);
+        self.record_managed_fields(None, &mut obj, managed_input, sent_managed, false, o)?;
         let name = obj.meta().name.clone().unwrap_or_default();
+        // Admission names a generated object by its prefix, as Kubernetes does.
+        let admitted_name = generated.clone().unwrap_or_else(|| name.clone());
+        crate::admission::admit_namespace(&self.info, ns, &admitted_name).await?;
+        if let Some(alloc) = self.strategy.allocator() {
+            return self
+                .create_allocated(alloc, ns, obj, generated.as_deref(), &admitted_name, o)
+                .await;
+        }
         // The kind validators include the object metadata rules.
         let errs = self.strategy.validate(&obj);
         if !errs.is_empty() {
             return Err(self.invalid(&name, &errs));
         }
         self.strategy.canonicalize(&mut obj);
+        self.strategy.derive_status(&mut obj);
+        let checks = self.strategy.create_checks(&obj);
+        crate::admission::admit_create(&self.info, ns, &admitted_name, &checks, o.dry_run).await?;
         let (bytes, v) = self.encode(&obj)?;
         if o.dry_run {
             return Ok(v);
@@ -531,80 +841,23 @@ impl<S: Strategy> Resource for Store<S> {
             let patched = apply(current)?;
             let new = self.decode_body(patched)?;
             match self.update_from(ns, name, new, (old, rev), status, o).await {
-                Err(e) if e.reason == "Conflict" && tries < 5 => tries += 1,
+                Err(e) if e.reason == "Conflict" && tries < 5 && !is_field_manager_conflict(&e) => tries += 1,
                 other => return other,
             }
         }
     }
 
     async fn delete(&self, ns: Option<&str>, name: &str, o: &DeleteOptions) -> Result<Deleted> {
-        let (mut obj, rev) = self.read(ns, name).await?;
-        let uid = obj.meta().uid.clone().unwrap_or_default();
-        if let Some(want) = &o.uid
-            && *want != uid
-        {
-            return Err(ApiError::conflict(
-                &self.info,
-                name,
-                &format!(
-                    "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
-                ),
-            ));
-        }
-        if let Some(want) = &o.resource_version
-            && *want != rev.to_string()
-        {
-            return Err(ApiError::conflict(
-                &self.info,
-                name,
-                &format!(
-                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
-                ),
-            ));
-        }
-        let gc_finalizer = match o.propagation.as_deref() {
-            Some("Orphan") => Some("orphan"),
-            Some("Foreground") => Some("foregroundDeletion"),
-            _ => None,
-        };
-        let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
-        if let Some(f) = gc_finalizer
-            && !finalizers.iter().any(|x| x == f)
-        {
-            finalizers.push(f.to_string());
-        }
-        if finalizers.is_empty() {
-            let key = self.key(ns, name);
-            if o.dry_run {
-                return Ok(Deleted::Gone(self.with_rv(&obj, rev)?));
+        // Without a resourceVersion precondition the caller asked to delete whatever is there,
+        // so a write that slipped in between our read and our delete (a status update) is
+        // retried rather than reported, as Kubernetes' store does.
+        let mut attempts = 0;
+        loop {
+            match self.delete_once(ns, name, o).await {
+                Err(e) if e.code == 409 && o.resource_version.is_none() && attempts < 8 => attempts += 1,
+                other => return other,
             }
-            let d = self
-                .storage
-                .delete(&key, Some(rev))
-                .await
-                .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
-            return Ok(Deleted::Gone(self.with_rv(&obj, d.revision)?));
         }
-        if obj.meta().deletion_timestamp.is_some() {
-            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
-        }
-        {
-            let m = obj.meta_mut();
-            m.finalizers = Some(finalizers);
-            m.deletion_timestamp = Some(now());
-            m.deletion_grace_period_seconds = Some(0);
-            m.generation = Some(m.generation.unwrap_or(1) + 1);
-        }
-        if o.dry_run {
-            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
-        }
-        let (bytes, _) = self.encode(&obj)?;
-        let kv = self
-            .storage
-            .update(&self.key(ns, name), bytes, rev)
-            .await
-            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
-        Ok(Deleted::Marked(self.with_rv(&obj, kv.mod_revision)?))
     }
 
     async fn watch(&self, ns: Option<&str>, after: Option<Revision>) -> Result<WatchStream> {

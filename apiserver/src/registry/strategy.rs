@@ -53,6 +53,13 @@ pub trait Strategy: Send + Sync + 'static {
     /// Normalises after validation, before persisting.
     fn canonicalize(&self, _obj: &mut Self::Object) {}
 
+    /// Sets the parts of the status that follow from the object alone, in the same write as a
+    /// create or a main-resource update. A status a controller would otherwise write right
+    /// after every create then never lags behind the object (no second write, no extra
+    /// `MODIFIED` event, no conflict for a client that reuses the create's resourceVersion).
+    /// Not called on `/status` writes, whose body is the writer's to decide.
+    fn derive_status(&self, _obj: &mut Self::Object) {}
+
     /// Copies server-owned parts from `old` on a main-resource update (status).
     fn prepare_for_update(&self, new: &mut Self::Object, old: &Self::Object) {
         new.keep_status_from(old);
@@ -66,6 +73,24 @@ pub trait Strategy: Send + Sync + 'static {
     /// Rules for writes to `/status`; none by default.
     fn validate_status_update(&self, _new: &Self::Object, _old: &Self::Object) -> FieldErrors {
         FieldErrors::new()
+    }
+
+    /// Server-side allocation (VNI, addresses, MACs, group ids): the store runs it after
+    /// defaulting and before validation, and joins its claims to the create transaction and
+    /// its releases to the delete transaction (`crate::alloc`). None by default.
+    fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<Self::Object>> {
+        None
+    }
+
+    /// Virtual-verb checks admission runs for the requesting user on create (e.g. `export`
+    /// on a referenced VPC); none by default.
+    fn create_checks(&self, _obj: &Self::Object) -> Vec<crate::admission::VerbCheck> {
+        Vec::new()
+    }
+
+    /// Virtual-verb checks admission runs on a main-resource update; none by default.
+    fn update_checks(&self, _new: &Self::Object, _old: &Self::Object) -> Vec<crate::admission::VerbCheck> {
+        Vec::new()
     }
 }
 

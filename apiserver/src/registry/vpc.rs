@@ -49,4 +49,34 @@ impl strategy::Strategy for Strategy {
     fn validate_update(&self, new: &VPC, old: &VPC) -> FieldErrors {
         validate_vpc_update(new, old)
     }
+
+    fn validate_status_update(&self, new: &VPC, old: &VPC) -> FieldErrors {
+        // The VNI is claimed in storage: only the allocator sets it, nobody changes it.
+        let vni = |v: &VPC| v.status.as_ref().map_or(0, |s| s.vni);
+        let mut errs = FieldErrors::new();
+        if vni(new) != vni(old) {
+            errs.push(super::validate::FieldError::invalid_int(
+                super::validate::FieldPath::new("status").child("vni"),
+                i64::from(vni(new)),
+                "is allocated by the server and immutable",
+            ));
+        }
+        errs
+    }
+
+    fn derive_status(&self, obj: &mut VPC) {
+        // The status loop computes the same from the same object; doing it here means the
+        // loop finds nothing to write after a create or a spec change.
+        let Ok(json) = serde_json::to_value(&*obj) else {
+            return;
+        };
+        let status = crate::controllers::loops::vpc_status(&json);
+        if let Ok(status) = serde_json::from_value(status) {
+            obj.status = Some(status);
+        }
+    }
+
+    fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<VPC>> {
+        Some(&crate::alloc::kinds::VpcAllocator)
+    }
 }

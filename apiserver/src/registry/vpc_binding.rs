@@ -1,4 +1,9 @@
-//! Registry policy of `VPCBinding`: validation from `crate::validation` and its printer columns.
+//! Registry policy of `VPCBinding`: validation from `crate::validation`, its printer columns and
+//! the `export` virtual verb.
+//!
+//! Binding a namespace to a VPC lets its pods join that VPC, so creating a binding (or pointing
+//! an existing one at another VPC) needs `export` on the referenced `vpcs` object, decided by a
+//! SubjectAccessReview for the requesting user (see `docs/tenancy.md`).
 
 use cozyplane_apis::v1alpha1::VPCBinding;
 
@@ -6,6 +11,7 @@ use super::strategy::{self, Column};
 use super::validate::{
     default_vpc_binding, field::FieldErrors, validate_vpc_binding, validate_vpc_binding_update,
 };
+use crate::admission::VerbCheck;
 
 /// Create/update policy of `VPCBinding`.
 pub struct Strategy;
@@ -40,5 +46,63 @@ impl strategy::Strategy for Strategy {
 
     fn validate_update(&self, new: &VPCBinding, old: &VPCBinding) -> FieldErrors {
         validate_vpc_binding_update(new, old)
+    }
+
+    fn create_checks(&self, obj: &VPCBinding) -> Vec<VerbCheck> {
+        vec![export(obj)]
+    }
+
+    fn update_checks(&self, new: &VPCBinding, old: &VPCBinding) -> Vec<VerbCheck> {
+        if new.spec.vpc_ref == old.spec.vpc_ref {
+            Vec::new()
+        } else {
+            vec![export(new)]
+        }
+    }
+}
+
+/// `export` on the VPC a binding references.
+fn export(obj: &VPCBinding) -> VerbCheck {
+    VerbCheck {
+        verb: "export",
+        resource: "vpcs",
+        namespace: obj.spec.vpc_ref.namespace.clone(),
+        name: obj.spec.vpc_ref.name.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cozyplane_apis::v1alpha1::{VPCBindingSpec, VPCRef};
+
+    use super::*;
+    use crate::registry::strategy::Strategy as _;
+
+    fn binding(ns: &str, name: &str) -> VPCBinding {
+        VPCBinding {
+            spec: VPCBindingSpec {
+                vpc_ref: VPCRef {
+                    namespace: ns.into(),
+                    name: name.into(),
+                },
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn export_is_checked_on_create_and_on_a_changed_reference() {
+        let b = binding("t2", "v");
+        assert_eq!(
+            Strategy.create_checks(&b),
+            vec![VerbCheck {
+                verb: "export",
+                resource: "vpcs",
+                namespace: "t2".into(),
+                name: "v".into()
+            }]
+        );
+        assert!(Strategy.update_checks(&b, &b).is_empty());
+        assert_eq!(Strategy.update_checks(&binding("t3", "v"), &b).len(), 1);
     }
 }

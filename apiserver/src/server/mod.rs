@@ -1,6 +1,7 @@
-//! HTTP serving: routes, discovery, OpenAPI, watch, Table output, TLS, health and metrics.
+//! HTTP serving: routes, discovery, OpenAPI, watch, Table output, TLS, health and metrics, and
+//! the APIService registration. Authentication and authorization are `cozyplane-authz` layers.
 
-pub mod authn;
+pub mod apiservice;
 pub mod discovery;
 pub mod health;
 pub mod metrics;

@@ -1,8 +1,8 @@
 //! OpenAPI v2 and v3 documents, built from each kind's `JsonSchema` and the table of kinds.
 //!
-//! PATCH advertises exactly the patch types the server accepts (JSON patch and merge patch), so
-//! kubectl never chooses strategic merge; POST/PUT/PATCH advertise `fieldValidation`, so kubectl
-//! validates server-side.
+//! PATCH advertises exactly the patch types the server accepts (JSON patch, merge patch,
+//! strategic merge patch and server-side apply), so kubectl's client-side apply sends strategic
+//! merge patches; POST/PUT/PATCH advertise `fieldValidation`, so kubectl validates server-side.
 
 use std::sync::Arc;
 
@@ -14,7 +14,12 @@ use sha2::{Digest, Sha512};
 use crate::registry::Resource;
 
 /// Patch types accepted by the server.
-pub const PATCH_TYPES: &[&str] = &["application/json-patch+json", "application/merge-patch+json"];
+pub const PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
 
 /// Prefix of our definition names, so they never collide in an aggregated document.
 const DEF_PREFIX: &str = "io.cozystack.sdn.v1alpha1.";

@@ -12,7 +12,6 @@ use cozyplane_apis::{GROUP, v1alpha1::VERSION};
 use cozyplane_storage::Storage;
 use serde_json::{Value, json};
 
-use super::authn::{self, Peer};
 use super::{discovery, health, metrics::Metrics, metrics::RequestLabels, openapi::Docs};
 use crate::errors::{ApiError, Result};
 use crate::handlers::{self, Target};
@@ -36,7 +35,7 @@ pub struct AppState {
     pub discovery_v2: (Vec<u8>, String),
     /// Metrics.
     pub metrics: Metrics,
-    /// Refuse anonymous requests outside the public paths (standalone mode).
+    /// Whether the server runs standalone (informational; authentication is the authz layers').
     pub require_authn: bool,
 }
 
@@ -149,11 +148,8 @@ async fn serve(State(st): State<Arc<AppState>>, req: Request) -> Response {
 }
 
 async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
+    // Authentication and authorization happened in the cozyplane-authz layers around the router.
     let (parts, body) = req.into_parts();
-    let user = parts.extensions.get::<Peer>().and_then(|p| p.0.clone());
-    if st.require_authn && user.is_none() && !authn::is_public(parts.uri.path()) {
-        return Err(ApiError::unauthorized());
-    }
     let path = parts.uri.path().trim_end_matches('/').to_string();
     let q = parts.uri.query().unwrap_or_default().to_string();
     let headers = parts.headers;
@@ -231,6 +227,15 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
                 );
             }
             return Ok(r);
+        }
+        // Read-only projection of a VPC's addresses, computed on read (crate::alloc::projection).
+        ["apis", g, v, "namespaces", ns, "vpcs", name, "allocations"] if *g == GROUP && *v == VERSION => {
+            if method != axum::http::Method::GET {
+                return Err(ApiError::method_not_allowed(method.as_str()));
+            }
+            return Ok(json_ok(
+                &crate::alloc::projection::allocations(&st.storage, ns, name).await?,
+            ));
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
             let target = resolve(st, rest)?;

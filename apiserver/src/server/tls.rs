@@ -1,8 +1,11 @@
 //! TLS: serving certificates (given, or minted with rcgen) and the standalone PKI.
 //!
 //! In standalone mode the server mints a CA, signs its serving certificate and an admin client
-//! certificate with it, and trusts client certificates of that CA (requested, not required, so
-//! health probes work without one).
+//! certificate with it; the authentication layer then trusts client certificates of that CA.
+//!
+//! The TLS layer itself only *requests* a client certificate (health probes come without one)
+//! and proves the client holds its key; which CA vouches for it is decided per request by the
+//! authentication layer of `cozyplane-authz`, so a reloaded client CA needs no new TLS config.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +16,6 @@ use rcgen::{
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 
 /// A PEM certificate chain and its key.
 #[derive(Clone, Debug)]
@@ -35,8 +37,10 @@ pub struct Pki {
     pub admin: Pem,
 }
 
-fn serving_params() -> Result<CertificateParams, rcgen::Error> {
-    let mut p = CertificateParams::new(vec!["localhost".to_string()])?;
+fn serving_params(extra_names: &[String]) -> Result<CertificateParams, rcgen::Error> {
+    let mut names = vec!["localhost".to_string()];
+    names.extend(extra_names.iter().cloned());
+    let mut p = CertificateParams::new(names)?;
     p.subject_alt_names.push(SanType::IpAddress(std::net::IpAddr::V4(
         std::net::Ipv4Addr::LOCALHOST,
     )));
@@ -49,10 +53,11 @@ fn serving_params() -> Result<CertificateParams, rcgen::Error> {
     Ok(p)
 }
 
-/// A self-signed serving certificate for loopback names.
-pub fn self_signed() -> Result<Pem, rcgen::Error> {
+/// A self-signed serving certificate for loopback names and `extra_names` (e.g. the Service's
+/// `<svc>.<ns>.svc`, which the aggregator dials).
+pub fn self_signed(extra_names: &[String]) -> Result<Pem, rcgen::Error> {
     let key = KeyPair::generate()?;
-    let cert = serving_params()?.self_signed(&key)?;
+    let cert = serving_params(extra_names)?.self_signed(&key)?;
     Ok(Pem {
         cert: cert.pem(),
         key: key.serialize_pem(),
@@ -60,8 +65,9 @@ pub fn self_signed() -> Result<Pem, rcgen::Error> {
 }
 
 impl Pki {
-    /// Mints a CA, a serving certificate and an admin client certificate.
-    pub fn mint() -> Result<Self, rcgen::Error> {
+    /// Mints a CA, a serving certificate (loopback names plus `extra_names`) and an admin client
+    /// certificate.
+    pub fn mint_for(extra_names: &[String]) -> Result<Self, rcgen::Error> {
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params
@@ -72,7 +78,7 @@ impl Pki {
         let issuer = Issuer::from_params(&ca_params, &ca_key);
 
         let sk = KeyPair::generate()?;
-        let serving = serving_params()?.signed_by(&sk, &issuer)?;
+        let serving = serving_params(extra_names)?.signed_by(&sk, &issuer)?;
 
         let ak = KeyPair::generate()?;
         let mut ap = CertificateParams::new(Vec::<String>::new())?;
@@ -92,6 +98,11 @@ impl Pki {
                 key: ak.serialize_pem(),
             },
         })
+    }
+
+    /// Mints a CA, a loopback serving certificate and an admin client certificate.
+    pub fn mint() -> Result<Self, rcgen::Error> {
+        Self::mint_for(&[])
     }
 
     /// A kubeconfig for the admin certificate against `server` (e.g. `https://127.0.0.1:8443`).
@@ -123,34 +134,19 @@ pub enum Error {
     /// rustls refused the configuration.
     #[error("configuring TLS")]
     Rustls(#[from] rustls::Error),
-    /// The client verifier could not be built.
-    #[error("configuring client certificate verification")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
 }
 
-/// A rustls server config: TLS ≥ 1.2 (rustls has nothing older), ALPN h2 and http/1.1, and
-/// optional client certificates from `client_ca`.
-pub fn server_config(serving: &Pem, client_ca: Option<&str>) -> Result<rustls::ServerConfig, Error> {
+/// A rustls server config: TLS ≥ 1.2 (rustls has nothing older), ALPN h2 and http/1.1, and a
+/// requested (not required) client certificate, judged later by the authentication layer.
+pub fn server_config(serving: &Pem) -> Result<rustls::ServerConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(serving.cert.as_bytes()).collect::<Result<_, _>>()?;
     let key = PrivateKeyDer::from_pem_slice(serving.key.as_bytes())?;
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
-    let builder = match client_ca {
-        Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                roots.add(c?)?;
-            }
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()?;
-            builder.with_client_cert_verifier(v)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let mut cfg = builder.with_single_cert(certs, key)?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_client_cert_verifier(cozyplane_authz::client_cert_verifier(&provider))
+        .with_single_cert(certs, key)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
