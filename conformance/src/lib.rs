@@ -5,6 +5,8 @@
 //! port with a temporary data directory (or a private etcd), and writes an admin kubeconfig.
 //! Tests in `tests/` drive it with [`TestServer::kubectl`] and [`TestServer::client`].
 
+pub mod standin;
+
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -26,6 +28,8 @@ pub struct TestServer {
     pub url: String,
     /// Admin kubeconfig for this server.
     pub kubeconfig: PathBuf,
+    /// The store the server runs on, for tests that act on storage directly (e.g. compaction).
+    pub storage: std::sync::Arc<dyn cozyplane_storage::Storage>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
     _etcd: Option<EtcdServer>,
@@ -48,7 +52,10 @@ impl TestServer {
             args.push(format!("--etcd-servers={}", e.client_url));
         }
         let opts = <Options as clap::Parser>::parse_from(args);
-        let server = opts.complete().await.expect("server starts");
+        let storage = cozyplane_storage::open(opts.storage_config())
+            .await
+            .expect("storage opens");
+        let server = opts.complete_with(storage.clone()).await.expect("server starts");
         let url = format!("https://127.0.0.1:{}", server.addr.port());
         let task = tokio::spawn(async move {
             let _ = server.run().await;
@@ -56,6 +63,7 @@ impl TestServer {
         Self {
             url,
             kubeconfig,
+            storage,
             task,
             _dir: dir,
             _etcd: etcd,

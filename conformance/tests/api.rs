@@ -75,10 +75,11 @@ async fn oapi_03_04_05_openapi_v3_with_hash() {
     assert_eq!(h["cache-control"], "public, immutable");
     let doc = parse(&b);
     let patch = &doc["paths"]["/apis/sdn.cozystack.io/v1alpha1/namespaces/{namespace}/vpcs/{name}"]["patch"];
+    // OAPI-07: strategic merge patch and apply are implemented, so they are advertised.
     assert!(
         patch["requestBody"]["content"]
             .get("application/strategic-merge-patch+json")
-            .is_none()
+            .is_some()
     );
     assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "VPC");
     let (c, _, _) = s
@@ -182,22 +183,29 @@ async fn obj_02_03_04_05_generate_name_and_bad_bodies() {
 #[tokio::test]
 async fn obj_13_status_subresource_and_main_resource_are_separate() {
     let s = TestServer::start(Backend::Embedded).await;
-    let with_status = vpc("a").replace(r#""spec""#, r#""status":{"phase":"Ready"},"spec""#);
+    let with_status = vpc("a").replace(r#""spec""#, r#""status":{"phase":"Bogus","vni":7},"spec""#);
     let (_, _, b) = s.raw("POST", VPCS, &[JSON], Some(&with_status)).await;
-    assert!(parse(&b).get("status").is_none(), "{b}");
+    // Status from the request is dropped; the server's own allocation (issue 5) and the status
+    // derived from it in the same write are there.
+    let o = parse(&b);
+    assert_eq!(
+        (o["status"]["phase"].as_str(), o["status"]["vni"].as_i64()),
+        (Some("Ready"), Some(100)),
+        "{b}"
+    );
     let merge = ("content-type", "application/merge-patch+json");
     let (_, _, b) = s
         .raw(
             "PATCH",
             &format!("{VPCS}/a/status"),
             &[merge],
-            Some(r#"{"status":{"vni":7},"spec":{"mtu":9000}}"#),
+            Some(r#"{"status":{"phase":"Pending"},"spec":{"mtu":9000}}"#),
         )
         .await;
     let o = parse(&b);
     assert_eq!(
-        (o["status"]["vni"].as_i64(), o["spec"].get("mtu")),
-        (Some(7), None)
+        (o["status"]["phase"].as_str(), o["spec"].get("mtu")),
+        (Some("Pending"), None)
     );
     assert_eq!(o["metadata"]["generation"], 1);
     let (_, _, b) = s
@@ -211,9 +219,12 @@ async fn obj_13_status_subresource_and_main_resource_are_separate() {
     let o = parse(&b);
     assert_eq!(
         (o["status"]["vni"].as_i64(), o["spec"]["mtu"].as_i64()),
-        (Some(7), Some(1400))
+        (Some(100), Some(1400))
     );
     assert_eq!(o["metadata"]["generation"], 2);
+    // A spec change re-derives the status in the same write.
+    assert_eq!(o["status"]["phase"], "Ready");
+    assert_eq!(o["status"]["conditions"][0]["observedGeneration"], 2);
 }
 
 #[tokio::test]
@@ -296,7 +307,7 @@ async fn fv_01_field_validation_strict_and_warn() {
 }
 
 #[tokio::test]
-async fn patch_01_04_strategic_merge_is_415_and_json_patch_failures_are_422() {
+async fn patch_01_04_strategic_merge_is_served_and_json_patch_failures_are_422() {
     let s = TestServer::start(Backend::Embedded).await;
     s.raw("POST", VPCS, &[JSON], Some(&vpc("a"))).await;
     let (c, _, b) = s
@@ -304,6 +315,15 @@ async fn patch_01_04_strategic_merge_is_415_and_json_patch_failures_are_422() {
             "PATCH",
             &format!("{VPCS}/a"),
             &[("content-type", "application/strategic-merge-patch+json")],
+            Some("{}"),
+        )
+        .await;
+    assert_eq!(c, 200, "{b}");
+    let (c, _, b) = s
+        .raw(
+            "PATCH",
+            &format!("{VPCS}/a"),
+            &[("content-type", "application/xml")],
             Some("{}"),
         )
         .await;
