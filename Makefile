@@ -13,7 +13,7 @@ DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-1
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins
 
-.PHONY: all deps build run test test-unit lint fmt bench bpf verify-bpf clean help
+.PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
 
 all: build
 
@@ -51,7 +51,14 @@ run: deps
 test: deps lint test-unit
 
 test-unit:
+	# conformance/tests/alloc_procs.rs runs the server binary as child processes.
+	$(CARGO) build --bin cozyplane-apiserver --bin cozyplane-agent --bin cozyplane-cni
 	$(CARGO) test --workspace --all-targets
+
+## e2e: the multi-node netns lab (lab/tests/e2e.rs; root). Also part of test-unit.
+e2e: deps
+	$(CARGO) build --bin cozyplane-agent --bin cozyplane-cni
+	$(CARGO) test -p cozyplane-lab --test e2e -- --nocapture
 
 lint: verify-bpf
 	$(CARGO) fmt --all --check
@@ -68,6 +75,8 @@ verify-bpf: deps
 
 bench: deps
 	$(CARGO) bench -p cozyplane-storage
+	$(CARGO) build --release -p cozyplane-apiserver
+	$(CARGO) bench -p cozyplane-conformance --bench apiserver
 
 clean:
 	rm -rf $(RUN_DIR)

@@ -1,5 +1,9 @@
 //! The unix-socket server the CNI plugin talks to, and the per-command logic for the
-//! default network (net 0).
+//! default network (net 0) and VPC attachments.
+//!
+//! A VPC pod gets a fabric address from the node block like any pod (reported as the pod
+//! IP, bridged by the datapath), plus a Port created through our API: the pod interface
+//! carries the Port's VPC address and MAC, a link-local default gateway and the VPC MTU.
 //!
 //! Requests are serialized by one lock: an ADD touches IPAM, netlink and maps, and the
 //! order of those steps is what makes DEL and restart reconciliation correct. A pod ADD
@@ -12,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cozyplane_bpf::DatapathConfig;
+use cozyplane_bpf::maps::bridges::BridgesMap;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
 use cozyplane_cni::env::Command;
@@ -23,11 +28,12 @@ use tokio::net::UnixListener;
 use tokio::sync::Mutex;
 
 use crate::StartError;
-use crate::attachment;
+use crate::api::ApiClients;
+use crate::attachment::{self, Attachment};
 use crate::config::AgentConfig;
 use crate::datapath::loader::Datapath;
 use crate::datapath::netdev::{self, GATEWAY, NetDev, format_mac, parse_mac};
-use crate::ipam::{Allocation, Ipam};
+use crate::ipam::{Allocation, Ipam, VpcAttachment};
 use crate::metrics::Metrics;
 
 /// The name of the host side of a pod's veth: `cph` + 11 hex digits of a hash of the
@@ -54,6 +60,7 @@ pub struct AgentState {
     pin_dir: PathBuf,
     mtu: u32,
     metrics: OnceLock<Metrics>,
+    api: Option<ApiClients>,
 }
 
 impl std::fmt::Debug for AgentState {
@@ -71,7 +78,7 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CniError {
 
 impl AgentState {
     /// Start-up: sysctls, tunnel device, datapath (reusing pins), IPAM, reconciliation.
-    pub async fn start(cfg: &AgentConfig) -> Result<Self, StartError> {
+    pub async fn start(cfg: &AgentConfig, api: Option<ApiClients>) -> Result<Self, StartError> {
         // The host stack forwards net-0 traffic between pods and to the tunnel.
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| StartError::Io {
             what: "enable net.ipv4.ip_forward".into(),
@@ -109,6 +116,7 @@ impl AgentState {
             pin_dir: cfg.bpffs_dir.clone(),
             mtu,
             metrics: OnceLock::new(),
+            api,
         };
         state.reconcile().await;
         Ok(state)
@@ -143,7 +151,8 @@ impl AgentState {
         let mut inner = self.inner.lock().await;
         let allocs: Vec<Allocation> = inner.ipam.all().cloned().collect();
         let mut live_ifindex = BTreeSet::new();
-        let mut live_ips = BTreeSet::new();
+        let mut live_eps: BTreeSet<(u32, Ipv4Addr)> = BTreeSet::new();
+        let mut live_bridges = BTreeSet::new();
         let (mut kept, mut released) = (0, 0);
         for a in allocs {
             let host = host_veth_name(&a.container_id, &a.ifname);
@@ -158,10 +167,17 @@ impl AgentState {
             match (link, a.mac.as_deref().and_then(parse_mac)) {
                 (Some(l), Some(mac)) => {
                     live_ifindex.insert(l.index);
-                    live_ips.insert(a.ip);
+                    match &a.vpc {
+                        None => live_eps.insert((0, a.ip)),
+                        Some(v) => {
+                            live_bridges.insert(a.ip);
+                            live_eps.insert((v.vni, v.ip))
+                        }
+                    };
                     let res = async {
                         inner.datapath.attach_pod(&host).map_err(|e| e.to_string())?;
-                        self.write_maps(l.index, a.ip, mac).map_err(|e| e.to_string())?;
+                        self.write_maps(l.index, a.ip, a.vpc.as_ref(), mac)
+                            .map_err(|e| e.to_string())?;
                         self.netdev
                             .pod_host_routes(l.index, a.ip, mac)
                             .await
@@ -177,8 +193,11 @@ impl AgentState {
                 _ => {
                     let _ = inner.datapath.detach(&host);
                     let _ = self.netdev.delete(&host).await;
-                    if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
-                        let _ = eps.remove(0, IpAddr::V4(a.ip));
+                    let _ = self.remove_maps(None, a.ip, a.vpc.as_ref());
+                    if let (Some(v), Some(api)) = (&a.vpc, &self.api)
+                        && let Err(e) = api.delete_port(&v.port).await
+                    {
+                        tracing::warn!(port = %v.port, "reconcile: {e}");
                     }
                     let _ = inner.ipam.release(&a.container_id, &a.ifname);
                     released += 1;
@@ -198,25 +217,82 @@ impl AgentState {
             }
         }
         if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
-            let stale: Vec<Ipv4Addr> = eps
+            let stale: Vec<(u32, Ipv4Addr)> = eps
                 .inner()
                 .keys()
                 .filter_map(Result::ok)
-                .filter(|k| k.net == 0)
-                .filter_map(|k| k.ip.to_v4())
-                .filter(|ip| !live_ips.contains(ip))
+                .filter_map(|k| Some((k.net, k.ip.to_v4()?)))
+                .filter(|k| !live_eps.contains(k))
+                .collect();
+            for (net, ip) in stale {
+                let _ = eps.remove(net, IpAddr::V4(ip));
+            }
+        }
+        if let Ok(mut br) = BridgesMap::from_pin(&self.pin_dir) {
+            let stale: Vec<Ipv4Addr> = br
+                .inner()
+                .keys()
+                .filter_map(Result::ok)
+                .filter_map(cozyplane_bpf::Addr::to_v4)
+                .filter(|ip| !live_bridges.contains(ip))
                 .collect();
             for ip in stale {
-                let _ = eps.remove(0, IpAddr::V4(ip));
+                let _ = br.remove(IpAddr::V4(ip));
             }
         }
         tracing::info!(kept, released, "reconciled pod attachments");
     }
 
-    fn write_maps(&self, ifindex: u32, ip: Ipv4Addr, mac: [u8; 6]) -> Result<(), aya::maps::MapError> {
+    /// The map entries of one attachment: `fabric` is the node-block address; a VPC pod's
+    /// endpoint is its VPC address in its VNI, and the fabric address is bridged to it.
+    fn write_maps(
+        &self,
+        ifindex: u32,
+        fabric: Ipv4Addr,
+        vpc: Option<&VpcAttachment>,
+        mac: [u8; 6],
+    ) -> Result<(), aya::maps::MapError> {
+        let (net, ip) = vpc.map_or((0, fabric), |v| (v.vni, v.ip));
         // Endpoint first: once the port exists, sdn_from_pod checks the source against it.
-        EndpointsMap::from_pin(&self.pin_dir)?.upsert(0, IpAddr::V4(ip), ifindex, mac)?;
-        PortsMap::from_pin(&self.pin_dir)?.set(ifindex, 0)
+        EndpointsMap::from_pin(&self.pin_dir)?.upsert(net, IpAddr::V4(ip), ifindex, mac)?;
+        if vpc.is_some() {
+            BridgesMap::from_pin(&self.pin_dir)?.upsert(IpAddr::V4(fabric), net, IpAddr::V4(ip))?;
+        }
+        PortsMap::from_pin(&self.pin_dir)?.set(ifindex, net)
+    }
+
+    /// Removes what [`Self::write_maps`] wrote (tolerates "already gone").
+    fn remove_maps(
+        &self,
+        ifindex: Option<u32>,
+        fabric: Ipv4Addr,
+        vpc: Option<&VpcAttachment>,
+    ) -> Result<(), aya::maps::MapError> {
+        if let Some(i) = ifindex {
+            PortsMap::from_pin(&self.pin_dir)?.remove(i)?;
+        }
+        let (net, ip) = vpc.map_or((0, fabric), |v| (v.vni, v.ip));
+        EndpointsMap::from_pin(&self.pin_dir)?.remove(net, IpAddr::V4(ip))?;
+        if vpc.is_some() {
+            BridgesMap::from_pin(&self.pin_dir)?.remove(IpAddr::V4(fabric))?;
+        }
+        Ok(())
+    }
+
+    /// Which network the pod asked for: the netconf/`CNI_ARGS` request, else the pod's
+    /// annotation (watch cache, or a GET on a miss). No API configured: net 0.
+    async fn requested(&self, req: &Request) -> Result<Attachment, CniError> {
+        let att = attachment::classify(&req.env, &req.config);
+        if att != Attachment::Default {
+            return Ok(att);
+        }
+        let (Some(api), Some(pod)) = (&self.api, req.env.pod()) else {
+            return Ok(att);
+        };
+        Ok(match api.requested_vpc(&pod.namespace, &pod.name).await? {
+            Some(vpc) => Attachment::Vpc { vpc },
+            None => Attachment::Default,
+        })
     }
 
     /// Serve one request.
@@ -254,11 +330,27 @@ impl AgentState {
     }
 
     async fn add(&self, req: &Request, version: &str) -> Result<Option<Value>, CniError> {
-        let att = attachment::classify(&req.env, &req.config);
-        if let Some(e) = attachment::unsupported(&att) {
-            return Err(e);
-        }
+        let att = self.requested(req).await?;
         let env = &req.env;
+        let vpc = match (&att, &self.api) {
+            (Attachment::Default, _) => None,
+            (Attachment::Vpc { .. }, None) => {
+                return Err(attachment::unsupported(&att).unwrap_or_else(|| {
+                    CniError::plain(ErrorCode::VpcUnavailable, "VPC attachments need --kubeconfig")
+                }));
+            }
+            (Attachment::Vpc { vpc }, Some(api)) => {
+                // The namespace comes from the runtime (CNI_ARGS), never from the pod.
+                let pod = env.pod().ok_or_else(|| {
+                    CniError::new(
+                        ErrorCode::InvalidEnv,
+                        "a VPC attachment needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS",
+                        format!("requested VPC {vpc:?}"),
+                    )
+                })?;
+                Some((api, api.resolve_vpc(&pod.namespace, &pod.name, vpc).await?, pod))
+            }
+        };
         let pod = env
             .pod()
             .map(|p| format!("{}/{}", p.namespace, p.name))
@@ -270,13 +362,67 @@ impl AgentState {
             .map_err(|e| internal("fabric address allocation failed", e))?;
         let host = host_veth_name(&env.container_id, &env.ifname);
         // A repeated ADD (runtime retry) starts from a clean slate for this attachment.
+        let previous = inner
+            .ipam
+            .get(&env.container_id, &env.ifname)
+            .and_then(|a| a.vpc.clone());
         let _ = inner.datapath.detach(&host);
         let _ = self.netdev.delete(&host).await;
+
+        // The VPC side: the Port (reused on a retry), its address and MAC.
+        let mut vpc_att: Option<VpcAttachment> = None;
+        let mut vpc_mac: Option<[u8; 6]> = None;
+        let mut mtu = self.mtu;
+        if let Some((api, v, p)) = &vpc {
+            let claimed = async {
+                let existing = match &previous {
+                    Some(prev) if prev.vni == v.vni => api.get_port(&prev.port).await?,
+                    _ => None,
+                };
+                let port = match existing {
+                    Some(port) => port,
+                    None => api.create_port(v, &p.namespace, &p.name).await?,
+                };
+                let name = port.metadata.name.clone().unwrap_or_default();
+                let vip: Ipv4Addr = port.spec.ip.parse().map_err(|_| {
+                    internal(
+                        "the Port has no IPv4 address",
+                        format!("{name}: {:?}", port.spec.ip),
+                    )
+                })?;
+                let mac = parse_mac(&port.spec.mac)
+                    .ok_or_else(|| internal("the Port has no MAC", format!("{name}: {:?}", port.spec.mac)))?;
+                Ok::<_, CniError>((
+                    VpcAttachment {
+                        vni: v.vni,
+                        ip: vip,
+                        port: name,
+                        vpc: format!("{}/{}", v.namespace, v.name),
+                    },
+                    mac,
+                ))
+            }
+            .await;
+            match claimed {
+                Ok((va, mac)) => {
+                    vpc_att = Some(va);
+                    vpc_mac = Some(mac);
+                }
+                Err(e) => {
+                    let _ = inner.ipam.release(&env.container_id, &env.ifname);
+                    return Err(e);
+                }
+            }
+            if v.mtu > 0 {
+                mtu = mtu.min(v.mtu);
+            }
+        }
+        let pod_ip = vpc_att.as_ref().map_or(ip, |v| v.ip);
 
         let setup = async {
             let (hl, pod_mac) = self
                 .netdev
-                .create_pod_veth(&host, &env.netns, &env.ifname, ip, self.mtu)
+                .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
                 .await
                 .map_err(|e| match e {
                     netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
@@ -292,11 +438,15 @@ impl AgentState {
                 .datapath
                 .attach_pod(&host)
                 .map_err(|e| internal("attaching the datapath failed", e))?;
-            self.write_maps(hl.index, ip, pod_mac)
+            self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             inner
                 .ipam
                 .set_mac(ip, &format_mac(pod_mac))
+                .map_err(|e| internal("persisting the attachment failed", e))?;
+            inner
+                .ipam
+                .set_vpc(ip, vpc_att.clone())
                 .map_err(|e| internal("persisting the attachment failed", e))?;
             Ok::<_, CniError>((hl, pod_mac))
         }
@@ -306,33 +456,39 @@ impl AgentState {
             Err(e) => {
                 self.sync_error("add");
                 // Undo whatever part was done; each step tolerates "already gone".
-                if let Some(l) = self.netdev.link(&host).await.ok().flatten()
-                    && let Ok(mut p) = PortsMap::from_pin(&self.pin_dir)
-                {
-                    let _ = p.remove(l.index);
-                }
-                if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
-                    let _ = eps.remove(0, IpAddr::V4(ip));
-                }
+                let l = self.netdev.link(&host).await.ok().flatten();
+                let _ = self.remove_maps(l.map(|l| l.index), ip, vpc_att.as_ref());
                 let _ = inner.datapath.detach(&host);
                 let _ = self.netdev.delete(&host).await;
                 let _ = inner.ipam.release(&env.container_id, &env.ifname);
+                if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
+                    let _ = api.delete_port(&va.port).await;
+                }
                 return Err(e);
             }
         };
+        drop(inner);
+        if let (Some(va), Some((api, _, p))) = (&vpc_att, &vpc)
+            && let Err(e) = api
+                .stamp_pod(&p.namespace, &p.name, va.ip, &format_mac(pod_mac))
+                .await
+        {
+            let _ = self.del(&env.container_id, &env.ifname).await;
+            return Err(e);
+        }
         let result = CniResult {
             cni_version: String::new(),
             interfaces: vec![
                 Interface {
                     name: host,
                     mac: format_mac(hl.mac),
-                    mtu: Some(self.mtu),
+                    mtu: Some(mtu),
                     sandbox: None,
                 },
                 Interface {
                     name: env.ifname.clone(),
                     mac: format_mac(pod_mac),
-                    mtu: Some(self.mtu),
+                    mtu: Some(mtu),
                     sandbox: Some(env.netns.clone()),
                 },
             ],
@@ -363,17 +519,23 @@ impl AgentState {
             .link(&host)
             .await
             .map_err(|e| internal("looking up the pod veth failed", e))?;
-        let maps = async {
-            if let Some(l) = &link {
-                PortsMap::from_pin(&self.pin_dir)?.remove(l.index)?;
+        // The Port first: if our API is unreachable the DEL fails and is retried, with the
+        // local state (and the record naming the Port) still in place.
+        if let Some(v) = alloc.as_ref().and_then(|a| a.vpc.as_ref()) {
+            match &self.api {
+                Some(api) => api.delete_port(&v.port).await?,
+                None => tracing::warn!(port = %v.port, "no API configured: the Port is left behind"),
             }
-            if let Some(a) = &alloc {
-                EndpointsMap::from_pin(&self.pin_dir)?.remove(0, IpAddr::V4(a.ip))?;
-            }
-            Ok::<_, aya::maps::MapError>(())
-        };
-        maps.await
-            .map_err(|e| internal("removing map entries failed", e))?;
+        }
+        if let Some(l) = &link {
+            PortsMap::from_pin(&self.pin_dir)
+                .and_then(|mut p| p.remove(l.index))
+                .map_err(|e| internal("removing map entries failed", e))?;
+        }
+        if let Some(a) = &alloc {
+            self.remove_maps(None, a.ip, a.vpc.as_ref())
+                .map_err(|e| internal("removing map entries failed", e))?;
+        }
         inner
             .datapath
             .detach(&host)
@@ -424,20 +586,35 @@ impl AgentState {
         if !hl.up {
             return Err(fail(format!("host veth {host} is down")));
         }
+        let (net, pod_ip) = alloc.vpc.as_ref().map_or((0, alloc.ip), |v| (v.vni, v.ip));
         let port = PortsMap::from_pin(&self.pin_dir)
             .and_then(|p| p.get(hl.index))
             .map_err(|e| internal("reading sdn_ports", e))?;
-        if port.map(|p| p.net) != Some(0) {
-            return Err(fail(format!("sdn_ports[{}] is {port:?}, want net 0", hl.index)));
+        if port.map(|p| p.net) != Some(net) {
+            return Err(fail(format!(
+                "sdn_ports[{}] is {port:?}, want net {net}",
+                hl.index
+            )));
+        }
+        if net != 0 {
+            let br = BridgesMap::from_pin(&self.pin_dir)
+                .and_then(|m| m.get(IpAddr::V4(alloc.ip)))
+                .map_err(|e| internal("reading sdn_bridges", e))?;
+            if br != Some((net, IpAddr::V4(pod_ip))) {
+                return Err(fail(format!(
+                    "sdn_bridges[{}] is {br:?}, want ({net}, {pod_ip})",
+                    alloc.ip
+                )));
+            }
         }
         let ep = EndpointsMap::from_pin(&self.pin_dir)
-            .and_then(|m| m.get(0, IpAddr::V4(alloc.ip)))
+            .and_then(|m| m.get(net, IpAddr::V4(pod_ip)))
             .map_err(|e| internal("reading sdn_endpoints", e))?
-            .ok_or_else(|| fail(format!("sdn_endpoints has no entry for {}", alloc.ip)))?;
+            .ok_or_else(|| fail(format!("sdn_endpoints has no entry for {net}/{pod_ip}")))?;
         if ep.ifindex != hl.index {
             return Err(fail(format!(
-                "sdn_endpoints[{}] points at ifindex {}, want {}",
-                alloc.ip, ep.ifindex, hl.index
+                "sdn_endpoints[{pod_ip}] points at ifindex {}, want {}",
+                ep.ifindex, hl.index
             )));
         }
         let pod = netdev::inspect_pod(&env.netns, &env.ifname)
@@ -452,10 +629,10 @@ impl AgentState {
                 format_mac(ep.mac)
             )));
         }
-        if !pod.addrs.contains(&(alloc.ip, 32)) {
+        if !pod.addrs.contains(&(pod_ip, 32)) {
             return Err(fail(format!(
-                "{} lacks {}/32 (has {:?})",
-                env.ifname, alloc.ip, pod.addrs
+                "{} lacks {pod_ip}/32 (has {:?})",
+                env.ifname, pod.addrs
             )));
         }
         Ok(())

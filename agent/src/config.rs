@@ -1,6 +1,6 @@
 //! Command-line configuration.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::ipam::Block;
@@ -64,4 +64,19 @@ pub struct AgentConfig {
     /// Where to serve Prometheus metrics (`/metrics`); omit to disable.
     #[arg(long, env = "COZYPLANE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// kubeconfig of the kube API (Pods). Without it the agent serves net 0 on this node
+    /// only: no remote endpoints, and VPC requests fail.
+    #[arg(long, env = "COZYPLANE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig of the sdn.cozystack.io API (default: `--kubeconfig`, i.e. through
+    /// aggregation).
+    #[arg(long, env = "COZYPLANE_SDN_KUBECONFIG")]
+    pub sdn_kubeconfig: Option<PathBuf>,
+    /// This node's name (required with `--kubeconfig`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// This node's underlay address: the outer address peers tunnel to (required with
+    /// `--kubeconfig`).
+    #[arg(long, env = "COZYPLANE_NODE_IP")]
+    pub node_ip: Option<Ipv4Addr>,
 }

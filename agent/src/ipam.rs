@@ -88,6 +88,24 @@ pub struct Allocation {
     /// The pod interface's MAC once the veth exists (needed to rebuild `sdn_endpoints`).
     #[serde(default)]
     pub mac: Option<String>,
+    /// Set for a VPC attachment: the pod interface carries the VPC address, the fabric
+    /// address above is only bridged to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpc: Option<VpcAttachment>,
+}
+
+/// The VPC side of an attachment (what DEL, CHECK and restart need).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VpcAttachment {
+    /// The VPC's VNI (the datapath net).
+    pub vni: u32,
+    /// The pod's VPC address.
+    pub ip: Ipv4Addr,
+    /// The Port object (cluster-scoped) that holds the address.
+    pub port: String,
+    /// `namespace/name` of the VPC.
+    pub vpc: String,
 }
 
 /// Why an allocation failed.
@@ -205,6 +223,7 @@ impl Ipam {
                 netns: netns.to_string(),
                 pod: pod.to_string(),
                 mac: None,
+                vpc: None,
             },
         );
         if let Err(e) = self.save() {
@@ -218,6 +237,15 @@ impl Ipam {
     pub fn set_mac(&mut self, ip: Ipv4Addr, mac: &str) -> Result<(), IpamError> {
         if let Some(a) = self.by_ip.get_mut(&ip) {
             a.mac = Some(mac.to_string());
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Record the VPC side of an attachment.
+    pub fn set_vpc(&mut self, ip: Ipv4Addr, vpc: Option<VpcAttachment>) -> Result<(), IpamError> {
+        if let Some(a) = self.by_ip.get_mut(&ip) {
+            a.vpc = vpc;
             self.save()?;
         }
         Ok(())

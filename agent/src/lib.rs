@@ -4,17 +4,20 @@
 //! into a per-agent bpffs directory, keeps the overlay tunnel device, allocates fabric
 //! addresses from a node-local block, and serves the CNI plugin over a unix socket
 //! ([`cni_server`]). Restarting it reuses everything pinned, so traffic keeps flowing
-//! while it is down. The API-driven parts (remote endpoints, VPCs) come with the API
-//! server; [`attachment::Attachment`] is where the VPC attach path plugs in.
+//! while it is down. With `--kubeconfig` it also watches Pods (kube API) and Ports and VPCs
+//! (our API) into `sdn_remotes` ([`watch`]) and attaches pods annotated
+//! `sdn.cozystack.io/vpc` to their VPC ([`api`], [`attachment`]).
 //!
 //! Start at [`run`].
 
+pub mod api;
 pub mod attachment;
 pub mod cni_server;
 pub mod config;
 pub mod datapath;
 pub mod ipam;
 pub mod metrics;
+pub mod watch;
 
 use std::sync::Arc;
 
@@ -32,6 +35,9 @@ pub enum StartError {
     /// The IPAM state could not be read.
     #[error("ipam: {0}")]
     Ipam(#[from] ipam::IpamError),
+    /// The API clients could not be built.
+    #[error("api: {0}")]
+    Api(String),
     /// Files, sockets, sysctls.
     #[error("{what}: {source}")]
     Io {
@@ -45,8 +51,37 @@ pub enum StartError {
 /// Bring the agent up and serve until the process is killed.
 pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     let started = std::time::Instant::now();
-    let state = cni_server::AgentState::start(&cfg).await?;
+    let api = match &cfg.kubeconfig {
+        None => None,
+        Some(kc) => {
+            let kube = api::client(kc).await.map_err(StartError::Api)?;
+            let sdn = match &cfg.sdn_kubeconfig {
+                Some(p) => api::client(p).await.map_err(StartError::Api)?,
+                None => kube.clone(),
+            };
+            let node = cfg
+                .node_name
+                .clone()
+                .ok_or_else(|| StartError::Api("--node-name is required with --kubeconfig".into()))?;
+            let node_ip = cfg
+                .node_ip
+                .ok_or_else(|| StartError::Api("--node-ip is required with --kubeconfig".into()))?;
+            Some(api::ApiClients {
+                kube,
+                sdn,
+                node,
+                node_ip,
+                pods: Default::default(),
+            })
+        }
+    };
+    let state = cni_server::AgentState::start(&cfg, api.clone()).await?;
     let state = Arc::new(state);
+    // The watches need no API to be up: net 0 serves local pods meanwhile, and they
+    // retry with backoff.
+    if let Some(api) = api {
+        tokio::spawn(watch::run(api, state.pin_dir().to_path_buf()));
+    }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
     state.set_metrics(metrics.clone());
     let listener = cni_server::bind(&cfg.cni_socket).map_err(|source| StartError::Io {

@@ -189,6 +189,8 @@ pub enum ErrorCode {
     CheckFailed,
     /// 101: the pod asks for a VPC attachment, which this agent cannot serve yet.
     VpcUnavailable,
+    /// 102: the pod asks for a VPC that no VPCBinding in its namespace grants.
+    VpcNotBound,
     /// 999: an internal error of the plugin or the agent.
     Internal,
 }
@@ -209,6 +211,7 @@ impl ErrorCode {
             Self::LimitedConnectivity => 51,
             Self::CheckFailed => 100,
             Self::VpcUnavailable => 101,
+            Self::VpcNotBound => 102,
             Self::Internal => 999,
         }
     }
@@ -228,6 +231,7 @@ impl ErrorCode {
             Self::LimitedConnectivity => "plugin not available: limited connectivity",
             Self::CheckFailed => "attachment does not match what ADD created",
             Self::VpcUnavailable => "VPC attachment not available",
+            Self::VpcNotBound => "VPC not bound to the pod's namespace",
             Self::Internal => "internal error",
         }
     }

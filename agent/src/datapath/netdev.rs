@@ -222,13 +222,18 @@ impl NetDev {
     }
 
     /// Create the veth pair of a pod: `host` stays here, the peer moves into `netns` as
-    /// `ifname` with `ip/32` and routes via [`GATEWAY`]. Returns (host link, pod MAC).
+    /// `ifname` with `ip/32` (and `mac`, if given) and routes via [`GATEWAY`]; the host gets a
+    /// /32 route and permanent neighbour for `host_ip` (the fabric address: the pod's own
+    /// address on net 0, the bridged one for a VPC pod). Returns (host link, pod MAC).
+    #[allow(clippy::too_many_arguments)]
     pub async fn create_pod_veth(
         &self,
         host: &str,
         netns: &str,
         ifname: &str,
         ip: Ipv4Addr,
+        mac: Option<[u8; 6]>,
+        host_ip: Ipv4Addr,
         mtu: u32,
     ) -> Result<(LinkInfo, [u8; 6]), NetdevError> {
         // The peer is created under a temporary name unique to this pod: the pod's final
@@ -274,6 +279,13 @@ impl NetDev {
                 .execute()
                 .await
                 .map_err(nl(format!("rename {tmp} to {ifname_owned}")))?;
+            if let Some(mac) = mac {
+                h.link()
+                    .set(LinkUnspec::new_with_index(l.index).address(mac.to_vec()).build())
+                    .execute()
+                    .await
+                    .map_err(nl(format!("set the MAC of {ifname_owned}")))?;
+            }
             h.link()
                 .set(LinkUnspec::new_with_index(l.index).mtu(mtu).up().build())
                 .execute()
@@ -305,7 +317,7 @@ impl NetDev {
                 .execute()
                 .await
                 .map_err(nl("default route"))?;
-            Ok(l.mac)
+            Ok(mac.unwrap_or(l.mac))
         })
         .await?;
 
@@ -319,7 +331,7 @@ impl NetDev {
             .execute()
             .await
             .map_err(nl(format!("up {host}")))?;
-        self.pod_host_routes(host_link.index, ip, pod_mac).await?;
+        self.pod_host_routes(host_link.index, host_ip, pod_mac).await?;
         Ok((host_link, pod_mac))
     }
 

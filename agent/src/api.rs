@@ -1,0 +1,302 @@
+//! The agent's two API clients and the calls the CNI path makes through them.
+//!
+//! * The **kube API** (`--kubeconfig`): Pods. The pod's `sdn.cozystack.io/vpc` annotation
+//!   is read from the watch cache ([`crate::watch`]) and only on a miss with a GET, so a
+//!   net-0 ADD normally makes no API round trip. After a VPC attach the pod is stamped with
+//!   `sdn.cozystack.io/vpc-ip` and `-mac`.
+//! * **Our API** (`--sdn-kubeconfig`, in production the same server via aggregation):
+//!   VPCBindings (is the VPC granted to the pod's namespace?), VPCs (VNI, MTU) and Ports
+//!   (created without `spec.ip`: the server allocates the address and MAC).
+//!
+//! The pod's namespace comes from `K8S_POD_NAMESPACE` in the CNI args: the runtime sets it,
+//! the pod cannot. The VPC it asks for is only a request; the binding decides.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use cozyplane_apis::v1alpha1::{Port, PortSpec, VPC, VPCBinding, VPCRef};
+use cozyplane_cni::spec::{CniError, ErrorCode};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+/// The annotation a pod uses to ask for a VPC: `[<owner-ns>/]<vpc>`.
+pub const VPC_ANNOTATION: &str = "sdn.cozystack.io/vpc";
+/// Stamped on the pod after a VPC attach: its VPC address.
+pub const VPC_IP_ANNOTATION: &str = "sdn.cozystack.io/vpc-ip";
+/// Stamped on the pod after a VPC attach: its VPC MAC.
+pub const VPC_MAC_ANNOTATION: &str = "sdn.cozystack.io/vpc-mac";
+
+/// How long one API call of the CNI path may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds a client from a kubeconfig file.
+pub async fn client(path: &Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    cfg.connect_timeout = Some(Duration::from_secs(5));
+    kube::Client::try_from(cfg).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// What the agent remembers of a pod (from the watch).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    /// The `sdn.cozystack.io/vpc` annotation, if any.
+    pub vpc: Option<String>,
+}
+
+/// A VPC the pod may join.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedVpc {
+    /// Owner namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `status.vni`.
+    pub vni: u32,
+    /// `spec.mtu` (0: not set).
+    pub mtu: u32,
+}
+
+/// The clients and this node's identity.
+#[derive(Clone)]
+pub struct ApiClients {
+    /// The kube API.
+    pub kube: kube::Client,
+    /// Our API.
+    pub sdn: kube::Client,
+    /// This node's name (`spec.node` of our Ports, `spec.nodeName` of our pods).
+    pub node: String,
+    /// This node's underlay address (`spec.nodeIP`).
+    pub node_ip: Ipv4Addr,
+    /// Pods by `(namespace, name)`, kept by the watch.
+    pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
+}
+
+impl std::fmt::Debug for ApiClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClients")
+            .field("node", &self.node)
+            .field("node_ip", &self.node_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_error(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(ErrorCode::TryAgainLater, what.to_string(), e.to_string())
+}
+
+async fn timed<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, CniError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(api_error(what, e)),
+        Err(_) => Err(api_error(what, "timed out")),
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Splits `[<owner-ns>/]<vpc>`; the owner defaults to the pod's namespace.
+pub fn parse_vpc_request(pod_ns: &str, req: &str) -> Result<(String, String), CniError> {
+    let (ns, name) = match req.split_once('/') {
+        Some((ns, name)) => (ns, name),
+        None => (pod_ns, req),
+    };
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if !label(ns) || !label(name) {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("invalid {VPC_ANNOTATION} value {req:?}"),
+            "expected [<owner-namespace>/]<vpc>, both DNS-1123 labels",
+        ));
+    }
+    Ok((ns.to_string(), name.to_string()))
+}
+
+impl ApiClients {
+    /// The VPC the pod asks for, from the watch cache or (on a miss) the kube API.
+    pub async fn requested_vpc(&self, ns: &str, name: &str) -> Result<Option<String>, CniError> {
+        let cached = self
+            .pods
+            .read()
+            .ok()
+            .and_then(|m| m.get(&(ns.to_string(), name.to_string())).cloned());
+        if let Some(f) = cached {
+            return Ok(f.vpc);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        let pod = timed("reading the pod from the kube API failed", pods.get_opt(name)).await?;
+        let pod = pod.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("pod {ns}/{name} not found in the kube API"),
+                "the pod's annotations decide its network; retry once the pod is visible",
+            )
+        })?;
+        Ok(pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VPC_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned())
+    }
+
+    /// Checks that a VPCBinding in `pod_ns` grants the VPC and reads its VNI and MTU.
+    pub async fn resolve_vpc(&self, pod_ns: &str, pod: &str, req: &str) -> Result<ResolvedVpc, CniError> {
+        let (vns, vname) = parse_vpc_request(pod_ns, req)?;
+        let bindings: Api<VPCBinding> = Api::namespaced(self.sdn.clone(), pod_ns);
+        let list = timed(
+            "listing VPCBindings failed",
+            bindings.list(&kube::api::ListParams::default()),
+        )
+        .await?;
+        let granted = list.items.iter().any(|b| {
+            b.metadata.deletion_timestamp.is_none()
+                && b.spec.vpc_ref.name == vname
+                && (b.spec.vpc_ref.namespace == vns || (b.spec.vpc_ref.namespace.is_empty() && vns == pod_ns))
+        });
+        if !granted {
+            return Err(CniError::new(
+                ErrorCode::VpcNotBound,
+                format!(
+                    "pod {pod_ns}/{pod} asks for VPC {vns}/{vname}, but no VPCBinding in namespace {pod_ns} grants it"
+                ),
+                format!(
+                    "create a VPCBinding in {pod_ns} with spec.vpcRef {{namespace: {vns}, name: {vname}}}, or remove the {VPC_ANNOTATION} annotation"
+                ),
+            ));
+        }
+        let vpcs: Api<VPC> = Api::namespaced(self.sdn.clone(), &vns);
+        let vpc = timed("reading the VPC failed", vpcs.get_opt(&vname))
+            .await?
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::VpcUnavailable,
+                    format!("VPC {vns}/{vname} does not exist"),
+                    format!("a VPCBinding in {pod_ns} names it, but the VPC is missing"),
+                )
+            })?;
+        let vni = vpc
+            .status
+            .as_ref()
+            .and_then(|s| u32::try_from(s.vni).ok())
+            .unwrap_or(0);
+        if vni == 0 {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("VPC {vns}/{vname} has no VNI yet"),
+                "retry once the VPC is Ready",
+            ));
+        }
+        Ok(ResolvedVpc {
+            namespace: vns,
+            name: vname,
+            vni,
+            mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
+        })
+    }
+
+    /// Creates the pod's Port; the server allocates the name, address and MAC.
+    pub async fn create_port(&self, vpc: &ResolvedVpc, pod_ns: &str, pod: &str) -> Result<Port, CniError> {
+        let labels = BTreeMap::from([
+            (
+                "sdn.cozystack.io/vpc-namespace".to_string(),
+                vpc.namespace.clone(),
+            ),
+            ("sdn.cozystack.io/vpc".to_string(), vpc.name.clone()),
+            ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
+        ]);
+        let port = Port {
+            metadata: ObjectMeta {
+                labels: Some(labels),
+                ..Default::default()
+            },
+            spec: PortSpec {
+                vpc_ref: VPCRef {
+                    namespace: vpc.namespace.clone(),
+                    name: vpc.name.clone(),
+                },
+                node: self.node.clone(),
+                node_ip: self.node_ip.to_string(),
+                pod_namespace: pod_ns.to_string(),
+                pod_name: pod.to_string(),
+                ..Default::default()
+            },
+            status: None,
+        };
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        timed(
+            "creating the Port failed",
+            ports.create(&PostParams::default(), &port),
+        )
+        .await
+    }
+
+    /// Reads a Port (`None`: gone).
+    pub async fn get_port(&self, name: &str) -> Result<Option<Port>, CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        timed("reading the Port failed", ports.get_opt(name)).await
+    }
+
+    /// Deletes a Port; gone already is fine.
+    pub async fn delete_port(&self, name: &str) -> Result<(), CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        match tokio::time::timeout(CALL_TIMEOUT, ports.delete(name, &DeleteParams::default())).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_status(&e, 404) => Ok(()),
+            Ok(Err(e)) => Err(api_error(&format!("deleting Port {name} failed"), e)),
+            Err(_) => Err(api_error(&format!("deleting Port {name} failed"), "timed out")),
+        }
+    }
+
+    /// Stamps the pod with its VPC address and MAC.
+    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: Ipv4Addr, mac: &str) -> Result<(), CniError> {
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            VPC_IP_ANNOTATION: ip.to_string(),
+            VPC_MAC_ANNOTATION: mac,
+        } } });
+        timed(
+            "annotating the pod failed",
+            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vpc_requests_default_to_the_pod_namespace() {
+        assert_eq!(
+            parse_vpc_request("t1", "blue").unwrap(),
+            ("t1".to_string(), "blue".to_string())
+        );
+        assert_eq!(
+            parse_vpc_request("t1", "owner/blue").unwrap(),
+            ("owner".to_string(), "blue".to_string())
+        );
+        assert!(parse_vpc_request("t1", "a/b/c").is_err());
+        assert!(parse_vpc_request("t1", "/x").is_err());
+        assert!(parse_vpc_request("t1", "Blue").is_err());
+    }
+}

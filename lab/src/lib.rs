@@ -1,0 +1,564 @@
+//! The multi-node lab behind `make e2e`.
+//!
+//! Everything lives in network namespaces this lab creates (`cplab-<pid>-*`):
+//!
+//! * `ul`: the underlay, one bridge; every other namespace has a veth on it (192.168.77.0/24).
+//! * `ctl`: the control plane. The test body runs on a thread that entered this namespace,
+//!   so the kube stand-in and cozyplane-apiserver (both in-process, bound to 127.0.0.1)
+//!   listen on *its* loopback. A forwarder on `ctl`'s underlay address relays to them.
+//! * `node-i`: one per node, with its own agent process, private bpffs mount, state dir and
+//!   CNI socket. A forwarder on the node's own 127.0.0.1 relays to `ctl`, so the agents use
+//!   the control plane's kubeconfigs unchanged (TLS names stay `127.0.0.1`).
+//! * one namespace per pod, wired by the real `cozyplane-cni` binary invoked like kubelet.
+//!
+//! Drop guards stop processes by PID, unmount bpffs and delete every namespace, also when a
+//! test panics. Forwarder threads end with the process.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::{Value, json};
+
+/// Underlay address of the control namespace.
+pub const CTL_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 100);
+
+/// Fails (never skips) without root.
+pub fn require_root() {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("Uid line");
+    assert_eq!(
+        euid, "0",
+        "the lab creates netns, veths, bpffs mounts and runs agents; it needs root and does not skip"
+    );
+}
+
+/// Runs a command.
+pub fn sh(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command that must succeed; returns stdout.
+pub fn sh_ok(args: &[&str]) -> String {
+    let out = sh(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn unique(tag: &str) -> String {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "cplab-{}-{}{tag}",
+        std::process::id() % 100_000,
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A named netns, deleted on drop.
+#[derive(Debug)]
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates `cplab-<pid>-<seq><tag>` with `lo` up.
+    pub fn new(tag: &str) -> Self {
+        let name = unique(tag);
+        sh_ok(&["ip", "netns", "add", &name]);
+        let ns = Self(name);
+        ns.ip_ok(&["link", "set", "lo", "up"]);
+        ns
+    }
+    /// `/run/netns/<name>`.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+    /// `ip -n <name> ...`.
+    pub fn ip(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "-n", &self.0];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+    /// `ip -n <name> ...`, which must succeed.
+    pub fn ip_ok(&self, args: &[&str]) -> String {
+        let mut v = vec!["ip", "-n", &self.0];
+        v.extend_from_slice(args);
+        sh_ok(&v)
+    }
+    /// `ip netns exec <name> ...`.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        let mut v = vec!["ip", "netns", "exec", &self.0];
+        v.extend_from_slice(args);
+        sh(&v)
+    }
+    /// A command prepared to run inside this netns.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]).args(args);
+        c
+    }
+    /// Pings `to` from inside; true if at least `min` replies came back.
+    pub fn ping(&self, to: Ipv4Addr, count: u32, min: u32) -> bool {
+        let out = self.exec(&[
+            "ping",
+            "-n",
+            "-q",
+            "-c",
+            &count.to_string(),
+            "-i",
+            "0.05",
+            "-W",
+            "1",
+            &to.to_string(),
+        ]);
+        received(&String::from_utf8_lossy(&out.stdout)) >= min
+    }
+}
+
+/// Replies counted in ping's summary line.
+pub fn received(summary: &str) -> u32 {
+    summary
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" packets transmitted, ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.0]);
+    }
+}
+
+/// A child process, SIGKILLed by PID on drop.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Proc {
+    /// SIGKILL by PID and reap.
+    pub fn kill(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Relays TCP from `listen` (bound inside `netns`) to `target` (dialled from `netns`).
+/// One thread per direction per connection; the API watches are few and long-lived.
+pub fn forward(netns: &str, listen: SocketAddr, target: SocketAddr) {
+    let ns = File::open(netns).unwrap_or_else(|e| panic!("open {netns}: {e}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Err(e) = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET) {
+            let _ = tx.send(Err(format!("setns: {e}")));
+            return;
+        }
+        let l = match TcpListener::bind(listen) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = tx.send(Err(format!("bind {listen}: {e}")));
+                return;
+            }
+        };
+        let _ = tx.send(Ok(()));
+        for conn in l.incoming() {
+            let Ok(down) = conn else { return };
+            // Threads spawned here inherit this thread's netns.
+            std::thread::spawn(move || {
+                let Ok(up) = TcpStream::connect(target) else {
+                    return;
+                };
+                let _ = up.set_nodelay(true);
+                let _ = down.set_nodelay(true);
+                let (Ok(mut d2), Ok(mut u2)) = (down.try_clone(), up.try_clone()) else {
+                    return;
+                };
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut d2, &mut u2);
+                    let _ = u2.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut d, mut u) = (down, up);
+                let _ = std::io::copy(&mut u, &mut d);
+                let _ = d.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    rx.recv()
+        .expect("forwarder thread")
+        .unwrap_or_else(|e| panic!("forwarder {listen} -> {target} in {netns}: {e}"));
+}
+
+/// Runs `f` on a thread inside `ns` (and everything it spawns: tokio workers, sockets).
+pub fn run_in<R: Send>(ns: &Netns, f: impl FnOnce() -> R + Send) -> R {
+    let file = File::open(ns.path()).expect("open netns");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// A private bpffs mount in a temp dir, unmounted on drop.
+#[derive(Debug)]
+pub struct Scratch {
+    /// The directory (state, socket, logs, `bpffs/`).
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("cplab-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir(dir.path().join("bpffs")).expect("mkdir bpffs");
+        let s = Self { dir };
+        sh_ok(&["mount", "-t", "bpf", "cplab", s.bpffs().to_str().expect("utf-8")]);
+        s
+    }
+    fn bpffs(&self) -> PathBuf {
+        self.dir.path().join("bpffs")
+    }
+    /// Where the agent pins.
+    pub fn pins(&self) -> PathBuf {
+        self.bpffs().join("cozyplane")
+    }
+    /// The agent's CNI socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("cni.sock")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = sh(&["umount", "-l", self.bpffs().to_str().unwrap_or_default()]);
+    }
+}
+
+/// The directory holding our binaries (`target/debug`), next to the test's `deps/`.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    for b in ["cozyplane-agent", "cozyplane-cni"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: run `cargo build -p cozyplane-agent -p cozyplane-cni` first (make e2e does)",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+/// One lab node.
+#[derive(Debug)]
+pub struct Node {
+    /// Node name.
+    pub name: String,
+    /// Its underlay address.
+    pub ip: Ipv4Addr,
+    /// Its fabric block.
+    pub block: String,
+    /// Agent state, bpffs, socket.
+    pub scratch: Scratch,
+    /// The running agent.
+    pub agent: std::sync::Mutex<Option<Proc>>,
+    /// Agent log file.
+    pub log: PathBuf,
+    // Last: dropped after the agent.
+    /// The node netns.
+    pub ns: Netns,
+}
+
+impl Node {
+    /// The CNI network config for this node.
+    pub fn conf(&self) -> Value {
+        json!({"cniVersion": "1.0.0", "name": "cozy", "type": "cozyplane",
+               "agentSocket": self.scratch.socket().to_str().unwrap_or_default()})
+    }
+
+    /// Starts the agent with the two kubeconfigs; a running one is SIGKILLed first (a restart).
+    pub fn start_agent(&self, kube: &Path, sdn: &Path) {
+        let mut slot = self.agent.lock().expect("agent lock");
+        slot.take();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("agent log");
+        let sock = self.scratch.socket();
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.ns.path()))
+            .arg(bin_dir().join("cozyplane-agent"))
+            .arg("--state-dir")
+            .arg(self.scratch.dir.path().join("state"))
+            .arg("--bpffs-dir")
+            .arg(self.scratch.pins())
+            .arg("--cni-socket")
+            .arg(&sock)
+            .args(["--fabric-block", &self.block, "--underlay-dev", "ul0"])
+            .args(["--node-name", &self.name, "--node-ip", &self.ip.to_string()])
+            .arg("--kubeconfig")
+            .arg(kube)
+            .arg("--sdn-kubeconfig")
+            .arg(sdn)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn agent");
+        *slot = Some(Proc(child));
+        let t = std::time::Instant::now();
+        while !sock.exists() {
+            assert!(
+                t.elapsed().as_secs() < 20,
+                "agent on {} did not come up:\n{}",
+                self.name,
+                self.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Drop counter of one reason (packets), summed over CPUs.
+    pub fn drops(&self, reason: cozyplane_bpf::DropReason) -> u64 {
+        cozyplane_bpf::maps::drops::DropsMap::from_pin(&self.scratch.pins())
+            .and_then(|m| m.get(reason))
+            .map(|s| s.packets)
+            .unwrap_or(0)
+    }
+
+    /// `sdn_remotes[{net, ip}]`.
+    pub fn remote(&self, net: u32, ip: Ipv4Addr) -> Option<std::net::IpAddr> {
+        cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&self.scratch.pins())
+            .ok()?
+            .get(net, ip.into())
+            .ok()?
+    }
+}
+
+/// The lab topology (control plane not included: see [`run_in`]).
+#[derive(Debug)]
+pub struct Lab {
+    /// The nodes.
+    pub nodes: Vec<Node>,
+    /// The control namespace.
+    pub ctl: Netns,
+    /// The underlay namespace (bridge `br0`).
+    pub ul: Netns,
+}
+
+impl Lab {
+    /// `n` nodes and the control namespace on one underlay bridge.
+    pub fn new(n: usize) -> Self {
+        require_root();
+        let ul = Netns::new("ul");
+        ul.ip_ok(&["link", "add", "br0", "type", "bridge"]);
+        ul.ip_ok(&["link", "set", "br0", "up"]);
+        let plug = |ns: &Netns, port: &str, ip: Ipv4Addr| {
+            ul.ip_ok(&[
+                "link", "add", port, "type", "veth", "peer", "name", "ul0", "netns", &ns.0,
+            ]);
+            ul.ip_ok(&["link", "set", port, "master", "br0", "up"]);
+            ns.ip_ok(&["addr", "add", &format!("{ip}/24"), "dev", "ul0"]);
+            ns.ip_ok(&["link", "set", "ul0", "up"]);
+        };
+        let ctl = Netns::new("ctl");
+        plug(&ctl, "p-ctl", CTL_IP);
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let ns = Netns::new(&format!("n{}", i + 1));
+            let ip = Ipv4Addr::new(192, 168, 77, u8::try_from(i + 1).expect("few nodes"));
+            plug(&ns, &format!("p-n{}", i + 1), ip);
+            let scratch = Scratch::new();
+            let log = scratch.dir.path().join("agent.log");
+            nodes.push(Node {
+                name: format!("n{}", i + 1),
+                ip,
+                block: format!("10.244.{}.0/24", i + 1),
+                scratch,
+                agent: std::sync::Mutex::new(None),
+                log,
+                ns,
+            });
+        }
+        Self { nodes, ctl, ul }
+    }
+
+    /// Makes `127.0.0.1:<port>` of the control namespace reachable as `127.0.0.1:<port>`
+    /// inside every node.
+    pub fn expose(&self, port: u16) {
+        let lo = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let ctl = SocketAddr::from((CTL_IP, port));
+        forward(&self.ctl.path(), ctl, lo);
+        for n in &self.nodes {
+            forward(&n.ns.path(), lo, ctl);
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            if let Ok(mut a) = n.agent.lock() {
+                a.take();
+            }
+        }
+        if std::thread::panicking() {
+            for n in &self.nodes {
+                eprintln!("---- agent log {} ----\n{}", n.name, n.log_text());
+            }
+        }
+    }
+}
+
+/// A pod: its netns and what ADD returned.
+#[derive(Debug)]
+pub struct LabPod {
+    /// Pod name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Node index.
+    pub node: usize,
+    /// Container id.
+    pub cid: String,
+    /// The ADD result.
+    pub result: Value,
+    /// The fabric (pod) IP.
+    pub fabric: Ipv4Addr,
+    /// The pod netns.
+    pub ns: Netns,
+}
+
+/// Runs the real plugin exactly as kubelet does: CNI_* env, config on stdin, from the node
+/// netns. Returns (exit code, stdout JSON).
+pub fn invoke_cni(
+    node: &Node,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    pod: (&str, &str),
+    conf: &Value,
+) -> (i32, Value) {
+    let mut child = Command::new("nsenter")
+        .arg(format!("--net={}", node.ns.path()))
+        .arg(bin_dir().join("cozyplane-cni"))
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env(
+            "CNI_ARGS",
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{cid}",
+                pod.0, pod.1
+            ),
+        )
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cozyplane-cni");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(conf.to_string().as_bytes())
+        .expect("write config");
+    let out = child.wait_with_output().expect("cni output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text.to_string()))
+    };
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// The first address of a CNI result, without the prefix length.
+pub fn result_ip(v: &Value) -> Option<Ipv4Addr> {
+    v["ips"][0]["address"].as_str()?.split('/').next()?.parse().ok()
+}
+
+/// Captures on `dev` inside `ns` while `f` runs; returns the number of packets matching
+/// `filter` (tcpdump syntax) that were seen.
+pub fn capture(ns: &Netns, dev: &str, filter: &str, f: impl FnOnce()) -> usize {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cap.pcap");
+    // -Z root: tcpdump would drop to its own user, which cannot write into our 0700 tempdir.
+    let mut args = vec![
+        "tcpdump",
+        "--immediate-mode",
+        "-Z",
+        "root",
+        "-n",
+        "-U",
+        "-i",
+        dev,
+        "-w",
+        file.to_str().unwrap_or_default(),
+    ];
+    args.extend(filter.split_whitespace());
+    let mut p = Proc(
+        Command::new("nsenter")
+            .arg(format!("--net={}", ns.path()))
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tcpdump"),
+    );
+    // tcpdump writes the pcap header once it listens.
+    let t = std::time::Instant::now();
+    while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    f();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    if let Ok(pid) = i32::try_from(p.0.id()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
+    }
+    let _ = p.0.wait();
+    let out = sh(&["tcpdump", "-n", "-r", file.to_str().unwrap_or_default()]);
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}

@@ -1,0 +1,376 @@
+//! `make e2e`: two nodes, the kube stand-in and cozyplane-apiserver, real packets.
+//! Needs root (fails without it), ping and tcpdump, and the agent and CNI binaries built.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
+use cozyplane_bpf::DropReason;
+use cozyplane_conformance::standin::{Options, StandIn};
+use cozyplane_conformance::{Backend, TestServer};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, invoke_cni, result_ip, run_in};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+struct Cp {
+    kube: kube::Client,
+    sdn: kube::Client,
+}
+
+async fn create_pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> Pod {
+    let mut ann = serde_json::Map::new();
+    if let Some(v) = vpc {
+        ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "annotations": ann },
+        "spec": { "nodeName": lab.nodes[node].name, "containers": [{ "name": "c", "image": "pause" }] }
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(cp.kube.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+}
+
+/// Pod object + netns + CNI ADD + status (as kubelet). Panics if ADD fails.
+async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> LabPod {
+    create_pod(cp, lab, node, ns, name, vpc).await;
+    let pns = Netns::new("p");
+    let cid = format!("{ns}-{name}");
+    let n = &lab.nodes[node];
+    let (code, result) = invoke_cni(n, "ADD", &cid, &pns.path(), (ns, name), &n.conf());
+    assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
+    let fabric = result_ip(&result).unwrap();
+    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
+        "hostIP": n.ip.to_string(), "phase": "Running" } });
+    Api::<Pod>::namespaced(cp.kube.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    LabPod {
+        name: name.into(),
+        namespace: ns.into(),
+        node,
+        cid,
+        result,
+        fabric,
+        ns: pns,
+    }
+}
+
+async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
+    let pod = Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
+        .get(&p.name)
+        .await
+        .unwrap();
+    let ann = pod.metadata.annotations.unwrap_or_default();
+    assert!(ann.contains_key("sdn.cozystack.io/vpc-mac"), "{ann:?}");
+    ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
+}
+
+fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
+    .unwrap();
+    Api::<VPC>::namespaced(cp.sdn.clone(), ns)
+        .create(&PostParams::default(), &v)
+        .await
+        .unwrap();
+    let b: VPCBinding = serde_json::from_value(
+        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCBinding",
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"vpcRef": {"namespace": ns, "name": vpc}}}),
+    )
+    .unwrap();
+    Api::<VPCBinding>::namespaced(cp.sdn.clone(), ns)
+        .create(&PostParams::default(), &b)
+        .await
+        .unwrap();
+}
+
+#[test]
+fn lab_e2e() {
+    let mut lab = Lab::new(2);
+    let ctl = Netns(lab.ctl.0.clone());
+    run_in(&ctl, || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(body(&mut lab));
+    });
+    std::mem::forget(ctl); // the Lab owns the namespace
+}
+
+async fn body(lab: &mut Lab) {
+    let standin = StandIn::start(Options::default()).await;
+    let server = TestServer::start(Backend::Embedded).await;
+    let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    lab.expose(port(&standin.url));
+    lab.expose(port(&server.url));
+    let kube_kc = standin.admin_kubeconfig();
+    let sdn_kc = server.kubeconfig.clone();
+    let cp = Cp {
+        kube: kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(&kube_kc).unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap(),
+        )
+        .unwrap(),
+        sdn: server.client().await,
+    };
+    for n in &lab.nodes {
+        n.start_agent(&kube_kc, &sdn_kc);
+    }
+    let lab = &*lab;
+    let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
+
+    // --- Default network across nodes.
+    let a = pod(&cp, lab, 0, "default", "a", None).await;
+    let b = pod(&cp, lab, 1, "default", "b", None).await;
+    wait("n1 learns b's node", || {
+        n1.remote(0, b.fabric) == Some(n2.ip.into())
+    });
+    wait("n2 learns a's node", || {
+        n2.remote(0, a.fabric) == Some(n1.ip.into())
+    });
+    assert!(a.ns.ping(b.fabric, 3, 3), "default a -> b across nodes");
+    assert!(b.ns.ping(a.fabric, 3, 3), "default b -> a across nodes");
+    eprintln!("PASS default-network pods talk across nodes");
+
+    // --- Two tenants, two VPCs with the same CIDR.
+    tenant(&cp, "t1", "blue", "10.10.0.0/24").await;
+    tenant(&cp, "t2", "green", "10.10.0.0/24").await;
+    let blue1 = pod(&cp, lab, 0, "t1", "blue1", Some("blue")).await;
+    let blue2 = pod(&cp, lab, 0, "t1", "blue2", Some("t1/blue")).await;
+    let blue3 = pod(&cp, lab, 1, "t1", "blue3", Some("blue")).await;
+    let green1 = pod(&cp, lab, 0, "t2", "green1", Some("green")).await;
+    let green2 = pod(&cp, lab, 1, "t2", "green2", Some("green")).await;
+    let (b1, b2, b3) = (
+        vpc_ip(&cp, &blue1).await,
+        vpc_ip(&cp, &blue2).await,
+        vpc_ip(&cp, &blue3).await,
+    );
+    let (g1, g2) = (vpc_ip(&cp, &green1).await, vpc_ip(&cp, &green2).await);
+    eprintln!("blue {b1} {b2} {b3}, green {g1} {g2}");
+    assert_eq!(
+        b1, g1,
+        "both VPCs allocate from the same CIDR: the addresses overlap"
+    );
+    // The pod interface carries the VPC address and the Port's MAC; the result reports fabric.
+    let addrs = blue1.ns.ip_ok(&["-4", "-o", "addr", "show", "dev", "eth0"]);
+    assert!(addrs.contains(&format!("{b1}/32")), "{addrs}");
+    let routes = blue1.ns.ip_ok(&["route", "show", "default"]);
+    assert!(routes.contains("169.254.1.1"), "{routes}");
+    assert!(
+        blue1.result["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.244.1.")
+    );
+    let ports: Api<Port> = Api::all(cp.sdn.clone());
+    let mine = ports.list(&Default::default()).await.unwrap();
+    assert_eq!(mine.items.len(), 5, "one Port per VPC pod");
+
+    let vni = |ns: &str, name: &str| {
+        let sdn = cp.sdn.clone();
+        let (ns, name) = (ns.to_string(), name.to_string());
+        async move {
+            let v = Api::<VPC>::namespaced(sdn, &ns).get(&name).await.unwrap();
+            u32::try_from(v.status.unwrap().vni).unwrap()
+        }
+    };
+    let (blue_vni, green_vni) = (vni("t1", "blue").await, vni("t2", "green").await);
+    wait("n1 learns blue3", || {
+        n1.remote(blue_vni, b3) == Some(n2.ip.into())
+    });
+    wait("n1 learns green2", || {
+        n1.remote(green_vni, g2) == Some(n2.ip.into())
+    });
+    assert!(blue1.ns.ping(b2, 3, 3), "blue same node");
+    assert!(blue1.ns.ping(b3, 3, 3), "blue across nodes");
+    assert!(green1.ns.ping(g2, 3, 3), "green across nodes");
+    eprintln!("PASS same-VPC pods talk within and across nodes; two VPCs with one CIDR both work");
+
+    // --- Isolation.
+    let iso0 = n1.drops(DropReason::VpcIsolation);
+    assert!(!blue1.ns.ping(a.fabric, 2, 1), "VPC pod -> default-network pod");
+    assert!(!blue1.ns.ping(n1.ip, 2, 1), "VPC pod -> node");
+    assert!(
+        !blue1.ns.ping(green2.fabric, 2, 1),
+        "VPC pod -> other VPC's fabric IP"
+    );
+    assert!(
+        n1.drops(DropReason::VpcIsolation) >= iso0 + 6,
+        "isolation drops are counted"
+    );
+    // green2 holds an address that also exists in blue (b3 == g2 or b2 == g2): blue1 reaches
+    // blue's owner of that address, never green2.
+    let seen = capture(&green2.ns, "eth0", "icmp", || {
+        let _ = blue1.ns.ping(g2, 3, 0);
+    });
+    assert_eq!(seen, 0, "a blue pod's packets never reach a green pod");
+    eprintln!("PASS a VPC pod cannot reach a default-network pod, the node, or another VPC");
+
+    // --- The node reaches a VPC pod only through its fabric IP.
+    assert!(n1.ns.ping(blue1.fabric, 3, 3), "node -> VPC pod fabric IP");
+    assert!(!n1.ns.ping(b1, 2, 1), "node -> VPC IP must not work");
+    assert!(
+        a.ns.ping(blue1.fabric, 3, 3),
+        "net-0 pod -> VPC pod fabric IP (bridge)"
+    );
+    eprintln!("PASS the node reaches a VPC pod only through its fabric IP");
+
+    // --- Spoofing, captured at the destination.
+    let spoof0 = n1.drops(DropReason::SpoofIp);
+    blue1.ns.ip_ok(&["addr", "add", "10.10.0.200/32", "dev", "eth0"]);
+    let seen = capture(&blue2.ns, "eth0", "icmp and src host 10.10.0.200", || {
+        let _ = blue1.ns.exec(&[
+            "ping",
+            "-n",
+            "-q",
+            "-c",
+            "5",
+            "-i",
+            "0.05",
+            "-W",
+            "1",
+            "-I",
+            "10.10.0.200",
+            &b2.to_string(),
+        ]);
+    });
+    let control = capture(&blue2.ns, "eth0", &format!("icmp and src host {b1}"), || {
+        let _ = blue1.ns.ping(b2, 3, 0);
+    });
+    assert_eq!(seen, 0, "spoofed packets must not reach the destination");
+    assert!(control >= 3, "the capture sees legitimate packets ({control})");
+    assert!(n1.drops(DropReason::SpoofIp) >= spoof0 + 5, "spoof drops counted");
+    blue1.ns.ip_ok(&["addr", "del", "10.10.0.200/32", "dev", "eth0"]);
+    eprintln!("PASS a spoofed source from a VPC pod is dropped (captured and counted)");
+
+    // --- No binding: ADD fails with a clear error.
+    {
+        let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "t3"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+        create_pod(&cp, lab, 0, "t3", "intruder", Some("t1/blue")).await;
+        let pns = Netns::new("p");
+        let (code, v) = invoke_cni(
+            n1,
+            "ADD",
+            "t3-intruder",
+            &pns.path(),
+            ("t3", "intruder"),
+            &n1.conf(),
+        );
+        assert_ne!(code, 0, "{v}");
+        assert_eq!(v["code"], 102, "{v}");
+        assert!(v["msg"].as_str().unwrap().contains("no VPCBinding"), "{v}");
+        let links = pns.ip_ok(&["-o", "link"]);
+        assert!(!links.contains("eth0"), "nothing was wired: {links}");
+        eprintln!("PASS a pod without a VPCBinding fails ADD: {}", v["msg"]);
+    }
+
+    // --- CHECK and DEL of a VPC pod.
+    {
+        let mut conf = n1.conf();
+        conf["prevResult"] = blue2.result.clone();
+        let (code, v) = invoke_cni(n1, "CHECK", &blue2.cid, &blue2.ns.path(), ("t1", "blue2"), &conf);
+        assert_eq!(code, 0, "CHECK: {v}");
+        let port_of = |p: &LabPod| {
+            let sdn = cp.sdn.clone();
+            let name = p.name.clone();
+            async move {
+                Api::<Port>::all(sdn)
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter(|x| x.spec.pod_name == name)
+                    .count()
+            }
+        };
+        assert_eq!(port_of(&blue2).await, 1);
+        for _ in 0..2 {
+            let (code, v) = invoke_cni(
+                n1,
+                "DEL",
+                &blue2.cid,
+                &blue2.ns.path(),
+                ("t1", "blue2"),
+                &n1.conf(),
+            );
+            assert_eq!(code, 0, "DEL (idempotent): {v}");
+        }
+        assert_eq!(port_of(&blue2).await, 0, "DEL deletes the Port");
+        let (code, v) = invoke_cni(n1, "CHECK", &blue2.cid, &blue2.ns.path(), ("t1", "blue2"), &conf);
+        assert_ne!(code, 0, "CHECK after DEL fails: {v}");
+        assert!(!blue1.ns.ping(b2, 2, 1), "deleted pod unreachable");
+        eprintln!("PASS CHECK and DEL of a VPC pod");
+    }
+
+    // --- Agent restart drops no established flow (cross-node VPC ping stream).
+    {
+        let flow = blue1
+            .ns
+            .command(&[
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                "100",
+                "-i",
+                "0.02",
+                "-W",
+                "1",
+                &b3.to_string(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        lab.nodes[0].start_agent(&kube_kc, &sdn_kc);
+        eprintln!("agent on n1 restarted in {:?}", t.elapsed());
+        let out = flow.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            cozyplane_lab::received(&text),
+            100,
+            "no packet lost across the restart: {text}"
+        );
+        eprintln!("PASS killing and restarting the agent drops no established flow");
+    }
+    drop(standin);
+    drop(server);
+}
