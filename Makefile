@@ -53,7 +53,10 @@ test: deps lint test-unit
 test-unit:
 	# conformance/tests/alloc_procs.rs runs the server binary as child processes.
 	$(CARGO) build --bin cozyplane-apiserver --bin cozyplane-agent --bin cozyplane-cni
-	$(CARGO) test --workspace --all-targets
+	# Benches are compiled by `lint` (clippy --all-targets) but not run here: they are
+	# measurements, run by `make bench`.
+	$(CARGO) test --workspace --lib --bins --tests
+	$(CARGO) test --workspace --doc
 
 ## e2e: the multi-node netns lab (lab/tests/e2e.rs; root). Also part of test-unit.
 e2e: deps
