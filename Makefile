@@ -55,8 +55,8 @@ test-unit:
 	$(CARGO) build --bin cozyplane-apiserver --bin cozyplane-agent --bin cozyplane-cni
 	# Benches are compiled by `lint` (clippy --all-targets) but not run here: they are
 	# measurements, run by `make bench`.
-	$(CARGO) test --workspace --lib --bins --tests
 	$(CARGO) test --workspace --doc
+	$(CARGO) test --workspace --lib --bins --tests
 
 ## e2e: the multi-node netns lab (lab/tests/e2e.rs; root). Also part of test-unit.
 e2e: deps
