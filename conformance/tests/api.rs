@@ -188,10 +188,11 @@ async fn obj_13_status_subresource_and_main_resource_are_separate() {
     // Status from the request is dropped; the server's own allocation (issue 5) and the status
     // derived from it in the same write are there.
     let o = parse(&b);
-    assert_eq!(
-        (o["status"]["phase"].as_str(), o["status"]["vni"].as_i64()),
-        (Some("Ready"), Some(100)),
-        "{b}"
+    let vni = o["status"]["vni"].as_i64().unwrap_or_default();
+    assert_eq!(o["status"]["phase"].as_str(), Some("Ready"), "{b}");
+    assert!(
+        vni >= 100,
+        "the server allocates VNIs from 100 up, never the requested 7: {b}"
     );
     let merge = ("content-type", "application/merge-patch+json");
     let (_, _, b) = s
@@ -219,7 +220,7 @@ async fn obj_13_status_subresource_and_main_resource_are_separate() {
     let o = parse(&b);
     assert_eq!(
         (o["status"]["vni"].as_i64(), o["spec"]["mtu"].as_i64()),
-        (Some(100), Some(1400))
+        (Some(vni), Some(1400))
     );
     assert_eq!(o["metadata"]["generation"], 2);
     // A spec change re-derives the status in the same write.
