@@ -1,9 +1,10 @@
 //! Which network a CNI request attaches the pod to.
 //!
-//! This is the extension point for VPC pods: once the agent can reach the API server, a
-//! pod annotated `sdn.cozystack.io/vpc` resolves to [`Attachment::Vpc`] (VPCBinding check,
-//! Port claim, VPC address, bridge entry). Until then such requests are refused with a
-//! clear CNI error instead of silently landing on the default network.
+//! A pod annotated `sdn.cozystack.io/vpc` (or asking with `SDN_VPC` in `CNI_ARGS`) resolves
+//! to [`Attachment::Vpc`]: the agent checks the VPCBinding, claims a Port through the API,
+//! and wires the VPC address plus a bridge entry for the fabric address. Without an API
+//! connection such requests are refused with a clear CNI error instead of silently landing
+//! on the default network.
 
 use cozyplane_cni::env::CniEnv;
 use cozyplane_cni::spec::{CniError, ErrorCode};
@@ -19,7 +20,7 @@ pub const VPC_CNI_ARG: &str = "SDN_VPC";
 pub enum Attachment {
     /// Net 0: a fabric address from the node block, routed by the host.
     Default,
-    /// A tenant VPC, `namespace/name`. Not served yet.
+    /// A tenant VPC, `namespace/name`.
     Vpc {
         /// The VPC reference as requested.
         vpc: String,

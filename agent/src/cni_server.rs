@@ -92,8 +92,17 @@ impl AgentState {
             ..DatapathConfig::default()
         };
         let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
+        // The device MAC is per node (from the node IP) when known: frames the host stack
+        // sends into the tunnel carry it as inner source, and a VXLAN device drops received
+        // frames whose inner source is its own MAC (loop check). The datapath never needs the
+        // device MAC: it addresses overlay frames to `tunnel_mac` and the receiving program
+        // redirects them whatever their destination MAC.
+        let dev_mac = cfg.node_ip.map_or(dp_cfg.tunnel_mac, |ip| {
+            let o = ip.octets();
+            [0x02, 0xcf, o[0], o[1], o[2], o[3]]
+        });
         let tunnel = netdev
-            .ensure_tunnel(cfg.tunnel, &cfg.tunnel_dev, port, mtu, dp_cfg.tunnel_mac)
+            .ensure_tunnel(cfg.tunnel, &cfg.tunnel_dev, port, mtu, dev_mac)
             .await?;
         let dp_cfg = DatapathConfig {
             tunnel_ifindex: tunnel.index,

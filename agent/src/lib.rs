@@ -80,7 +80,11 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
     if let Some(api) = api {
-        tokio::spawn(watch::run(api, state.pin_dir().to_path_buf()));
+        let routes = watch::HostRoutes {
+            tunnel_dev: cfg.tunnel_dev.clone(),
+            net0_vni: cfg.net0_vni,
+        };
+        tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
     state.set_metrics(metrics.clone());

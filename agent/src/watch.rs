@@ -9,6 +9,12 @@
 //!   `{vni, spec.ip} → spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are
 //!   written by the CNI path itself.
 //!
+//! * **Host routes** to the net-0 entries: each remote `{0, podIP} → hostIP` also becomes a
+//!   kernel route `podIP/32 dev <tunnel> encap ip id <net0_vni> dst hostIP`, so the node's
+//!   own stack (node → pod on another node, the node's replies to such pods) uses the
+//!   overlay like the pods do. The tunnel device is NOARP, so these frames carry the shared
+//!   tunnel MAC and `sdn_from_overlay` delivers them on the other side.
+//!
 //! One task holds the three caches; after every event it recomputes the desired entries
 //! and writes the difference. Entries are pruned only once the watches that own them
 //! listed completely (net 0: Pods; VPC nets: Ports and VPCs), so a restart first adopts
@@ -182,8 +188,27 @@ fn pinned(pin_dir: &Path) -> HashMap<Key, IpAddr> {
         .collect()
 }
 
-/// Runs the watches forever, writing `sdn_remotes` under `pin_dir`.
-pub async fn run(api: ApiClients, pin_dir: PathBuf) {
+/// Where the host routes to remote net-0 pods go.
+#[derive(Clone, Debug)]
+pub struct HostRoutes {
+    /// The collect-metadata tunnel device.
+    pub tunnel_dev: String,
+    /// The VNI net 0 travels under.
+    pub net0_vni: u32,
+}
+
+/// Runs the watches forever, writing `sdn_remotes` under `pin_dir` and the host routes.
+pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
+    let netdev = match crate::datapath::netdev::NetDev::new() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            tracing::warn!("no host routes to remote pods: {e}");
+            None
+        }
+    };
+    let mut tunnel: Option<u32> = None;
+    // Routes installed by this process (after a restart every one is replaced once).
+
     let cfg = watcher::Config::default();
     let pods = watcher::watcher(Api::<Pod>::all(api.kube.clone()), cfg.clone())
         .default_backoff()
@@ -202,6 +227,13 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf) {
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned(&pin_dir);
     let my_ip = IpAddr::V4(api.node_ip);
+    // Host routes this process knows of. Seeded with the adopted net-0 entries under an
+    // unspecified node, so every wanted one is replaced once and stale ones are removed.
+    let mut routed: HashMap<IpAddr, IpAddr> = applied
+        .keys()
+        .filter(|k| k.0 == 0)
+        .map(|k| (k.1, IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))
+        .collect();
     tracing::info!(
         adopted = applied.len(),
         "remote endpoints: watching Pods, VPCs, Ports"
@@ -271,6 +303,57 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf) {
         }
         if changed > 0 {
             tracing::debug!(changed, total = applied.len(), "sdn_remotes updated");
+        }
+        if let Some(nd) = &netdev {
+            if tunnel.is_none() {
+                tunnel = nd.link(&routes.tunnel_dev).await.ok().flatten().map(|l| l.index);
+            }
+            if let Some(t) = tunnel {
+                sync_routes(nd, t, routes.net0_vni, &want, &mut routed, pod_cache.synced).await;
+            }
+        }
+    }
+}
+
+/// Bring the host routes in line with the net-0 entries of `want` (IPv4 only). Removal
+/// waits for the Pod list, like the map entries.
+async fn sync_routes(
+    nd: &crate::datapath::netdev::NetDev,
+    tunnel: u32,
+    vni: u32,
+    want: &HashMap<Key, IpAddr>,
+    routed: &mut HashMap<IpAddr, IpAddr>,
+    synced: bool,
+) {
+    for ((net, ip), node) in want {
+        if *net != 0 || routed.get(ip) == Some(node) {
+            continue;
+        }
+        if let (IpAddr::V4(ip4), IpAddr::V4(node4)) = (ip, node) {
+            match nd.remote_pod_route(tunnel, *ip4, vni, *node4).await {
+                Ok(()) => {
+                    routed.insert(*ip, *node);
+                }
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+    }
+    if !synced {
+        return;
+    }
+    let stale: Vec<IpAddr> = routed
+        .keys()
+        .filter(|ip| !want.contains_key(&(0, **ip)))
+        .copied()
+        .collect();
+    for ip in stale {
+        if let IpAddr::V4(ip4) = ip {
+            match nd.remove_remote_pod_route(tunnel, ip4).await {
+                Ok(()) => {
+                    routed.remove(&ip);
+                }
+                Err(e) => tracing::warn!("{e}"),
+            }
         }
     }
 }

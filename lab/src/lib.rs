@@ -476,9 +476,28 @@ pub fn invoke_cni(
     pod: (&str, &str),
     conf: &Value,
 ) -> (i32, Value) {
+    invoke_plugin(
+        &bin_dir().join("cozyplane-cni"),
+        node,
+        cmd,
+        cid,
+        (netns, pod),
+        conf,
+    )
+}
+
+/// Runs any CNI plugin binary like [`invoke_cni`] (chained plugins: `/usr/lib/cni/portmap`).
+pub fn invoke_plugin(
+    plugin: &Path,
+    node: &Node,
+    cmd: &str,
+    cid: &str,
+    (netns, pod): (&str, (&str, &str)),
+    conf: &Value,
+) -> (i32, Value) {
     let mut child = Command::new("nsenter")
         .arg(format!("--net={}", node.ns.path()))
-        .arg(bin_dir().join("cozyplane-cni"))
+        .arg(plugin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", cmd)
@@ -497,7 +516,7 @@ pub fn invoke_cni(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn cozyplane-cni");
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", plugin.display()));
     child
         .stdin
         .take()

@@ -8,7 +8,7 @@ use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
 use cozyplane_bpf::DropReason;
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{Lab, LabPod, Netns, capture, invoke_cni, result_ip, run_in};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, invoke_cni, invoke_plugin, result_ip, run_in};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -162,6 +162,12 @@ async fn body(lab: &mut Lab) {
     assert!(b.ns.ping(a.fabric, 3, 3), "default b -> a across nodes");
     eprintln!("PASS default-network pods talk across nodes");
 
+    // --- A node reaches a pod on the other node (host route over the overlay), both ways.
+    assert!(n1.ns.ping(b.fabric, 3, 3), "node n1 -> pod b on n2");
+    assert!(n2.ns.ping(a.fabric, 3, 3), "node n2 -> pod a on n1");
+    assert!(b.ns.ping(n1.ip, 3, 3), "pod b on n2 -> node n1");
+    eprintln!("PASS a node reaches default-network pods on other nodes and back");
+
     // --- Two tenants, two VPCs with the same CIDR.
     tenant(&cp, "t1", "blue", "10.10.0.0/24").await;
     tenant(&cp, "t2", "green", "10.10.0.0/24").await;
@@ -244,6 +250,44 @@ async fn body(lab: &mut Lab) {
         "net-0 pod -> VPC pod fabric IP (bridge)"
     );
     eprintln!("PASS the node reaches a VPC pod only through its fabric IP");
+
+    // --- Chained plugins accept our result for a VPC pod (as in a conflist after us).
+    for (plugin, extra) in [
+        (
+            "portmap",
+            json!({"capabilities": {"portMappings": true}, "runtimeConfig": {"portMappings":
+                [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]}}),
+        ),
+        (
+            "tuning",
+            json!({"sysctl": {"net.ipv4.conf.eth0.accept_local": "1"}}),
+        ),
+    ] {
+        let mut conf = json!({"cniVersion": "1.0.0", "name": "cozy", "type": plugin,
+            "prevResult": blue1.result.clone()});
+        for (k, v) in extra.as_object().unwrap() {
+            conf[k] = v.clone();
+        }
+        let bin = std::path::Path::new("/usr/lib/cni").join(plugin);
+        let pod = ("t1", "blue1");
+        let (code, v) = invoke_plugin(&bin, n1, "ADD", &blue1.cid, (&blue1.ns.path(), pod), &conf);
+        assert_eq!(code, 0, "{plugin} ADD after cozyplane (VPC pod): {v}");
+        assert_eq!(
+            v["ips"], blue1.result["ips"],
+            "{plugin} passes our result on: {v}"
+        );
+        // portmap's own CHECK also looks for an IPv6 DNAT chain its ADD skips for a v4-only
+        // result, so CHECK is asserted for tuning only.
+        if plugin == "tuning" {
+            let (code, v) = invoke_plugin(&bin, n1, "CHECK", &blue1.cid, (&blue1.ns.path(), pod), &conf);
+            assert_eq!(code, 0, "{plugin} CHECK: {v}");
+        }
+    }
+    assert!(
+        blue1.ns.ping(b2, 3, 3),
+        "the chained plugins left the VPC pod working"
+    );
+    eprintln!("PASS portmap and tuning chain after cozyplane for a VPC pod");
 
     // --- Spoofing, captured at the destination.
     let spoof0 = n1.drops(DropReason::SpoofIp);
@@ -358,6 +402,23 @@ async fn body(lab: &mut Lab) {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        // And an established TCP stream (iperf3, 3 s) across the same restart.
+        let _srv = cozyplane_lab::Proc(
+            blue3
+                .ns
+                .command(&["iperf3", "-s", "-1", "-p", "5201"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let tcp = blue1
+            .ns
+            .command(&["iperf3", "-c", &b3.to_string(), "-p", "5201", "-t", "3", "-J"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(300));
         let t = Instant::now();
         lab.nodes[0].start_agent(&kube_kc, &sdn_kc);
@@ -368,6 +429,22 @@ async fn body(lab: &mut Lab) {
             cozyplane_lab::received(&text),
             100,
             "no packet lost across the restart: {text}"
+        );
+        let out = tcp.wait_with_output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert!(
+            out.status.success() && v["error"].is_null(),
+            "the TCP stream survives the restart: {v}"
+        );
+        let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
+        let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(
+            got > 0 && got == sent,
+            "every byte sent arrived ({got} of {sent})"
+        );
+        eprintln!(
+            "TCP stream across the restart: {got} bytes, {} retransmits",
+            v["end"]["sum_sent"]["retransmits"]
         );
         eprintln!("PASS killing and restarting the agent drops no established flow");
     }

@@ -18,7 +18,9 @@ use futures::TryStreamExt as _;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
-use netlink_packet_route::route::{RouteAttribute, RouteScope};
+use netlink_packet_route::route::{
+    RouteAttribute, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
+};
 use nix::sched::{CloneFlags, setns};
 use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
 
@@ -165,8 +167,8 @@ impl NetDev {
         Ok(1500)
     }
 
-    /// Create (or adopt) the collect-metadata tunnel device `name`, with the fixed MAC
-    /// every node's tunnel device shares (`DatapathConfig::tunnel_mac`), and bring it up.
+    /// Create (or adopt) the collect-metadata tunnel device `name` with MAC `mac`, NOARP,
+    /// and bring it up.
     pub async fn ensure_tunnel(
         &self,
         kind: TunnelKind,
@@ -198,6 +200,9 @@ impl NetDev {
                 LinkUnspec::new_with_index(l.index)
                     .mtu(mtu)
                     .address(mac.to_vec())
+                    // No ARP: host-routed frames into the tunnel (remote pod routes) get the
+                    // device's own MAC as destination; the receiving program ignores it.
+                    .arp(false)
                     .up()
                     .build(),
             )
@@ -333,6 +338,51 @@ impl NetDev {
             .map_err(nl(format!("up {host}")))?;
         self.pod_host_routes(host_link.index, host_ip, pod_mac).await?;
         Ok((host_link, pod_mac))
+    }
+
+    /// The host route to a pod on another node: `ip/32` out of the collect-metadata tunnel
+    /// device `tunnel` with a lightweight-tunnel encap `{id vni, dst node}`, so the host
+    /// stack (node → remote pod, replies to remote pods) reaches it over the overlay
+    /// (replace: idempotent).
+    pub async fn remote_pod_route(
+        &self,
+        tunnel: u32,
+        ip: Ipv4Addr,
+        vni: u32,
+        node: Ipv4Addr,
+    ) -> Result<(), NetdevError> {
+        let mut msg = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(ip, 32)
+            .output_interface(tunnel)
+            .scope(RouteScope::Link)
+            .build();
+        msg.attributes
+            .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
+        msg.attributes.push(RouteAttribute::Encap(vec![
+            RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
+            RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
+        ]));
+        self.h
+            .route()
+            .add(msg)
+            .replace()
+            .execute()
+            .await
+            .map_err(nl(format!("remote pod route {ip}/32 via {node}")))
+    }
+
+    /// Remove the route [`Self::remote_pod_route`] installed; absent is fine.
+    pub async fn remove_remote_pod_route(&self, tunnel: u32, ip: Ipv4Addr) -> Result<(), NetdevError> {
+        let msg = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(ip, 32)
+            .output_interface(tunnel)
+            .scope(RouteScope::Link)
+            .build();
+        match self.h.route().del(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(nl(format!("delete remote pod route {ip}/32"))(e)),
+        }
     }
 
     /// The host-side /32 route and permanent neighbour of a pod (replace: idempotent).

@@ -1,0 +1,592 @@
+//! Datapath benchmarks on the netns lab (issue 7). Needs root and the RELEASE agent and CNI:
+//!
+//! ```text
+//! cargo build --release -p cozyplane-agent -p cozyplane-cni && cargo bench -p cozyplane-lab
+//! ```
+//!
+//! * **Pod network-ready latency**, net 0 and VPC, 200 sequential and 50 concurrent pods:
+//!   *ADD* is the wall time of the real `cozyplane-cni ADD` as kubelet runs it; *first packet*
+//!   is the time from the start of ADD until a UDP echo sent from inside the new pod comes
+//!   back from a pod on the same node, and from a pod on the other node (the latter includes
+//!   the control plane: the Pod status patch for net 0, the Port watch for VPC pods). The
+//!   probe sends one datagram per destination every millisecond.
+//! * **TCP throughput** (iperf3, 5 s after 1 s omitted, inside the pod netns): cross-node
+//!   VPC and net-0 pods against two namespaces wired with plain kernel routing over a plain
+//!   VXLAN device between the same node namespaces (no programs: the limit); same-node pods
+//!   against the reference `bridge` CNI plugin with `host-local` IPAM. All pods use the MTU
+//!   our CNI gives pods.
+//!
+//! Figures are printed, never asserted. Results go to `docs/benchmarks.md`.
+
+use std::fs::File;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cozyplane_apis::v1alpha1::{VPC, VPCBinding};
+use cozyplane_conformance::standin::{Options, StandIn};
+use cozyplane_conformance::{Backend, TestServer};
+use cozyplane_lab::{Lab, Netns, Node, Proc, bin_dir, invoke_cni, result_ip, run_in};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const ECHO_PORT: u16 = 7777;
+const SEQUENTIAL: usize = 200;
+const CONCURRENT: usize = 50;
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    cozyplane_lab::require_root();
+    let _ = bin_dir(); // fails early with a hint if the release binaries are missing
+    let lab = Lab::new(2);
+    let ctl = Netns(lab.ctl.0.clone());
+    run_in(&ctl, || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let h = rt.handle().clone();
+        let (standin, server, kube_kc, sdn_kc) = rt.block_on(async {
+            let standin = StandIn::start(Options::default()).await;
+            let server = TestServer::start(Backend::Embedded).await;
+            let kc = standin.admin_kubeconfig();
+            let sdn = server.kubeconfig.clone();
+            (standin, server, kc, sdn)
+        });
+        let port = |url: &str| {
+            url.rsplit(':')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .expect("port")
+        };
+        lab.expose(port(&standin.url));
+        lab.expose(port(&server.url));
+        let cp = rt.block_on(async {
+            Cp {
+                kube: kube::Client::try_from(
+                    kube::Config::from_custom_kubeconfig(
+                        kube::config::Kubeconfig::read_from(&kube_kc).expect("kubeconfig"),
+                        &Default::default(),
+                    )
+                    .await
+                    .expect("config"),
+                )
+                .expect("client"),
+                sdn: server.client().await,
+                h: h.clone(),
+            }
+        });
+        for n in &lab.nodes {
+            n.start_agent(&kube_kc, &sdn_kc);
+        }
+        body(&cp, &lab);
+        drop(standin);
+        drop(server);
+    });
+    std::mem::forget(ctl); // the Lab owns the namespace
+}
+
+struct Cp {
+    kube: kube::Client,
+    sdn: kube::Client,
+    h: tokio::runtime::Handle,
+}
+
+impl Cp {
+    fn block<F: Future>(&self, f: F) -> F::Output {
+        self.h.block_on(f)
+    }
+
+    fn create_pod(&self, node: &Node, ns: &str, name: &str, vpc: Option<&str>) {
+        let mut ann = serde_json::Map::new();
+        if let Some(v) = vpc {
+            ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "namespace": ns, "annotations": ann },
+            "spec": { "nodeName": node.name, "containers": [{ "name": "c", "image": "pause" }] }
+        }))
+        .expect("pod");
+        self.block(Api::<Pod>::namespaced(self.kube.clone(), ns).create(&PostParams::default(), &pod))
+            .expect("create pod");
+    }
+
+    fn patch_status(&self, node: &Node, ns: &str, name: &str, ip: Ipv4Addr) {
+        let status = json!({ "status": { "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
+            "hostIP": node.ip.to_string(), "phase": "Running" } });
+        self.block(Api::<Pod>::namespaced(self.kube.clone(), ns).patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        ))
+        .expect("patch status");
+    }
+
+    fn vpc_ip(&self, ns: &str, name: &str) -> Ipv4Addr {
+        let pod = self
+            .block(Api::<Pod>::namespaced(self.kube.clone(), ns).get(name))
+            .expect("get pod");
+        let ann = pod.metadata.annotations.unwrap_or_default();
+        ann["sdn.cozystack.io/vpc-ip"].parse().expect("vpc-ip annotation")
+    }
+
+    fn tenant(&self, ns: &str, vpc: &str, cidr: &str) {
+        self.block(async {
+            let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.kube.clone());
+            nss.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
+            )
+            .await
+            .expect("create namespace");
+            let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
+                "kind": "VPC", "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
+            .expect("vpc");
+            Api::<VPC>::namespaced(self.sdn.clone(), ns)
+                .create(&PostParams::default(), &v)
+                .await
+                .expect("create VPC");
+            let b: VPCBinding = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
+                "kind": "VPCBinding", "metadata": {"name": vpc, "namespace": ns},
+                "spec": {"vpcRef": {"namespace": ns, "name": vpc}}}))
+            .expect("binding");
+            Api::<VPCBinding>::namespaced(self.sdn.clone(), ns)
+                .create(&PostParams::default(), &b)
+                .await
+                .expect("create VPCBinding");
+        });
+    }
+}
+
+/// A wired pod of ours.
+struct BPod {
+    node: usize,
+    ns_name: String,
+    name: String,
+    cid: String,
+    fabric: Ipv4Addr,
+    netns: Netns,
+}
+
+impl BPod {
+    fn del(&self, lab: &Lab) {
+        let n = &lab.nodes[self.node];
+        let _ = invoke_cni(
+            n,
+            "DEL",
+            &self.cid,
+            &self.netns.path(),
+            (&self.ns_name, &self.name),
+            &n.conf(),
+        );
+    }
+}
+
+/// Runs `f` on a fresh thread that entered `netns` (the thread is discarded).
+fn in_ns<R: Send + 'static>(netns: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let file = File::open(netns).expect("open netns");
+    std::thread::spawn(move || {
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .expect("netns thread")
+}
+
+/// A UDP echo server inside `netns`, for the life of the process.
+fn echo_server(netns: &str) {
+    let file = File::open(netns).expect("open netns");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, ECHO_PORT)).expect("bind echo");
+        tx.send(()).expect("ready");
+        let mut buf = [0u8; 64];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(&buf[..n], from);
+        }
+    });
+    rx.recv().expect("echo server");
+}
+
+/// From inside `netns`: one datagram per destination per millisecond until each echoed.
+/// Returns the time from `t0` to the first echo of each destination (None: 10 s passed).
+fn probe(netns: &str, peers: Vec<Ipv4Addr>, t0: Instant) -> Vec<Option<Duration>> {
+    in_ns(netns, move || {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind probe");
+        s.set_read_timeout(Some(Duration::from_millis(1)))
+            .expect("timeout");
+        let mut got: Vec<Option<Duration>> = vec![None; peers.len()];
+        let mut buf = [0u8; 64];
+        while got.iter().any(Option::is_none) && t0.elapsed() < Duration::from_secs(10) {
+            for (i, p) in peers.iter().enumerate() {
+                if got[i].is_none() {
+                    let _ = s.send_to(&[u8::try_from(i).unwrap_or(0)], SocketAddr::from((*p, ECHO_PORT)));
+                }
+            }
+            while let Ok((n, _)) = s.recv_from(&mut buf) {
+                if let Some(slot) = got.get_mut(usize::from(buf[0])).filter(|_| n > 0) {
+                    slot.get_or_insert_with(|| t0.elapsed());
+                }
+            }
+        }
+        got
+    })
+}
+
+/// The pod object must already exist. ADD (timed), then kubelet's status patch in parallel
+/// with the probe.
+fn wire(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, peers: &[Ipv4Addr]) -> (BPod, Sample) {
+    let netns = Netns::new("b");
+    let cid = format!("{ns}-{name}");
+    let n = &lab.nodes[node];
+    let t0 = Instant::now();
+    let (code, result) = invoke_cni(n, "ADD", &cid, &netns.path(), (ns, name), &n.conf());
+    let add = t0.elapsed();
+    assert_eq!(code, 0, "ADD {ns}/{name}: {result}");
+    let fabric = result_ip(&result).expect("result ip");
+    let path = netns.path();
+    let peers = peers.to_vec();
+    let first = std::thread::scope(|s| {
+        s.spawn(|| cp.patch_status(n, ns, name, fabric));
+        probe(&path, peers, t0)
+    });
+    let pod = BPod {
+        node,
+        ns_name: ns.into(),
+        name: name.into(),
+        cid,
+        fabric,
+        netns,
+    };
+    (pod, Sample { add, first })
+}
+
+struct Sample {
+    add: Duration,
+    first: Vec<Option<Duration>>,
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// One latency run: `count` pods, `par` at a time; prints a table row per measure.
+fn latency(
+    cp: &Cp,
+    lab: &Lab,
+    label: &str,
+    (ns, vpc): (&str, Option<&str>),
+    peers: &[Ipv4Addr],
+    (count, par): (usize, usize),
+) {
+    let names: Vec<String> = (0..count).map(|i| format!("{label}-{i}")).collect();
+    for name in &names {
+        cp.create_pod(&lab.nodes[0], ns, name, vpc);
+    }
+    std::thread::sleep(Duration::from_millis(500)); // the agent's pod cache sees them, as with kubelet
+    let started = Instant::now();
+    let mut out: Vec<(BPod, Sample)> = Vec::new();
+    for chunk in names.chunks(par) {
+        let got: Vec<(BPod, Sample)> = std::thread::scope(|s| {
+            let hs: Vec<_> = chunk
+                .iter()
+                .map(|name| s.spawn(move || wire(cp, lab, 0, ns, name, peers)))
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("wire")).collect()
+        });
+        out.extend(got);
+    }
+    let wall = started.elapsed();
+    let mut add: Vec<f64> = out.iter().map(|(_, s)| ms(s.add)).collect();
+    let row = |what: &str, v: &mut Vec<f64>, lost: usize| {
+        println!(
+            "| {label} | {what} | {} | {:.1} | {:.1} | {:.1} | {lost} |",
+            v.len(),
+            pct(v, 0.5),
+            pct(v, 0.99),
+            pct(v, 1.0),
+        );
+    };
+    row("ADD returns", &mut add, 0);
+    for (i, what) in ["first packet, same-node peer", "first packet, cross-node peer"]
+        .iter()
+        .enumerate()
+    {
+        let mut v: Vec<f64> = out.iter().filter_map(|(_, s)| s.first[i].map(ms)).collect();
+        let lost = count - v.len();
+        row(what, &mut v, lost);
+    }
+    println!(
+        "|   | (wall {:.1} s for {count} pods) | | | | | |",
+        wall.as_secs_f64()
+    );
+    // Release the addresses for the next run.
+    std::thread::scope(|s| {
+        for part in out.chunks(out.len().div_ceil(4).max(1)) {
+            s.spawn(move || part.iter().for_each(|(p, _)| p.del(lab)));
+        }
+    });
+}
+
+/// A pod of ours that stays for the throughput runs (also an echo peer).
+fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> (BPod, Ipv4Addr) {
+    cp.create_pod(&lab.nodes[node], ns, name, vpc);
+    std::thread::sleep(Duration::from_millis(200));
+    let (p, _) = wire(cp, lab, node, ns, name, &[]);
+    let ip = if vpc.is_some() {
+        cp.vpc_ip(ns, name)
+    } else {
+        p.fabric
+    };
+    echo_server(&p.netns.path());
+    (p, ip)
+}
+
+/// iperf3 from `client` to `server_ip` (server in `server`): received Gbit/s.
+fn iperf(server: &Netns, client: &Netns, server_ip: Ipv4Addr) -> f64 {
+    let _srv = Proc(
+        server
+            .command(&["iperf3", "-s", "-1", "-p", "5201"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -s"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = client.exec(&[
+        "iperf3",
+        "-c",
+        &server_ip.to_string(),
+        "-p",
+        "5201",
+        "-t",
+        "5",
+        "-O",
+        "1",
+        "-J",
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / 1e9
+}
+
+fn mtu_of(ns: &Netns) -> u32 {
+    String::from_utf8_lossy(&ns.exec(&["cat", "/sys/class/net/eth0/mtu"]).stdout)
+        .trim()
+        .parse()
+        .expect("mtu")
+}
+
+/// Two namespaces behind node 1 and node 2, routed by the kernel over a plain VXLAN device
+/// (VNI 4242, port 4790) between the node namespaces. No programs anywhere on the path.
+fn plain_pair(lab: &Lab, mtu: u32) -> (Netns, Netns) {
+    let mk = |i: usize| {
+        let node = &lab.nodes[i];
+        let other = &lab.nodes[1 - i];
+        let me = i + 1;
+        let them = 2 - i;
+        let p = Netns::new("ref");
+        node.ns.ip_ok(&[
+            "link", "add", "cpref0", "type", "veth", "peer", "name", "eth0", "netns", &p.0,
+        ]);
+        node.ns
+            .ip_ok(&["link", "set", "cpref0", "mtu", &mtu.to_string(), "up"]);
+        node.ns
+            .ip_ok(&["addr", "add", &format!("10.99.{me}.1/24"), "dev", "cpref0"]);
+        node.ns.ip_ok(&[
+            "link",
+            "add",
+            "cpvxref",
+            "type",
+            "vxlan",
+            "id",
+            "4242",
+            "remote",
+            &other.ip.to_string(),
+            "local",
+            &node.ip.to_string(),
+            "dstport",
+            "4790",
+            "dev",
+            "ul0",
+        ]);
+        node.ns.ip_ok(&["link", "set", "cpvxref", "up"]);
+        node.ns
+            .ip_ok(&["addr", "add", &format!("10.99.0.{me}/24"), "dev", "cpvxref"]);
+        node.ns.ip_ok(&[
+            "route",
+            "add",
+            &format!("10.99.{them}.0/24"),
+            "via",
+            &format!("10.99.0.{them}"),
+        ]);
+        let _ = node.ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        p.ip_ok(&["link", "set", "eth0", "mtu", &mtu.to_string(), "up"]);
+        p.ip_ok(&["addr", "add", &format!("10.99.{me}.2/24"), "dev", "eth0"]);
+        p.ip_ok(&["route", "add", "default", "via", &format!("10.99.{me}.1")]);
+        p
+    };
+    (mk(0), mk(1))
+}
+
+/// Two namespaces on node 1 wired by the reference `bridge` plugin with `host-local` IPAM.
+fn bridge_pair(lab: &Lab, mtu: u32, dir: &std::path::Path) -> (Netns, Netns, Ipv4Addr) {
+    let node = &lab.nodes[0];
+    let conf = json!({"cniVersion": "1.0.0", "name": "cpbench-br", "type": "bridge", "bridge": "cpbench0",
+        "isGateway": true, "mtu": mtu,
+        "ipam": {"type": "host-local", "subnet": "10.98.0.0/24", "dataDir": dir.to_str()}});
+    let add = |i: usize| {
+        let p = Netns::new("br");
+        let mut child = Command::new("nsenter")
+            .arg(format!("--net={}", node.ns.path()))
+            .arg("/usr/lib/cni/bridge")
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", format!("cpbench-br{i}"))
+            .env("CNI_NETNS", p.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/usr/lib/cni")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("bridge plugin");
+        std::io::Write::write_all(
+            &mut child.stdin.take().expect("stdin"),
+            conf.to_string().as_bytes(),
+        )
+        .expect("conf");
+        let out = child.wait_with_output().expect("bridge output");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let ip = result_ip(&v)
+            .unwrap_or_else(|| panic!("bridge ADD: {v} {}", String::from_utf8_lossy(&out.stderr)));
+        (p, ip)
+    };
+    let (a, _) = add(0);
+    let (b, ip) = add(1);
+    (a, b, ip)
+}
+
+fn body(cp: &Cp, lab: &Lab) {
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at start: {}", load().trim());
+    cp.tenant("bench", "v", "10.20.0.0/16");
+
+    // Peers (echo servers; also the throughput pods).
+    let (d1, d1ip) = keep(cp, lab, 0, "default", "peer-d1", None);
+    let (d1b, d1bip) = keep(cp, lab, 0, "default", "peer-d1b", None);
+    let (d2, d2ip) = keep(cp, lab, 1, "default", "peer-d2", None);
+    let (v1, v1ip) = keep(cp, lab, 0, "bench", "peer-v1", Some("v"));
+    let (v1b, v1bip) = keep(cp, lab, 0, "bench", "peer-v1b", Some("v"));
+    let (v2, v2ip) = keep(cp, lab, 1, "bench", "peer-v2", Some("v"));
+    // Cross-node peers answer only once the other node learned the probing pod; make sure
+    // the peers themselves are known everywhere before timing anything.
+    for (p, ip) in [(&d1, d2ip), (&d2, d1ip), (&v1, v2ip), (&v2, v1ip)] {
+        let r = probe(&p.netns.path(), vec![ip], Instant::now());
+        assert!(r[0].is_some(), "peer {} cannot reach {ip}", p.name);
+    }
+
+    println!("\n| run | measure | n | p50 ms | p99 ms | max ms | no reply |");
+    println!("|---|---|---|---|---|---|---|");
+    latency(
+        cp,
+        lab,
+        "net0-seq",
+        ("default", None),
+        &[d1bip, d2ip],
+        (SEQUENTIAL, 1),
+    );
+    latency(
+        cp,
+        lab,
+        "net0-par",
+        ("default", None),
+        &[d1bip, d2ip],
+        (CONCURRENT, CONCURRENT),
+    );
+    latency(
+        cp,
+        lab,
+        "vpc-seq",
+        ("bench", Some("v")),
+        &[v1bip, v2ip],
+        (SEQUENTIAL, 1),
+    );
+    latency(
+        cp,
+        lab,
+        "vpc-par",
+        ("bench", Some("v")),
+        &[v1bip, v2ip],
+        (CONCURRENT, CONCURRENT),
+    );
+    println!("load average after latency: {}", load().trim());
+
+    let mtu = mtu_of(&v1.netns);
+    let (r1, r2) = plain_pair(lab, mtu);
+    let dir = tempfile::Builder::new()
+        .prefix("cpbench-")
+        .tempdir()
+        .expect("tempdir");
+    let (b1, b2, b2ip) = bridge_pair(lab, mtu, dir.path());
+    let ref_ip = Ipv4Addr::new(10, 99, 2, 2);
+    assert!(r1.ping(ref_ip, 2, 1), "plain VXLAN reference is wired");
+    assert!(b1.ping(b2ip, 2, 1), "bridge reference is wired");
+    println!("\npod MTU {mtu}; iperf3 -t 5 -O 1, Gbit/s received, two rounds");
+    println!("\n| path | round 1 | round 2 | mean |");
+    println!("|---|---|---|---|");
+    let runs: Vec<(&str, &Netns, &Netns, Ipv4Addr)> = vec![
+        ("cross-node VPC pods (ours)", &v2.netns, &v1.netns, v2ip),
+        ("cross-node net-0 pods (ours)", &d2.netns, &d1.netns, d2ip),
+        (
+            "cross-node plain kernel routing + VXLAN (limit)",
+            &r2,
+            &r1,
+            ref_ip,
+        ),
+        ("same-node VPC pods (ours)", &v1b.netns, &v1.netns, v1bip),
+        ("same-node net-0 pods (ours)", &d1b.netns, &d1.netns, d1bip),
+        ("same-node bridge + host-local (reference)", &b2, &b1, b2ip),
+    ];
+    let mut means = Vec::new();
+    for (what, srv, cli, ip) in &runs {
+        let a = iperf(srv, cli, *ip);
+        let b = iperf(srv, cli, *ip);
+        let m = f64::midpoint(a, b);
+        means.push(m);
+        println!("| {what} | {a:.2} | {b:.2} | {m:.2} |");
+    }
+    println!(
+        "\nratios: cross-node VPC / limit {:.0} %, net 0 / limit {:.0} %; same-node VPC / bridge {:.0} %, net 0 / bridge {:.0} %",
+        100.0 * means[0] / means[2],
+        100.0 * means[1] / means[2],
+        100.0 * means[3] / means[5],
+        100.0 * means[4] / means[5],
+    );
+    println!("load average at end: {}", load().trim());
+    drop((d1, d1b, d2, v1, v1b, v2, r1, r2, b1, b2));
+}
