@@ -95,6 +95,19 @@ pub struct Options {
     /// How often quota usage of our resources is recounted for every namespace.
     #[arg(long, default_value = "5m", value_parser = cozyplane_authz::parse_duration)]
     pub quota_resync_period: Duration,
+    /// Port GC: how old a Port on a node never seen must be before it is deleted (see
+    /// `controllers::kube_loops`; needs a kube-apiserver connection).
+    #[arg(long, default_value = "30s", value_parser = cozyplane_authz::parse_duration)]
+    pub port_gc_grace: Duration,
+    /// Largest request body accepted, in bytes; larger requests get 413 RequestEntityTooLarge
+    /// (kube-apiserver's limit is 3 MiB).
+    #[arg(
+        long,
+        default_value_t = crate::server::router::MAX_BODY as u64,
+        value_name = "BYTES",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_request_body_bytes: u64,
     /// Delegated authentication and authorization.
     #[command(flatten)]
     pub auth: AuthOptions,
@@ -136,6 +149,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// The standalone PKI, if minted.
     pub pki: Option<tls::Pki>,
+    /// The kube-backed control loops' configuration (with a kube connection).
+    controllers_kube: Option<crate::controllers::kube_loops::KubeConfig>,
 }
 
 impl Options {
@@ -218,7 +233,14 @@ impl Options {
                 .map_or_else(|| serving.cert.clone(), |p| p.ca.clone());
             tokio::spawn(ensure_apiservice(client, registration, ca));
         }
-        let state = AppState::new(kinds, storage, pki.is_some());
+        let controllers_kube = kube
+            .clone()
+            .map(|client| crate::controllers::kube_loops::KubeConfig {
+                client,
+                port_gc_grace: self.port_gc_grace,
+            });
+        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
+        let state = AppState::new(kinds, storage, pki.is_some(), max_body);
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(cfg)),
@@ -228,6 +250,7 @@ impl Options {
             admission: Arc::new(admission),
             addr,
             pki,
+            controllers_kube,
         })
     }
 
@@ -328,7 +351,11 @@ impl Server {
     /// Serves until the task is dropped or the listener fails.
     pub async fn run(self) -> Result<(), Error> {
         // Control loops (issue 5): leader-elected over the store; aborted with the server.
-        let controllers = crate::controllers::start(self.state.kinds.clone(), self.state.storage.clone());
+        let controllers = crate::controllers::start(
+            self.state.kinds.clone(),
+            self.state.storage.clone(),
+            self.controllers_kube.clone(),
+        );
         let _stop_controllers = AbortOnDrop(controllers);
         let app = router(self.state.clone()).layer(axum::middleware::from_fn_with_state(
             self.admission.clone(),

@@ -9,7 +9,9 @@
 //! - server RSS with `STORED` Ports stored, before and after a full list.
 //!
 //! `cargo build --release -p cozyplane-apiserver && cargo bench -p cozyplane-conformance --bench
-//! apiserver` (`make bench` does both); `COZYPLANE_APISERVER=<path>` picks another binary. `BENCH_STORED=<n>` changes the stored-object count; `BENCH_BACKENDS=embedded` skips etcd.
+//! apiserver` (`make bench` does both); `COZYPLANE_APISERVER=<path>` picks another binary. `BENCH_STORED=<n>` changes the stored-object count;
+//! `BENCH_PAGE_LISTS=<n>` the number of `limit=500` first-page lists (default 5,000);
+//! `BENCH_BACKENDS=embedded` skips etcd.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -39,6 +41,14 @@ const NODES: usize = 100;
 const WATCH_WRITES: usize = 2_000;
 const PORTS: &str = "/apis/sdn.cozystack.io/v1alpha1/ports";
 const VNI: u32 = 100;
+
+/// A count from the environment variable `var`, else `default`.
+fn env_count(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 // === HTTPS/HTTP2 client ===
 
@@ -350,7 +360,8 @@ async fn crud(c: &Arc<Client>, out: &mut Vec<String>) {
     out.push(sel.line(&format!(
         "list 50 of {CREATES} Ports by spec.node ({CONCURRENCY} in flight)"
     )));
-    let page = run(c, GETS, 200, |_| ("GET", format!("{PORTS}?limit=500"), None)).await;
+    let pages = env_count("BENCH_PAGE_LISTS", GETS);
+    let page = run(c, pages, 200, |_| ("GET", format!("{PORTS}?limit=500"), None)).await;
     out.push(page.line(&format!("list first page, limit=500 ({CONCURRENCY} in flight)")));
     let full = {
         // One at a time: a whole-collection list is what an informer does once.
@@ -510,10 +521,7 @@ async fn stored(s: &Server, c: &Arc<Client>, total: usize, out: &mut Vec<String>
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; ignore arguments.
-    let total: usize = std::env::var("BENCH_STORED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let total = env_count("BENCH_STORED", 100_000);
     let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "embedded,etcd".into());
     let bin = server_binary();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

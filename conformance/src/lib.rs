@@ -38,6 +38,11 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on `backend`.
     pub async fn start(backend: Backend) -> Self {
+        Self::start_with_args(backend, &[]).await
+    }
+
+    /// Starts a server on `backend` with `extra` command-line flags appended.
+    pub async fn start_with_args(backend: Backend, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
         let etcd = (backend == Backend::Etcd).then(EtcdServer::start);
@@ -51,6 +56,7 @@ impl TestServer {
         if let Some(e) = &etcd {
             args.push(format!("--etcd-servers={}", e.client_url));
         }
+        args.extend(extra.iter().map(|a| (*a).to_string()));
         let opts = <Options as clap::Parser>::parse_from(args);
         let storage = cozyplane_storage::open(opts.storage_config())
             .await

@@ -671,6 +671,47 @@ async fn err_01_obj_too_large_body_is_413_status() {
     );
 }
 
+#[tokio::test]
+async fn err_01_max_request_body_bytes_sets_the_413_limit() {
+    const LIMIT: usize = 4096;
+    let s =
+        TestServer::start_with_args(Backend::Embedded, &[&format!("--max-request-body-bytes={LIMIT}")]).await;
+    let r = Raw::new(&s).await;
+    // A VPC whose JSON encoding is exactly `len` bytes (padding in an annotation).
+    let sized = |name: &str, len: usize| {
+        let mut v = vpc(name);
+        v["metadata"]["annotations"] = json!({ "pad": "" });
+        let pad = len - v.to_string().len();
+        v["metadata"]["annotations"]["pad"] = json!("p".repeat(pad));
+        let body = v.to_string();
+        assert_eq!(body.len(), len);
+        body
+    };
+    let (c, _, b) = r.call("POST", VPCS, &[JSON], &sized("over", LIMIT + 1)).await;
+    status(c, &b, 413, "RequestEntityTooLarge");
+    let (c, _, b) = r.call("POST", VPCS, &[JSON], &sized("at", LIMIT)).await;
+    assert_eq!(c, 201, "{b}");
+    let (c, _, b) = r.call("POST", VPCS, &[JSON], &sized("under", LIMIT - 1)).await;
+    assert_eq!(c, 201, "{b}");
+    // Patches are bounded the same way.
+    let patch = |len: usize| {
+        let mut p = json!({ "metadata": { "annotations": { "pad": "" } } });
+        let pad = len - p.to_string().len();
+        p["metadata"]["annotations"]["pad"] = json!("p".repeat(pad));
+        let body = p.to_string();
+        assert_eq!(body.len(), len);
+        body
+    };
+    let (c, _, b) = r
+        .call("PATCH", &format!("{VPCS}/under"), &[MERGE], &patch(LIMIT + 1))
+        .await;
+    status(c, &b, 413, "RequestEntityTooLarge");
+    let (c, _, b) = r
+        .call("PATCH", &format!("{VPCS}/under"), &[MERGE], &patch(LIMIT - 1))
+        .await;
+    assert_eq!(c, 200, "{b}");
+}
+
 // === property test: random bodies never panic the server or get a 5xx ===
 
 /// Arbitrary JSON, biased towards the shape of a VPC so that deep paths get exercised.

@@ -14,18 +14,18 @@ use crate::registry::store::{DeleteOptions, ListParams, WriteOptions};
 /// The finalizer of VPCBindings.
 pub const REAP_PORTS: &str = "sdn.cozystack.io/reap-ports";
 
-fn find<'a>(kinds: &'a [Arc<dyn Resource>], plural: &str) -> Option<&'a Arc<dyn Resource>> {
+pub(crate) fn find<'a>(kinds: &'a [Arc<dyn Resource>], plural: &str) -> Option<&'a Arc<dyn Resource>> {
     kinds.iter().find(|k| k.info().plural == plural)
 }
 
-async fn all(kinds: &[Arc<dyn Resource>], plural: &str) -> Result<Vec<Value>> {
+pub(crate) async fn all(kinds: &[Arc<dyn Resource>], plural: &str) -> Result<Vec<Value>> {
     match find(kinds, plural) {
         Some(r) => Ok(r.list(None, &ListParams::default()).await?.items),
         None => Ok(Vec::new()),
     }
 }
 
-fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
 

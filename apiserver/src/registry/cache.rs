@@ -242,17 +242,20 @@ impl WatchCache {
         // The guard must not live across an await (the future has to be Send).
         let page = {
             let st = self.lock();
-            let items: Vec<Value> = st
-                .objects
-                .values()
-                .filter(|o| ns.is_none() || ns_of(o) == ns)
-                .filter(|o| p.labels.matches_object(o) && p.fields.matches_object(o))
-                .cloned()
-                .collect();
-            // Paging needs storage's continue tokens.
-            let fits = p.limit.is_none_or(|l| l == 0 || (items.len() as u64) <= l);
+            let matching = || {
+                st.objects
+                    .values()
+                    .filter(|o| ns.is_none() || ns_of(o) == ns)
+                    .filter(|o| p.labels.matches_object(o) && p.fields.matches_object(o))
+            };
+            // Paging needs storage's continue tokens: decide before copying anything, so a
+            // paged list of a large collection costs one scan here, not a copy of all of it.
+            let fits = match p.limit.filter(|l| *l > 0) {
+                Some(l) => matching().nth(usize::try_from(l).unwrap_or(usize::MAX)).is_none(),
+                None => true,
+            };
             fits.then(|| ListPage {
-                items,
+                items: matching().cloned().collect(),
                 revision: st.revision,
                 continue_token: None,
                 remaining: None,

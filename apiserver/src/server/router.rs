@@ -18,7 +18,8 @@ use crate::handlers::{self, Target};
 use crate::registry::Resource;
 use crate::registry::cache::WatchCache;
 
-/// Largest request body accepted (Kubernetes' limit is 3 MiB).
+/// Default largest request body accepted (kube-apiserver's limit, 3 MiB); see
+/// `--max-request-body-bytes`.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Shared state of every request.
@@ -37,11 +38,18 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Whether the server runs standalone (informational; authentication is the authz layers').
     pub require_authn: bool,
+    /// Largest request body accepted; larger ones get 413 (`--max-request-body-bytes`).
+    pub max_body: usize,
 }
 
 impl AppState {
-    /// State for `kinds`.
-    pub fn new(kinds: Vec<Arc<dyn Resource>>, storage: Arc<dyn Storage>, require_authn: bool) -> Arc<Self> {
+    /// State for `kinds`, accepting request bodies up to `max_body` bytes.
+    pub fn new(
+        kinds: Vec<Arc<dyn Resource>>,
+        storage: Arc<dyn Storage>,
+        require_authn: bool,
+        max_body: usize,
+    ) -> Arc<Self> {
         use sha2::Digest;
         let docs = Docs::build(&kinds);
         let v2 = serde_json::to_vec(&discovery::aggregated(&kinds)).expect("a JSON value serializes");
@@ -59,6 +67,7 @@ impl AppState {
             discovery_v2: (v2, etag),
             metrics: Metrics::default(),
             require_authn,
+            max_body,
         })
     }
 }
@@ -239,7 +248,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
             let target = resolve(st, rest)?;
-            let body = axum::body::to_bytes(body, MAX_BODY)
+            let body = axum::body::to_bytes(body, st.max_body)
                 .await
                 .map_err(|_| ApiError::too_large())?;
             return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;

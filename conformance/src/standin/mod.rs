@@ -780,6 +780,8 @@ impl Drop for StandIn {
 pub struct Cozyplane {
     /// `https://127.0.0.1:<port>`.
     pub url: String,
+    /// The server's store (the embedded store in a temporary directory).
+    pub storage: std::sync::Arc<dyn cozyplane_storage::Storage>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -798,9 +800,14 @@ impl StandIn {
     /// `v1alpha1.sdn.cozystack.io` for Service `cozy-system/cozyplane`, which this stand-in maps
     /// to the server's loopback port. The proxy presents the front-proxy certificate.
     pub async fn start_cozyplane(&self) -> Cozyplane {
+        self.start_cozyplane_with(&[]).await
+    }
+
+    /// As [`start_cozyplane`](Self::start_cozyplane), with `extra` flags appended.
+    pub async fn start_cozyplane_with(&self, extra: &[&str]) -> Cozyplane {
         let dir = tempfile::tempdir().expect("temp dir");
         let kc = self.admin_kubeconfig();
-        let args = vec![
+        let mut args = vec![
             "cozyplane-apiserver".to_string(),
             "--secure-port=0".into(),
             format!("--data-dir={}", dir.path().join("data").display()),
@@ -812,9 +819,13 @@ impl StandIn {
             "--authorization-webhook-cache-authorized-ttl=1s".into(),
             "--authorization-webhook-cache-unauthorized-ttl=1s".into(),
         ];
+        args.extend(extra.iter().map(|a| (*a).to_string()));
         let opts = <cozyplane_apiserver::options::Options as clap::Parser>::parse_from(args);
+        let storage = cozyplane_storage::open(opts.storage_config())
+            .await
+            .expect("the embedded store opens");
         let server = opts
-            .complete()
+            .complete_with(storage.clone())
             .await
             .expect("cozyplane starts against the stand-in");
         let addr = server.addr;
@@ -824,6 +835,7 @@ impl StandIn {
         });
         Cozyplane {
             url: format!("https://127.0.0.1:{}", addr.port()),
+            storage,
             task,
             _dir: dir,
         }

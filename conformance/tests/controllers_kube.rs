@@ -1,0 +1,248 @@
+//! The control loops that read the kube-apiserver (issue 5): Port GC through Nodes and
+//! SecurityGroup membership through Pods. The server runs in delegated mode against the kube
+//! stand-in (`start_cozyplane_with`), which also proxies `sdn.cozystack.io` to it. Every wait is
+//! a watch (`kube::runtime::wait::await_condition`); the deadline only turns a hang into a
+//! failure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cozyplane_apis::v1alpha1::{
+    LocalVPCRef, Port, PortSpec, SecurityGroup, SecurityGroupSpec, VPC, VPCRef, VPCSpec,
+};
+use cozyplane_apiserver::alloc::scan::scan;
+use cozyplane_conformance::standin::{Options, StandIn};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{Condition, await_condition, conditions};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: never {what}"))
+        .expect("watch")
+        .unwrap_or_else(|| panic!("{name}: deleted while waiting for {what}"))
+}
+
+async fn wait_gone<K>(api: &Api<K>, name: &str, uid: &str)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    tokio::time::timeout(
+        WAIT,
+        await_condition(api.clone(), name, conditions::is_deleted(uid)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name}: never deleted"))
+    .expect("watch");
+}
+
+/// The stand-in, our server behind it (registered and Available), and an admin client.
+async fn setup(extra: &[&str]) -> (StandIn, cozyplane_conformance::standin::Cozyplane, kube::Client) {
+    let s = StandIn::start(Options::default()).await;
+    let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(cfg).unwrap();
+    let cozy = s.start_cozyplane_with(extra).await;
+    let apis: Api<APIService> = Api::all(client.clone());
+    wait_for(
+        &apis,
+        "v1alpha1.sdn.cozystack.io",
+        "Available",
+        |o: Option<&APIService>| {
+            o.and_then(|a| a.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
+        },
+    )
+    .await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("t1".into());
+    nss.create(&PostParams::default(), &ns).await.unwrap();
+    let vpcs: Api<VPC> = Api::namespaced(client.clone(), "t1");
+    let mut v = VPC::new(
+        "v1",
+        VPCSpec {
+            cidrs: vec!["10.0.0.0/24".into()],
+            mtu: 0,
+        },
+    );
+    v.metadata.namespace = Some("t1".into());
+    vpcs.create(&PostParams::default(), &v).await.unwrap();
+    (s, cozy, client)
+}
+
+async fn node(client: &kube::Client, name: &str) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap()
+}
+
+/// A Port in `t1/v1` on `node` (with the agent's sever finalizer), optionally for a pod of t1.
+async fn port(client: &kube::Client, node: &str, pod: Option<&str>) -> Port {
+    let mut p = Port::new(
+        "",
+        PortSpec {
+            vpc_ref: VPCRef {
+                namespace: "t1".into(),
+                name: "v1".into(),
+            },
+            node: node.into(),
+            node_ip: "192.168.0.1".into(),
+            pod_namespace: pod.map_or_else(String::new, |_| "t1".into()),
+            pod_name: pod.unwrap_or_default().into(),
+            ..Default::default()
+        },
+    );
+    p.metadata.name = None;
+    p.metadata.generate_name = Some("p-".into());
+    p.metadata.finalizers = Some(vec!["sdn.cozystack.io/sever".into()]);
+    Api::<Port>::all(client.clone())
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+}
+
+fn name_uid(o: &impl kube::Resource) -> (String, String) {
+    (o.meta().name.clone().unwrap(), o.meta().uid.clone().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ports_of_missing_nodes_are_collected() {
+    let (_s, cozy, client) = setup(&["--port-gc-grace=2s"]).await;
+    let ports: Api<Port> = Api::all(client.clone());
+    let n1 = node(&client, "n1").await;
+    let (p1, p1_uid) = name_uid(&port(&client, "n1", None).await);
+    // n2 never exists: its Port goes once older than the grace, sever finalizer and all.
+    let (p2, p2_uid) = name_uid(&port(&client, "n2", None).await);
+    wait_gone(&ports, &p2, &p2_uid).await;
+    // The same passes kept the Port of the existing node.
+    let kept = ports.get(&p1).await.expect("the n1 Port stays");
+    assert!(kept.metadata.deletion_timestamp.is_none(), "{kept:?}");
+
+    // The node goes: its Port follows (n1 was seen, so without waiting for a grace).
+    Api::<Node>::all(client.clone())
+        .delete(n1.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&ports, &p1, &p1_uid).await;
+
+    let report = scan(&cozy.storage).await.unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(
+        report.claims, 1,
+        "only the VPC's VNI is still claimed: {report:?}"
+    );
+}
+
+fn sg(name: &str, selector: LabelSelector) -> SecurityGroup {
+    let mut g = SecurityGroup::new(
+        name,
+        SecurityGroupSpec {
+            vpc_ref: LocalVPCRef { name: "v1".into() },
+            pod_selector: selector,
+            ..Default::default()
+        },
+    );
+    g.metadata.namespace = Some("t1".into());
+    g
+}
+
+fn expr(op: &str, values: &[&str]) -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "app".into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|v| (*v).to_string()).collect()),
+        }]),
+        match_labels: None,
+    }
+}
+
+fn groups_are(want: Vec<i32>) -> impl Condition<Port> {
+    move |o: Option<&Port>| {
+        o.is_some_and(|p| p.status.as_ref().map_or(&[][..], |s| s.groups.as_slice()) == want.as_slice())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_groups_follow_pod_labels() {
+    let (_s, _cozy, client) = setup(&[]).await;
+    node(&client, "n1").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "t1");
+    let mut pod = Pod::default();
+    pod.metadata.name = Some("web-1".into());
+    pod.metadata.labels = Some(BTreeMap::from([("app".to_string(), "web".to_string())]));
+    pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+        node_name: Some("n1".into()),
+        containers: vec![k8s_openapi::api::core::v1::Container {
+            name: "c".into(),
+            image: Some("i".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let sgs: Api<SecurityGroup> = Api::namespaced(client.clone(), "t1");
+    let id = |g: &SecurityGroup| g.status.as_ref().map_or(0, |s| s.id);
+    let web = sgs
+        .create(
+            &PostParams::default(),
+            &sg(
+                "web",
+                LabelSelector {
+                    match_labels: Some(BTreeMap::from([("app".to_string(), "web".to_string())])),
+                    match_expressions: None,
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let db = sgs
+        .create(&PostParams::default(), &sg("db", expr("In", &["db", "cache"])))
+        .await
+        .unwrap();
+    let not_web = sgs
+        .create(&PostParams::default(), &sg("not-web", expr("NotIn", &["web"])))
+        .await
+        .unwrap();
+    let (web_id, db_id, not_web_id) = (id(&web), id(&db), id(&not_web));
+    assert!(web_id > 0 && db_id > 0 && not_web_id > 0);
+
+    let ports: Api<Port> = Api::all(client.clone());
+    let (p, _) = name_uid(&port(&client, "n1", Some("web-1")).await);
+    wait_for(&ports, &p, "grouped as web", groups_are(vec![web_id])).await;
+
+    // Relabel the pod: membership follows.
+    pods.patch(
+        "web-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "app": "db" } } })),
+    )
+    .await
+    .unwrap();
+    let mut want = vec![db_id, not_web_id];
+    want.sort_unstable();
+    wait_for(&ports, &p, "grouped as db", groups_are(want)).await;
+
+    // A deleted group drops out.
+    sgs.delete("db", &DeleteParams::default()).await.unwrap();
+    wait_for(&ports, &p, "left db", groups_are(vec![not_web_id])).await;
+}
