@@ -467,14 +467,15 @@ impl Watcher {
                         continue;
                     }
                     if resp.events().is_empty() {
-                        // A progress notification: etcd sends it only once the watcher has
-                        // delivered everything up to the header's revision.
-                        let rev = header_revision(resp.header());
-                        if rev > self.last {
-                            self.last = rev;
-                        }
+                        // A progress notification. etcd before 3.4.25 / 3.5.8 can send one
+                        // while a watcher that fell behind still has events to deliver
+                        // (etcd-io/etcd#15220; Debian ships 3.4.23), so the resume point stays
+                        // at the last delivered event: after a reconnect the stream re-reads
+                        // from there, which costs nothing if the notification was true and
+                        // loses nothing if it was early. Consumers get the revision as reported.
+                        let rev = header_revision(resp.header()).max(self.last);
                         if self.opts.progress_interval.is_some()
-                            && self.tx.send(Ok(Event::Progress { revision: self.last })).await.is_err()
+                            && self.tx.send(Ok(Event::Progress { revision: rev })).await.is_err()
                         {
                             return End::Done;
                         }

@@ -58,6 +58,13 @@
 //! has been compacted ends with one [`Error::Gone`] item — never a silent or hanging stream —
 //! and the consumer must re-list.
 //!
+//! One caveat, from etcd itself: etcd before 3.4.25 / 3.5.8 can send a progress notification
+//! to a watcher that fell behind before its remaining events (etcd-io/etcd#15220). On such an
+//! etcd a progress revision is a hint, not a proof of freshness; the etcd backend therefore never
+//! resumes a broken stream from one (it resumes from the last delivered event), and consumers
+//! that need a consistent read should read from storage. The embedded backend's notifications
+//! are exact.
+//!
 //! Backends keep a watch alive across their own failures where they can: the etcd backend
 //! reconnects after an etcd restart and resumes from the last revision it delivered, or ends
 //! with [`Error::Gone`] if that revision was compacted in the meantime.
