@@ -223,7 +223,10 @@ impl WatchCache {
 
     /// Lists from memory when possible, else from storage.
     pub async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage> {
-        if p.continue_token.is_some() || p.revision.is_some() {
+        // On etcd the cache's freshness rests on etcd's progress notifications, which etcd before
+        // 3.4.25 / 3.5.8 may send before the events they vouch for (etcd-io/etcd#15220): a list
+        // is read from etcd there, as Kubernetes does on such versions. Watches stay on the cache.
+        if p.continue_token.is_some() || p.revision.is_some() || self.resource.storage().backend() == "etcd" {
             return self.resource.list(ns, p).await;
         }
         let target = match p.min_revision {
