@@ -471,11 +471,7 @@ pub async fn create(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = WriteOptions {
-        dry_run: dry_run(&q, "CreateOptions")?,
-        manager: apply::field_manager(&q, headers, "CreateOptions")?,
-        applied: false,
-    };
+    let o = write_options(&q, headers, "CreateOptions")?;
     let mut sent = body_json(headers, &body)?;
     let mode = validation_mode(&q)?;
     // Decoding comes first, as in Go: Strict refuses before anything is validated or written.
@@ -485,6 +481,16 @@ pub async fn create(
     Ok(json_response(StatusCode::CREATED, &created, &warnings))
 }
 
+/// The options every write takes from its query and headers; `kind` names the Kubernetes
+/// options type in error messages (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+fn write_options(q: &HashMap<String, String>, headers: &HeaderMap, kind: &str) -> Result<WriteOptions> {
+    Ok(WriteOptions {
+        dry_run: dry_run(q, kind)?,
+        manager: apply::field_manager(q, headers, kind)?,
+        applied: false,
+    })
+}
+
 /// PUT of an object or its status.
 pub async fn update(
     t: Target,
@@ -492,11 +498,7 @@ pub async fn update(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = WriteOptions {
-        dry_run: dry_run(&q, "UpdateOptions")?,
-        manager: apply::field_manager(&q, headers, "UpdateOptions")?,
-        applied: false,
-    };
+    let o = write_options(&q, headers, "UpdateOptions")?;
     let mut sent = body_json(headers, &body)?;
     let name = t.name.as_deref().unwrap_or_default();
     let mode = validation_mode(&q)?;
@@ -516,11 +518,7 @@ pub async fn patch(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = WriteOptions {
-        dry_run: dry_run(&q, "PatchOptions")?,
-        manager: apply::field_manager(&q, headers, "PatchOptions")?,
-        applied: false,
-    };
+    let o = write_options(&q, headers, "PatchOptions")?;
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
