@@ -78,8 +78,11 @@ verify-bpf: deps
 
 bench: deps
 	$(CARGO) bench -p cozyplane-storage
-	$(CARGO) build --release -p cozyplane-apiserver
+	$(CARGO) build --release -p cozyplane-apiserver -p cozyplane-agent -p cozyplane-cni
 	$(CARGO) bench -p cozyplane-conformance --bench apiserver
+	$(CARGO) bench -p cozyplane-conformance --bench alloc
+	# The datapath bench builds network namespaces: root only.
+	$(CARGO) bench -p cozyplane-lab --bench datapath
 
 clean:
 	rm -rf $(RUN_DIR)
