@@ -182,6 +182,56 @@ pub trait Resource: Send + Sync + 'static {
     async fn watch(&self, ns: Option<&str>, after: Option<Revision>) -> Result<WatchStream>;
 }
 
+/// A list read from storage (not the watch cache) with selectors applied, for any [`Resource`]:
+/// the generic store and the test stand-in's unstructured store share it.
+pub async fn list_from_storage<R: Resource + ?Sized>(
+    r: &R,
+    ns: Option<&str>,
+    p: &ListParams,
+) -> Result<ListPage> {
+    if let Some(min) = p.min_revision {
+        let cur = r
+            .storage()
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::from_storage(r.info(), "", e))?;
+        if cur < min {
+            return Err(ApiError::from_storage(
+                r.info(),
+                "",
+                cozyplane_storage::Error::FutureRevision {
+                    requested: min,
+                    current: cur,
+                },
+            ));
+        }
+    }
+    let opts = ListOptions {
+        revision: p.revision,
+        limit: p.limit,
+        continue_token: p.continue_token.clone(),
+    };
+    let listed = r
+        .storage()
+        .list(&r.prefix(ns), &opts)
+        .await
+        .map_err(|e| ApiError::from_storage(r.info(), "", e))?;
+    let filtered = !p.labels.is_empty() || !p.fields.is_empty();
+    let mut items = Vec::with_capacity(listed.items.len());
+    for kv in &listed.items {
+        let v = r.decode(&kv.value, kv.mod_revision)?;
+        if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
+            items.push(v);
+        }
+    }
+    Ok(ListPage {
+        items,
+        revision: listed.revision,
+        remaining: if filtered { None } else { listed.remaining },
+        continue_token: listed.continue_token,
+    })
+}
+
 /// The generic store of kind `S::Object`.
 pub struct Store<S: Strategy> {
     strategy: S,
@@ -691,47 +741,7 @@ impl<S: Strategy> Resource for Store<S> {
     }
 
     async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage> {
-        if let Some(min) = p.min_revision {
-            let cur = self
-                .storage
-                .current_revision()
-                .await
-                .map_err(|e| ApiError::from_storage(&self.info, "", e))?;
-            if cur < min {
-                return Err(ApiError::from_storage(
-                    &self.info,
-                    "",
-                    cozyplane_storage::Error::FutureRevision {
-                        requested: min,
-                        current: cur,
-                    },
-                ));
-            }
-        }
-        let opts = ListOptions {
-            revision: p.revision,
-            limit: p.limit,
-            continue_token: p.continue_token.clone(),
-        };
-        let r = self
-            .storage
-            .list(&self.prefix(ns), &opts)
-            .await
-            .map_err(|e| ApiError::from_storage(&self.info, "", e))?;
-        let filtered = !p.labels.is_empty() || !p.fields.is_empty();
-        let mut items = Vec::with_capacity(r.items.len());
-        for kv in &r.items {
-            let v = self.decode(&kv.value, kv.mod_revision)?;
-            if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
-                items.push(v);
-            }
-        }
-        Ok(ListPage {
-            items,
-            revision: r.revision,
-            remaining: if filtered { None } else { r.remaining },
-            continue_token: r.continue_token,
-        })
+        list_from_storage(self, ns, p).await
     }
 
     async fn create(&self, ns: Option<&str>, body: Value, o: &WriteOptions) -> Result<Value> {

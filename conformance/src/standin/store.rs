@@ -13,7 +13,7 @@ use cozyplane_apiserver::errors::{ApiError, Result};
 use cozyplane_apiserver::registry::Resource;
 use cozyplane_apiserver::registry::store::{DeleteOptions, Deleted, ListPage, ListParams, WriteOptions};
 use cozyplane_apiserver::registry::strategy::Column;
-use cozyplane_storage::{ListOptions, ObjectKey, Revision, Storage, WatchOptions, WatchStream};
+use cozyplane_storage::{ObjectKey, Revision, Storage, WatchOptions, WatchStream};
 use serde_json::{Value, json};
 
 /// The storage root of the stand-in's keys.
@@ -426,46 +426,7 @@ impl Resource for UnstructuredStore {
     }
 
     async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage> {
-        if let Some(min) = p.min_revision {
-            let cur = self
-                .storage
-                .current_revision()
-                .await
-                .map_err(|e| self.err("", e))?;
-            if cur < min {
-                return Err(self.err(
-                    "",
-                    cozyplane_storage::Error::FutureRevision {
-                        requested: min,
-                        current: cur,
-                    },
-                ));
-            }
-        }
-        let opts = ListOptions {
-            revision: p.revision,
-            limit: p.limit,
-            continue_token: p.continue_token.clone(),
-        };
-        let r = self
-            .storage
-            .list(&self.prefix(ns), &opts)
-            .await
-            .map_err(|e| self.err("", e))?;
-        let filtered = !p.labels.is_empty() || !p.fields.is_empty();
-        let mut items = Vec::with_capacity(r.items.len());
-        for kv in &r.items {
-            let v = self.decode(&kv.value, kv.mod_revision)?;
-            if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
-                items.push(v);
-            }
-        }
-        Ok(ListPage {
-            items,
-            revision: r.revision,
-            remaining: if filtered { None } else { r.remaining },
-            continue_token: r.continue_token,
-        })
+        cozyplane_apiserver::registry::store::list_from_storage(self, ns, p).await
     }
 
     async fn create(&self, ns: Option<&str>, mut obj: Value, o: &WriteOptions) -> Result<Value> {
