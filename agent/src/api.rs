@@ -10,6 +10,12 @@
 //!
 //! The pod's namespace comes from `K8S_POD_NAMESPACE` in the CNI args: the runtime sets it,
 //! the pod cannot. The VPC it asks for is only a request; the binding decides.
+//!
+//! The grant and the VPC's VNI are read from the watch caches ([`Grants`]) first, so a VPC
+//! ADD normally costs one round trip (the Port create). Only a positive answer is taken
+//! from the cache: a miss (a binding created a moment ago, a VPC without a VNI yet) asks
+//! the API, which is authoritative. A binding deleted a moment ago may still grant for the
+//! watch's lag, as with any informer-driven Kubernetes component.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -76,6 +82,47 @@ pub struct ApiClients {
     pub node_ip: Ipv4Addr,
     /// Pods by `(namespace, name)`, kept by the watch.
     pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
+    /// VPCBindings and VPCs, kept by the watch.
+    pub grants: Arc<RwLock<Grants>>,
+}
+
+/// What the watches know of VPCBindings and VPCs.
+#[derive(Clone, Debug, Default)]
+pub struct Grants {
+    /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
+    pub bindings: HashMap<String, Vec<(String, String)>>,
+    /// `(namespace, name)` of a VPC with a VNI → `(vni, mtu)`.
+    pub vpcs: HashMap<(String, String), (u32, u32)>,
+}
+
+impl Grants {
+    fn resolve(&self, pod_ns: &str, vns: &str, vname: &str) -> Option<ResolvedVpc> {
+        let granted = self
+            .bindings
+            .get(pod_ns)?
+            .iter()
+            .any(|(n, v)| n == vns && v == vname);
+        let &(vni, mtu) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
+        (granted && vni != 0).then(|| ResolvedVpc {
+            namespace: vns.to_string(),
+            name: vname.to_string(),
+            vni,
+            mtu,
+        })
+    }
+}
+
+/// The VPC a binding in `pod_ns` grants, `(owner namespace, name)`; `None` while deleting.
+pub fn binding_grant(b: &VPCBinding, pod_ns: &str) -> Option<(String, String)> {
+    if b.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let ns = if b.spec.vpc_ref.namespace.is_empty() {
+        pod_ns.to_string()
+    } else {
+        b.spec.vpc_ref.namespace.clone()
+    };
+    Some((ns, b.spec.vpc_ref.name.clone()))
 }
 
 impl std::fmt::Debug for ApiClients {
@@ -160,17 +207,24 @@ impl ApiClients {
     /// Checks that a VPCBinding in `pod_ns` grants the VPC and reads its VNI and MTU.
     pub async fn resolve_vpc(&self, pod_ns: &str, pod: &str, req: &str) -> Result<ResolvedVpc, CniError> {
         let (vns, vname) = parse_vpc_request(pod_ns, req)?;
+        let cached = self
+            .grants
+            .read()
+            .ok()
+            .and_then(|g| g.resolve(pod_ns, &vns, &vname));
+        if let Some(v) = cached {
+            return Ok(v);
+        }
         let bindings: Api<VPCBinding> = Api::namespaced(self.sdn.clone(), pod_ns);
         let list = timed(
             "listing VPCBindings failed",
             bindings.list(&kube::api::ListParams::default()),
         )
         .await?;
-        let granted = list.items.iter().any(|b| {
-            b.metadata.deletion_timestamp.is_none()
-                && b.spec.vpc_ref.name == vname
-                && (b.spec.vpc_ref.namespace == vns || (b.spec.vpc_ref.namespace.is_empty() && vns == pod_ns))
-        });
+        let granted = list
+            .items
+            .iter()
+            .any(|b| binding_grant(b, pod_ns).is_some_and(|(n, v)| n == vns && v == vname));
         if !granted {
             return Err(CniError::new(
                 ErrorCode::VpcNotBound,
@@ -284,6 +338,30 @@ impl ApiClients {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_grants_answer_only_granted_vpcs_with_a_vni() {
+        let g = Grants {
+            bindings: HashMap::from([(
+                "t1".to_string(),
+                vec![
+                    ("t1".to_string(), "blue".to_string()),
+                    ("own".to_string(), "red".to_string()),
+                ],
+            )]),
+            vpcs: HashMap::from([
+                (("t1".to_string(), "blue".to_string()), (100, 1400)),
+                (("own".to_string(), "red".to_string()), (0, 0)),
+                (("t1".to_string(), "green".to_string()), (101, 0)),
+            ]),
+        };
+        let blue = g.resolve("t1", "t1", "blue").unwrap();
+        assert_eq!((blue.vni, blue.mtu), (100, 1400));
+        // Granted but no VNI yet, not granted, other namespace: ask the API.
+        assert!(g.resolve("t1", "own", "red").is_none());
+        assert!(g.resolve("t1", "t1", "green").is_none());
+        assert!(g.resolve("t2", "t1", "blue").is_none());
+    }
 
     #[test]
     fn vpc_requests_default_to_the_pod_namespace() {

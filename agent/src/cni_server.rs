@@ -5,14 +5,21 @@
 //! IP, bridged by the datapath), plus a Port created through our API: the pod interface
 //! carries the Port's VPC address and MAC, a link-local default gateway and the VPC MTU.
 //!
-//! Requests are serialized by one lock: an ADD touches IPAM, netlink and maps, and the
-//! order of those steps is what makes DEL and restart reconciliation correct. A pod ADD
-//! takes a few milliseconds, so the lock is not a throughput limit for a node.
+//! Requests for different pods run in parallel; requests for the same attachment
+//! (container ID + interface) are serialized by a per-attachment lock, because the order
+//! of an ADD's steps (IPAM, netlink, maps) is what makes a concurrent DEL or a retried ADD
+//! correct. IPAM and the program links sit behind short synchronous locks that are never
+//! held across a netlink or API call, so one slow pod never stalls another.
+//!
+//! Every ADD records how long each step took (`cozyplane_cni_add_step_seconds{step}` and
+//! the `steps` field of its log line): `resolve` (which network; VPC grant and VNI from the
+//! watch caches), `ipam`, `port` (the Port create: the one API round trip of a VPC ADD),
+//! `veth` (netlink, host and pod side), `attach` (program links), `maps`, `persist`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use cozyplane_bpf::DatapathConfig;
@@ -48,14 +55,81 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
     format!("cph{:011x}", h & 0xfff_ffff_ffff)
 }
 
-struct Inner {
-    datapath: Datapath,
-    ipam: Ipam,
+type AttachmentKey = (String, String);
+
+/// One async lock per attachment key, created on demand and dropped with its last user.
+#[derive(Default)]
+struct KeyLocks(std::sync::Mutex<HashMap<AttachmentKey, Arc<Mutex<()>>>>);
+
+struct KeyGuard<'a> {
+    locks: &'a KeyLocks,
+    key: AttachmentKey,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyLocks {
+    async fn lock(&self, container_id: &str, ifname: &str) -> KeyGuard<'_> {
+        let key = (container_id.to_string(), ifname.to_string());
+        let m = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        KeyGuard {
+            locks: self,
+            key,
+            guard: Some(m.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        self.guard = None;
+        let mut map = self.locks.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only the map holds it: nobody waits for this attachment any more.
+        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) == 1) {
+            map.remove(&self.key);
+        }
+    }
+}
+
+/// Durations of an ADD's steps, in order.
+struct Steps {
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn new() -> Self {
+        Self {
+            last: Instant::now(),
+            done: Vec::with_capacity(8),
+        }
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.done.push((step, now - self.last));
+        self.last = now;
+    }
+
+    fn render(&self) -> String {
+        self.done
+            .iter()
+            .map(|(s, d)| format!("{s}={:.2}", d.as_secs_f64() * 1000.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// Everything a CNI request needs.
 pub struct AgentState {
-    inner: Mutex<Inner>,
+    ipam: std::sync::Mutex<Ipam>,
+    datapath: std::sync::Mutex<Datapath>,
+    attachments: KeyLocks,
     netdev: NetDev,
     pin_dir: PathBuf,
     mtu: u32,
@@ -120,7 +194,9 @@ impl AgentState {
         datapath.attach_overlay(&cfg.tunnel_dev)?;
         let ipam = Ipam::open(&cfg.state_dir, cfg.fabric_block)?;
         let state = Self {
-            inner: Mutex::new(Inner { datapath, ipam }),
+            ipam: std::sync::Mutex::new(ipam),
+            datapath: std::sync::Mutex::new(datapath),
+            attachments: KeyLocks::default(),
             netdev,
             pin_dir: cfg.bpffs_dir.clone(),
             mtu,
@@ -146,6 +222,14 @@ impl AgentState {
         let _ = self.metrics.set(m);
     }
 
+    fn ipam(&self) -> MutexGuard<'_, Ipam> {
+        self.ipam.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn datapath(&self) -> MutexGuard<'_, Datapath> {
+        self.datapath.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn sync_error(&self, op: &'static str) {
         if let Some(m) = self.metrics.get() {
             m.sync_error(op);
@@ -157,8 +241,7 @@ impl AgentState {
     /// program links re-asserted (links are updated in place); pods whose veth is gone
     /// (deleted while the agent was down) are released; map entries nobody owns are pruned.
     async fn reconcile(&self) {
-        let mut inner = self.inner.lock().await;
-        let allocs: Vec<Allocation> = inner.ipam.all().cloned().collect();
+        let allocs: Vec<Allocation> = self.ipam().all().cloned().collect();
         let mut live_ifindex = BTreeSet::new();
         let mut live_eps: BTreeSet<(u32, Ipv4Addr)> = BTreeSet::new();
         let mut live_bridges = BTreeSet::new();
@@ -184,7 +267,7 @@ impl AgentState {
                         }
                     };
                     let res = async {
-                        inner.datapath.attach_pod(&host).map_err(|e| e.to_string())?;
+                        self.datapath().attach_pod(&host).map_err(|e| e.to_string())?;
                         self.write_maps(l.index, a.ip, a.vpc.as_ref(), mac)
                             .map_err(|e| e.to_string())?;
                         self.netdev
@@ -200,7 +283,7 @@ impl AgentState {
                     kept += 1;
                 }
                 _ => {
-                    let _ = inner.datapath.detach(&host);
+                    let _ = self.datapath().detach(&host);
                     let _ = self.netdev.delete(&host).await;
                     let _ = self.remove_maps(None, a.ip, a.vpc.as_ref());
                     if let (Some(v), Some(api)) = (&a.vpc, &self.api)
@@ -208,7 +291,7 @@ impl AgentState {
                     {
                         tracing::warn!(port = %v.port, "reconcile: {e}");
                     }
-                    let _ = inner.ipam.release(&a.container_id, &a.ifname);
+                    let _ = self.ipam().release(&a.container_id, &a.ifname);
                     released += 1;
                 }
             }
@@ -309,28 +392,35 @@ impl AgentState {
         let version = req.config["cniVersion"].as_str().unwrap_or_default().to_string();
         let started = Instant::now();
         let command = req.env.command;
+        let mut steps = Steps::new();
         let res = match command {
-            Command::Add => self.add(&req, &version).await,
+            Command::Add => self.add(&req, &version, &mut steps).await,
             Command::Del => self
                 .del(&req.env.container_id, &req.env.ifname)
                 .await
                 .map(|()| None),
             Command::Check => self.check(&req).await.map(|()| None),
-            Command::Status => self.status().await.map(|()| None),
+            Command::Status => self.status().map(|()| None),
             Command::Gc => self.gc(&req.config).await.map(|()| None),
             Command::Version => Ok(None),
         };
         if let Some(m) = self.metrics.get() {
             m.cni_request(&format!("{command:?}").to_uppercase(), res.is_ok());
+            if res.is_ok() {
+                for (step, d) in &steps.done {
+                    m.add_step(step, *d);
+                }
+            }
         }
         let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let steps = steps.render();
         match res {
             Ok(result) => {
-                tracing::info!(?command, container = %req.env.container_id, ms, "ok");
+                tracing::info!(?command, container = %req.env.container_id, ms, steps, "ok");
                 Response::Ok { result }
             }
             Err(e) => {
-                tracing::warn!(?command, container = %req.env.container_id, ms, "{e}");
+                tracing::warn!(?command, container = %req.env.container_id, ms, steps, "{e}");
                 Response::Err {
                     error: e.in_version(&version),
                 }
@@ -338,7 +428,7 @@ impl AgentState {
         }
     }
 
-    async fn add(&self, req: &Request, version: &str) -> Result<Option<Value>, CniError> {
+    async fn add(&self, req: &Request, version: &str, steps: &mut Steps) -> Result<Option<Value>, CniError> {
         let att = self.requested(req).await?;
         let env = &req.env;
         let vpc = match (&att, &self.api) {
@@ -360,23 +450,28 @@ impl AgentState {
                 Some((api, api.resolve_vpc(&pod.namespace, &pod.name, vpc).await?, pod))
             }
         };
+        steps.mark("resolve");
         let pod = env
             .pod()
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .unwrap_or_default();
-        let mut inner = self.inner.lock().await;
-        let ip = inner
-            .ipam
-            .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
-            .map_err(|e| internal("fabric address allocation failed", e))?;
+        let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
+        let (ip, previous) = {
+            let mut ipam = self.ipam();
+            let ip = ipam
+                .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
+                .map_err(|e| internal("fabric address allocation failed", e))?;
+            // A repeated ADD (runtime retry) reuses the Port it created before.
+            let previous = ipam
+                .get(&env.container_id, &env.ifname)
+                .and_then(|a| a.vpc.clone());
+            (ip, previous)
+        };
         let host = host_veth_name(&env.container_id, &env.ifname);
-        // A repeated ADD (runtime retry) starts from a clean slate for this attachment.
-        let previous = inner
-            .ipam
-            .get(&env.container_id, &env.ifname)
-            .and_then(|a| a.vpc.clone());
-        let _ = inner.datapath.detach(&host);
+        // A repeated ADD starts from a clean slate for this attachment.
+        let _ = self.datapath().detach(&host);
         let _ = self.netdev.delete(&host).await;
+        steps.mark("ipam");
 
         // The VPC side: the Port (reused on a retry), its address and MAC.
         let mut vpc_att: Option<VpcAttachment> = None;
@@ -418,45 +513,62 @@ impl AgentState {
                     vpc_mac = Some(mac);
                 }
                 Err(e) => {
-                    let _ = inner.ipam.release(&env.container_id, &env.ifname);
+                    let _ = self.ipam().release(&env.container_id, &env.ifname);
                     return Err(e);
                 }
             }
             if v.mtu > 0 {
                 mtu = mtu.min(v.mtu);
             }
+            steps.mark("port");
         }
         let pod_ip = vpc_att.as_ref().map_or(ip, |v| v.ip);
 
         let setup = async {
-            let (hl, pod_mac) = self
-                .netdev
-                .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
-                .await
-                .map_err(|e| match e {
-                    netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
-                        CniError::new(
-                            ErrorCode::UnknownContainer,
-                            "container netns not found",
-                            e.to_string(),
-                        )
-                    }
-                    e => internal("creating the pod interface failed", e),
-                })?;
-            inner
-                .datapath
+            let veth = async {
+                self.netdev
+                    .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
+                    .await
+                    .map_err(|e| match e {
+                        netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
+                            CniError::new(
+                                ErrorCode::UnknownContainer,
+                                "container netns not found",
+                                e.to_string(),
+                            )
+                        }
+                        e => internal("creating the pod interface failed", e),
+                    })
+            };
+            // The pod stamp is an API round trip that needs nothing from the veth (a VPC
+            // pod's MAC is the Port's), so it overlaps the netlink work.
+            let stamp = async {
+                let (Some(va), Some(mac), Some((api, _, p))) = (&vpc_att, vpc_mac, &vpc) else {
+                    return Ok(None);
+                };
+                let t = Instant::now();
+                api.stamp_pod(&p.namespace, &p.name, va.ip, &format_mac(mac))
+                    .await
+                    .map(|()| Some(t.elapsed()))
+            };
+            let (veth, stamped) = tokio::join!(veth, stamp);
+            let (hl, pod_mac) = veth?;
+            let stamped = stamped?;
+            steps.mark("veth");
+            if let Some(d) = stamped {
+                steps.done.push(("stamp", d));
+            }
+            self.datapath()
                 .attach_pod(&host)
                 .map_err(|e| internal("attaching the datapath failed", e))?;
+            steps.mark("attach");
             self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
-            inner
-                .ipam
-                .set_mac(ip, &format_mac(pod_mac))
+            steps.mark("maps");
+            self.ipam()
+                .complete(ip, &format_mac(pod_mac), vpc_att.clone())
                 .map_err(|e| internal("persisting the attachment failed", e))?;
-            inner
-                .ipam
-                .set_vpc(ip, vpc_att.clone())
-                .map_err(|e| internal("persisting the attachment failed", e))?;
+            steps.mark("persist");
             Ok::<_, CniError>((hl, pod_mac))
         }
         .await;
@@ -467,24 +579,15 @@ impl AgentState {
                 // Undo whatever part was done; each step tolerates "already gone".
                 let l = self.netdev.link(&host).await.ok().flatten();
                 let _ = self.remove_maps(l.map(|l| l.index), ip, vpc_att.as_ref());
-                let _ = inner.datapath.detach(&host);
+                let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
-                let _ = inner.ipam.release(&env.container_id, &env.ifname);
+                let _ = self.ipam().release(&env.container_id, &env.ifname);
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
                     let _ = api.delete_port(&va.port).await;
                 }
                 return Err(e);
             }
         };
-        drop(inner);
-        if let (Some(va), Some((api, _, p))) = (&vpc_att, &vpc)
-            && let Err(e) = api
-                .stamp_pod(&p.namespace, &p.name, va.ip, &format_mac(pod_mac))
-                .await
-        {
-            let _ = self.del(&env.container_id, &env.ifname).await;
-            return Err(e);
-        }
         let result = CniResult {
             cni_version: String::new(),
             interfaces: vec![
@@ -520,9 +623,9 @@ impl AgentState {
     }
 
     async fn del(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
-        let mut inner = self.inner.lock().await;
+        let _attachment = self.attachments.lock(container_id, ifname).await;
         let host = host_veth_name(container_id, ifname);
-        let alloc = inner.ipam.get(container_id, ifname).cloned();
+        let alloc = self.ipam().get(container_id, ifname).cloned();
         let link = self
             .netdev
             .link(&host)
@@ -545,8 +648,7 @@ impl AgentState {
             self.remove_maps(None, a.ip, a.vpc.as_ref())
                 .map_err(|e| internal("removing map entries failed", e))?;
         }
-        inner
-            .datapath
+        self.datapath()
             .detach(&host)
             .map_err(|e| internal("unpinning links failed", e))?;
         // Deleting the host end removes the pod end and the host route with it.
@@ -554,8 +656,7 @@ impl AgentState {
             .delete(&host)
             .await
             .map_err(|e| internal("deleting the pod veth failed", e))?;
-        inner
-            .ipam
+        self.ipam()
             .release(container_id, ifname)
             .map_err(|e| internal("releasing the fabric address failed", e))?;
         Ok(())
@@ -564,17 +665,18 @@ impl AgentState {
     async fn check(&self, req: &Request) -> Result<(), CniError> {
         let env = &req.env;
         let fail = |msg: String| CniError::new(ErrorCode::CheckFailed, "attachment check failed", msg);
-        let alloc = {
-            let inner = self.inner.lock().await;
-            inner.ipam.get(&env.container_id, &env.ifname).cloned()
-        }
-        .ok_or_else(|| {
-            CniError::new(
-                ErrorCode::UnknownContainer,
-                "unknown attachment",
-                format!("{}/{} was never added on this node", env.container_id, env.ifname),
-            )
-        })?;
+        let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
+        let alloc = self
+            .ipam()
+            .get(&env.container_id, &env.ifname)
+            .cloned()
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::UnknownContainer,
+                    "unknown attachment",
+                    format!("{}/{} was never added on this node", env.container_id, env.ifname),
+                )
+            })?;
         // The runtime's view (prevResult) must name our address.
         if let Some(prev) = req.config.get("prevResult") {
             let want = format!("{}/32", alloc.ip);
@@ -647,13 +749,13 @@ impl AgentState {
         Ok(())
     }
 
-    async fn status(&self) -> Result<(), CniError> {
-        let inner = self.inner.lock().await;
-        if inner.ipam.free() == 0 {
+    fn status(&self) -> Result<(), CniError> {
+        let ipam = self.ipam();
+        if ipam.free() == 0 {
             return Err(CniError::new(
                 ErrorCode::NotAvailable,
                 "plugin not available",
-                format!("fabric block {} is exhausted", inner.ipam.block()),
+                format!("fabric block {} is exhausted", ipam.block()),
             ));
         }
         Ok(())
@@ -672,9 +774,7 @@ impl AgentState {
             })
             .collect();
         let stale: Vec<(String, String)> = {
-            let inner = self.inner.lock().await;
-            inner
-                .ipam
+            self.ipam()
                 .all()
                 .map(|a| (a.container_id.clone(), a.ifname.clone()))
                 .filter(|k| !valid.contains(k))
@@ -746,6 +846,23 @@ pub async fn serve(listener: UnixListener, state: Arc<AgentState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn attachment_locks_serialize_one_key_and_are_dropped_after_use() {
+        let locks = Arc::new(KeyLocks::default());
+        let g = locks.lock("c1", "eth0").await;
+        // Another attachment proceeds while c1 is held.
+        drop(locks.lock("c2", "eth0").await);
+        let l2 = locks.clone();
+        let waiter = tokio::spawn(async move {
+            let _g = l2.lock("c1", "eth0").await;
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "a second lock of c1 must wait");
+        drop(g);
+        waiter.await.unwrap();
+        assert!(locks.0.lock().unwrap().is_empty(), "entries outlive their users");
+    }
 
     #[test]
     fn host_veth_names_are_stable_short_and_distinct() {

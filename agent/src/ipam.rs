@@ -233,20 +233,19 @@ impl Ipam {
         Ok(ip)
     }
 
-    /// Record the pod interface's MAC.
-    pub fn set_mac(&mut self, ip: Ipv4Addr, mac: &str) -> Result<(), IpamError> {
+    /// Record what the ADD built: the pod interface's MAC and the VPC side, if any.
+    /// One write, so an ADD costs two fsyncs (allocate, complete) whatever it attaches.
+    pub fn complete(&mut self, ip: Ipv4Addr, mac: &str, vpc: Option<VpcAttachment>) -> Result<(), IpamError> {
         if let Some(a) = self.by_ip.get_mut(&ip) {
+            let before = (a.mac.clone(), a.vpc.clone());
             a.mac = Some(mac.to_string());
-            self.save()?;
-        }
-        Ok(())
-    }
-
-    /// Record the VPC side of an attachment.
-    pub fn set_vpc(&mut self, ip: Ipv4Addr, vpc: Option<VpcAttachment>) -> Result<(), IpamError> {
-        if let Some(a) = self.by_ip.get_mut(&ip) {
             a.vpc = vpc;
-            self.save()?;
+            if let Err(e) = self.save() {
+                if let Some(a) = self.by_ip.get_mut(&ip) {
+                    (a.mac, a.vpc) = before;
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -310,7 +309,7 @@ mod tests {
         assert!(ipam.release("c1", "eth0").unwrap().is_none());
         // The lowest free address is reused.
         assert_eq!(ipam.allocate("c3", "eth0", "/n3", "").unwrap(), a);
-        ipam.set_mac(b, "02:00:00:00:00:02").unwrap();
+        ipam.complete(b, "02:00:00:00:00:02", None).unwrap();
         drop(ipam);
 
         let mut ipam = Ipam::open(dir.path(), block()).unwrap();

@@ -72,6 +72,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
                 node,
                 node_ip,
                 pods: Default::default(),
+                grants: Default::default(),
             })
         }
     };

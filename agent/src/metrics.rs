@@ -7,7 +7,8 @@
 //! - `cozyplane_net_packets_total{net,direction}`, `cozyplane_net_bytes_total{net,direction}`
 //!   (per VPC; net 0 is the default network);
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
-//! - `cozyplane_cni_requests_total{command,outcome}`.
+//! - `cozyplane_cni_requests_total{command,outcome}`;
+//! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelS
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -29,6 +31,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     sync_errors: Family<Labels, Counter>,
     cni_requests: Family<Labels, Counter>,
+    add_steps: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 impl Metrics {
@@ -47,11 +50,23 @@ impl Metrics {
             "CNI requests served",
             cni_requests.clone(),
         );
+        // 0.1 ms .. ~0.8 s: a step is a syscall batch or one API round trip.
+        let add_steps = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.0001, 2.0, 14,
+            ))
+        });
+        registry.register(
+            "cozyplane_cni_add_step_seconds",
+            "Time a pod ADD spends in each step",
+            add_steps.clone(),
+        );
         registry.register_collector(Box::new(MapCollector { pin_dir }));
         Self {
             registry: Arc::new(registry),
             sync_errors,
             cni_requests,
+            add_steps,
         }
     }
 
@@ -71,6 +86,13 @@ impl Metrics {
                 ("outcome", outcome.to_string()),
             ])
             .inc();
+    }
+
+    /// Record how long one step of an ADD took.
+    pub fn add_step(&self, step: &'static str, d: std::time::Duration) {
+        self.add_steps
+            .get_or_create(&vec![("step", step.to_string())])
+            .observe(d.as_secs_f64());
     }
 
     /// The exposition text.

@@ -5,9 +5,11 @@
 //!   `{0, podIP} → hostIP`. Per-pod entries, not per-node blocks: `sdn_remotes` is an exact
 //!   hash, and pod entries also cover VPC pods' fabric addresses (the bridge). The same
 //!   watch fills the pod cache the CNI path reads the `sdn.cozystack.io/vpc` annotation from.
-//! * **VPC nets** from our API: every Port on another node (`spec.node`) becomes
-//!   `{vni, spec.ip} → spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are
-//!   written by the CNI path itself.
+//! * **VPC nets** from our API: every Port on another node (watched with the field
+//!   selector `spec.node!=<this node>`) becomes `{vni, spec.ip} → spec.nodeIP`; the VNI
+//!   comes from the VPC watch. Local Ports are written by the CNI path itself.
+//! * **Grants** for the CNI path: VPCBindings and VPCs (VNI, MTU), so a VPC ADD resolves
+//!   its VPC without an API round trip ([`crate::api::Grants`]).
 //!
 //! * **Host routes** to the net-0 entries: each remote `{0, podIP} → hostIP` also becomes a
 //!   kernel route `podIP/32 dev <tunnel> encap ip id <net0_vni> dst hostIP`, so the node's
@@ -24,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use cozyplane_apis::v1alpha1::{Port, VPC};
+use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
 use cozyplane_bpf::maps::remotes::RemotesMap;
 use futures::{StreamExt as _, stream::BoxStream};
 use k8s_openapi::api::core::v1::Pod;
@@ -32,7 +34,7 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use crate::api::{ApiClients, PodFacts, VPC_ANNOTATION};
+use crate::api::{ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant};
 
 type Key = (u32, IpAddr);
 
@@ -40,6 +42,12 @@ enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
     Vpc(Result<Event<VPC>, watcher::Error>),
     Port(Result<Event<Port>, watcher::Error>),
+    Binding(Result<Event<VPCBinding>, watcher::Error>),
+}
+
+/// Whether an event can change the live cache (a list's items land only at `InitDone`).
+fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
+    matches!(r, Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,9 +150,30 @@ fn port_row(p: &Port) -> Option<(String, PortRow)> {
     ))
 }
 
-fn vpc_row(v: &VPC) -> Option<((String, String), u32)> {
+fn vpc_row(v: &VPC) -> Option<((String, String), (u32, u32))> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
-    (vni != 0).then(|| (name_of(&v.metadata), vni))
+    let mtu = u32::try_from(v.spec.mtu).unwrap_or(0);
+    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu)))
+}
+
+fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
+    let key = name_of(&b.metadata);
+    let grant = binding_grant(b, &key.0)?;
+    Some((key, grant))
+}
+
+fn grants(
+    bindings: &HashMap<(String, String), (String, String)>,
+    vpcs: &HashMap<(String, String), (u32, u32)>,
+) -> Grants {
+    let mut g = Grants {
+        vpcs: vpcs.clone(),
+        ..Grants::default()
+    };
+    for ((ns, _), grant) in bindings {
+        g.bindings.entry(ns.clone()).or_default().push(grant.clone());
+    }
+    g
 }
 
 /// The entries the caches ask for.
@@ -152,7 +181,7 @@ fn desired(
     me: &str,
     my_ip: IpAddr,
     pods: &HashMap<(String, String), PodRow>,
-    vpcs: &HashMap<(String, String), u32>,
+    vpcs: &HashMap<(String, String), (u32, u32)>,
     ports: &HashMap<String, PortRow>,
 ) -> HashMap<Key, IpAddr> {
     let mut out = HashMap::new();
@@ -168,7 +197,7 @@ fn desired(
         if r.node == me {
             continue;
         }
-        if let (Some(ip), Some(node), Some(vni)) = (r.ip, r.node_ip, vpcs.get(&r.vpc)) {
+        if let (Some(ip), Some(node), Some((vni, _))) = (r.ip, r.node_ip, vpcs.get(&r.vpc)) {
             out.insert((*vni, ip), node);
         }
     }
@@ -216,14 +245,21 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     let vpcs = watcher::watcher(Api::<VPC>::all(api.sdn.clone()), cfg.clone())
         .default_backoff()
         .map(Ev::Vpc);
-    let ports = watcher::watcher(Api::<Port>::all(api.sdn.clone()), cfg)
+    let bindings = watcher::watcher(Api::<VPCBinding>::all(api.sdn.clone()), cfg.clone())
+        .default_backoff()
+        .map(Ev::Binding);
+    // Local Ports are the CNI path's own; only the other nodes' ones become routes.
+    let remote_ports = cfg.fields(&format!("spec.node!={}", api.node));
+    let ports = watcher::watcher(Api::<Port>::all(api.sdn.clone()), remote_ports)
         .default_backoff()
         .map(Ev::Port);
-    let streams: Vec<BoxStream<'static, Ev>> = vec![pods.boxed(), vpcs.boxed(), ports.boxed()];
+    let streams: Vec<BoxStream<'static, Ev>> =
+        vec![pods.boxed(), vpcs.boxed(), ports.boxed(), bindings.boxed()];
     let mut events = futures::stream::select_all(streams);
 
     let mut pod_cache: Cache<(String, String), PodRow> = Cache::new();
-    let mut vpc_cache: Cache<(String, String), u32> = Cache::new();
+    let mut vpc_cache: Cache<(String, String), (u32, u32)> = Cache::new();
+    let mut binding_cache: Cache<(String, String), (String, String)> = Cache::new();
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned(&pin_dir);
     let my_ip = IpAddr::V4(api.node_ip);
@@ -236,10 +272,17 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         .collect();
     tracing::info!(
         adopted = applied.len(),
-        "remote endpoints: watching Pods, VPCs, Ports"
+        "remote endpoints: watching Pods, VPCs, VPCBindings, remote Ports"
     );
 
     while let Some(ev) = events.next().await {
+        let recompute = match &ev {
+            Ev::Pod(r) => changes_live(r),
+            Ev::Vpc(r) => changes_live(r),
+            Ev::Port(r) => changes_live(r),
+            Ev::Binding(r) => changes_live(r),
+        };
+        let grants_changed = matches!(&ev, Ev::Vpc(_) | Ev::Binding(_)) && recompute;
         let res = match ev {
             Ev::Pod(r) => (*r).map(|e| {
                 pod_cache.apply(e, pod_row, |p| name_of(&p.metadata));
@@ -255,9 +298,16 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
             Ev::Port(r) => r.map(|e| {
                 port_cache.apply(e, port_row, |p| p.metadata.name.clone().unwrap_or_default());
             }),
+            Ev::Binding(r) => r.map(|e| binding_cache.apply(e, binding_row, |b| name_of(&b.metadata))),
         };
         if let Err(e) = res {
             tracing::warn!("watch: {e}");
+            continue;
+        }
+        if grants_changed && let Ok(mut g) = api.grants.write() {
+            *g = grants(&binding_cache.live, &vpc_cache.live);
+        }
+        if !recompute {
             continue;
         }
         let want = desired(
@@ -378,7 +428,7 @@ mod tests {
             (("a".into(), "remote".into()), row("10.0.1.2", other)),
             (("a".into(), "hostnet".into()), row("192.168.0.2", other)),
         ]);
-        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), 100u32)]);
+        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32))]);
         let port = |node: &str, ip: &str| PortRow {
             vpc: ("t".into(), "blue".into()),
             ip: ip.parse().ok(),

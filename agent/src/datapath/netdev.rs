@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use futures::TryStreamExt as _;
 use netlink_packet_route::address::AddressAttribute;
-use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::route::{
     RouteAttribute, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
@@ -241,58 +241,42 @@ impl NetDev {
         host_ip: Ipv4Addr,
         mtu: u32,
     ) -> Result<(LinkInfo, [u8; 6]), NetdevError> {
-        // The peer is created under a temporary name unique to this pod: the pod's final
-        // name (eth0) would collide in the host netns.
-        let tmp = format!("cpt{}", &host[3..]);
+        use std::os::fd::AsRawFd as _;
         let ns = File::open(netns).map_err(|source| NetdevError::Io {
             what: format!("open netns {netns}"),
             source,
         })?;
+        // One request makes both ends: the peer is born inside the pod's netns under its
+        // final name (no temporary name, no move, no rename: each of those is a netlink
+        // round trip, and a move between namespaces waits for an RCU grace period). The
+        // host end comes up with it; the peer cannot (veth configures it before the pair
+        // is joined, and opening an unjoined veth fails with ENOTCONN).
+        let mut peer = LinkUnspec::new_with_name(ifname)
+            .mtu(mtu)
+            .setns_by_fd(ns.as_raw_fd());
+        if let Some(mac) = mac {
+            peer = peer.address(mac.to_vec());
+        }
+        let msg = rtnetlink::LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+            .name(host.to_string())
+            .mtu(mtu)
+            .up()
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
+            .build();
         self.h
             .link()
-            .add(LinkVeth::new(host, &tmp).mtu(mtu).build())
+            .add(msg)
             .execute()
             .await
-            .map_err(nl(format!("create veth {host}")))?;
-        let peer = self
-            .link(&tmp)
-            .await?
-            .ok_or_else(|| NetdevError::Missing(format!("veth peer {tmp} missing")))?;
-        use std::os::fd::AsRawFd as _;
-        self.h
-            .link()
-            .set(
-                LinkUnspec::new_with_index(peer.index)
-                    .setns_by_fd(ns.as_raw_fd())
-                    .build(),
-            )
-            .execute()
-            .await
-            .map_err(nl(format!("move {tmp} into {netns}")))?;
+            .map_err(nl(format!("create veth {host} with {ifname} in {netns}")))?;
 
         let ifname_owned = ifname.to_string();
         let pod_mac = in_netns(netns, move |h| async move {
-            let l = link_by_name(&h, &tmp)
+            let l = link_by_name(&h, &ifname_owned)
                 .await?
-                .ok_or_else(|| NetdevError::Missing(format!("{tmp} not in the pod netns")))?;
+                .ok_or_else(|| NetdevError::Missing(format!("{ifname_owned} not in the pod netns")))?;
             h.link()
-                .set(
-                    LinkUnspec::new_with_index(l.index)
-                        .name(ifname_owned.clone())
-                        .build(),
-                )
-                .execute()
-                .await
-                .map_err(nl(format!("rename {tmp} to {ifname_owned}")))?;
-            if let Some(mac) = mac {
-                h.link()
-                    .set(LinkUnspec::new_with_index(l.index).address(mac.to_vec()).build())
-                    .execute()
-                    .await
-                    .map_err(nl(format!("set the MAC of {ifname_owned}")))?;
-            }
-            h.link()
-                .set(LinkUnspec::new_with_index(l.index).mtu(mtu).up().build())
+                .set(LinkUnspec::new_with_index(l.index).up().build())
                 .execute()
                 .await
                 .map_err(nl(format!("up {ifname_owned}")))?;
@@ -322,7 +306,7 @@ impl NetDev {
                 .execute()
                 .await
                 .map_err(nl("default route"))?;
-            Ok(mac.unwrap_or(l.mac))
+            Ok(l.mac)
         })
         .await?;
 
@@ -330,12 +314,6 @@ impl NetDev {
             .link(host)
             .await?
             .ok_or_else(|| NetdevError::Missing(format!("host veth {host} missing")))?;
-        self.h
-            .link()
-            .set(LinkUnspec::new_with_index(host_link.index).up().build())
-            .execute()
-            .await
-            .map_err(nl(format!("up {host}")))?;
         self.pod_host_routes(host_link.index, host_ip, pod_mac).await?;
         Ok((host_link, pod_mac))
     }
