@@ -375,7 +375,21 @@ fn del_is_idempotent_and_removes_everything() {
             .unwrap()
             .is_some()
     );
-    assert!(node.s.pins().join("links").join(format!("{host}_in")).exists());
+    for dir in ["ingress", "egress"] {
+        let tc = sh(&[
+            "ip", "netns", "exec", &node.ns.0, "tc", "filter", "show", "dev", &host, dir,
+        ]);
+        let tc = String::from_utf8_lossy(&tc.stdout);
+        let want = if dir == "ingress" {
+            "sdn_from_pod"
+        } else {
+            "sdn_to_pod"
+        };
+        assert!(
+            tc.contains(want) && tc.contains("direct-action"),
+            "{dir} filter of {host}: {tc}"
+        );
+    }
     for _ in 0..2 {
         let (code, v) = invoke(&cni_bin(), None, "DEL", "ctr-del", &p.path(), &node.conf("1.0.0"));
         assert_eq!((code, &v), (0, &Value::Null));
@@ -396,7 +410,6 @@ fn del_is_idempotent_and_removes_everything() {
             .unwrap()
             .is_none()
     );
-    assert!(!node.s.pins().join("links").join(format!("{host}_in")).exists());
     // A DEL for something never added is fine too, and the address is reusable.
     let (code, _) = invoke(&cni_bin(), None, "DEL", "never", "", &node.conf("1.0.0"));
     assert_eq!(code, 0);
@@ -531,6 +544,11 @@ fn agent_restart_keeps_traffic_flowing_and_reuses_pins() {
         "restarted agent did not reuse the pins:\n{log}"
     );
     assert!(log.contains("kept=2"), "{log}");
+    // Both pods' filters were taken over (program replaced in place), not failed.
+    assert!(
+        !log.contains("reconcile:"),
+        "reconcile reported a failure:\n{log}"
+    );
     assert_eq!(map_id(&node), before, "sdn_endpoints was recreated");
     // The restarted agent still serves: CHECK both pods.
     for (cid, p) in [("ctr-r1", &p1), ("ctr-r2", &p2)] {

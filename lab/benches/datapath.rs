@@ -305,6 +305,7 @@ fn latency(
         cp.create_pod(&lab.nodes[0], ns, name, vpc);
     }
     std::thread::sleep(Duration::from_millis(500)); // the agent's pod cache sees them, as with kubelet
+    let log_from = lab.nodes[0].log_text().len();
     let started = Instant::now();
     let mut out: Vec<(BPod, Sample)> = Vec::new();
     for chunk in names.chunks(par) {
@@ -341,12 +342,47 @@ fn latency(
         "|   | (wall {:.1} s for {count} pods) | | | | | |",
         wall.as_secs_f64()
     );
+    let log = lab.nodes[0].log_text();
+    print_steps(label, log.get(log_from..).unwrap_or_default());
     // Release the addresses for the next run.
     std::thread::scope(|s| {
         for part in out.chunks(out.len().div_ceil(4).max(1)) {
             s.spawn(move || part.iter().for_each(|(p, _)| p.del(lab)));
         }
     });
+}
+
+/// The agent's own account of its ADDs (the `steps` field of each ADD log line): where
+/// the time inside the agent went, as p50/p99 per step, printed under the run's rows.
+fn print_steps(label: &str, log: &str) {
+    let mut by_step: Vec<(String, Vec<f64>)> = Vec::new();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("command=Add") && l.contains(" ok"))
+    {
+        let Some(rest) = line.split("steps=\"").nth(1) else {
+            continue;
+        };
+        let steps = rest.split('"').next().unwrap_or_default();
+        for kv in steps.split_whitespace() {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let Ok(v) = v.parse::<f64>() else { continue };
+            match by_step.iter_mut().find(|(s, _)| s == k) {
+                Some((_, vs)) => vs.push(v),
+                None => by_step.push((k.to_string(), vec![v])),
+            }
+        }
+    }
+    let cells: Vec<String> = by_step
+        .iter_mut()
+        .map(|(k, v)| format!("{k} {:.2}/{:.2}", pct(v, 0.5), pct(v, 0.99)))
+        .collect();
+    println!(
+        "|   | agent steps p50/p99 ms ({label}): {} | | | | | |",
+        cells.join(", ")
+    );
 }
 
 /// A pod of ours that stays for the throughput runs (also an echo peer).

@@ -244,6 +244,10 @@ async fn body(lab: &mut Lab) {
 
     // --- The node reaches a VPC pod only through its fabric IP.
     assert!(n1.ns.ping(blue1.fabric, 3, 3), "node -> VPC pod fabric IP");
+    assert!(
+        n2.ns.ping(blue1.fabric, 3, 3),
+        "node on another node -> VPC pod fabric IP (overlay, then the bridge)"
+    );
     assert!(!n1.ns.ping(b1, 2, 1), "node -> VPC IP must not work");
     assert!(
         a.ns.ping(blue1.fabric, 3, 3),

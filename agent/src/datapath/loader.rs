@@ -1,20 +1,33 @@
-//! Loading the embedded objects of `cozyplane-bpf` and attaching them with pinned TCX
-//! links, so the datapath outlives the agent process.
+//! Loading the embedded objects of `cozyplane-bpf` and attaching them so the datapath
+//! outlives the agent process.
 //!
-//! Layout under the agent's bpffs directory: the maps (pinned by name by aya, one file
-//! per `maps::*::NAME`) and `links/<device>_<in|eg>` (bpffs rejects dots in names) for every attachment. On start the
-//! loader reuses the pinned maps (aya opens an existing pin instead of creating a map)
-//! and, for a pinned link, swaps in the newly loaded program atomically
-//! (`bpf_link_update`) instead of detaching: no packet sees an unattached device.
+//! * The **overlay device** gets a pinned TCX link, `links/<device>_in` under the agent's
+//!   bpffs directory (bpffs rejects dots in names). On start the loader swaps the newly
+//!   loaded program into the pinned link (`bpf_link_update`) instead of detaching.
+//! * **Pod veths** get `cls_bpf` filters on a `clsact` qdisc (netlink), at a fixed
+//!   priority and handle. Not TCX: every TCX attach waits for an RCU grace period while
+//!   holding the RTNL lock (the kernel swaps the device's program array), which cost
+//!   ~12 ms per hook on the reference machine and stalled every other pod's netlink work
+//!   behind it. A filter lives with its device, so it needs no pin; on restart the
+//!   program is replaced in place (a filter change at the same priority and handle).
+//!
+//! The maps are pinned by name by aya (one file per `maps::*::NAME`); on start the loader
+//! reuses them (aya opens an existing pin instead of creating a map). No packet ever sees
+//! an unattached device.
 
 use std::path::{Path, PathBuf};
 
 use aya::programs::links::{FdLink, LinkError, PinnedLink};
-use aya::programs::tc::SchedClassifierLink;
+use aya::programs::tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle};
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
 use cozyplane_bpf::programs::{self, ProgramSpec};
 use cozyplane_bpf::{DatapathConfig, Object, maps};
+
+/// The `cls_bpf` filter of a pod hook: priority 1, handle 1 on the clsact hook. Fixed, so
+/// a restarted agent finds (and replaces) exactly its own filter.
+const POD_FILTER_PRIORITY: u16 = 1;
+const POD_FILTER_HANDLE: TcHandle = TcHandle::new(0, 1);
 
 /// `BPF_FS_MAGIC` from `linux/magic.h`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -56,9 +69,9 @@ pub enum LoadError {
 /// What happened to one attachment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachOutcome {
-    /// A new link was created and pinned.
+    /// A new link (or filter) was created.
     Created,
-    /// A pinned link existed; its program was replaced in place.
+    /// A link or filter existed; its program was replaced in place.
     Replaced,
 }
 
@@ -128,8 +141,8 @@ impl Datapath {
 
     /// Attach `sdn_from_pod` (ingress) and `sdn_to_pod` (egress) to a host veth.
     pub fn attach_pod(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
-        let a = self.attach(&programs::FROM_POD, dev, TcAttachType::Ingress)?;
-        let b = self.attach(&programs::TO_POD, dev, TcAttachType::Egress)?;
+        let a = self.attach_filter(&programs::FROM_POD, dev, TcAttachType::Ingress)?;
+        let b = self.attach_filter(&programs::TO_POD, dev, TcAttachType::Egress)?;
         Ok(if a == AttachOutcome::Created || b == AttachOutcome::Created {
             AttachOutcome::Created
         } else {
@@ -142,8 +155,8 @@ impl Datapath {
         self.attach(&programs::FROM_OVERLAY, dev, TcAttachType::Ingress)
     }
 
-    /// Remove the link pins of `dev`; the kernel detaches once the last reference goes.
-    /// Absent pins are fine (idempotent DEL).
+    /// Remove the link pins of `dev` (a pod's filters go with its veth; pins are left only
+    /// by agents that attached pods with TCX). Absent pins are fine (idempotent DEL).
     pub fn detach(&self, dev: &str) -> Result<(), LoadError> {
         for dir in ["in", "eg"] {
             let p = self.link_pin(dev, dir);
@@ -159,11 +172,6 @@ impl Datapath {
             }
         }
         Ok(())
-    }
-
-    /// Whether both pod links of `dev` are pinned.
-    pub fn pod_links_pinned(&self, dev: &str) -> bool {
-        self.link_pin(dev, "in").exists() && self.link_pin(dev, "eg").exists()
     }
 
     fn link_pin(&self, dev: &str, dir: &str) -> PathBuf {
@@ -219,6 +227,55 @@ impl Datapath {
         let fd: FdLink = link.try_into().map_err(|e: LinkError| err(Box::new(e)))?;
         fd.pin(&pin).map_err(|e| err(Box::new(e)))?;
         Ok(AttachOutcome::Created)
+    }
+}
+
+impl Datapath {
+    /// A pod hook: our `cls_bpf` filter, created, or its program replaced in place.
+    fn attach_filter(
+        &mut self,
+        spec: &ProgramSpec,
+        dev: &str,
+        at: TcAttachType,
+    ) -> Result<AttachOutcome, LoadError> {
+        let prog = classifier(&mut self.pod, spec)?;
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| LoadError::Attach {
+            prog: spec.name,
+            dev: dev.to_string(),
+            source,
+        };
+        // EEXIST: the device has its clsact qdisc already (restart, or the other hook).
+        if let Err(e) = aya::programs::tc::qdisc_add_clsact(dev) {
+            let exists = matches!(&e, aya::programs::tc::TcError::NetlinkError(n)
+                if n.raw_os_error() == Some(nix::libc::EEXIST));
+            if !exists {
+                return Err(err(Box::new(e)));
+            }
+        }
+        let opts = NlOptions {
+            priority: POD_FILTER_PRIORITY,
+            handle: POD_FILTER_HANDLE,
+            classid: None,
+        };
+        let (id, outcome) = match prog.attach_with_options(dev, at, TcAttachOptions::Netlink(opts)) {
+            Ok(id) => (id, AttachOutcome::Created),
+            Err(first) => {
+                // Our filter is there already (agent restart): swap the program in place.
+                let link =
+                    SchedClassifierLink::attached(dev, at, POD_FILTER_PRIORITY, POD_FILTER_HANDLE, None)
+                        .map_err(|e| err(Box::new(e)))?;
+                match prog.attach_to_link(link) {
+                    Ok(id) => (id, AttachOutcome::Replaced),
+                    Err(e) => {
+                        return Err(err(format!("{first}; replacing: {e}").into()));
+                    }
+                }
+            }
+        };
+        // The filter must outlive this process: a link handle detaches when dropped.
+        let link = prog.take_link(id).map_err(|e| err(Box::new(e)))?;
+        std::mem::forget(link);
+        Ok(outcome)
     }
 }
 
