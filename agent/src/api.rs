@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::{Port, PortSpec, VPC, VPCBinding, VPCRef};
 use cozyplane_cni::spec::{CniError, ErrorCode};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
@@ -110,6 +110,27 @@ impl Grants {
             mtu,
         })
     }
+}
+
+/// The first IPv4 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
+pub fn node_pod_block(n: &Node) -> Option<crate::ipam::Block> {
+    let spec = n.spec.as_ref()?;
+    spec.pod_cidrs
+        .iter()
+        .flatten()
+        .chain(spec.pod_cidr.iter())
+        .find_map(|c| c.parse().ok())
+}
+
+/// A Node's underlay address: its first IPv4 `InternalIP`, else its first IPv4 address.
+pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
+    let addrs = n.status.as_ref()?.addresses.as_ref()?;
+    let v4 = |a: &&k8s_openapi::api::core::v1::NodeAddress| a.address.parse::<Ipv4Addr>().ok();
+    addrs
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| v4(&a))
+        .or_else(|| addrs.iter().find_map(|a| v4(&a)))
 }
 
 /// The VPC a binding in `pod_ns` grants, `(owner namespace, name)`; `None` while deleting.
@@ -264,6 +285,16 @@ impl ApiClients {
             vni,
             mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
         })
+    }
+
+    /// This node's fabric block: the first IPv4 CIDR of its `spec.podCIDRs`/`podCIDR`
+    /// (`Ok(None)` until one is assigned).
+    pub async fn node_block(&self) -> Result<Option<crate::ipam::Block>, String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let node = timed("reading this node", nodes.get(&self.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(node_pod_block(&node))
     }
 
     /// Creates the pod's Port; the server allocates the name, address and MAC.

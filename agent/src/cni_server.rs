@@ -40,7 +40,7 @@ use crate::attachment::{self, Attachment};
 use crate::config::AgentConfig;
 use crate::datapath::loader::Datapath;
 use crate::datapath::netdev::{self, GATEWAY, NetDev, format_mac, parse_mac};
-use crate::ipam::{Allocation, Ipam, VpcAttachment};
+use crate::ipam::{Allocation, Block, Ipam, VpcAttachment};
 use crate::metrics::Metrics;
 
 /// The name of the host side of a pod's veth: `cph` + 11 hex digits of a hash of the
@@ -152,7 +152,7 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CniError {
 
 impl AgentState {
     /// Start-up: sysctls, tunnel device, datapath (reusing pins), IPAM, reconciliation.
-    pub async fn start(cfg: &AgentConfig, api: Option<ApiClients>) -> Result<Self, StartError> {
+    pub async fn start(cfg: &AgentConfig, block: Block, api: Option<ApiClients>) -> Result<Self, StartError> {
         // The host stack forwards net-0 traffic between pods and to the tunnel.
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| StartError::Io {
             what: "enable net.ipv4.ip_forward".into(),
@@ -192,7 +192,7 @@ impl AgentState {
             "datapath loaded"
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
-        let ipam = Ipam::open(&cfg.state_dir, cfg.fabric_block)?;
+        let ipam = Ipam::open(&cfg.state_dir, block)?;
         let state = Self {
             ipam: std::sync::Mutex::new(ipam),
             datapath: std::sync::Mutex::new(datapath),
@@ -456,8 +456,9 @@ impl AgentState {
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .unwrap_or_default();
         let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
-        let (ip, previous) = {
+        let (ip, previous, retried) = {
             let mut ipam = self.ipam();
+            let retried = ipam.get(&env.container_id, &env.ifname).is_some();
             let ip = ipam
                 .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
                 .map_err(|e| internal("fabric address allocation failed", e))?;
@@ -465,12 +466,15 @@ impl AgentState {
             let previous = ipam
                 .get(&env.container_id, &env.ifname)
                 .and_then(|a| a.vpc.clone());
-            (ip, previous)
+            (ip, previous, retried)
         };
         let host = host_veth_name(&env.container_id, &env.ifname);
-        // A repeated ADD starts from a clean slate for this attachment.
-        let _ = self.datapath().detach(&host);
-        let _ = self.netdev.delete(&host).await;
+        // A repeated ADD starts from a clean slate for this attachment. A first ADD has
+        // nothing to clean: the record is written before the veth and removed after it.
+        if retried {
+            let _ = self.datapath().detach(&host);
+            let _ = self.netdev.delete(&host).await;
+        }
         steps.mark("ipam");
 
         // The VPC side: the Port (reused on a retry), its address and MAC.

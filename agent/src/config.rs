@@ -43,9 +43,11 @@ pub struct AgentConfig {
     /// Unix socket the CNI plugin talks to.
     #[arg(long, env = "COZYPLANE_CNI_SOCKET", default_value = cozyplane_cni::spec::DEFAULT_AGENT_SOCKET)]
     pub cni_socket: PathBuf,
-    /// This node's block of fabric (net 0) addresses, e.g. 10.244.3.0/24.
+    /// This node's block of fabric (net 0) addresses, e.g. 10.244.3.0/24. Default: the
+    /// Node's `spec.podCIDR` (kube-controller-manager `--allocate-node-cidrs`), read with
+    /// `--kubeconfig`; the agent waits until it is set.
     #[arg(long, env = "COZYPLANE_FABRIC_BLOCK")]
-    pub fabric_block: Block,
+    pub fabric_block: Option<Block>,
     /// Overlay encapsulation.
     #[arg(long, value_enum, default_value = "vxlan")]
     pub tunnel: TunnelKind,

@@ -45,6 +45,16 @@ impl Block {
         self.hosts().any(|h| h == ip)
     }
 
+    /// The base address.
+    pub fn base(self) -> Ipv4Addr {
+        self.base
+    }
+
+    /// The prefix length.
+    pub fn prefix(self) -> u8 {
+        self.prefix
+    }
+
     /// Number of pod addresses.
     pub fn size(self) -> u32 {
         (1u32 << (32 - self.prefix)) - 2

@@ -4,9 +4,10 @@
 //! into a per-agent bpffs directory, keeps the overlay tunnel device, allocates fabric
 //! addresses from a node-local block, and serves the CNI plugin over a unix socket
 //! ([`cni_server`]). Restarting it reuses everything pinned, so traffic keeps flowing
-//! while it is down. With `--kubeconfig` it also watches Pods (kube API) and Ports and VPCs
-//! (our API) into `sdn_remotes` ([`watch`]) and attaches pods annotated
-//! `sdn.cozystack.io/vpc` to their VPC ([`api`], [`attachment`]).
+//! while it is down. With `--kubeconfig` it also watches Nodes (other nodes' fabric blocks
+//! into `sdn_node_blocks`), its own node's Pods (kube API) and other nodes' Ports, VPCs and
+//! VPCBindings (our API) ([`watch`]), and attaches pods annotated `sdn.cozystack.io/vpc`
+//! to their VPC ([`api`], [`attachment`]).
 //!
 //! Start at [`run`].
 
@@ -48,6 +49,29 @@ pub enum StartError {
     },
 }
 
+/// The Node's `spec.podCIDR`, once the API has it (kube-controller-manager assigns it
+/// shortly after the node registers; until then no pod can be wired anyway).
+async fn wait_for_block(api: &api::ApiClients) -> ipam::Block {
+    let mut tries = 0u32;
+    loop {
+        match api.node_block().await {
+            Ok(Some(b)) => {
+                tracing::info!(block = %b, "fabric block from the Node's spec.podCIDR");
+                return b;
+            }
+            Ok(None) if tries.is_multiple_of(10) => {
+                tracing::warn!(node = %api.node, "waiting for the Node's spec.podCIDR");
+            }
+            Err(e) if tries.is_multiple_of(10) => {
+                tracing::warn!(node = %api.node, "waiting for the Node: {e}");
+            }
+            _ => {}
+        }
+        tries += 1;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// Bring the agent up and serve until the process is killed.
 pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     let started = std::time::Instant::now();
@@ -76,7 +100,16 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             })
         }
     };
-    let state = cni_server::AgentState::start(&cfg, api.clone()).await?;
+    let block = match (cfg.fabric_block, &api) {
+        (Some(b), _) => b,
+        (None, Some(api)) => wait_for_block(api).await,
+        (None, None) => {
+            return Err(StartError::Api(
+                "--fabric-block is required without --kubeconfig (else it is the Node's spec.podCIDR)".into(),
+            ));
+        }
+    };
+    let state = cni_server::AgentState::start(&cfg, block, api.clone()).await?;
     let state = Arc::new(state);
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
@@ -84,6 +117,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         let routes = watch::HostRoutes {
             tunnel_dev: cfg.tunnel_dev.clone(),
             net0_vni: cfg.net0_vni,
+            own_block: block,
         };
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }

@@ -230,11 +230,12 @@ impl Collector for MapCollector {
     }
 }
 
-/// Entries of the four hash maps the agent and CNI write, by walking their keys (the
+/// Entries of the maps the agent and CNI write, by walking their keys (the
 /// kernel keeps no count userspace can read).
 fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     use cozyplane_bpf::maps::{
-        bridges::BridgesMap, endpoints::EndpointsMap, ports::PortsMap, remotes::RemotesMap,
+        bridges::BridgesMap, endpoints::EndpointsMap, node_blocks::NodeBlocksMap, ports::PortsMap,
+        remotes::RemotesMap,
     };
     let mut out = Vec::new();
     if let Ok(m) = PortsMap::from_pin(dir) {
@@ -245,6 +246,9 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     }
     if let Ok(m) = RemotesMap::from_pin(dir) {
         out.push((maps::remotes::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = NodeBlocksMap::from_pin(dir) {
+        out.push((maps::node_blocks::NAME, m.inner().keys().count()));
     }
     if let Ok(m) = BridgesMap::from_pin(dir) {
         out.push((maps::bridges::NAME, m.inner().keys().count()));

@@ -1,45 +1,49 @@
-//! Watches turned into `sdn_remotes` entries: which endpoint lives behind which node.
+//! Watches turned into datapath state: which address lives behind which node, and what the
+//! CNI path may read without an API round trip.
 //!
-//! * **Net 0** from the kube API: every Pod with `status.podIP` and `status.hostIP` on
-//!   another node (host-network pods, whose pod IP is the host IP, are skipped) becomes
-//!   `{0, podIP} → hostIP`. Per-pod entries, not per-node blocks: `sdn_remotes` is an exact
-//!   hash, and pod entries also cover VPC pods' fabric addresses (the bridge). The same
-//!   watch fills the pod cache the CNI path reads the `sdn.cozystack.io/vpc` annotation from.
+//! * **Net 0** from the kube API's **Nodes**: every other Node's fabric block
+//!   (`spec.podCIDRs`/`podCIDR`) becomes `sdn_node_blocks[block] → InternalIP`. One entry
+//!   per node, whatever its pod count: fabric addresses (every pod's, VPC pods' bridged
+//!   ones included) come from the node's block, so the block says where a pod is, and a
+//!   new pod is reachable from everywhere as soon as its own node wired it.
+//! * **Host routes** for the same blocks: `block dev <tunnel> encap ip id <net0_vni> dst
+//!   <node>`, so the node's own stack (node → pod on another node, the node's replies to
+//!   such pods) uses the overlay like the pods do. The tunnel device is NOARP, so these
+//!   frames carry the tunnel MAC and `sdn_from_overlay` delivers them on the other side.
 //! * **VPC nets** from our API: every Port on another node (watched with the field
-//!   selector `spec.node!=<this node>`) becomes `{vni, spec.ip} → spec.nodeIP`; the VNI
-//!   comes from the VPC watch. Local Ports are written by the CNI path itself.
-//! * **Grants** for the CNI path: VPCBindings and VPCs (VNI, MTU), so a VPC ADD resolves
-//!   its VPC without an API round trip ([`crate::api::Grants`]).
+//!   selector `spec.node!=<this node>`) becomes `sdn_remotes[{vni, spec.ip}] →
+//!   spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are the CNI path's own.
+//! * **The CNI path's caches**: this node's Pods (field selector `spec.nodeName=<node>`)
+//!   for the `sdn.cozystack.io/vpc` annotation; VPCBindings and VPCs (VNI, MTU) for the
+//!   grant ([`crate::api::Grants`]).
 //!
-//! * **Host routes** to the net-0 entries: each remote `{0, podIP} → hostIP` also becomes a
-//!   kernel route `podIP/32 dev <tunnel> encap ip id <net0_vni> dst hostIP`, so the node's
-//!   own stack (node → pod on another node, the node's replies to such pods) uses the
-//!   overlay like the pods do. The tunnel device is NOARP, so these frames carry the shared
-//!   tunnel MAC and `sdn_from_overlay` delivers them on the other side.
-//!
-//! One task holds the three caches; after every event it recomputes the desired entries
-//! and writes the difference. Entries are pruned only once the watches that own them
-//! listed completely (net 0: Pods; VPC nets: Ports and VPCs), so a restart first adopts
-//! whatever is pinned and removes only what the API no longer has.
+//! One task holds the caches; after every event that changes one it recomputes the desired
+//! entries and writes the difference. Entries are pruned only once the watches that own
+//! them listed completely (blocks: Nodes; VPC nets: Ports and VPCs), so a restart first
+//! adopts whatever is pinned and removes only what the API no longer has.
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
+use cozyplane_bpf::maps::node_blocks::NodeBlocksMap;
 use cozyplane_bpf::maps::remotes::RemotesMap;
 use futures::{StreamExt as _, stream::BoxStream};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use crate::api::{ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant};
+use crate::api::{ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant, node_address, node_pod_block};
 
 type Key = (u32, IpAddr);
+/// An IPv4 block `(base, prefix length)`.
+type Block = (Ipv4Addr, u8);
 
 enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
+    Node(Box<Result<Event<Node>, watcher::Error>>),
     Vpc(Result<Event<VPC>, watcher::Error>),
     Port(Result<Event<Port>, watcher::Error>),
     Binding(Result<Event<VPCBinding>, watcher::Error>),
@@ -51,10 +55,9 @@ fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct PodRow {
-    ip: Option<IpAddr>,
-    host: Option<IpAddr>,
-    facts: PodFacts,
+struct NodeRow {
+    block: Option<Block>,
+    ip: Option<Ipv4Addr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,23 +120,27 @@ fn name_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (S
     )
 }
 
-fn pod_row(p: &Pod) -> Option<((String, String), PodRow)> {
-    let status = p.status.as_ref();
-    let parse = |s: Option<&String>| s.and_then(|s| s.parse::<IpAddr>().ok());
+fn pod_row(p: &Pod) -> Option<((String, String), PodFacts)> {
     Some((
         name_of(&p.metadata),
-        PodRow {
-            ip: parse(status.and_then(|s| s.pod_ip.as_ref())),
-            host: parse(status.and_then(|s| s.host_ip.as_ref())),
-            facts: PodFacts {
-                vpc: p
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(VPC_ANNOTATION))
-                    .filter(|v| !v.is_empty())
-                    .cloned(),
-            },
+        PodFacts {
+            vpc: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(VPC_ANNOTATION))
+                .filter(|v| !v.is_empty())
+                .cloned(),
+        },
+    ))
+}
+
+fn node_row(n: &Node) -> Option<(String, NodeRow)> {
+    Some((
+        n.metadata.name.clone()?,
+        NodeRow {
+            block: node_pod_block(n).map(|b| (b.base(), b.prefix())),
+            ip: node_address(n),
         },
     ))
 }
@@ -176,35 +183,34 @@ fn grants(
     g
 }
 
-/// The entries the caches ask for.
-fn desired(
+/// The other nodes' blocks. A node that claims this node's own block (a stale or
+/// misconfigured Node) is ignored: our pods are ours.
+fn desired_blocks(me: &str, mine: Block, nodes: &HashMap<String, NodeRow>) -> HashMap<Block, Ipv4Addr> {
+    nodes
+        .iter()
+        .filter(|(name, _)| name.as_str() != me)
+        .filter_map(|(_, r)| Some((r.block?, r.ip?)))
+        .filter(|(b, _)| *b != mine)
+        .collect()
+}
+
+/// The VPC entries of `sdn_remotes`: other nodes' Ports.
+fn desired_remotes(
     me: &str,
-    my_ip: IpAddr,
-    pods: &HashMap<(String, String), PodRow>,
     vpcs: &HashMap<(String, String), (u32, u32)>,
     ports: &HashMap<String, PortRow>,
 ) -> HashMap<Key, IpAddr> {
-    let mut out = HashMap::new();
-    for r in pods.values() {
-        if let (Some(ip), Some(host)) = (r.ip, r.host)
-            && host != my_ip
-            && ip != host
-        {
-            out.insert((0, ip), host);
-        }
-    }
-    for r in ports.values() {
-        if r.node == me {
-            continue;
-        }
-        if let (Some(ip), Some(node), Some((vni, _))) = (r.ip, r.node_ip, vpcs.get(&r.vpc)) {
-            out.insert((*vni, ip), node);
-        }
-    }
-    out
+    ports
+        .values()
+        .filter(|r| r.node != me)
+        .filter_map(|r| {
+            let (vni, _) = vpcs.get(&r.vpc)?;
+            Some(((*vni, r.ip?), r.node_ip?))
+        })
+        .collect()
 }
 
-fn pinned(pin_dir: &Path) -> HashMap<Key, IpAddr> {
+fn pinned_remotes(pin_dir: &Path) -> HashMap<Key, IpAddr> {
     let Ok(m) = RemotesMap::from_pin(pin_dir) else {
         return HashMap::new();
     };
@@ -217,16 +223,33 @@ fn pinned(pin_dir: &Path) -> HashMap<Key, IpAddr> {
         .collect()
 }
 
-/// Where the host routes to remote net-0 pods go.
+fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, Ipv4Addr> {
+    let Ok(m) = NodeBlocksMap::from_pin(pin_dir) else {
+        return HashMap::new();
+    };
+    m.entries()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|((ip, len), node)| match (ip, node) {
+            (IpAddr::V4(ip), IpAddr::V4(node)) => Some(((ip, len), node)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where the host routes to other nodes' blocks go.
 #[derive(Clone, Debug)]
 pub struct HostRoutes {
     /// The collect-metadata tunnel device.
     pub tunnel_dev: String,
     /// The VNI net 0 travels under.
     pub net0_vni: u32,
+    /// This node's own block (never routed into the tunnel).
+    pub own_block: crate::ipam::Block,
 }
 
-/// Runs the watches forever, writing `sdn_remotes` under `pin_dir` and the host routes.
+/// Runs the watches forever, writing `sdn_node_blocks`, `sdn_remotes` under `pin_dir`,
+/// the host routes, and the CNI path's caches.
 pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     let netdev = match crate::datapath::netdev::NetDev::new() {
         Ok(n) => Some(n),
@@ -236,48 +259,62 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         }
     };
     let mut tunnel: Option<u32> = None;
-    // Routes installed by this process (after a restart every one is replaced once).
+    let mine = (routes.own_block.base(), routes.own_block.prefix());
 
     let cfg = watcher::Config::default();
-    let pods = watcher::watcher(Api::<Pod>::all(api.kube.clone()), cfg.clone())
+    let pods = watcher::watcher(
+        Api::<Pod>::all(api.kube.clone()),
+        cfg.clone().fields(&format!("spec.nodeName={}", api.node)),
+    )
+    .default_backoff()
+    .map(|e| Ev::Pod(Box::new(e)));
+    let nodes = watcher::watcher(Api::<Node>::all(api.kube.clone()), cfg.clone())
         .default_backoff()
-        .map(|e| Ev::Pod(Box::new(e)));
+        .map(|e| Ev::Node(Box::new(e)));
     let vpcs = watcher::watcher(Api::<VPC>::all(api.sdn.clone()), cfg.clone())
         .default_backoff()
         .map(Ev::Vpc);
     let bindings = watcher::watcher(Api::<VPCBinding>::all(api.sdn.clone()), cfg.clone())
         .default_backoff()
         .map(Ev::Binding);
-    // Local Ports are the CNI path's own; only the other nodes' ones become routes.
-    let remote_ports = cfg.fields(&format!("spec.node!={}", api.node));
-    let ports = watcher::watcher(Api::<Port>::all(api.sdn.clone()), remote_ports)
-        .default_backoff()
-        .map(Ev::Port);
-    let streams: Vec<BoxStream<'static, Ev>> =
-        vec![pods.boxed(), vpcs.boxed(), ports.boxed(), bindings.boxed()];
+    let ports = watcher::watcher(
+        Api::<Port>::all(api.sdn.clone()),
+        cfg.fields(&format!("spec.node!={}", api.node)),
+    )
+    .default_backoff()
+    .map(Ev::Port);
+    let streams: Vec<BoxStream<'static, Ev>> = vec![
+        pods.boxed(),
+        nodes.boxed(),
+        vpcs.boxed(),
+        ports.boxed(),
+        bindings.boxed(),
+    ];
     let mut events = futures::stream::select_all(streams);
 
-    let mut pod_cache: Cache<(String, String), PodRow> = Cache::new();
+    let mut pod_cache: Cache<(String, String), PodFacts> = Cache::new();
+    let mut node_cache: Cache<String, NodeRow> = Cache::new();
     let mut vpc_cache: Cache<(String, String), (u32, u32)> = Cache::new();
     let mut binding_cache: Cache<(String, String), (String, String)> = Cache::new();
     let mut port_cache: Cache<String, PortRow> = Cache::new();
-    let mut applied = pinned(&pin_dir);
-    let my_ip = IpAddr::V4(api.node_ip);
-    // Host routes this process knows of. Seeded with the adopted net-0 entries under an
+    let mut applied = pinned_remotes(&pin_dir);
+    let mut applied_blocks = pinned_blocks(&pin_dir);
+    // Host routes this process knows of. Seeded with the adopted blocks under an
     // unspecified node, so every wanted one is replaced once and stale ones are removed.
-    let mut routed: HashMap<IpAddr, IpAddr> = applied
+    let mut routed: HashMap<Block, Ipv4Addr> = applied_blocks
         .keys()
-        .filter(|k| k.0 == 0)
-        .map(|k| (k.1, IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))
+        .map(|b| (*b, Ipv4Addr::UNSPECIFIED))
         .collect();
     tracing::info!(
-        adopted = applied.len(),
-        "remote endpoints: watching Pods, VPCs, VPCBindings, remote Ports"
+        adopted_remotes = applied.len(),
+        adopted_blocks = applied_blocks.len(),
+        "watching Nodes, this node's Pods, VPCs, VPCBindings, other nodes' Ports"
     );
 
     while let Some(ev) = events.next().await {
         let recompute = match &ev {
-            Ev::Pod(r) => changes_live(r),
+            Ev::Pod(_) => false,
+            Ev::Node(r) => changes_live(r),
             Ev::Vpc(r) => changes_live(r),
             Ev::Port(r) => changes_live(r),
             Ev::Binding(r) => changes_live(r),
@@ -285,14 +322,14 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         let grants_changed = matches!(&ev, Ev::Vpc(_) | Ev::Binding(_)) && recompute;
         let res = match ev {
             Ev::Pod(r) => (*r).map(|e| {
+                let publish = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
                 pod_cache.apply(e, pod_row, |p| name_of(&p.metadata));
-                if let Ok(mut m) = api.pods.write() {
-                    *m = pod_cache
-                        .live
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.facts.clone()))
-                        .collect();
+                if publish && let Ok(mut m) = api.pods.write() {
+                    m.clone_from(&pod_cache.live);
                 }
+            }),
+            Ev::Node(r) => (*r).map(|e| {
+                node_cache.apply(e, node_row, |n| n.metadata.name.clone().unwrap_or_default());
             }),
             Ev::Vpc(r) => r.map(|e| vpc_cache.apply(e, vpc_row, |v| name_of(&v.metadata))),
             Ev::Port(r) => r.map(|e| {
@@ -310,138 +347,192 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         if !recompute {
             continue;
         }
-        let want = desired(
-            &api.node,
-            my_ip,
-            &pod_cache.live,
-            &vpc_cache.live,
-            &port_cache.live,
-        );
-        let Ok(mut map) = RemotesMap::from_pin(&pin_dir) else {
-            tracing::warn!("sdn_remotes is not pinned under {}", pin_dir.display());
-            continue;
-        };
-        let mut changed = 0usize;
-        for (k, node) in &want {
-            if applied.get(k) != Some(node) {
-                match map.upsert(k.0, k.1, *node) {
-                    Ok(()) => {
-                        applied.insert(*k, *node);
-                        changed += 1;
-                    }
-                    Err(e) => tracing::warn!(net = k.0, ip = %k.1, "sdn_remotes upsert: {e}"),
-                }
-            }
-        }
+        let want_blocks = desired_blocks(&api.node, mine, &node_cache.live);
+        sync_blocks(&pin_dir, &want_blocks, &mut applied_blocks, node_cache.synced);
+        // Net-0 exact entries are no longer written (blocks replaced them); ones an older
+        // agent left behind go with the Node list.
+        let want = desired_remotes(&api.node, &vpc_cache.live, &port_cache.live);
         let prunable = |net: u32| {
             if net == 0 {
-                pod_cache.synced
+                node_cache.synced
             } else {
                 port_cache.synced && vpc_cache.synced
             }
         };
-        let stale: HashSet<Key> = applied
-            .keys()
-            .filter(|k| !want.contains_key(k) && prunable(k.0))
-            .copied()
-            .collect();
-        for k in stale {
-            if map.remove(k.0, k.1).is_ok() {
-                applied.remove(&k);
-                changed += 1;
-            }
-        }
-        if changed > 0 {
-            tracing::debug!(changed, total = applied.len(), "sdn_remotes updated");
-        }
+        sync_remotes(&pin_dir, &want, &mut applied, prunable);
         if let Some(nd) = &netdev {
             if tunnel.is_none() {
                 tunnel = nd.link(&routes.tunnel_dev).await.ok().flatten().map(|l| l.index);
             }
             if let Some(t) = tunnel {
-                sync_routes(nd, t, routes.net0_vni, &want, &mut routed, pod_cache.synced).await;
+                sync_routes(
+                    nd,
+                    t,
+                    routes.net0_vni,
+                    &want_blocks,
+                    &mut routed,
+                    node_cache.synced,
+                )
+                .await;
             }
         }
     }
 }
 
-/// Bring the host routes in line with the net-0 entries of `want` (IPv4 only). Removal
-/// waits for the Pod list, like the map entries.
-async fn sync_routes(
-    nd: &crate::datapath::netdev::NetDev,
-    tunnel: u32,
-    vni: u32,
-    want: &HashMap<Key, IpAddr>,
-    routed: &mut HashMap<IpAddr, IpAddr>,
+fn sync_blocks(
+    pin_dir: &Path,
+    want: &HashMap<Block, Ipv4Addr>,
+    applied: &mut HashMap<Block, Ipv4Addr>,
     synced: bool,
 ) {
-    for ((net, ip), node) in want {
-        if *net != 0 || routed.get(ip) == Some(node) {
-            continue;
-        }
-        if let (IpAddr::V4(ip4), IpAddr::V4(node4)) = (ip, node) {
-            match nd.remote_pod_route(tunnel, *ip4, vni, *node4).await {
+    let Ok(mut map) = NodeBlocksMap::from_pin(pin_dir) else {
+        tracing::warn!("sdn_node_blocks is not pinned under {}", pin_dir.display());
+        return;
+    };
+    for (b, node) in want {
+        if applied.get(b) != Some(node) {
+            match map.upsert((IpAddr::V4(b.0), b.1), IpAddr::V4(*node)) {
                 Ok(()) => {
-                    routed.insert(*ip, *node);
+                    applied.insert(*b, *node);
                 }
-                Err(e) => tracing::warn!("{e}"),
+                Err(e) => tracing::warn!(block = %format!("{}/{}", b.0, b.1), "sdn_node_blocks upsert: {e}"),
             }
         }
     }
     if !synced {
         return;
     }
-    let stale: Vec<IpAddr> = routed
+    let stale: Vec<Block> = applied
         .keys()
-        .filter(|ip| !want.contains_key(&(0, **ip)))
+        .filter(|b| !want.contains_key(b))
         .copied()
         .collect();
-    for ip in stale {
-        if let IpAddr::V4(ip4) = ip {
-            match nd.remove_remote_pod_route(tunnel, ip4).await {
+    for b in stale {
+        if map.remove((IpAddr::V4(b.0), b.1)).is_ok() {
+            applied.remove(&b);
+        }
+    }
+}
+
+fn sync_remotes(
+    pin_dir: &Path,
+    want: &HashMap<Key, IpAddr>,
+    applied: &mut HashMap<Key, IpAddr>,
+    prunable: impl Fn(u32) -> bool,
+) {
+    let Ok(mut map) = RemotesMap::from_pin(pin_dir) else {
+        tracing::warn!("sdn_remotes is not pinned under {}", pin_dir.display());
+        return;
+    };
+    let mut changed = 0usize;
+    for (k, node) in want {
+        if applied.get(k) != Some(node) {
+            match map.upsert(k.0, k.1, *node) {
                 Ok(()) => {
-                    routed.remove(&ip);
+                    applied.insert(*k, *node);
+                    changed += 1;
                 }
-                Err(e) => tracing::warn!("{e}"),
+                Err(e) => tracing::warn!(net = k.0, ip = %k.1, "sdn_remotes upsert: {e}"),
             }
+        }
+    }
+    let stale: HashSet<Key> = applied
+        .keys()
+        .filter(|k| !want.contains_key(k) && prunable(k.0))
+        .copied()
+        .collect();
+    for k in stale {
+        if map.remove(k.0, k.1).is_ok() {
+            applied.remove(&k);
+            changed += 1;
+        }
+    }
+    if changed > 0 {
+        tracing::debug!(changed, total = applied.len(), "sdn_remotes updated");
+    }
+}
+
+/// Bring the host routes in line with the wanted blocks. Removal waits for the Node list,
+/// like the map entries.
+async fn sync_routes(
+    nd: &crate::datapath::netdev::NetDev,
+    tunnel: u32,
+    vni: u32,
+    want: &HashMap<Block, Ipv4Addr>,
+    routed: &mut HashMap<Block, Ipv4Addr>,
+    synced: bool,
+) {
+    for (b, node) in want {
+        if routed.get(b) == Some(node) {
+            continue;
+        }
+        match nd.remote_block_route(tunnel, *b, vni, *node).await {
+            Ok(()) => {
+                routed.insert(*b, *node);
+            }
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    if !synced {
+        return;
+    }
+    let stale: Vec<Block> = routed.keys().filter(|b| !want.contains_key(b)).copied().collect();
+    for b in stale {
+        match nd.remove_remote_block_route(tunnel, b).await {
+            Ok(()) => {
+                routed.remove(&b);
+            }
+            Err(e) => tracing::warn!("{e}"),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-
     use super::*;
 
     #[test]
-    fn desired_entries_skip_local_and_host_network() {
+    fn blocks_of_other_nodes_with_an_address_only() {
+        let row = |b: Option<&str>, ip: Option<&str>| NodeRow {
+            block: b.map(|b| {
+                let b: crate::ipam::Block = b.parse().unwrap();
+                (b.base(), b.prefix())
+            }),
+            ip: ip.map(|i| i.parse().unwrap()),
+        };
+        let mine = (Ipv4Addr::new(10, 244, 1, 0), 24);
+        let nodes = HashMap::from([
+            ("n1".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.1"))),
+            ("n2".to_string(), row(Some("10.244.2.0/24"), Some("192.168.0.2"))),
+            ("n3".to_string(), row(None, Some("192.168.0.3"))),
+            ("n4".to_string(), row(Some("10.244.4.0/24"), None)),
+            // Claims our block: ignored.
+            ("n5".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.5"))),
+        ]);
+        let d = desired_blocks("n1", mine, &nodes);
+        assert_eq!(
+            d,
+            HashMap::from([((Ipv4Addr::new(10, 244, 2, 0), 24), Ipv4Addr::new(192, 168, 0, 2))])
+        );
+    }
+
+    #[test]
+    fn remotes_are_other_nodes_ports_of_known_vpcs() {
         let me = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1));
         let other = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2));
-        let row = |ip: &str, host: IpAddr| PodRow {
-            ip: ip.parse().ok(),
-            host: Some(host),
-            facts: PodFacts::default(),
-        };
-        let pods = HashMap::from([
-            (("a".into(), "local".into()), row("10.0.0.2", me)),
-            (("a".into(), "remote".into()), row("10.0.1.2", other)),
-            (("a".into(), "hostnet".into()), row("192.168.0.2", other)),
-        ]);
         let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32))]);
-        let port = |node: &str, ip: &str| PortRow {
-            vpc: ("t".into(), "blue".into()),
+        let port = |node: &str, vpc: &str, ip: &str| PortRow {
+            vpc: ("t".into(), vpc.into()),
             ip: ip.parse().ok(),
             node: node.into(),
             node_ip: Some(if node == "n1" { me } else { other }),
         };
         let ports = HashMap::from([
-            ("p1".to_string(), port("n1", "172.16.0.2")),
-            ("p2".to_string(), port("n2", "172.16.0.3")),
+            ("p1".to_string(), port("n1", "blue", "172.16.0.2")),
+            ("p2".to_string(), port("n2", "blue", "172.16.0.3")),
+            ("p3".to_string(), port("n2", "gone", "172.16.0.4")),
         ]);
-        let d = desired("n1", me, &pods, &vpcs, &ports);
-        assert_eq!(d.len(), 2, "{d:?}");
-        assert_eq!(d[&(0, "10.0.1.2".parse().unwrap())], other);
-        assert_eq!(d[&(100, "172.16.0.3".parse().unwrap())], other);
+        let d = desired_remotes("n1", &vpcs, &ports);
+        assert_eq!(d, HashMap::from([((100, "172.16.0.3".parse().unwrap()), other)]));
     }
 }

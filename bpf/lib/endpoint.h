@@ -22,6 +22,20 @@ sdn_remote_lookup(__u32 net, const struct sdn_addr *ip)
 	return bpf_map_lookup_elem(&sdn_remotes, &k);
 }
 
+/* The node whose fabric block holds a net-0 address: an exact sdn_remotes
+ * entry first (it may pin one address elsewhere), then the longest block.
+ */
+static __always_inline struct sdn_remote *
+sdn_net0_remote_lookup(const struct sdn_addr *ip)
+{
+	struct sdn_block_key k = { .prefixlen = 128, .ip = *ip };
+	struct sdn_remote *r = sdn_remote_lookup(0, ip);
+
+	if (r)
+		return r;
+	return bpf_map_lookup_elem(&sdn_node_blocks, &k);
+}
+
 /*
  * A pod may only send from an address recorded for its own veth, with its own
  * MAC. Checking the record by {net, src} (not by ifindex) lets a port own

@@ -12,13 +12,13 @@
 #include "../lib/parse.h"
 #include "../lib/stats.h"
 
-/* Net 0 goes to the host stack unless the destination is a pod we know to be
- * on another node; the kernel routes the rest (and kube-proxy sees it).
+/* Net 0 goes to the host stack unless the destination is in another node's
+ * fabric block; the kernel routes the rest (and kube-proxy sees it).
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
 					 const struct sdn_pkt *p)
 {
-	struct sdn_remote *r = sdn_remote_lookup(0, &p->dst);
+	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
 	int ret;
 
 	if (!r)

@@ -126,6 +126,17 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `struct sdn_block_key`: key of `sdn_node_blocks`. The map wrapper hands aya its
+    /// `lpm_trie::Key<Addr>`, which has this layout (checked in `maps::node_blocks`).
+    pub struct BlockKey = "sdn_block_key" {
+        /// Prefix length in bits of the 128-bit address (IPv4 /24 = 120).
+        pub prefixlen: u32,
+        /// The block's base address.
+        pub ip: Addr,
+    }
+}
+
+abi_struct! {
     /// `struct sdn_bridge`, value of `sdn_bridges` (key: fabric IP).
     pub struct Bridge = "sdn_bridge" {
         /// The VPC (VNI) of the pod behind the fabric IP.
@@ -227,6 +238,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     EpKey::LAYOUT,
     Endpoint::LAYOUT,
     Remote::LAYOUT,
+    BlockKey::LAYOUT,
     Bridge::LAYOUT,
     CtFwdKey::LAYOUT,
     CtFwd::LAYOUT,

@@ -20,6 +20,7 @@ use cozyplane_bpf::maps::{
     drops::{self, DropsMap},
     endpoints::{self, EndpointsMap},
     net_stats::{self, NetStatsMap},
+    node_blocks::{self, NodeBlocksMap},
     ports::{self, PortsMap},
     remotes::{self, RemotesMap},
 };
@@ -434,4 +435,49 @@ fn default_network_pod_goes_to_the_host_stack() {
     assert_eq!(out.verdict, TC_ACT_OK);
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.99", "10.96.0.10"), LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::SpoofIp);
+}
+
+// Net 0 to another node's fabric block: encapsulated by the block entry (one per node), an
+// exact sdn_remotes entry wins over it, and an address in no block goes to the host stack.
+#[test]
+fn default_network_pod_reaches_another_nodes_block_over_the_overlay() {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
+    NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
+        .unwrap()
+        .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
+        .unwrap();
+
+    let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.2.7"), LO, 0);
+    assert_eq!(out.verdict, TC_ACT_REDIRECT, "in the block: encapsulated");
+    assert_eq!(pkt::parse_v4(&out.packet).dst_mac, cfg().tunnel_mac);
+    let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.3.7"), LO, 0);
+    assert_eq!(out.verdict, TC_ACT_OK, "in no block: the host stack");
+    assert_eq!(total_drops(&dp), 0);
+
+    {
+        let blocks = NodeBlocksMap::try_from(dp.map(node_blocks::NAME)).unwrap();
+        assert_eq!(
+            blocks.lookup(ip("10.244.2.200")).unwrap(),
+            Some(ip("192.168.10.2"))
+        );
+        assert_eq!(blocks.lookup(ip("10.244.3.1")).unwrap(), None);
+        assert_eq!(
+            blocks.entries().unwrap(),
+            vec![((ip("10.244.2.0"), 24), ip("192.168.10.2"))]
+        );
+    }
+
+    // Without a tunnel device the encap fails: proof the block entry, not the stack, decided.
+    let mut dp = Datapath::load(&DatapathConfig {
+        tunnel_ifindex: 0,
+        ..cfg()
+    });
+    vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
+    NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
+        .unwrap()
+        .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
+        .unwrap();
+    let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.2.7"), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::Encap);
 }

@@ -36,6 +36,9 @@ const ECHO_PORT: u16 = 7777;
 const SEQUENTIAL: usize = 200;
 const CONCURRENT: usize = 50;
 
+/// Throughput rounds per path.
+const ROUNDS: usize = 3;
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -82,6 +85,7 @@ fn main() {
             }
         });
         for n in &lab.nodes {
+            rt.block_on(n.register(&cp.kube));
             n.start_agent(&kube_kc, &sdn_kc);
         }
         body(&cp, &lab);
@@ -592,9 +596,9 @@ fn body(cp: &Cp, lab: &Lab) {
     let ref_ip = Ipv4Addr::new(10, 99, 2, 2);
     assert!(r1.ping(ref_ip, 2, 1), "plain VXLAN reference is wired");
     assert!(b1.ping(b2ip, 2, 1), "bridge reference is wired");
-    println!("\npod MTU {mtu}; iperf3 -t 5 -O 1, Gbit/s received, two rounds");
-    println!("\n| path | round 1 | round 2 | mean |");
-    println!("|---|---|---|---|");
+    println!(
+        "\npod MTU {mtu}; iperf3 -t 5 -O 1, Gbit/s received; {ROUNDS} rounds, each round runs every path once (interleaved, so drift hits all paths alike)"
+    );
     let runs: Vec<(&str, &Netns, &Netns, Ipv4Addr)> = vec![
         ("cross-node VPC pods (ours)", &v2.netns, &v1.netns, v2ip),
         ("cross-node net-0 pods (ours)", &d2.netns, &d1.netns, d2ip),
@@ -608,13 +612,21 @@ fn body(cp: &Cp, lab: &Lab) {
         ("same-node net-0 pods (ours)", &d1b.netns, &d1.netns, d1bip),
         ("same-node bridge + host-local (reference)", &b2, &b1, b2ip),
     ];
+    let mut got: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
+            got[i].push(iperf(srv, cli, *ip));
+        }
+    }
+    let rounds: String = (1..=ROUNDS).map(|r| format!(" round {r} |")).collect();
+    println!("\n| path |{rounds} median |");
+    println!("|---|{}---|", "---|".repeat(ROUNDS));
     let mut means = Vec::new();
-    for (what, srv, cli, ip) in &runs {
-        let a = iperf(srv, cli, *ip);
-        let b = iperf(srv, cli, *ip);
-        let m = f64::midpoint(a, b);
+    for ((what, ..), v) in runs.iter().zip(&mut got) {
+        let cells: String = v.iter().map(|x| format!(" {x:.2} |")).collect();
+        let m = pct(v, 0.5);
         means.push(m);
-        println!("| {what} | {a:.2} | {b:.2} | {m:.2} |");
+        println!("| {what} |{cells} {m:.2} |");
     }
     println!(
         "\nratios: cross-node VPC / limit {:.0} %, net 0 / limit {:.0} %; same-node VPC / bridge {:.0} %, net 0 / bridge {:.0} %",

@@ -306,7 +306,36 @@ impl Node {
                "agentSocket": self.scratch.socket().to_str().unwrap_or_default()})
     }
 
+    /// Registers this node's Node object as kubelet and kube-controller-manager would:
+    /// `spec.podCIDR` (its fabric block) and an `InternalIP` (its underlay address). The
+    /// agents learn each other's blocks from these.
+    pub async fn register(&self, kube: &kube::Client) {
+        use k8s_openapi::api::core::v1::Node as KubeNode;
+        use kube::api::{Api, Patch, PatchParams, PostParams};
+        let nodes: Api<KubeNode> = Api::all(kube.clone());
+        let node: KubeNode = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": { "name": self.name },
+            "spec": { "podCIDR": self.block, "podCIDRs": [self.block] }
+        }))
+        .expect("node object");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create Node");
+        let status = json!({ "status": { "addresses": [
+            { "type": "InternalIP", "address": self.ip.to_string() },
+            { "type": "Hostname", "address": self.name }
+        ] } });
+        nodes
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("Node status");
+    }
+
     /// Starts the agent with the two kubeconfigs; a running one is SIGKILLed first (a restart).
+    /// The first node is given its block with `--fabric-block`; the others read it from
+    /// their Node's `spec.podCIDR`, so both ways are exercised.
     pub fn start_agent(&self, kube: &Path, sdn: &Path) {
         let mut slot = self.agent.lock().expect("agent lock");
         slot.take();
@@ -326,7 +355,12 @@ impl Node {
             .arg(self.scratch.pins())
             .arg("--cni-socket")
             .arg(&sock)
-            .args(["--fabric-block", &self.block, "--underlay-dev", "ul0"])
+            .args(if self.name == "n1" {
+                vec!["--fabric-block", &self.block]
+            } else {
+                vec![]
+            })
+            .args(["--underlay-dev", "ul0"])
             .args(["--node-name", &self.name, "--node-ip", &self.ip.to_string()])
             .arg("--kubeconfig")
             .arg(kube)
@@ -363,11 +397,20 @@ impl Node {
             .unwrap_or(0)
     }
 
-    /// `sdn_remotes[{net, ip}]`.
+    /// Where this node's datapath sends `ip` of `net`: `sdn_remotes[{net, ip}]`, and for
+    /// net 0 the longest `sdn_node_blocks` match after it (as `sdn_from_pod` looks up).
     pub fn remote(&self, net: u32, ip: Ipv4Addr) -> Option<std::net::IpAddr> {
-        cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&self.scratch.pins())
+        let pins = self.scratch.pins();
+        let exact = cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&pins)
             .ok()?
             .get(net, ip.into())
+            .ok()?;
+        if exact.is_some() || net != 0 {
+            return exact;
+        }
+        cozyplane_bpf::maps::node_blocks::NodeBlocksMap::from_pin(&pins)
+            .ok()?
+            .lookup(ip.into())
             .ok()?
     }
 }

@@ -144,6 +144,7 @@ async fn body(lab: &mut Lab) {
         sdn: server.client().await,
     };
     for n in &lab.nodes {
+        n.register(&cp.kube).await;
         n.start_agent(&kube_kc, &sdn_kc);
     }
     let lab = &*lab;
@@ -160,6 +161,15 @@ async fn body(lab: &mut Lab) {
     });
     assert!(a.ns.ping(b.fabric, 3, 3), "default a -> b across nodes");
     assert!(b.ns.ping(a.fabric, 3, 3), "default b -> a across nodes");
+    // n2's agent was started without --fabric-block: its block is its Node's spec.podCIDR.
+    assert!(
+        n2.log_text()
+            .contains("fabric block from the Node's spec.podCIDR")
+            && b.fabric.octets()[..3] == [10, 244, 2],
+        "n2 did not take its block from spec.podCIDR: {} / {}",
+        b.fabric,
+        n2.log_text()
+    );
     eprintln!("PASS default-network pods talk across nodes");
 
     // --- A node reaches a pod on the other node (host route over the overlay), both ways.

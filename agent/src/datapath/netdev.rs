@@ -318,19 +318,19 @@ impl NetDev {
         Ok((host_link, pod_mac))
     }
 
-    /// The host route to a pod on another node: `ip/32` out of the collect-metadata tunnel
-    /// device `tunnel` with a lightweight-tunnel encap `{id vni, dst node}`, so the host
-    /// stack (node → remote pod, replies to remote pods) reaches it over the overlay
-    /// (replace: idempotent).
-    pub async fn remote_pod_route(
+    /// The host route to another node's fabric block: `block/len` out of the
+    /// collect-metadata tunnel device `tunnel` with a lightweight-tunnel encap `{id vni,
+    /// dst node}`, so the host stack (node → pod on another node, the node's replies to such
+    /// pods) reaches it over the overlay (replace: idempotent).
+    pub async fn remote_block_route(
         &self,
         tunnel: u32,
-        ip: Ipv4Addr,
+        (block, len): (Ipv4Addr, u8),
         vni: u32,
         node: Ipv4Addr,
     ) -> Result<(), NetdevError> {
         let mut msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(ip, 32)
+            .destination_prefix(block, len)
             .output_interface(tunnel)
             .scope(RouteScope::Link)
             .build();
@@ -346,20 +346,24 @@ impl NetDev {
             .replace()
             .execute()
             .await
-            .map_err(nl(format!("remote pod route {ip}/32 via {node}")))
+            .map_err(nl(format!("route {block}/{len} via {node}")))
     }
 
-    /// Remove the route [`Self::remote_pod_route`] installed; absent is fine.
-    pub async fn remove_remote_pod_route(&self, tunnel: u32, ip: Ipv4Addr) -> Result<(), NetdevError> {
+    /// Remove the route [`Self::remote_block_route`] installed; absent is fine.
+    pub async fn remove_remote_block_route(
+        &self,
+        tunnel: u32,
+        (ip, len): (Ipv4Addr, u8),
+    ) -> Result<(), NetdevError> {
         let msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(ip, 32)
+            .destination_prefix(ip, len)
             .output_interface(tunnel)
             .scope(RouteScope::Link)
             .build();
         match self.h.route().del(msg).execute().await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(nl(format!("delete remote pod route {ip}/32"))(e)),
+            Err(e) => Err(nl(format!("delete route {ip}/{len}"))(e)),
         }
     }
 

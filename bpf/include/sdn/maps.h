@@ -55,6 +55,21 @@ struct sdn_remote {
 };
 _Static_assert(sizeof(struct sdn_remote) == 20, "ABI: sdn_remote");
 
+/* Key of sdn_node_blocks (an LPM trie, so the prefix length comes first, in
+ * bits of the 128-bit address: an IPv4 /24 is 96 + 24 = 120).
+ */
+struct sdn_block_key {
+	__u32 prefixlen;
+	struct sdn_addr ip;
+};
+_Static_assert(sizeof(struct sdn_block_key) == 20, "ABI: sdn_block_key");
+
+/* sdn_node_blocks: another node's block of fabric (net 0) addresses -> that
+ * node (value: struct sdn_remote). Written by the agent from Nodes
+ * (spec.podCIDR -> InternalIP). Consulted for net 0 when sdn_remotes has no
+ * exact entry: one entry per node, not per pod.
+ */
+
 /* sdn_bridges: fabric IP (status.podIP) -> the VPC address behind it. Key is a
  * bare struct sdn_addr: fabric IPs are unique cluster-wide. Written by the CNI.
  */
@@ -130,6 +145,7 @@ _Static_assert(sizeof(struct sdn_net_stats) == 32, "ABI: sdn_net_stats");
 #define SDN_PORTS_MAX		65536
 #define SDN_ENDPOINTS_MAX	65536
 #define SDN_REMOTES_MAX		131072
+#define SDN_NODE_BLOCKS_MAX	16384
 #define SDN_BRIDGES_MAX		65536
 #define SDN_CT_MAX		65536
 #define SDN_NET_STATS_MAX	4096
@@ -167,6 +183,15 @@ struct {
 	__type(value, struct sdn_remote);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_remotes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SDN_NODE_BLOCKS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_block_key);
+	__type(value, struct sdn_remote);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_node_blocks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

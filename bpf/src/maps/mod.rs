@@ -14,14 +14,16 @@ pub mod ct_rev;
 pub mod drops;
 pub mod endpoints;
 pub mod net_stats;
+pub mod node_blocks;
 pub mod ports;
 pub mod remotes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
+    node_blocks::NAME,
     bridges::NAME,
     ct_fwd::NAME,
     ct_rev::NAME,
@@ -95,7 +97,8 @@ mod tests {
     use super::*;
     use crate::Object;
     use crate::abi::{
-        Addr, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, DropStats, Endpoint, EpKey, NetStats, Port, Remote,
+        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, DropStats, Endpoint, EpKey, NetStats, Port,
+        Remote,
     };
 
     #[test]
@@ -124,10 +127,11 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 8] = [
+        let expect: [(&str, usize, usize); 9] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
+            (node_blocks::NAME, size_of::<BlockKey>(), size_of::<Remote>()),
             (bridges::NAME, size_of::<Addr>(), size_of::<Bridge>()),
             (ct_fwd::NAME, size_of::<CtFwdKey>(), size_of::<CtFwd>()),
             (ct_rev::NAME, size_of::<CtRevKey>(), size_of::<CtRev>()),
