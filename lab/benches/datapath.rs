@@ -7,8 +7,9 @@
 //! * **Pod network-ready latency**, net 0 and VPC, 200 sequential and 50 concurrent pods:
 //!   *ADD* is the wall time of the real `cozyplane-cni ADD` as kubelet runs it; *first packet*
 //!   is the time from the start of ADD until a UDP echo sent from inside the new pod comes
-//!   back from a pod on the same node, and from a pod on the other node (the latter includes
-//!   the control plane: the Pod status patch for net 0, the Port watch for VPC pods). The
+//!   back from a pod on the same node, and from a pod on the other node (for VPC pods the
+//!   latter includes the control plane: the Port watch on the other node; net 0 needs none,
+//!   the other node routes this node's whole block). The
 //!   probe sends one datagram per destination every millisecond.
 //! * **TCP throughput** (iperf3, 5 s after 1 s omitted, inside the pod netns): cross-node
 //!   VPC and net-0 pods against two namespaces wired with plain kernel routing over a plain
@@ -550,6 +551,18 @@ fn body(cp: &Cp, lab: &Lab) {
         assert!(r[0].is_some(), "peer {} cannot reach {ip}", p.name);
     }
 
+    // `DATAPATH_BENCH=throughput` skips the latency runs (for iterating on the datapath).
+    let latency_runs = std::env::var("DATAPATH_BENCH").as_deref() != Ok("throughput");
+    if latency_runs {
+        latency_table(cp, lab, [d1bip, d2ip], [v1bip, v2ip]);
+    }
+    println!("load average after latency: {}", load().trim());
+    throughput(lab, [&d1, &d1b, &d2, &v1, &v1b, &v2], [d1bip, d2ip, v1bip, v2ip]);
+    println!("load average at end: {}", load().trim());
+    drop((d1, d1b, d2, v1, v1b, v2));
+}
+
+fn latency_table(cp: &Cp, lab: &Lab, [d1bip, d2ip]: [Ipv4Addr; 2], [v1bip, v2ip]: [Ipv4Addr; 2]) {
     println!("\n| run | measure | n | p50 ms | p99 ms | max ms | no reply |");
     println!("|---|---|---|---|---|---|---|");
     latency(
@@ -584,8 +597,30 @@ fn body(cp: &Cp, lab: &Lab) {
         &[v1bip, v2ip],
         (CONCURRENT, CONCURRENT),
     );
-    println!("load average after latency: {}", load().trim());
+}
 
+/// Per-program `(run_time_ns, run_cnt)` of our programs, summed over both nodes' copies
+/// (needs `kernel.bpf_stats_enabled=1`).
+fn bpf_stats() -> std::collections::BTreeMap<String, (u64, u64)> {
+    let out = Command::new("bpftool").args(["prog", "show", "-j"]).output();
+    let v: Value = out
+        .ok()
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+        .unwrap_or(Value::Null);
+    let mut m = std::collections::BTreeMap::new();
+    for p in v.as_array().into_iter().flatten() {
+        let Some(name) = p["name"].as_str().filter(|n| n.starts_with("sdn_")) else {
+            continue;
+        };
+        let e: &mut (u64, u64) = m.entry(name.to_string()).or_default();
+        e.0 += p["run_time_ns"].as_u64().unwrap_or(0);
+        e.1 += p["run_cnt"].as_u64().unwrap_or(0);
+    }
+    m
+}
+
+fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr; 4]) {
+    let [d1, d1b, d2, v1, v1b, v2] = pods;
     let mtu = mtu_of(&v1.netns);
     let (r1, r2) = plain_pair(lab, mtu);
     let dir = tempfile::Builder::new()
@@ -613,11 +648,24 @@ fn body(cp: &Cp, lab: &Lab) {
         ("same-node bridge + host-local (reference)", &b2, &b1, b2ip),
     ];
     let mut got: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    // Program run time and count per path (bpf_stats costs a little; it is on for every
+    // path, the reference ones included, so the comparison stays fair).
+    let stats_were = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    let mut prog: Vec<std::collections::BTreeMap<String, (u64, u64)>> = vec![Default::default(); runs.len()];
     for _ in 0..ROUNDS {
         for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
+            let before = bpf_stats();
             got[i].push(iperf(srv, cli, *ip));
+            for (k, (ns, n)) in bpf_stats() {
+                let (ns0, n0) = before.get(&k).copied().unwrap_or_default();
+                let e = prog[i].entry(k).or_default();
+                e.0 += ns.saturating_sub(ns0);
+                e.1 += n.saturating_sub(n0);
+            }
         }
     }
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_were.trim());
     let rounds: String = (1..=ROUNDS).map(|r| format!(" round {r} |")).collect();
     println!("\n| path |{rounds} median |");
     println!("|---|{}---|", "---|".repeat(ROUNDS));
@@ -635,6 +683,17 @@ fn body(cp: &Cp, lab: &Lab) {
         100.0 * means[3] / means[5],
         100.0 * means[4] / means[5],
     );
-    println!("load average at end: {}", load().trim());
-    drop((d1, d1b, d2, v1, v1b, v2, r1, r2, b1, b2));
+    println!("\nprogram runs per path (all rounds; both nodes; bpf_stats):\n");
+    println!("| path | program | runs | avg ns | total ms |");
+    println!("|---|---|---|---|---|");
+    for ((what, ..), p) in runs.iter().zip(&prog) {
+        for (name, (ns, n)) in p.iter().filter(|(_, (_, n))| *n > 0) {
+            #[allow(clippy::cast_precision_loss)]
+            let avg = *ns as f64 / *n as f64;
+            #[allow(clippy::cast_precision_loss)]
+            let total = *ns as f64 / 1e6;
+            println!("| {what} | {name} | {n} | {avg:.0} | {total:.0} |");
+        }
+    }
+    drop((r1, r2, b1, b2));
 }
