@@ -58,11 +58,31 @@ static __always_inline int sdn_check_source(struct __sk_buff *skb,
  * sdn_to_pod runs for it exactly as for a packet from another node (placement
  * independence). bpf_redirect_peer() would be faster but skips that hook.
  */
-static __always_inline int sdn_redirect_local(struct __sk_buff *skb, __u32 net,
-					      const struct sdn_endpoint *ep)
+/*
+ * Delivery to a pod of this node, straight into its netns: bpf_redirect_peer
+ * hands the packet to the ingress of the pod's end of the veth, skipping the
+ * host end's egress (sdn_to_pod) and the per-CPU backlog queue a veth transmit
+ * goes through. So the checks sdn_to_pod makes for such traffic are made here:
+ * the endpoint was found by {net, dst}, and the CNI records a port's net with
+ * its endpoints, so the port is of the packet's net. Only valid at tc ingress
+ * (sdn_from_pod, sdn_from_overlay). Returns the verdict or a DROP_* reason.
+ */
+static __always_inline int sdn_deliver_local(struct __sk_buff *skb, __u32 net,
+					     const struct sdn_endpoint *ep)
 {
-	skb->mark = SDN_MARK_MAGIC | (net & SDN_MARK_NET_MASK);
-	return bpf_redirect(ep->ifindex, 0);
+	__u8 gw_mac[6];
+
+	sdn_gw_mac(gw_mac);
+	if (sdn_set_macs(skb, ep->mac, gw_mac) < 0)
+		return DROP_REWRITE;
+	/* The frame arrived addressed to the gateway or the tunnel MAC; the pod's
+	 * stack must take it as its own (no eth_type_trans runs again).
+	 */
+	if (skb->pkt_type != PACKET_HOST)
+		bpf_skb_change_type(skb, PACKET_HOST);
+	skb->mark = 0;
+	sdn_count_rx(skb, net);
+	return bpf_redirect_peer(ep->ifindex, 0);
 }
 
 /* The kernel drops frames not addressed to the device; ours are addressed to

@@ -19,10 +19,11 @@ static __always_inline int get_tunnel_key(struct __sk_buff *skb,
 /*
  * Attached at tc ingress (TCX) of the overlay device (VXLAN or Geneve in
  * external/collect_md mode): it sees decapsulated frames with the tunnel key
- * readable. The VNI names the net of the inner addresses: net 0 goes to the
- * host stack, a VPC net is delivered by {vni, dst} to the local pod's veth
- * (through sdn_to_pod); anything else is dropped, since inner VPC addresses
- * mean nothing without their net.
+ * readable. The VNI names the net of the inner addresses: a pod of this node
+ * that is the endpoint {net, dst} gets the packet straight into its netns
+ * (sdn_deliver_local); other net-0 traffic (the node, a VPC pod's fabric
+ * address) goes to the host stack; any other VPC packet is dropped, since
+ * inner VPC addresses mean nothing without their net.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -37,19 +38,24 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	if (get_tunnel_key(skb, &key) < 0)
 		return sdn_drop(skb, DROP_NO_TUNNEL_KEY);
 	net = sdn_vni_to_net(key.tunnel_id);
-	if (!net)
-		return sdn_to_host(skb);
 
 	ret = sdn_parse(skb, &p);
 	if (ret)
-		return sdn_drop(skb, ret);
+		return net ? sdn_drop(skb, ret) : sdn_to_host(skb);
 	if (!p.family)
-		return sdn_drop(skb, DROP_UNKNOWN_L3);
+		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : sdn_to_host(skb);
 
 	ep = sdn_endpoint_lookup(net, &p.dst);
-	if (!ep)
+	if (!ep) {
+		/* Net 0 for the node itself, or a VPC pod's fabric address (the
+		 * bridge in sdn_to_pod): the host stack routes it.
+		 */
+		if (!net)
+			return sdn_to_host(skb);
 		return sdn_drop(skb, DROP_NO_ENDPOINT);
-	return sdn_redirect_local(skb, net, ep);
+	}
+	ret = sdn_deliver_local(skb, net, ep);
+	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

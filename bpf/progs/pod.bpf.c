@@ -12,15 +12,22 @@
 #include "../lib/parse.h"
 #include "../lib/stats.h"
 
-/* Net 0 goes to the host stack unless the destination is in another node's
- * fabric block; the kernel routes the rest (and kube-proxy sees it).
+/* Net 0: a pod of this node gets the packet straight into its netns, a pod of
+ * another node's fabric block over the overlay; the kernel routes the rest
+ * (and kube-proxy sees it: a Service address is no endpoint).
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
 					 const struct sdn_pkt *p)
 {
-	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
+	struct sdn_endpoint *ep = sdn_endpoint_lookup(0, &p->dst);
+	struct sdn_remote *r;
 	int ret;
 
+	if (ep) {
+		ret = sdn_deliver_local(skb, 0, ep);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
+	}
+	r = sdn_net0_remote_lookup(&p->dst);
 	if (!r)
 		return sdn_to_host(skb);
 	ret = sdn_encap(skb, 0, r);
@@ -52,7 +59,8 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 	ep = sdn_endpoint_lookup(net, &p->dst);
 	if (ep) {
 		sdn_count_tx(skb, net);
-		return sdn_redirect_local(skb, net, ep);
+		ret = sdn_deliver_local(skb, net, ep);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	}
 	r = sdn_remote_lookup(net, &p->dst);
 	if (r) {
@@ -137,11 +145,10 @@ static __always_inline int to_pod_deliver(struct __sk_buff *skb,
 }
 
 /*
- * Attached at tc egress (TCX) of the host side of a pod's veth: it sees every
- * packet about to enter the pod, whether redirected by sdn_from_pod (same
- * node) or sdn_from_overlay (other node), or routed by the host stack. The
- * first two carry SDN_MARK_MAGIC with their source net and are re-checked
- * against this port's net; host traffic may only enter a VPC pod through the
+ * Attached at tc egress of the host side of a pod's veth: it sees every packet
+ * about to enter the pod through the host end, i.e. routed by the host stack
+ * (pod-to-pod traffic is delivered into the pod's netns by sdn_deliver_local
+ * and never passes here). Host traffic may only enter a VPC pod through the
  * fabric bridge. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -151,7 +158,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 	struct sdn_bridge *b;
 	struct sdn_port *port;
 	struct sdn_pkt p;
-	__u32 net, mark;
+	__u32 net;
 	int ret;
 
 	port = bpf_map_lookup_elem(&sdn_ports, &ifindex);
@@ -167,14 +174,6 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!p.family)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
-
-	mark = skb->mark;
-	if ((mark & SDN_MARK_MAGIC_MASK) == SDN_MARK_MAGIC) {
-		skb->mark = 0;
-		if ((mark & SDN_MARK_NET_MASK) != net)
-			return sdn_drop(skb, DROP_VPC_ISOLATION);
-		return to_pod_deliver(skb, &p, net);
-	}
 
 	if (!net) {
 		sdn_count_rx(skb, 0);

@@ -4,8 +4,8 @@
 //! What a test run cannot show: where a redirect goes (only the verdict comes back) and
 //! the tunnel key (the overlay receive path needs a real tunnel device; see
 //! docs/datapath.md, "Not done"). Delivery targets are therefore asserted through what
-//! the programs write into the packet (the destination pod's MAC) and into skb->mark
-//! (the source net carried to `sdn_to_pod`).
+//! the programs write into the packet (the destination pod's MAC), and through the
+//! per-net counters (`sdn_deliver_local` counts rx for the net it delivered in).
 
 mod common;
 
@@ -29,7 +29,6 @@ const FROM_POD: &str = "sdn_from_pod";
 const TO_POD: &str = "sdn_to_pod";
 const FROM_OVERLAY: &str = "sdn_from_overlay";
 
-const MARK_MAGIC: u32 = 0x5d00_0000;
 
 const VPC_A: u32 = 100;
 const VPC_B: u32 = 200;
@@ -107,8 +106,8 @@ fn vpc_pod(dp: &mut Datapath, net: u32, addr: &str, mac: [u8; 6]) {
     endpoint(dp, net, addr, LO, mac);
 }
 
-// Same VPC, same node: sdn_from_pod redirects with the source net in the mark, and
-// sdn_to_pod delivers it to the destination pod's MAC and counts both directions.
+// Same VPC, same node: sdn_from_pod delivers straight into the destination pod (peer
+// redirect) with the destination pod's MAC, and counts both directions.
 #[test]
 fn same_vpc_pods_on_one_node_are_delivered() {
     let mut dp = Datapath::load(&cfg());
@@ -117,12 +116,8 @@ fn same_vpc_pods_on_one_node_are_delivered() {
 
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "10.0.0.2"), LO, 0);
     assert_eq!(out.verdict, TC_ACT_REDIRECT);
-    assert_eq!(out.mark, MARK_MAGIC | VPC_A, "source net travels in the mark");
-
-    let inn = dp.run(TO_POD, &out.packet, LO, out.mark);
-    assert_eq!(inn.verdict, TC_ACT_OK);
-    assert_eq!(inn.mark, 0, "mark cleared before the pod");
-    let p = pkt::parse_v4(&inn.packet);
+    assert_eq!(out.mark, 0, "nothing of ours reaches the pod in the mark");
+    let p = pkt::parse_v4(&out.packet);
     assert_eq!(p.dst_mac, MAC_A2);
     assert_eq!(p.src_mac, cfg().gw_mac);
     assert_eq!(
@@ -184,16 +179,20 @@ fn cross_vpc_traffic_is_dropped_at_the_source() {
     assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
 }
 
-// The destination hook re-checks: a packet carrying VPC B's net may not enter a VPC A
-// pod, whichever hook redirected it (placement independence).
+// The destination hook refuses what reaches a VPC pod through the host end otherwise
+// than through the bridge: a VPC B packet routed or redirected there, even one still
+// carrying the mark older datapaths used, does not enter a VPC A pod.
 #[test]
 fn cross_vpc_traffic_is_dropped_at_the_destination() {
     let mut dp = Datapath::load(&cfg());
     vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
 
     let p = udp4(MAC_B1, "10.0.0.2", "10.0.0.1");
-    let out = dp.run(TO_POD, &p, LO, MARK_MAGIC | VPC_B);
-    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+    for mark in [0, 0x5d00_0000 | VPC_B, 0x5d00_0000 | VPC_A] {
+        let out = dp.run(TO_POD, &p, LO, mark);
+        assert_eq!(out.verdict, TC_ACT_SHOT, "mark {mark:#x}");
+    }
+    assert_eq!(drops_of(&dp, DropReason::VpcIsolation), 3);
 }
 
 // A VPC pod reaches nothing outside its VPC: not the default network, not the node,
@@ -274,11 +273,8 @@ fn overlapping_cidrs_are_delivered_by_net() {
         port(&mut dp, LO, net);
         let out = dp.run(FROM_POD, &udp4(sender_mac, "10.0.0.1", "10.0.0.5"), LO, 0);
         assert_eq!(out.verdict, TC_ACT_REDIRECT, "net {net}");
-        assert_eq!(out.mark, MARK_MAGIC | net);
-        let inn = dp.run(TO_POD, &out.packet, LO, out.mark);
-        assert_eq!(inn.verdict, TC_ACT_OK, "net {net}");
         assert_eq!(
-            pkt::parse_v4(&inn.packet).dst_mac,
+            pkt::parse_v4(&out.packet).dst_mac,
             receiver_mac,
             "net {net} delivered by net"
         );
@@ -310,9 +306,7 @@ fn ipv6_same_vpc_pods_are_delivered() {
         0,
     );
     assert_eq!(out.verdict, TC_ACT_REDIRECT);
-    let inn = dp.run(TO_POD, &out.packet, LO, out.mark);
-    assert_eq!(inn.verdict, TC_ACT_OK);
-    assert_eq!(inn.packet[0..6], MAC_A2);
+    assert_eq!(out.packet[0..6], MAC_A2);
 
     let spoofed = pkt::ipv6_udp(MAC_A1, cfg().gw_mac, "fd00::66".parse().unwrap(), d, 5000, 53);
     let out = dp.run(FROM_POD, &spoofed, LO, 0);
@@ -480,4 +474,28 @@ fn default_network_pod_reaches_another_nodes_block_over_the_overlay() {
         .unwrap();
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.2.7"), LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::Encap);
+}
+
+// Net 0, same node: a pod-to-pod packet goes straight into the destination pod (its MAC,
+// from the gateway) instead of through the host stack; a Service address is no endpoint
+// and still goes to the host stack (kube-proxy).
+#[test]
+fn default_network_pods_on_one_node_are_delivered_directly() {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
+    endpoint(&mut dp, 0, "10.244.1.21", LO, MAC_A2);
+
+    let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.1.21"), LO, 0);
+    assert_eq!(out.verdict, TC_ACT_REDIRECT);
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.dst_mac, p.src_mac), (MAC_A2, cfg().gw_mac));
+    let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.96.0.10"), LO, 0);
+    assert_eq!(out.verdict, TC_ACT_OK);
+    let s = NetStatsMap::try_from(dp.map(net_stats::NAME))
+        .unwrap()
+        .get(0)
+        .unwrap()
+        .unwrap();
+    assert_eq!((s.tx_packets, s.rx_packets), (2, 1));
+    assert_eq!(total_drops(&dp), 0);
 }

@@ -38,7 +38,7 @@ const SEQUENTIAL: usize = 200;
 const CONCURRENT: usize = 50;
 
 /// Throughput rounds per path.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {

@@ -171,6 +171,11 @@ async fn body(lab: &mut Lab) {
         n2.log_text()
     );
     eprintln!("PASS default-network pods talk across nodes");
+    let a2 = pod(&cp, lab, 0, "default", "a2", None).await;
+    assert!(a.ns.ping(a2.fabric, 3, 3), "default a -> a2 on the same node");
+    assert!(a2.ns.ping(a.fabric, 3, 3), "default a2 -> a on the same node");
+    assert!(n1.ns.ping(a2.fabric, 3, 3), "node -> its own default pod");
+    eprintln!("PASS default-network pods talk within a node");
 
     // --- A node reaches a pod on the other node (host route over the overlay), both ways.
     assert!(n1.ns.ping(b.fabric, 3, 3), "node n1 -> pod b on n2");

@@ -43,17 +43,6 @@ DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
 	       { { 0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf } });
 #endif
 
-/*
- * skb->mark carried from sdn_from_pod / sdn_from_overlay to sdn_to_pod across
- * bpf_redirect() on the same node: top byte SDN_MARK_MAGIC, low 24 bits the
- * source net (a VNI). sdn_to_pod clears it, and a netns crossing scrubs it, so
- * pods never see it. Traffic from the host stack never carries the magic
- * (nobody else sets a mark with this top byte), which is how sdn_to_pod tells
- * "already isolation-checked by us" from "came from the kernel".
- */
-#define SDN_MARK_MAGIC		0x5d000000
-#define SDN_MARK_MAGIC_MASK	0xff000000
-#define SDN_MARK_NET_MASK	0x00ffffff
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */
 
 /* Gateway ports the bridge masquerades fabric clients to (host byte order). */
