@@ -29,7 +29,6 @@ const FROM_POD: &str = "sdn_from_pod";
 const TO_POD: &str = "sdn_to_pod";
 const FROM_OVERLAY: &str = "sdn_from_overlay";
 
-
 const VPC_A: u32 = 100;
 const VPC_B: u32 = 200;
 
@@ -435,20 +434,22 @@ fn default_network_pod_goes_to_the_host_stack() {
 // exact sdn_remotes entry wins over it, and an address in no block goes to the host stack.
 #[test]
 fn default_network_pod_reaches_another_nodes_block_over_the_overlay() {
-    let mut dp = Datapath::load(&cfg());
-    vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
-    NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
-        .unwrap()
-        .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
-        .unwrap();
-
+    let with_block = |c: &DatapathConfig| {
+        let mut dp = Datapath::load(c);
+        vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
+        NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
+            .unwrap()
+            .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
+            .unwrap();
+        dp
+    };
+    let dp = with_block(&cfg());
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.2.7"), LO, 0);
     assert_eq!(out.verdict, TC_ACT_REDIRECT, "in the block: encapsulated");
     assert_eq!(pkt::parse_v4(&out.packet).dst_mac, cfg().tunnel_mac);
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.3.7"), LO, 0);
     assert_eq!(out.verdict, TC_ACT_OK, "in no block: the host stack");
     assert_eq!(total_drops(&dp), 0);
-
     {
         let blocks = NodeBlocksMap::try_from(dp.map(node_blocks::NAME)).unwrap();
         assert_eq!(
@@ -461,17 +462,13 @@ fn default_network_pod_reaches_another_nodes_block_over_the_overlay() {
             vec![((ip("10.244.2.0"), 24), ip("192.168.10.2"))]
         );
     }
+    drop(dp);
 
     // Without a tunnel device the encap fails: proof the block entry, not the stack, decided.
-    let mut dp = Datapath::load(&DatapathConfig {
+    let dp = with_block(&DatapathConfig {
         tunnel_ifindex: 0,
         ..cfg()
     });
-    vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
-    NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
-        .unwrap()
-        .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
-        .unwrap();
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.244.1.20", "10.244.2.7"), LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::Encap);
 }
