@@ -49,6 +49,13 @@ pub async fn client(path: &Path) -> Result<kube::Client, String> {
     kube::Client::try_from(cfg).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A client from the pod's service account (in-cluster configuration).
+pub fn in_cluster_client() -> Result<kube::Client, String> {
+    let mut cfg = kube::Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?;
+    cfg.connect_timeout = Some(Duration::from_secs(5));
+    kube::Client::try_from(cfg).map_err(|e| format!("in-cluster client: {e}"))
+}
+
 /// What the agent remembers of a pod (from the watch).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodFacts {

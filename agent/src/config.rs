@@ -66,19 +66,47 @@ pub struct AgentConfig {
     /// Where to serve Prometheus metrics (`/metrics`); omit to disable.
     #[arg(long, env = "COZYPLANE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
-    /// kubeconfig of the kube API (Pods). Without it the agent serves net 0 on this node
-    /// only: no remote endpoints, and VPC requests fail.
-    #[arg(long, env = "COZYPLANE_KUBECONFIG")]
+    /// kubeconfig of the kube API (Nodes, Pods). Without it (and without `--in-cluster`)
+    /// the agent serves net 0 on this node only: no other nodes, and VPC requests fail.
+    #[arg(long, env = "COZYPLANE_KUBECONFIG", conflicts_with = "in_cluster")]
     pub kubeconfig: Option<PathBuf>,
+    /// Reach the kube API (and our API, through aggregation) with the pod's service
+    /// account, as a DaemonSet does.
+    #[arg(long, env = "COZYPLANE_IN_CLUSTER")]
+    pub in_cluster: bool,
     /// kubeconfig of the sdn.cozystack.io API (default: `--kubeconfig`, i.e. through
     /// aggregation).
     #[arg(long, env = "COZYPLANE_SDN_KUBECONFIG")]
     pub sdn_kubeconfig: Option<PathBuf>,
-    /// This node's name (required with `--kubeconfig`).
+    /// This node's name (required with an API).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-    /// This node's underlay address: the outer address peers tunnel to (required with
-    /// `--kubeconfig`).
+    /// This node's underlay address: the outer address peers tunnel to (required with an
+    /// API; a DaemonSet passes `status.hostIP`).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
     pub node_ip: Option<Ipv4Addr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn in_cluster_or_a_kubeconfig_and_the_block_is_optional() {
+        let c =
+            AgentConfig::try_parse_from(["cozyplane-agent", "--in-cluster", "--node-name", "n1"]).unwrap();
+        assert!(c.in_cluster && c.kubeconfig.is_none() && c.fabric_block.is_none());
+        assert!(
+            AgentConfig::try_parse_from(["cozyplane-agent", "--in-cluster", "--kubeconfig", "/k"]).is_err(),
+            "--in-cluster and --kubeconfig are exclusive"
+        );
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--fabric-block", "10.244.3.0/24"]).unwrap();
+        assert_eq!(
+            c.fabric_block.map(|b| b.to_string()).as_deref(),
+            Some("10.244.3.0/24")
+        );
+        assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--fabric-block", "10.244.3.1/24"]).is_err());
+    }
 }

@@ -75,10 +75,14 @@ async fn wait_for_block(api: &api::ApiClients) -> ipam::Block {
 /// Bring the agent up and serve until the process is killed.
 pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     let started = std::time::Instant::now();
-    let api = match &cfg.kubeconfig {
+    let kube = match (&cfg.kubeconfig, cfg.in_cluster) {
+        (Some(kc), _) => Some(api::client(kc).await.map_err(StartError::Api)?),
+        (None, true) => Some(api::in_cluster_client().map_err(StartError::Api)?),
+        (None, false) => None,
+    };
+    let api = match kube {
         None => None,
-        Some(kc) => {
-            let kube = api::client(kc).await.map_err(StartError::Api)?;
+        Some(kube) => {
             let sdn = match &cfg.sdn_kubeconfig {
                 Some(p) => api::client(p).await.map_err(StartError::Api)?,
                 None => kube.clone(),
@@ -86,10 +90,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             let node = cfg
                 .node_name
                 .clone()
-                .ok_or_else(|| StartError::Api("--node-name is required with --kubeconfig".into()))?;
+                .ok_or_else(|| StartError::Api("--node-name is required with an API".into()))?;
             let node_ip = cfg
                 .node_ip
-                .ok_or_else(|| StartError::Api("--node-ip is required with --kubeconfig".into()))?;
+                .ok_or_else(|| StartError::Api("--node-ip is required with an API".into()))?;
             Some(api::ApiClients {
                 kube,
                 sdn,
@@ -105,7 +109,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         (None, Some(api)) => wait_for_block(api).await,
         (None, None) => {
             return Err(StartError::Api(
-                "--fabric-block is required without --kubeconfig (else it is the Node's spec.podCIDR)".into(),
+                "--fabric-block is required without an API (else it is the Node's spec.podCIDR)".into(),
             ));
         }
     };
