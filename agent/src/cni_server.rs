@@ -268,6 +268,9 @@ impl AgentState {
                     };
                     let res = async {
                         self.datapath().attach_pod(&host).map_err(|e| e.to_string())?;
+                        // Pinned TCX links are what agents before cls_bpf attach left; the
+                        // filters replace them (unpinned, the links go).
+                        self.datapath().detach(&host).map_err(|e| e.to_string())?;
                         self.write_maps(l.index, a.ip, a.vpc.as_ref(), mac)
                             .map_err(|e| e.to_string())?;
                         self.netdev

@@ -1,7 +1,7 @@
 //! Netlink (rtnetlink) work: the tunnel device and pod veths.
 //!
-//! Pod veths are point-to-point: the pod gets its fabric address as a /32, an on-link
-//! route to the link-local gateway `169.254.1.1` and a default route via it; the
+//! Pod veths are point-to-point: the pod gets its fabric address as a /32 and a default
+//! route via the link-local gateway `169.254.1.1`, `onlink`; the
 //! gateway's ARP is answered by `sdn_from_pod`. On the host side the agent installs a
 //! /32 route and a permanent neighbour entry per pod, so the host stack (and net-0
 //! traffic it forwards) reaches the pod without ARP.
@@ -19,7 +19,7 @@ use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::route::{
-    RouteAttribute, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
+    RouteAttribute, RouteFlags, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
 };
 use nix::sched::{CloneFlags, setns};
 use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
@@ -285,24 +285,15 @@ impl NetDev {
                 .execute()
                 .await
                 .map_err(nl(format!("address {ip}/32")))?;
+            // `onlink`: the gateway needs no route of its own to be reachable on eth0
+            // (one RTNL round trip fewer per pod than an extra /32 route).
+            let mut default = RouteMessageBuilder::<Ipv4Addr>::new()
+                .gateway(GATEWAY)
+                .output_interface(l.index)
+                .build();
+            default.header.flags |= RouteFlags::Onlink;
             h.route()
-                .add(
-                    RouteMessageBuilder::<Ipv4Addr>::new()
-                        .destination_prefix(GATEWAY, 32)
-                        .output_interface(l.index)
-                        .scope(RouteScope::Link)
-                        .build(),
-                )
-                .execute()
-                .await
-                .map_err(nl("on-link route to the gateway"))?;
-            h.route()
-                .add(
-                    RouteMessageBuilder::<Ipv4Addr>::new()
-                        .gateway(GATEWAY)
-                        .output_interface(l.index)
-                        .build(),
-                )
+                .add(default)
                 .execute()
                 .await
                 .map_err(nl("default route"))?;
