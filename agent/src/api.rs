@@ -119,8 +119,25 @@ impl Grants {
     }
 }
 
-/// The first IPv4 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
+/// Announced by each agent on its Node: the fabric block it allocates from (which may be a
+/// `--fabric-block` rather than the Node's `spec.podCIDR`).
+pub const FABRIC_BLOCK_ANNOTATION: &str = "sdn.cozystack.io/fabric-block";
+/// Announced by each agent on its Node: the underlay address its tunnel listens on (its
+/// `--node-ip`, which on a multi-NIC node need not be the InternalIP).
+pub const TUNNEL_IP_ANNOTATION: &str = "sdn.cozystack.io/tunnel-ip";
+
+fn node_annotation<T: std::str::FromStr>(n: &Node, key: &str) -> Option<T> {
+    n.metadata.annotations.as_ref()?.get(key)?.parse().ok()
+}
+
+/// A Node's fabric block: what its agent announced, else the first IPv4 block of its
+/// `spec.podCIDRs` (or `spec.podCIDR`).
 pub fn node_pod_block(n: &Node) -> Option<crate::ipam::Block> {
+    node_annotation(n, FABRIC_BLOCK_ANNOTATION).or_else(|| node_spec_block(n))
+}
+
+/// The first IPv4 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
+pub fn node_spec_block(n: &Node) -> Option<crate::ipam::Block> {
     let spec = n.spec.as_ref()?;
     spec.pod_cidrs
         .iter()
@@ -129,8 +146,12 @@ pub fn node_pod_block(n: &Node) -> Option<crate::ipam::Block> {
         .find_map(|c| c.parse().ok())
 }
 
-/// A Node's underlay address: its first IPv4 `InternalIP`, else its first IPv4 address.
+/// A Node's underlay address: what its agent announced, else its first IPv4
+/// `InternalIP`, else its first IPv4 address.
 pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
+    if let Some(ip) = node_annotation(n, TUNNEL_IP_ANNOTATION) {
+        return Some(ip);
+    }
     let addrs = n.status.as_ref()?.addresses.as_ref()?;
     let v4 = |a: &&k8s_openapi::api::core::v1::NodeAddress| a.address.parse::<Ipv4Addr>().ok();
     addrs
@@ -301,7 +322,24 @@ impl ApiClients {
         let node = timed("reading this node", nodes.get(&self.node))
             .await
             .map_err(|e| e.to_string())?;
-        Ok(node_pod_block(&node))
+        Ok(node_spec_block(&node))
+    }
+
+    /// Tells the other agents where this node's pods are: its fabric block and tunnel
+    /// address as annotations on its Node (a merge patch, so only these two keys change).
+    pub async fn announce(&self, block: crate::ipam::Block) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            FABRIC_BLOCK_ANNOTATION: block.to_string(),
+            TUNNEL_IP_ANNOTATION: self.node_ip.to_string(),
+        } } });
+        timed(
+            "annotating this node",
+            nodes.patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 
     /// Creates the pod's Port; the server allocates the name, address and MAC.
@@ -399,6 +437,35 @@ mod tests {
         assert!(g.resolve("t1", "own", "red").is_none());
         assert!(g.resolve("t1", "t1", "green").is_none());
         assert!(g.resolve("t2", "t1", "blue").is_none());
+    }
+
+    #[test]
+    fn a_nodes_announcement_wins_over_its_spec_and_status() {
+        let mut n: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "n1" },
+            "spec": { "podCIDR": "10.244.1.0/24" },
+            "status": { "addresses": [
+                { "type": "Hostname", "address": "n1" },
+                { "type": "ExternalIP", "address": "203.0.113.1" },
+                { "type": "InternalIP", "address": "192.168.0.1" }
+            ] }
+        }))
+        .unwrap();
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(node_address(&n), Some(Ipv4Addr::new(192, 168, 0, 1)));
+        n.metadata.annotations = Some(BTreeMap::from([
+            (FABRIC_BLOCK_ANNOTATION.to_string(), "10.250.0.0/24".to_string()),
+            (TUNNEL_IP_ANNOTATION.to_string(), "10.0.0.1".to_string()),
+        ]));
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.250.0.0/24");
+        assert_eq!(node_spec_block(&n).unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(node_address(&n), Some(Ipv4Addr::new(10, 0, 0, 1)));
+        // A garbled announcement falls back.
+        n.metadata.annotations = Some(BTreeMap::from([(
+            FABRIC_BLOCK_ANNOTATION.to_string(),
+            "10.250.0.1/24".to_string(),
+        )]));
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
     }
 
     #[test]

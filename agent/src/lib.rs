@@ -118,6 +118,19 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
     if let Some(api) = api {
+        // Others route to this node's block once it is announced; retried until it is.
+        let announcer = api.clone();
+        tokio::spawn(async move {
+            let mut tries = 0u32;
+            while let Err(e) = announcer.announce(block).await {
+                if tries.is_multiple_of(10) {
+                    tracing::warn!("announcing the fabric block on the Node: {e}");
+                }
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            tracing::info!(%block, tunnel_ip = %announcer.node_ip, "announced on the Node");
+        });
         let routes = watch::HostRoutes {
             tunnel_dev: cfg.tunnel_dev.clone(),
             net0_vni: cfg.net0_vni,

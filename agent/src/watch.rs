@@ -1,8 +1,9 @@
 //! Watches turned into datapath state: which address lives behind which node, and what the
 //! CNI path may read without an API round trip.
 //!
-//! * **Net 0** from the kube API's **Nodes**: every other Node's fabric block
-//!   (`spec.podCIDRs`/`podCIDR`) becomes `sdn_node_blocks[block] → InternalIP`. One entry
+//! * **Net 0** from the kube API's **Nodes**: every other Node's fabric block (what its
+//!   agent announced, else `spec.podCIDRs`/`podCIDR`) becomes `sdn_node_blocks[block] →
+//!   tunnel IP` (announced, else InternalIP; see [`crate::api::node_pod_block`]). One entry
 //!   per node, whatever its pod count: fabric addresses (every pod's, VPC pods' bridged
 //!   ones included) come from the node's block, so the block says where a pod is, and a
 //!   new pod is reachable from everywhere as soon as its own node wired it.

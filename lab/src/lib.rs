@@ -306,9 +306,10 @@ impl Node {
                "agentSocket": self.scratch.socket().to_str().unwrap_or_default()})
     }
 
-    /// Registers this node's Node object as kubelet and kube-controller-manager would:
-    /// `spec.podCIDR` (its fabric block) and an `InternalIP` (its underlay address). The
-    /// agents learn each other's blocks from these.
+    /// Registers this node's Node object as kubelet and kube-controller-manager would: an
+    /// `InternalIP` (its underlay address) and, except for `n1`, `spec.podCIDR` (its fabric
+    /// block). `n1`'s agent gets `--fabric-block` instead and announces it on its Node, so
+    /// the other agents learn one block each way.
     pub async fn register(&self, kube: &kube::Client) {
         use k8s_openapi::api::core::v1::Node as KubeNode;
         use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -316,7 +317,9 @@ impl Node {
         let node: KubeNode = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": { "name": self.name },
-            "spec": { "podCIDR": self.block, "podCIDRs": [self.block] }
+            "spec": if self.name == "n1" { json!({}) } else {
+                json!({ "podCIDR": self.block, "podCIDRs": [self.block] })
+            }
         }))
         .expect("node object");
         nodes
@@ -334,8 +337,8 @@ impl Node {
     }
 
     /// Starts the agent with the two kubeconfigs; a running one is SIGKILLed first (a restart).
-    /// The first node is given its block with `--fabric-block`; the others read it from
-    /// their Node's `spec.podCIDR`, so both ways are exercised.
+    /// The first node is given its block with `--fabric-block` (its Node has no podCIDR);
+    /// the others read it from their Node's `spec.podCIDR`, so both ways are exercised.
     pub fn start_agent(&self, kube: &Path, sdn: &Path) {
         let mut slot = self.agent.lock().expect("agent lock");
         slot.take();

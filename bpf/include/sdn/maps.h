@@ -65,8 +65,8 @@ struct sdn_block_key {
 _Static_assert(sizeof(struct sdn_block_key) == 20, "ABI: sdn_block_key");
 
 /* sdn_node_blocks: another node's block of fabric (net 0) addresses -> that
- * node (value: struct sdn_remote). Written by the agent from Nodes
- * (spec.podCIDR -> InternalIP). Consulted for net 0 when sdn_remotes has no
+ * node (value: struct sdn_remote). Written by the agent from Nodes (block
+ * -> tunnel address, as each agent announces them). Consulted for net 0 when sdn_remotes has no
  * exact entry: one entry per node, not per pod.
  */
 

@@ -1,5 +1,5 @@
 //! `sdn_node_blocks`: another node's block of fabric (net 0) addresses → [`Remote`] (that
-//! node). Written by the agent from Nodes (`spec.podCIDR` → InternalIP). C side:
+//! node). Written by the agent from Nodes (announced block → tunnel IP). C side:
 //! `include/sdn/maps.h`, `lib/endpoint.h` (`sdn_net0_remote_lookup`); read by
 //! `sdn_from_pod` for net 0 when `sdn_remotes` has no exact entry.
 //!
