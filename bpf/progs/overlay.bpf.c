@@ -17,7 +17,7 @@ static __always_inline int get_tunnel_key(struct __sk_buff *skb,
 }
 
 /*
- * Attached at tc ingress (TCX) of the overlay device (VXLAN or Geneve in
+ * Attached at tc ingress (a TCX link) of the overlay device (VXLAN or Geneve in
  * external/collect_md mode): it sees decapsulated frames with the tunnel key
  * readable. The VNI names the net of the inner addresses: a pod of this node
  * that is the endpoint {net, dst} gets the packet straight into its netns

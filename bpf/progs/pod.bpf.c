@@ -74,11 +74,11 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 }
 
 /*
- * Attached at tc ingress (TCX) of the host side of a pod's veth: it sees every
- * packet the pod sends. Answers ARP for the gateway, enforces the source
- * address and MAC of the port, applies VPC isolation, and forwards: same node
- * by redirect to the destination veth (through sdn_to_pod), other nodes by
- * tunnel key + redirect to the overlay device, net 0 to the host stack.
+ * Attached at tc ingress (cls_bpf) of the host side of a pod's veth: it sees
+ * every packet the pod sends. Answers ARP for the gateway, enforces the source
+ * address and MAC of the port, applies VPC isolation, and forwards: a pod of
+ * this node straight into its netns (sdn_deliver_local), other nodes by tunnel
+ * key + redirect to the overlay device, the rest of net 0 to the host stack.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")

@@ -2,7 +2,7 @@
 
 use crate::Object;
 
-/// Where a program is attached (tc, TCX by default on kernels >= 6.6).
+/// Where a program is attached (tc: pod hooks as `cls_bpf` filters, the overlay as a TCX link).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttachPoint {
     /// Ingress of the host side of every pod veth: packets the pod sends.

@@ -405,7 +405,8 @@ fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>
 }
 
 /// iperf3 from `client` to `server_ip` (server in `server`): received Gbit/s.
-fn iperf(server: &Netns, client: &Netns, server_ip: Ipv4Addr) -> f64 {
+/// Gbit/s received, and the sender's TCP retransmits.
+fn iperf(server: &Netns, client: &Netns, server_ip: Ipv4Addr) -> (f64, u64) {
     let _srv = Proc(
         server
             .command(&["iperf3", "-s", "-1", "-p", "5201"])
@@ -425,13 +426,18 @@ fn iperf(server: &Netns, client: &Netns, server_ip: Ipv4Addr) -> f64 {
         "5",
         "-O",
         "1",
+        // Client on CPU 0, server on CPU 1, for every path alike: on 2 cores, where the two
+        // ends land otherwise moves a single round by ±10 %.
+        "-A",
+        "0,1",
         "-J",
     ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    v["end"]["sum_received"]["bits_per_second"]
+    let gbit = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap_or(0.0)
-        / 1e9
+        / 1e9;
+    (gbit, v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0))
 }
 
 fn mtu_of(ns: &Netns) -> u32 {
@@ -632,7 +638,7 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
     assert!(r1.ping(ref_ip, 2, 1), "plain VXLAN reference is wired");
     assert!(b1.ping(b2ip, 2, 1), "bridge reference is wired");
     println!(
-        "\npod MTU {mtu}; iperf3 -t 5 -O 1, Gbit/s received; {ROUNDS} rounds, each round runs every path once (interleaved, so drift hits all paths alike)"
+        "\npod MTU {mtu}; iperf3 -t 5 -O 1 -A 0,1, Gbit/s received; {ROUNDS} rounds, each round runs every path once (interleaved, so drift hits all paths alike)"
     );
     let runs: Vec<(&str, &Netns, &Netns, Ipv4Addr)> = vec![
         ("cross-node VPC pods (ours)", &v2.netns, &v1.netns, v2ip),
@@ -648,33 +654,41 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
         ("same-node bridge + host-local (reference)", &b2, &b1, b2ip),
     ];
     let mut got: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
-    // Program run time and count per path (bpf_stats costs a little; it is on for every
-    // path, the reference ones included, so the comparison stays fair).
+    let mut retrans: Vec<u64> = vec![0; runs.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
+            let (gbit, r) = iperf(srv, cli, *ip);
+            got[i].push(gbit);
+            retrans[i] += r;
+        }
+    }
+    // Program run time and count per path, from one more round with bpf_stats on. Not part
+    // of the figures above: the stats cost our programs two clock reads a run, and the
+    // references run none.
     let stats_were = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
     let mut prog: Vec<std::collections::BTreeMap<String, (u64, u64)>> = vec![Default::default(); runs.len()];
-    for _ in 0..ROUNDS {
-        for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
-            let before = bpf_stats();
-            got[i].push(iperf(srv, cli, *ip));
-            for (k, (ns, n)) in bpf_stats() {
-                let (ns0, n0) = before.get(&k).copied().unwrap_or_default();
-                let e = prog[i].entry(k).or_default();
-                e.0 += ns.saturating_sub(ns0);
-                e.1 += n.saturating_sub(n0);
-            }
+    let mut profiled = Vec::new();
+    for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
+        let before = bpf_stats();
+        profiled.push(iperf(srv, cli, *ip).0);
+        for (k, (ns, n)) in bpf_stats() {
+            let (ns0, n0) = before.get(&k).copied().unwrap_or_default();
+            let e = prog[i].entry(k).or_default();
+            e.0 += ns.saturating_sub(ns0);
+            e.1 += n.saturating_sub(n0);
         }
     }
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_were.trim());
     let rounds: String = (1..=ROUNDS).map(|r| format!(" round {r} |")).collect();
-    println!("\n| path |{rounds} median |");
-    println!("|---|{}---|", "---|".repeat(ROUNDS));
+    println!("\n| path |{rounds} median | retransmits (all rounds) |");
+    println!("|---|{}---|---|", "---|".repeat(ROUNDS));
     let mut means = Vec::new();
-    for ((what, ..), v) in runs.iter().zip(&mut got) {
+    for (((what, ..), v), r) in runs.iter().zip(&mut got).zip(&retrans) {
         let cells: String = v.iter().map(|x| format!(" {x:.2} |")).collect();
         let m = pct(v, 0.5);
         means.push(m);
-        println!("| {what} |{cells} {m:.2} |");
+        println!("| {what} |{cells} {m:.2} | {r} |");
     }
     println!(
         "\nratios: cross-node VPC / limit {:.0} %, net 0 / limit {:.0} %; same-node VPC / bridge {:.0} %, net 0 / bridge {:.0} %",
@@ -683,16 +697,16 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
         100.0 * means[3] / means[5],
         100.0 * means[4] / means[5],
     );
-    println!("\nprogram runs per path (all rounds; both nodes; bpf_stats):\n");
-    println!("| path | program | runs | avg ns | total ms |");
-    println!("|---|---|---|---|---|");
-    for ((what, ..), p) in runs.iter().zip(&prog) {
+    println!("\nprogram runs per path (one extra round with bpf_stats on; both nodes):\n");
+    println!("| path | Gbit/s in that round | program | runs | avg ns | total ms |");
+    println!("|---|---|---|---|---|---|");
+    for (((what, ..), p), gbit) in runs.iter().zip(&prog).zip(&profiled) {
         for (name, (ns, n)) in p.iter().filter(|(_, (_, n))| *n > 0) {
             #[allow(clippy::cast_precision_loss)]
             let avg = *ns as f64 / *n as f64;
             #[allow(clippy::cast_precision_loss)]
             let total = *ns as f64 / 1e6;
-            println!("| {what} | {name} | {n} | {avg:.0} | {total:.0} |");
+            println!("| {what} | {gbit:.2} | {name} | {n} | {avg:.0} | {total:.0} |");
         }
     }
     drop((r1, r2, b1, b2));

@@ -47,7 +47,7 @@ struct sdn_endpoint {
 _Static_assert(sizeof(struct sdn_endpoint) == 12, "ABI: sdn_endpoint");
 
 /* sdn_remotes: {net, ip} -> node hosting that endpoint. Written by the agent
- * from Port objects (VPCs) and FabricIPs (net 0).
+ * from other nodes' Ports (VPCs); net 0 goes by sdn_node_blocks below.
  */
 struct sdn_remote {
 	struct sdn_addr node;	/* underlay address; IPv4 in 64:ff9b:: form */

@@ -1,5 +1,5 @@
 //! `sdn_remotes`: `{net, ip}` → [`Remote`] (the node hosting an endpoint elsewhere).
-//! Written by the agent (Ports for VPCs, FabricIPs for net 0). C side:
+//! Written by the agent (other nodes' Ports; net 0 goes by `sdn_node_blocks`). C side:
 //! `include/sdn/maps.h`, `lib/overlay.h`; read by `sdn_from_pod`.
 //!
 //! # Kernel requirements
