@@ -9,11 +9,12 @@
 //! (container ID + interface) are serialized by a per-attachment lock, because the order
 //! of an ADD's steps (IPAM, netlink, maps) is what makes a concurrent DEL or a retried ADD
 //! correct. IPAM and the program links sit behind short synchronous locks that are never
-//! held across a netlink or API call, so one slow pod never stalls another.
+//! held across a netlink or API call, so one slow pod never stalls another; their blocking
+//! parts (fsync, aya's netlink) leave the async workers to the other pods.
 //!
 //! Every ADD records how long each step took (`cozyplane_cni_add_step_seconds{step}` and
-//! the `steps` field of its log line): `resolve` (which network; VPC grant and VNI from the
-//! watch caches), `ipam`, `port` (the Port create: the one API round trip of a VPC ADD),
+//! the `steps` field of its log line): `read` (from the accept: the wait for a worker and
+//! the request), `resolve` (which network; VPC grant and VNI from the watch caches), `ipam`, `port` (the Port create: the one API round trip of a VPC ADD),
 //! `veth` (netlink, host and pod side), `attach` (program links), `maps`, `persist`.
 
 use std::collections::{BTreeSet, HashMap};
@@ -103,10 +104,10 @@ struct Steps {
 }
 
 impl Steps {
-    fn new() -> Self {
+    fn since(start: Instant) -> Self {
         Self {
-            last: Instant::now(),
-            done: Vec::with_capacity(8),
+            last: start,
+            done: Vec::with_capacity(10),
         }
     }
 
@@ -122,6 +123,17 @@ impl Steps {
             .map(|(s, d)| format!("{s}={:.2}", d.as_secs_f64() * 1000.0))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// Runs `f`, which blocks (an fsync, a netlink round trip through a blocking socket), so
+/// that the runtime's few worker threads keep serving the other pods meanwhile.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -392,10 +404,17 @@ impl AgentState {
 
     /// Serve one request.
     pub async fn handle(&self, req: Request) -> Response {
+        self.handle_since(req, Instant::now()).await
+    }
+
+    /// Serve one request accepted at `accepted` (the wait for a worker and the read count
+    /// as the `read` step).
+    pub async fn handle_since(&self, req: Request, accepted: Instant) -> Response {
         let version = req.config["cniVersion"].as_str().unwrap_or_default().to_string();
-        let started = Instant::now();
+        let started = accepted;
         let command = req.env.command;
-        let mut steps = Steps::new();
+        let mut steps = Steps::since(accepted);
+        steps.mark("read");
         let res = match command {
             Command::Add => self.add(&req, &version, &mut steps).await,
             Command::Del => self
@@ -462,8 +481,7 @@ impl AgentState {
         let (ip, previous, retried) = {
             let mut ipam = self.ipam();
             let retried = ipam.get(&env.container_id, &env.ifname).is_some();
-            let ip = ipam
-                .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
+            let ip = blocking(|| ipam.allocate(&env.container_id, &env.ifname, &env.netns, &pod))
                 .map_err(|e| internal("fabric address allocation failed", e))?;
             // A repeated ADD (runtime retry) reuses the Port it created before.
             let previous = ipam
@@ -565,15 +583,13 @@ impl AgentState {
             if let Some(d) = stamped {
                 steps.done.push(("stamp", d));
             }
-            self.datapath()
-                .attach_pod(&host)
+            blocking(|| self.datapath().attach_pod(&host))
                 .map_err(|e| internal("attaching the datapath failed", e))?;
             steps.mark("attach");
             self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             steps.mark("maps");
-            self.ipam()
-                .complete(ip, &format_mac(pod_mac), vpc_att.clone())
+            blocking(|| self.ipam().complete(ip, &format_mac(pod_mac), vpc_att.clone()))
                 .map_err(|e| internal("persisting the attachment failed", e))?;
             steps.mark("persist");
             Ok::<_, CniError>((hl, pod_mac))
@@ -663,8 +679,7 @@ impl AgentState {
             .delete(&host)
             .await
             .map_err(|e| internal("deleting the pod veth failed", e))?;
-        self.ipam()
-            .release(container_id, ifname)
+        blocking(|| self.ipam().release(container_id, ifname))
             .map_err(|e| internal("releasing the fabric address failed", e))?;
         Ok(())
     }
@@ -823,6 +838,7 @@ pub async fn serve(listener: UnixListener, state: Arc<AgentState>) {
                 continue;
             }
         };
+        let accepted = Instant::now();
         let state = state.clone();
         tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -833,7 +849,7 @@ pub async fn serve(listener: UnixListener, state: Arc<AgentState>) {
             .await;
             let resp = match read {
                 Ok(Ok(_)) if buf.len() <= MAX_MESSAGE => match serde_json::from_slice::<Request>(&buf) {
-                    Ok(req) => state.handle(req).await,
+                    Ok(req) => state.handle_since(req, accepted).await,
                     Err(e) => Response::Err {
                         error: CniError::new(ErrorCode::Decode, "undecodable request", e.to_string()),
                     },
