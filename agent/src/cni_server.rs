@@ -140,6 +140,8 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 /// Everything a CNI request needs.
 pub struct AgentState {
     ipam: std::sync::Mutex<Ipam>,
+    /// The IPAM generation on disk; held while writing, so concurrent ADDs share a write.
+    ipam_saved: std::sync::Mutex<u64>,
     datapath: std::sync::Mutex<Datapath>,
     attachments: KeyLocks,
     netdev: NetDev,
@@ -207,6 +209,7 @@ impl AgentState {
         let ipam = Ipam::open(&cfg.state_dir, block)?;
         let state = Self {
             ipam: std::sync::Mutex::new(ipam),
+            ipam_saved: std::sync::Mutex::new(0),
             datapath: std::sync::Mutex::new(datapath),
             attachments: KeyLocks::default(),
             netdev,
@@ -236,6 +239,28 @@ impl AgentState {
 
     fn ipam(&self) -> MutexGuard<'_, Ipam> {
         self.ipam.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Make the IPAM changes made so far durable. Group commit: whoever holds the write
+    /// lock snapshots everything changed until then, so the callers queued behind it find
+    /// their change already on disk and return without a write of their own.
+    fn persist(&self) -> Result<(), CniError> {
+        let wanted = self.ipam().generation();
+        blocking(|| {
+            let mut saved = self.ipam_saved.lock().unwrap_or_else(PoisonError::into_inner);
+            if *saved >= wanted {
+                return Ok(());
+            }
+            let (generation, bytes, path) = {
+                let ipam = self.ipam();
+                let (g, b) = ipam.snapshot()?;
+                (g, b, ipam.path().to_path_buf())
+            };
+            crate::ipam::write_file(&path, &bytes)?;
+            *saved = generation;
+            Ok(())
+        })
+        .map_err(|e: crate::ipam::IpamError| internal("persisting the fabric addresses failed", e))
     }
 
     fn datapath(&self) -> MutexGuard<'_, Datapath> {
@@ -306,7 +331,7 @@ impl AgentState {
                     {
                         tracing::warn!(port = %v.port, "reconcile: {e}");
                     }
-                    let _ = self.ipam().release(&a.container_id, &a.ifname);
+                    self.ipam().release(&a.container_id, &a.ifname);
                     released += 1;
                 }
             }
@@ -346,6 +371,10 @@ impl AgentState {
             for ip in stale {
                 let _ = br.remove(IpAddr::V4(ip));
             }
+        }
+        if let Err(e) = self.persist() {
+            tracing::warn!("reconcile: {e}");
+            self.sync_error("reconcile");
         }
         tracing::info!(kept, released, "reconciled pod attachments");
     }
@@ -481,7 +510,8 @@ impl AgentState {
         let (ip, previous, retried) = {
             let mut ipam = self.ipam();
             let retried = ipam.get(&env.container_id, &env.ifname).is_some();
-            let ip = blocking(|| ipam.allocate(&env.container_id, &env.ifname, &env.netns, &pod))
+            let ip = ipam
+                .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
                 .map_err(|e| internal("fabric address allocation failed", e))?;
             // A repeated ADD (runtime retry) reuses the Port it created before.
             let previous = ipam
@@ -489,6 +519,12 @@ impl AgentState {
                 .and_then(|a| a.vpc.clone());
             (ip, previous, retried)
         };
+        // The record is on disk before anything it names exists (restart reconciliation
+        // finds and removes a half-made attachment by it).
+        if let Err(e) = self.persist() {
+            self.ipam().release(&env.container_id, &env.ifname);
+            return Err(e);
+        }
         let host = host_veth_name(&env.container_id, &env.ifname);
         // A repeated ADD starts from a clean slate for this attachment. A first ADD has
         // nothing to clean: the record is written before the veth and removed after it.
@@ -538,7 +574,8 @@ impl AgentState {
                     vpc_mac = Some(mac);
                 }
                 Err(e) => {
-                    let _ = self.ipam().release(&env.container_id, &env.ifname);
+                    self.ipam().release(&env.container_id, &env.ifname);
+                    let _ = self.persist();
                     return Err(e);
                 }
             }
@@ -589,8 +626,8 @@ impl AgentState {
             self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             steps.mark("maps");
-            blocking(|| self.ipam().complete(ip, &format_mac(pod_mac), vpc_att.clone()))
-                .map_err(|e| internal("persisting the attachment failed", e))?;
+            self.ipam().complete(ip, &format_mac(pod_mac), vpc_att.clone());
+            self.persist()?;
             steps.mark("persist");
             Ok::<_, CniError>((hl, pod_mac))
         }
@@ -604,7 +641,8 @@ impl AgentState {
                 let _ = self.remove_maps(l.map(|l| l.index), ip, vpc_att.as_ref());
                 let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
-                let _ = self.ipam().release(&env.container_id, &env.ifname);
+                self.ipam().release(&env.container_id, &env.ifname);
+                let _ = self.persist();
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
                     let _ = api.delete_port(&va.port).await;
                 }
@@ -679,9 +717,8 @@ impl AgentState {
             .delete(&host)
             .await
             .map_err(|e| internal("deleting the pod veth failed", e))?;
-        blocking(|| self.ipam().release(container_id, ifname))
-            .map_err(|e| internal("releasing the fabric address failed", e))?;
-        Ok(())
+        self.ipam().release(container_id, ifname);
+        self.persist()
     }
 
     async fn check(&self, req: &Request) -> Result<(), CniError> {

@@ -4,6 +4,10 @@
 //! trip. Allocations are keyed by `(container id, ifname)` — the CNI attachment key — so a
 //! repeated ADD gets the same address, and they are persisted to a JSON file (write to a
 //! temporary file, fsync, rename) so an agent restart keeps every running pod's address.
+//!
+//! Changes are made in memory and counted ([`Ipam::generation`]); [`Ipam::snapshot`] and
+//! [`write_file`] persist them, so a caller can write outside its lock and one write can
+//! cover every change made meanwhile (group commit, see the agent's CNI server).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -154,6 +158,7 @@ pub struct Ipam {
     path: PathBuf,
     block: Block,
     by_ip: BTreeMap<Ipv4Addr, Allocation>,
+    generation: u64,
 }
 
 impl Ipam {
@@ -181,7 +186,42 @@ impl Ipam {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(io(e)),
         };
-        Ok(Self { path, block, by_ip })
+        Ok(Self {
+            path,
+            block,
+            by_ip,
+            generation: 0,
+        })
+    }
+
+    /// How many changes were made since the file was read; a snapshot of generation `g`
+    /// holds every change up to `g`.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The file this state persists to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current state, serialized, and its generation.
+    pub fn snapshot(&self) -> Result<(u64, Vec<u8>), IpamError> {
+        let f = StateFile {
+            block: self.block.to_string(),
+            allocations: self.by_ip.values().cloned().collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&f).map_err(|e| IpamError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        Ok((self.generation, bytes))
+    }
+
+    /// Persist the current state now.
+    pub fn save(&self) -> Result<(), IpamError> {
+        let (_, bytes) = self.snapshot()?;
+        write_file(&self.path, &bytes)
     }
 
     /// The block new addresses come from.
@@ -207,8 +247,8 @@ impl Ipam {
         self.block.size() - used
     }
 
-    /// The address of `(container_id, ifname)`: the existing one, or the lowest free one,
-    /// persisted before it is returned.
+    /// The address of `(container_id, ifname)`: the existing one, or the lowest free one
+    /// (in memory; persist before relying on it).
     pub fn allocate(
         &mut self,
         container_id: &str,
@@ -236,57 +276,40 @@ impl Ipam {
                 vpc: None,
             },
         );
-        if let Err(e) = self.save() {
-            self.by_ip.remove(&ip);
-            return Err(e);
-        }
+        self.generation += 1;
         Ok(ip)
     }
 
-    /// Record what the ADD built: the pod interface's MAC and the VPC side, if any.
-    /// One write, so an ADD costs two fsyncs (allocate, complete) whatever it attaches.
-    pub fn complete(&mut self, ip: Ipv4Addr, mac: &str, vpc: Option<VpcAttachment>) -> Result<(), IpamError> {
+    /// Record what the ADD built: the pod interface's MAC and the VPC side, if any (in
+    /// memory).
+    pub fn complete(&mut self, ip: Ipv4Addr, mac: &str, vpc: Option<VpcAttachment>) {
         if let Some(a) = self.by_ip.get_mut(&ip) {
-            let before = (a.mac.clone(), a.vpc.clone());
             a.mac = Some(mac.to_string());
             a.vpc = vpc;
-            if let Err(e) = self.save() {
-                if let Some(a) = self.by_ip.get_mut(&ip) {
-                    (a.mac, a.vpc) = before;
-                }
-                return Err(e);
-            }
+            self.generation += 1;
         }
-        Ok(())
     }
 
-    /// Free the attachment's address; `None` if it had none (idempotent DEL).
-    pub fn release(&mut self, container_id: &str, ifname: &str) -> Result<Option<Allocation>, IpamError> {
-        let Some(ip) = self.get(container_id, ifname).map(|a| a.ip) else {
-            return Ok(None);
-        };
-        let a = self.by_ip.remove(&ip);
-        self.save()?;
-        Ok(a)
+    /// Free the attachment's address (in memory); `None` if it had none (idempotent DEL).
+    pub fn release(&mut self, container_id: &str, ifname: &str) -> Option<Allocation> {
+        let ip = self.get(container_id, ifname).map(|a| a.ip)?;
+        self.generation += 1;
+        self.by_ip.remove(&ip)
     }
+}
 
-    fn save(&self) -> Result<(), IpamError> {
-        let io = |source| IpamError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let f = StateFile {
-            block: self.block.to_string(),
-            allocations: self.by_ip.values().cloned().collect(),
-        };
-        let bytes = serde_json::to_vec_pretty(&f).map_err(|e| io(std::io::Error::other(e)))?;
-        let tmp = self.path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&bytes).map_err(io)?;
-        // The rename must not expose a file whose data is not on disk yet.
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)
-    }
+/// Write an [`Ipam::snapshot`] to `path`: a temporary file, fsynced, renamed over it.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IpamError> {
+    let io = |source| IpamError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension("json.tmp");
+    let mut file = std::fs::File::create(&tmp).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    // The rename must not expose a file whose data is not on disk yet.
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
 }
 
 #[cfg(test)]
@@ -315,11 +338,15 @@ mod tests {
         let b = ipam.allocate("c2", "eth0", "/n2", "ns/b").unwrap();
         assert_eq!((a, b), (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2)));
         assert_eq!(ipam.allocate("c1", "eth0", "/n1", "ns/a").unwrap(), a);
-        assert_eq!(ipam.release("c1", "eth0").unwrap().unwrap().ip, a);
-        assert!(ipam.release("c1", "eth0").unwrap().is_none());
+        assert_eq!(ipam.release("c1", "eth0").unwrap().ip, a);
+        assert!(ipam.release("c1", "eth0").is_none());
         // The lowest free address is reused.
         assert_eq!(ipam.allocate("c3", "eth0", "/n3", "").unwrap(), a);
-        ipam.complete(b, "02:00:00:00:00:02", None).unwrap();
+        ipam.complete(b, "02:00:00:00:00:02", None);
+        // Every change counts; a snapshot carries the generation it holds.
+        assert_eq!(ipam.generation(), 5);
+        assert_eq!(ipam.snapshot().unwrap().0, 5);
+        ipam.save().unwrap();
         drop(ipam);
 
         let mut ipam = Ipam::open(dir.path(), block()).unwrap();
@@ -328,6 +355,13 @@ mod tests {
             Some("02:00:00:00:00:02")
         );
         assert_eq!(ipam.get("c3", "eth0").unwrap().ip, a);
+        assert_eq!(ipam.free(), 4);
+        for i in 0..4 {
+            ipam.allocate(&format!("x{i}"), "eth0", "", "").unwrap();
+        }
+        // Unsaved changes are gone after a reopen.
+        drop(ipam);
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
         assert_eq!(ipam.free(), 4);
         for i in 0..4 {
             ipam.allocate(&format!("x{i}"), "eth0", "", "").unwrap();

@@ -556,3 +556,52 @@ fn agent_restart_keeps_traffic_flowing_and_reuses_pins() {
         assert_eq!(code, 0, "{v}");
     }
 }
+
+// Concurrent ADDs: distinct addresses, every one on disk (the IPAM file is written by group
+// commit: one write may carry several pods' records).
+#[test]
+fn concurrent_adds_get_distinct_addresses_all_persisted() {
+    let node = Node::new();
+    let pods: Vec<Netns> = (0..8).map(|i| Netns::new(&format!("c{i}"))).collect();
+    let ips: Vec<Ipv4Addr> = std::thread::scope(|s| {
+        let hs: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let node = &node;
+                s.spawn(move || add(node, p, &format!("ctr-c{i}")).1)
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: std::collections::BTreeSet<_> = ips.iter().collect();
+    assert_eq!(distinct.len(), 8, "{ips:?}");
+    let file = node.s.dir.path().join("state").join("ipam.json");
+    let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let on_disk: std::collections::BTreeSet<String> = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["mac"].is_string())
+        .map(|a| a["ip"].as_str().unwrap().to_string())
+        .collect();
+    let want: std::collections::BTreeSet<String> = ips.iter().map(ToString::to_string).collect();
+    assert_eq!(on_disk, want, "every ADD's completed record is on disk");
+    for (i, p) in pods.iter().enumerate() {
+        let (code, _) = invoke(
+            &cni_bin(),
+            None,
+            "DEL",
+            &format!("ctr-c{i}"),
+            &p.path(),
+            &node.conf("1.0.0"),
+        );
+        assert_eq!(code, 0);
+    }
+    let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(
+        v["allocations"].as_array().unwrap().len(),
+        0,
+        "DELs persisted: {v}"
+    );
+}
