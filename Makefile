@@ -9,7 +9,7 @@ RUN_DIR ?= $(CURDIR)/.run
 
 # Debian packages the build and the tests need: binary -> package.
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
-        bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 \
+        bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins
 

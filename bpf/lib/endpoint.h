@@ -64,7 +64,8 @@ static __always_inline int sdn_check_source(struct __sk_buff *skb,
  * host end's egress (sdn_to_pod) and the per-CPU backlog queue a veth transmit
  * goes through. So the checks sdn_to_pod makes for such traffic are made here:
  * the endpoint was found by {net, dst}, and the CNI records a port's net with
- * its endpoints, so the port is of the packet's net. Only valid at tc ingress
+ * its endpoints, so the port is of the packet's net. VPC traffic only: net 0
+ * must pass the host's conntrack (kube-proxy's NAT). Only valid at tc ingress
  * (sdn_from_pod, sdn_from_overlay). Returns the verdict or a DROP_* reason.
  */
 static __always_inline int sdn_deliver_local(struct __sk_buff *skb, __u32 net,

@@ -19,11 +19,10 @@ static __always_inline int get_tunnel_key(struct __sk_buff *skb,
 /*
  * Attached at tc ingress (a TCX link) of the overlay device (VXLAN or Geneve in
  * external/collect_md mode): it sees decapsulated frames with the tunnel key
- * readable. The VNI names the net of the inner addresses: a pod of this node
- * that is the endpoint {net, dst} gets the packet straight into its netns
- * (sdn_deliver_local); other net-0 traffic (the node, a VPC pod's fabric
- * address) goes to the host stack; any other VPC packet is dropped, since
- * inner VPC addresses mean nothing without their net.
+ * readable. The VNI names the net of the inner addresses: net 0 goes to the
+ * host stack; a VPC pod of this node that is the endpoint {net, dst} gets the
+ * packet straight into its netns (sdn_deliver_local); any other VPC packet is
+ * dropped, since inner VPC addresses mean nothing without their net.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -38,22 +37,21 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	if (get_tunnel_key(skb, &key) < 0)
 		return sdn_drop(skb, DROP_NO_TUNNEL_KEY);
 	net = sdn_vni_to_net(key.tunnel_id);
+	/* Net 0 is the host stack's: a reply of a flow kube-proxy NATed on this
+	 * node must meet its conntrack entry before it reaches the pod.
+	 */
+	if (!net)
+		return sdn_to_host(skb);
 
 	ret = sdn_parse(skb, &p);
 	if (ret)
-		return net ? sdn_drop(skb, ret) : sdn_to_host(skb);
+		return sdn_drop(skb, ret);
 	if (!p.family)
-		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : sdn_to_host(skb);
+		return sdn_drop(skb, DROP_UNKNOWN_L3);
 
 	ep = sdn_endpoint_lookup(net, &p.dst);
-	if (!ep) {
-		/* Net 0 for the node itself, or a VPC pod's fabric address (the
-		 * bridge in sdn_to_pod): the host stack routes it.
-		 */
-		if (!net)
-			return sdn_to_host(skb);
+	if (!ep)
 		return sdn_drop(skb, DROP_NO_ENDPOINT);
-	}
 	ret = sdn_deliver_local(skb, net, ep);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }

@@ -12,22 +12,17 @@
 #include "../lib/parse.h"
 #include "../lib/stats.h"
 
-/* Net 0: a pod of this node gets the packet straight into its netns, a pod of
- * another node's fabric block over the overlay; the kernel routes the rest
- * (and kube-proxy sees it: a Service address is no endpoint).
+/* Net 0: a pod in another node's fabric block goes over the overlay; the rest,
+ * pods of this node included, to the host stack. Not straight to a local pod:
+ * the packet may be the reply of a flow kube-proxy NATed here (a Service
+ * backend answering its client), and only the host's conntrack can undo that.
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
 					 const struct sdn_pkt *p)
 {
-	struct sdn_endpoint *ep = sdn_endpoint_lookup(0, &p->dst);
-	struct sdn_remote *r;
+	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
 	int ret;
 
-	if (ep) {
-		ret = sdn_deliver_local(skb, 0, ep);
-		return ret < 0 ? sdn_drop(skb, ret) : ret;
-	}
-	r = sdn_net0_remote_lookup(&p->dst);
 	if (!r)
 		return sdn_to_host(skb);
 	ret = sdn_encap(skb, 0, r);
@@ -76,9 +71,10 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 /*
  * Attached at tc ingress (cls_bpf) of the host side of a pod's veth: it sees
  * every packet the pod sends. Answers ARP for the gateway, enforces the source
- * address and MAC of the port, applies VPC isolation, and forwards: a pod of
- * this node straight into its netns (sdn_deliver_local), other nodes by tunnel
- * key + redirect to the overlay device, the rest of net 0 to the host stack.
+ * address and MAC of the port, applies VPC isolation, and forwards: a VPC pod
+ * of this node straight into its netns (sdn_deliver_local), other nodes by
+ * tunnel key + redirect to the overlay device, the rest of net 0 to the host
+ * stack.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -147,9 +143,9 @@ static __always_inline int to_pod_deliver(struct __sk_buff *skb,
 /*
  * Attached at tc egress of the host side of a pod's veth: it sees every packet
  * about to enter the pod through the host end, i.e. routed by the host stack
- * (pod-to-pod traffic is delivered into the pod's netns by sdn_deliver_local
- * and never passes here). Host traffic may only enter a VPC pod through the
- * fabric bridge. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
+ * (net 0, and the fabric bridge; VPC pod-to-pod traffic is delivered into the
+ * pod's netns by sdn_deliver_local and never passes here). Host traffic may
+ * only enter a VPC pod through the fabric bridge. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
 int sdn_to_pod(struct __sk_buff *skb)

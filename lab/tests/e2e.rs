@@ -183,6 +183,68 @@ async fn body(lab: &mut Lab) {
     assert!(b.ns.ping(n1.ip, 3, 3), "pod b on n2 -> node n1");
     eprintln!("PASS a node reaches default-network pods on other nodes and back");
 
+    // --- kube-proxy still works: Services as the DNAT rules kube-proxy writes on the client's
+    // node, one backend on the same node, one on the other. The backend's reply must pass the
+    // client node's conntrack to be un-NATed, else TCP never connects.
+    for (vip, backend) in [("10.96.0.10", a2.fabric), ("10.96.0.11", b.fabric)] {
+        let rule = [
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "PREROUTING",
+            "-d",
+            vip,
+            "-p",
+            "tcp",
+            "--dport",
+            "80",
+            "-j",
+            "DNAT",
+            "--to-destination",
+        ];
+        let to = format!("{backend}:5202");
+        let mut args = rule.to_vec();
+        args.push(&to);
+        let out = n1.ns.exec(&args);
+        assert!(
+            out.status.success(),
+            "iptables: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (vip, server) in [("10.96.0.10", &a2), ("10.96.0.11", &b)] {
+        let _srv = cozyplane_lab::Proc(
+            server
+                .ns
+                .command(&["iperf3", "-s", "-1", "-p", "5202"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let out = a.ns.exec(&[
+            "iperf3",
+            "-c",
+            vip,
+            "-p",
+            "80",
+            "-t",
+            "1",
+            "--connect-timeout",
+            "3000",
+        ]);
+        assert!(
+            out.status.success(),
+            "pod a -> Service {vip} (backend {}): {}{}",
+            server.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!("PASS Services through kube-proxy-style DNAT, backend on the same node and across nodes");
+
     // --- Two tenants, two VPCs with the same CIDR.
     tenant(&cp, "t1", "blue", "10.10.0.0/24").await;
     tenant(&cp, "t2", "green", "10.10.0.0/24").await;
