@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use cozyplane_apis::v1alpha1::{VPC, VPCBinding};
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{Lab, Netns, Node, Proc, bin_dir, invoke_cni, result_ip, run_in};
+use cozyplane_lab::{Lab, Netns, Node, bin_dir, invoke_cni, result_ip, run_in};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -407,15 +407,7 @@ fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>
 /// iperf3 from `client` to `server_ip` (server in `server`): received Gbit/s.
 /// Gbit/s received, and the sender's TCP retransmits.
 fn iperf(server: &Netns, client: &Netns, server_ip: Ipv4Addr) -> (f64, u64) {
-    let _srv = Proc(
-        server
-            .command(&["iperf3", "-s", "-1", "-p", "5201"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("iperf3 -s"),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    let _srv = server.iperf_server(5201);
     let out = client.exec(&[
         "iperf3",
         "-c",

@@ -109,6 +109,20 @@ impl Netns {
         c.args(["netns", "exec", &self.0]).args(args);
         c
     }
+    /// A one-shot `iperf3` server on `port` inside this netns, given 300 ms to listen; it
+    /// is killed when the handle drops.
+    pub fn iperf_server(&self, port: u16) -> Proc {
+        let p = Proc(
+            self.command(&["iperf3", "-s", "-1", "-p", &port.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("iperf3 -s"),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        p
+    }
+
     /// Pings `to` from inside; true if at least `min` replies came back.
     pub fn ping(&self, to: Ipv4Addr, count: u32, min: u32) -> bool {
         let out = self.exec(&[

@@ -214,16 +214,7 @@ async fn body(lab: &mut Lab) {
         );
     }
     for (vip, server) in [("10.96.0.10", &a2), ("10.96.0.11", &b)] {
-        let _srv = cozyplane_lab::Proc(
-            server
-                .ns
-                .command(&["iperf3", "-s", "-1", "-p", "5202"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        std::thread::sleep(Duration::from_millis(300));
+        let _srv = server.ns.iperf_server(5202);
         let out = a.ns.exec(&[
             "iperf3",
             "-c",
@@ -484,16 +475,7 @@ async fn body(lab: &mut Lab) {
             .spawn()
             .unwrap();
         // And an established TCP stream (iperf3, 3 s) across the same restart.
-        let _srv = cozyplane_lab::Proc(
-            blue3
-                .ns
-                .command(&["iperf3", "-s", "-1", "-p", "5201"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        std::thread::sleep(Duration::from_millis(300));
+        let _srv = blue3.ns.iperf_server(5201);
         let tcp = blue1
             .ns
             .command(&["iperf3", "-c", &b3.to_string(), "-p", "5201", "-t", "3", "-J"])
