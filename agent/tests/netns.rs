@@ -1,5 +1,5 @@
 //! End-to-end tests of the agent and the real `cozyplane-cni` binary in network
-//! namespaces this test creates (`cpag-*`), with a private bpffs per test.
+//! namespaces this test creates (`cplab-*`, the lab's helpers), with a private bpffs per test.
 //!
 //! Needs root; without it every test fails (it does not skip). Needs `ping`
 //! (iputils-ping) and Debian's containernetworking-plugins for the chaining test.
@@ -10,76 +10,13 @@ use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
+// The lab's netns and process helpers: one implementation for every netns test.
+use cozyplane_lab::{Netns, require_root, sh, sh_ok};
 use serde_json::{Value, json};
-
-fn require_root() {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .expect("Uid line");
-    assert_eq!(
-        euid, "0",
-        "these tests create netns, veths and bpffs mounts and need root; they do not skip"
-    );
-}
-
-fn sh(args: &[&str]) -> std::process::Output {
-    Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn sh_ok(args: &[&str]) -> String {
-    let out = sh(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn unique(tag: &str) -> String {
-    static SEQ: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "cpag-{}-{}{tag}",
-        std::process::id() % 100_000,
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A named netns, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = unique(tag);
-        sh_ok(&["ip", "netns", "add", &name]);
-        Self(name)
-    }
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.0)
-    }
-    fn ip(&self, args: &[&str]) -> std::process::Output {
-        let mut v = vec!["ip", "-n", &self.0];
-        v.extend_from_slice(args);
-        sh(&v)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.0]);
-    }
-}
 
 /// A temp dir with a private bpffs mounted at `bpffs`, unmounted on drop.
 struct Scratch {
@@ -181,7 +118,6 @@ impl Node {
     fn new() -> Self {
         require_root();
         let ns = Netns::new("n");
-        assert!(ns.ip(&["link", "set", "lo", "up"]).status.success());
         assert!(
             ns.ip(&[
                 "link",
