@@ -7,11 +7,29 @@
 
 pub mod standin;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use cozyplane_apiserver::options::Options;
 use cozyplane_storage::testing::EtcdServer;
+
+/// `/usr/bin/kubectl --kubeconfig <kubeconfig>` with a discovery cache of its own beside the
+/// kubeconfig. kubectl otherwise shares `~/.kube/cache` keyed by host and port, and test servers
+/// reuse loopback ports: a later server would be answered from an earlier one's discovery (and an
+/// unauthenticated call would skip the discovery request whose 401 it expects).
+pub fn kubectl_command(kubeconfig: &Path) -> tokio::process::Command {
+    let cache = kubeconfig
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("kubectl-cache");
+    let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .kill_on_drop(true);
+    cmd
+}
 
 /// Which store a test server runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,12 +96,11 @@ impl TestServer {
 
     /// Runs `/usr/bin/kubectl --kubeconfig <this> <args>` and returns its output.
     pub async fn kubectl_output(&self, args: &[&str]) -> Output {
-        let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+        kubectl_command(&self.kubeconfig)
             .args(args)
-            .kill_on_drop(true);
-        cmd.output().await.expect("kubectl runs")
+            .output()
+            .await
+            .expect("kubectl runs")
     }
 
     /// Runs kubectl, asserts success and returns stdout.
@@ -101,14 +118,11 @@ impl TestServer {
     /// Runs kubectl with `stdin` as input (for `-f -`), asserting success.
     pub async fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
         use tokio::io::AsyncWriteExt;
-        let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
+        let mut cmd = kubectl_command(&self.kubeconfig);
+        cmd.args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
+            .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().expect("kubectl runs");
         let mut input = child.stdin.take().expect("stdin is piped");
         input.write_all(stdin.as_bytes()).await.expect("write stdin");

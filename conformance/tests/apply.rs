@@ -37,15 +37,12 @@ fn parse(s: &str) -> Value {
 /// Runs kubectl with optional stdin and extra environment, without asserting success.
 async fn kubectl(s: &TestServer, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new("/usr/bin/kubectl");
-    cmd.arg("--kubeconfig")
-        .arg(&s.kubeconfig)
-        .args(args)
+    let mut cmd = cozyplane_conformance::kubectl_command(&s.kubeconfig);
+    cmd.args(args)
         .envs(env.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
+        .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("kubectl runs");
     let mut input = child.stdin.take().expect("stdin is piped");
     if let Some(text) = stdin {

@@ -145,11 +145,8 @@ async fn kubectl_get_watch_and_wait_follow_changes() {
     let watch = {
         let kc = s.kubeconfig.clone();
         tokio::spawn(async move {
-            tokio::process::Command::new("/usr/bin/kubectl")
-                .arg("--kubeconfig")
-                .arg(kc)
+            cozyplane_conformance::kubectl_command(&kc)
                 .args(["get", "vpcs", "-w", "--request-timeout=4s"])
-                .kill_on_drop(true)
                 .output()
                 .await
                 .unwrap()
@@ -158,16 +155,13 @@ async fn kubectl_get_watch_and_wait_follow_changes() {
     let wait_phase = {
         let kc = s.kubeconfig.clone();
         tokio::spawn(async move {
-            tokio::process::Command::new("/usr/bin/kubectl")
-                .arg("--kubeconfig")
-                .arg(kc)
+            cozyplane_conformance::kubectl_command(&kc)
                 .args([
                     "wait",
                     "vpc/v1",
                     "--for=jsonpath={.status.phase}=Ready",
                     "--timeout=20s",
                 ])
-                .kill_on_drop(true)
                 .output()
                 .await
                 .unwrap()

@@ -662,13 +662,10 @@ impl StandIn {
             .insert(service.to_string(), backend);
     }
 
-    /// Runs `/usr/bin/kubectl --kubeconfig <kubeconfig> <args>`.
+    /// Runs kubectl with `kubeconfig` (see [`crate::kubectl_command`]).
     pub async fn kubectl(&self, kubeconfig: &Path, args: &[&str]) -> Output {
-        tokio::process::Command::new("/usr/bin/kubectl")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
+        crate::kubectl_command(kubeconfig)
             .args(args)
-            .kill_on_drop(true)
             .output()
             .await
             .expect("kubectl runs")
