@@ -11,7 +11,7 @@ RUN_DIR ?= $(CURDIR)/.run
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
         bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
-        /usr/lib/cni/portmap:containernetworking-plugins
+        /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl
 
 .PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
 
@@ -56,7 +56,7 @@ test-unit:
 	# Benches are compiled by `lint` (clippy --all-targets) but not run here: they are
 	# measurements, run by `make bench`.
 	$(CARGO) test --workspace --doc
-	$(CARGO) test --workspace --lib --bins --tests
+	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast
 
 ## e2e: the multi-node netns lab (lab/tests/e2e.rs; root). Also part of test-unit.
 e2e: deps

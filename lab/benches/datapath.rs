@@ -245,10 +245,16 @@ fn probe(netns: &str, peers: Vec<Ipv4Addr>, t0: Instant) -> Vec<Option<Duration>
     })
 }
 
-/// The pod object must already exist. ADD (timed), then kubelet's status patch in parallel
-/// with the probe.
-fn wire(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, peers: &[Ipv4Addr]) -> (BPod, Sample) {
-    let netns = Netns::new("b");
+/// The pod object and its sandbox netns must already exist (the runtime makes the netns before
+/// it calls CNI). ADD (timed), then kubelet's status patch in parallel with the probe.
+fn wire(
+    cp: &Cp,
+    lab: &Lab,
+    (node, netns): (usize, Netns),
+    ns: &str,
+    name: &str,
+    peers: &[Ipv4Addr],
+) -> (BPod, Sample) {
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];
     let t0 = Instant::now();
@@ -311,19 +317,34 @@ fn latency(
     }
     std::thread::sleep(Duration::from_millis(500)); // the agent's pod cache sees them, as with kubelet
     let log_from = lab.nodes[0].log_text().len();
-    let started = Instant::now();
+    let mut wall = Duration::ZERO;
+    let mut cpu = CpuTime::default();
     let mut out: Vec<(BPod, Sample)> = Vec::new();
     for chunk in names.chunks(par) {
+        let sandboxes: Vec<Netns> = chunk.iter().map(|_| Netns::new("b")).collect();
+        let go = std::sync::Barrier::new(chunk.len() + 1);
         let got: Vec<(BPod, Sample)> = std::thread::scope(|s| {
             let hs: Vec<_> = chunk
                 .iter()
-                .map(|name| s.spawn(move || wire(cp, lab, 0, ns, name, peers)))
+                .zip(sandboxes)
+                .map(|(name, netns)| {
+                    let go = &go;
+                    s.spawn(move || {
+                        go.wait();
+                        wire(cp, lab, (0, netns), ns, name, peers)
+                    })
+                })
                 .collect();
-            hs.into_iter().map(|h| h.join().expect("wire")).collect()
+            let before = CpuTime::now();
+            let started = Instant::now();
+            go.wait();
+            let got = hs.into_iter().map(|h| h.join().expect("wire")).collect();
+            wall += started.elapsed();
+            cpu += CpuTime::now() - before;
+            got
         });
         out.extend(got);
     }
-    let wall = started.elapsed();
     let mut add: Vec<f64> = out.iter().map(|(_, s)| ms(s.add)).collect();
     let row = |what: &str, v: &mut Vec<f64>, lost: usize| {
         println!(
@@ -343,9 +364,14 @@ fn latency(
         let lost = count - v.len();
         row(what, &mut v, lost);
     }
+    // The machine's busy time over the run, all processes and the kernel: with `par` ADDs in
+    // flight on few cores, `busy per pod × par / cores` is a floor under the last one's latency.
+    let per_pod = cpu.busy.as_secs_f64() * 1e3 / count as f64;
     println!(
-        "|   | (wall {:.1} s for {count} pods) | | | | | |",
-        wall.as_secs_f64()
+        "|   | (wall {:.1} s for {count} pods; CPU busy {per_pod:.1} ms per pod on {} cores: {:.0} ms floor for {par} at once) | | | | | |",
+        wall.as_secs_f64(),
+        cpu.cores,
+        per_pod * par as f64 / f64::from(cpu.cores.max(1)),
     );
     let log = lab.nodes[0].log_text();
     print_steps(label, log.get(log_from..).unwrap_or_default());
@@ -355,6 +381,56 @@ fn latency(
             s.spawn(move || part.iter().for_each(|(p, _)| p.del(lab)));
         }
     });
+}
+
+/// Busy CPU time summed over all cores (user, nice, system, irq, softirq: everything but
+/// idle, iowait and steal), from `/proc/stat`.
+#[derive(Clone, Copy, Default)]
+struct CpuTime {
+    busy: Duration,
+    cores: u32,
+}
+
+impl CpuTime {
+    fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+        let ticks = |line: &str| -> u64 {
+            line.split_whitespace()
+                .skip(1)
+                .take(7)
+                .enumerate()
+                .filter(|(i, _)| !matches!(i, 3 | 4)) // idle, iowait
+                .filter_map(|(_, v)| v.parse::<u64>().ok())
+                .sum()
+        };
+        let total = stat.lines().next().map(ticks).unwrap_or_default();
+        let cores = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count();
+        // USER_HZ is 100 on every Linux ABI the agent runs on.
+        Self {
+            busy: Duration::from_millis(total * 10),
+            cores: u32::try_from(cores).unwrap_or(1),
+        }
+    }
+}
+
+impl std::ops::Sub for CpuTime {
+    type Output = Self;
+    fn sub(self, rhs: Self) -> Self {
+        Self {
+            busy: self.busy.saturating_sub(rhs.busy),
+            cores: self.cores,
+        }
+    }
+}
+
+impl std::ops::AddAssign for CpuTime {
+    fn add_assign(&mut self, rhs: Self) {
+        self.busy += rhs.busy;
+        self.cores = rhs.cores;
+    }
 }
 
 /// The agent's own account of its ADDs (the `steps` field of each ADD log line): where
@@ -394,7 +470,7 @@ fn print_steps(label: &str, log: &str) {
 fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> (BPod, Ipv4Addr) {
     cp.create_pod(&lab.nodes[node], ns, name, vpc);
     std::thread::sleep(Duration::from_millis(200));
-    let (p, _) = wire(cp, lab, node, ns, name, &[]);
+    let (p, _) = wire(cp, lab, (node, Netns::new("b")), ns, name, &[]);
     let ip = if vpc.is_some() {
         cp.vpc_ip(ns, name)
     } else {

@@ -488,11 +488,12 @@ async fn body(lab: &mut Lab) {
         eprintln!("agent on n1 restarted in {:?}", t.elapsed());
         let out = flow.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            cozyplane_lab::received(&text),
-            100,
-            "no packet lost across the restart: {text}"
-        );
+        // The maps stay pinned, so nothing should be lost; "a handful" (the bound)
+        // leaves room for a reply later than ping's 1 s wait on a loaded CI machine, while a
+        // restart that tore the datapath down for even 100 ms loses five in a row.
+        let got = cozyplane_lab::received(&text);
+        eprintln!("ping stream across the restart: {got} of 100 replies");
+        assert!(got >= 97, "at most a handful lost across the restart: {text}");
         let out = tcp.wait_with_output().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         assert!(

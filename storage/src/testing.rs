@@ -900,12 +900,24 @@ impl EtcdServer {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut s = Self {
             child: None,
-            client_url: format!("{scheme}://127.0.0.1:{}", free_port()),
-            peer_url: format!("http://127.0.0.1:{}", free_port()),
+            client_url: String::new(),
+            peer_url: String::new(),
             dir,
             extra_args,
         };
-        s.spawn();
+        // A port found free can be taken (by another test's etcd or an outgoing connection)
+        // before etcd binds it: then etcd exits at once, and new ports are tried.
+        for attempt in 1.. {
+            s.client_url = format!("{scheme}://127.0.0.1:{}", free_port());
+            s.peer_url = format!("http://127.0.0.1:{}", free_port());
+            match s.try_spawn() {
+                Ok(()) => break,
+                Err(log) if attempt < 5 && log.contains("address already in use") => {
+                    let _ = std::fs::remove_dir_all(s.dir.path().join("data"));
+                }
+                Err(log) => panic!("etcd exited during start-up:\n{log}"),
+            }
+        }
         s
     }
 
@@ -915,6 +927,13 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("etcd exited during start-up:\n{log}");
+        }
+    }
+
+    /// Starts etcd and waits until it is healthy; `Err` with its log if it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -936,29 +955,32 @@ impl EtcdServer {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start etcd ({e}); install it with `make deps`"));
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let port = self.client_url.rsplit(':').next().unwrap().to_string();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
                 let log = std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default();
-                panic!("etcd exited with {status} during start-up:\n{log}");
+                // The next attempt appends to the same file: start it afresh.
+                let _ = std::fs::remove_file(self.dir.path().join("etcd.log"));
+                return Err(format!("{status}\n{log}"));
             }
             // Plain-text /health answers when the client port serves http; with TLS an accepted
             // TCP connection is the best readiness signal without a client certificate.
             if let Ok(mut s) = TcpStream::connect(format!("127.0.0.1:{port}")) {
                 if self.client_url.starts_with("https") {
-                    return;
+                    return Ok(());
                 }
                 let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = s.write_all(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n");
                 let mut out = String::new();
                 let _ = s.read_to_string(&mut out);
                 if out.contains("\"health\":\"true\"") {
-                    return;
+                    return Ok(());
                 }
             }
             assert!(
