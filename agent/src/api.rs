@@ -36,8 +36,14 @@ pub const VPC_IP_ANNOTATION: &str = "sdn.cozystack.io/vpc-ip";
 /// Stamped on the pod after a VPC attach: its VPC MAC.
 pub const VPC_MAC_ANNOTATION: &str = "sdn.cozystack.io/vpc-mac";
 
-/// How long one API call of the CNI path may take.
+/// How long one API call of the CNI path may take (waiting for a turn included).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls of the CNI path in flight per API server. The clients speak HTTP/1.1: each call
+/// beyond the pooled connections opens one more, with a TLS handshake on both ends that costs
+/// more CPU than the call itself. Fifty pods added at once then queue for a few warm
+/// connections instead of making fifty.
+pub const CALLS_IN_FLIGHT: usize = 4;
 
 /// Builds a client from a kubeconfig file.
 pub async fn client(path: &Path) -> Result<kube::Client, String> {
@@ -91,6 +97,10 @@ pub struct ApiClients {
     pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
     /// VPCBindings and VPCs, kept by the watch.
     pub grants: Arc<RwLock<Grants>>,
+    /// Turns for CNI-path calls to the kube API ([`CALLS_IN_FLIGHT`]).
+    pub kube_turns: Arc<tokio::sync::Semaphore>,
+    /// Turns for CNI-path calls to our API ([`CALLS_IN_FLIGHT`]).
+    pub sdn_turns: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the watches know of VPCBindings and VPCs.
@@ -198,6 +208,20 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
+/// [`timed`], once `turns` gives this call its turn.
+async fn queued<T, E: std::fmt::Display>(
+    what: &str,
+    turns: &tokio::sync::Semaphore,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, CniError> {
+    timed(what, async {
+        // The semaphore is never closed.
+        let _turn = turns.acquire().await.ok();
+        f.await
+    })
+    .await
+}
+
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
@@ -236,7 +260,12 @@ impl ApiClients {
             return Ok(f.vpc);
         }
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
-        let pod = timed("reading the pod from the kube API failed", pods.get_opt(name)).await?;
+        let pod = queued(
+            "reading the pod from the kube API failed",
+            &self.kube_turns,
+            pods.get_opt(name),
+        )
+        .await?;
         let pod = pod.ok_or_else(|| {
             CniError::new(
                 ErrorCode::TryAgainLater,
@@ -265,8 +294,9 @@ impl ApiClients {
             return Ok(v);
         }
         let bindings: Api<VPCBinding> = Api::namespaced(self.sdn.clone(), pod_ns);
-        let list = timed(
+        let list = queued(
             "listing VPCBindings failed",
+            &self.sdn_turns,
             bindings.list(&kube::api::ListParams::default()),
         )
         .await?;
@@ -286,7 +316,7 @@ impl ApiClients {
             ));
         }
         let vpcs: Api<VPC> = Api::namespaced(self.sdn.clone(), &vns);
-        let vpc = timed("reading the VPC failed", vpcs.get_opt(&vname))
+        let vpc = queued("reading the VPC failed", &self.sdn_turns, vpcs.get_opt(&vname))
             .await?
             .ok_or_else(|| {
                 CniError::new(
@@ -371,8 +401,9 @@ impl ApiClients {
             status: None,
         };
         let ports: Api<Port> = Api::all(self.sdn.clone());
-        timed(
+        queued(
             "creating the Port failed",
+            &self.sdn_turns,
             ports.create(&PostParams::default(), &port),
         )
         .await
@@ -381,7 +412,7 @@ impl ApiClients {
     /// Reads a Port (`None`: gone).
     pub async fn get_port(&self, name: &str) -> Result<Option<Port>, CniError> {
         let ports: Api<Port> = Api::all(self.sdn.clone());
-        timed("reading the Port failed", ports.get_opt(name)).await
+        queued("reading the Port failed", &self.sdn_turns, ports.get_opt(name)).await
     }
 
     /// Deletes a Port; gone already is fine.
@@ -402,8 +433,9 @@ impl ApiClients {
             VPC_IP_ANNOTATION: ip.to_string(),
             VPC_MAC_ANNOTATION: mac,
         } } });
-        timed(
+        queued(
             "annotating the pod failed",
+            &self.kube_turns,
             pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )
         .await
@@ -414,6 +446,23 @@ impl ApiClients {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn queued_calls_never_exceed_their_turns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let turns = tokio::sync::Semaphore::new(2);
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let call = || async {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, String>(n)
+        };
+        let all = futures::future::join_all((0..8).map(|_| queued("test", &turns, call()))).await;
+        assert!(all.iter().all(Result::is_ok));
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two turns, two calls at a time");
+    }
 
     #[test]
     fn cached_grants_answer_only_granted_vpcs_with_a_vni() {

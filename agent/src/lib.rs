@@ -101,6 +101,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
                 node_ip,
                 pods: Default::default(),
                 grants: Default::default(),
+                kube_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
+                sdn_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
             })
         }
     };

@@ -83,6 +83,7 @@ fn main() {
                 .expect("client"),
                 sdn: server.client().await,
                 h: h.clone(),
+                status_turns: tokio::sync::Semaphore::new(4),
             }
         });
         for n in &lab.nodes {
@@ -100,6 +101,10 @@ struct Cp {
     kube: kube::Client,
     sdn: kube::Client,
     h: tokio::runtime::Handle,
+    /// kubelet sends its status patches over one HTTP/2 connection; kube-rs speaks HTTP/1.1
+    /// and would open (and pay a TLS handshake for) one connection per patch in flight, a
+    /// cost kubelet does not have. A few turns keep the pool to a few warm connections.
+    status_turns: tokio::sync::Semaphore,
 }
 
 impl Cp {
@@ -125,11 +130,12 @@ impl Cp {
     fn patch_status(&self, node: &Node, ns: &str, name: &str, ip: Ipv4Addr) {
         let status = json!({ "status": { "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
             "hostIP": node.ip.to_string(), "phase": "Running" } });
-        self.block(Api::<Pod>::namespaced(self.kube.clone(), ns).patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        ))
+        self.block(async {
+            let _turn = self.status_turns.acquire().await.expect("never closed");
+            Api::<Pod>::namespaced(self.kube.clone(), ns)
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+        })
         .expect("patch status");
     }
 
@@ -335,12 +341,12 @@ fn latency(
                     })
                 })
                 .collect();
-            let before = CpuTime::now();
+            let before = CpuTime::now(lab);
             let started = Instant::now();
             go.wait();
             let got = hs.into_iter().map(|h| h.join().expect("wire")).collect();
             wall += started.elapsed();
-            cpu += CpuTime::now() - before;
+            cpu += CpuTime::now(lab) - before;
             got
         });
         out.extend(got);
@@ -366,12 +372,18 @@ fn latency(
     }
     // The machine's busy time over the run, all processes and the kernel: with `par` ADDs in
     // flight on few cores, `busy per pod × par / cores` is a floor under the last one's latency.
-    let per_pod = cpu.busy.as_secs_f64() * 1e3 / count as f64;
+    let per_pod = |d: Duration| d.as_secs_f64() * 1e3 / count as f64;
+    let rest = cpu.busy.saturating_sub(cpu.agents + cpu.this + cpu.cni);
     println!(
-        "|   | (wall {:.1} s for {count} pods; CPU busy {per_pod:.1} ms per pod on {} cores: {:.0} ms floor for {par} at once) | | | | | |",
+        "|   | (wall {:.1} s for {count} pods; CPU busy {:.1} ms per pod: agents {:.1}, cni {:.1}, bench process {:.1}, other {:.1}; on {} cores: {:.0} ms floor for {par} at once) | | | | | |",
         wall.as_secs_f64(),
+        per_pod(cpu.busy),
+        per_pod(cpu.agents),
+        per_pod(cpu.cni),
+        per_pod(cpu.this),
+        per_pod(rest),
         cpu.cores,
-        per_pod * par as f64 / f64::from(cpu.cores.max(1)),
+        per_pod(cpu.busy) * par as f64 / f64::from(cpu.cores.max(1)),
     );
     let log = lab.nodes[0].log_text();
     print_steps(label, log.get(log_from..).unwrap_or_default());
@@ -384,17 +396,42 @@ fn latency(
 }
 
 /// Busy CPU time summed over all cores (user, nice, system, irq, softirq: everything but
-/// idle, iowait and steal), from `/proc/stat`.
+/// idle, iowait and steal), from `/proc/stat`, and the share of it spent by the agents, by
+/// this process (the control plane, the probes, kubelet's status patch) and by the
+/// `cozyplane-cni` processes it ran and reaped. Kernel work on a process's behalf (netlink,
+/// sockets) counts as that process's; the rest is softirq and kernel threads.
 #[derive(Clone, Copy, Default)]
 struct CpuTime {
     busy: Duration,
+    agents: Duration,
+    this: Duration,
+    cni: Duration,
     cores: u32,
 }
 
+/// Fields 14–17 of `/proc/<pid>/stat`: utime, stime, cutime, cstime, in ticks.
+fn proc_ticks(pid: &str) -> [u64; 4] {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces; the fields after it do not.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    std::array::from_fn(|i| f.get(i).copied().unwrap_or_default())
+}
+
+/// USER_HZ is 100 on every Linux ABI the agent runs on.
+fn ticks(t: u64) -> Duration {
+    Duration::from_millis(t * 10)
+}
+
 impl CpuTime {
-    fn now() -> Self {
+    fn now(lab: &Lab) -> Self {
         let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-        let ticks = |line: &str| -> u64 {
+        let busy = |line: &str| -> u64 {
             line.split_whitespace()
                 .skip(1)
                 .take(7)
@@ -403,14 +440,26 @@ impl CpuTime {
                 .filter_map(|(_, v)| v.parse::<u64>().ok())
                 .sum()
         };
-        let total = stat.lines().next().map(ticks).unwrap_or_default();
+        let total = stat.lines().next().map(busy).unwrap_or_default();
         let cores = stat
             .lines()
             .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
             .count();
-        // USER_HZ is 100 on every Linux ABI the agent runs on.
+        let agents: u64 = lab
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let agent = n.agent.lock().ok()?;
+                let [u, s, _, _] = proc_ticks(&agent.as_ref()?.0.id().to_string());
+                Some(u + s)
+            })
+            .sum();
+        let [u, s, cu, cs] = proc_ticks("self");
         Self {
-            busy: Duration::from_millis(total * 10),
+            busy: ticks(total),
+            agents: ticks(agents),
+            this: ticks(u + s),
+            cni: ticks(cu + cs),
             cores: u32::try_from(cores).unwrap_or(1),
         }
     }
@@ -421,6 +470,9 @@ impl std::ops::Sub for CpuTime {
     fn sub(self, rhs: Self) -> Self {
         Self {
             busy: self.busy.saturating_sub(rhs.busy),
+            agents: self.agents.saturating_sub(rhs.agents),
+            this: self.this.saturating_sub(rhs.this),
+            cni: self.cni.saturating_sub(rhs.cni),
             cores: self.cores,
         }
     }
@@ -429,6 +481,9 @@ impl std::ops::Sub for CpuTime {
 impl std::ops::AddAssign for CpuTime {
     fn add_assign(&mut self, rhs: Self) {
         self.busy += rhs.busy;
+        self.agents += rhs.agents;
+        self.this += rhs.this;
+        self.cni += rhs.cni;
         self.cores = rhs.cores;
     }
 }
@@ -625,13 +680,15 @@ fn body(cp: &Cp, lab: &Lab) {
         assert!(r[0].is_some(), "peer {} cannot reach {ip}", p.name);
     }
 
-    // `DATAPATH_BENCH=throughput` skips the latency runs (for iterating on the datapath).
-    let latency_runs = std::env::var("DATAPATH_BENCH").as_deref() != Ok("throughput");
-    if latency_runs {
+    // `DATAPATH_BENCH=throughput` or `=latency` runs only that part (for iterating).
+    let only = std::env::var("DATAPATH_BENCH").unwrap_or_default();
+    if only != "throughput" {
         latency_table(cp, lab, [d1bip, d2ip], [v1bip, v2ip]);
     }
     println!("load average after latency: {}", load().trim());
-    throughput(lab, [&d1, &d1b, &d2, &v1, &v1b, &v2], [d1bip, d2ip, v1bip, v2ip]);
+    if only != "latency" {
+        throughput(lab, [&d1, &d1b, &d2, &v1, &v1b, &v2], [d1bip, d2ip, v1bip, v2ip]);
+    }
     println!("load average at end: {}", load().trim());
     drop((d1, d1b, d2, v1, v1b, v2));
 }

@@ -555,9 +555,10 @@ pub fn invoke_plugin(
     (netns, pod): (&str, (&str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
-    let mut child = Command::new("nsenter")
-        .arg(format!("--net={}", node.ns.path()))
-        .arg(plugin)
+    // Spawned from a thread inside the node's netns, as kubelet runs plugins in its own: one
+    // exec, the plugin itself.
+    let out = run_in(&node.ns, || {
+        let mut child = Command::new(plugin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", cmd)
@@ -577,13 +578,14 @@ pub fn invoke_plugin(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", plugin.display()));
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(conf.to_string().as_bytes())
-        .expect("write config");
-    let out = child.wait_with_output().expect("cni output");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(conf.to_string().as_bytes())
+            .expect("write config");
+        child.wait_with_output().expect("cni output")
+    });
     let text = String::from_utf8_lossy(&out.stdout);
     let v = if text.trim().is_empty() {
         Value::Null
