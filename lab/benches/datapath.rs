@@ -10,7 +10,9 @@
 //!   back from a pod on the same node, and from a pod on the other node (for VPC pods the
 //!   latter includes the control plane: the Port watch on the other node; net 0 needs none,
 //!   the other node routes this node's whole block). The
-//!   probe sends one datagram per destination every millisecond.
+//!   probe sends one datagram per destination every millisecond. Sandboxes exist before a
+//!   run; concurrent ADDs start at a barrier. Each run also reports the machine's CPU time per
+//!   pod, split by process: with more pods in flight than cores, it is a floor under p99.
 //! * **TCP throughput** (iperf3, 5 s after 1 s omitted, inside the pod netns): cross-node
 //!   VPC and net-0 pods against two namespaces wired with plain kernel routing over a plain
 //!   VXLAN device between the same node namespaces (no programs: the limit); same-node pods
