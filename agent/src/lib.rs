@@ -154,7 +154,11 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
                 what: format!("bind metrics {addr}"),
                 source,
             })?;
-        tokio::spawn(async move { m.serve(tcp).await });
+        tokio::spawn(async move {
+            if let Err(e) = m.serve(tcp).await {
+                tracing::error!("metrics server stopped: {e}");
+            }
+        });
     }
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, socket = %cfg.cni_socket.display(), "agent ready");
     cni_server::serve(listener, state).await;

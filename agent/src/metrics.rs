@@ -21,7 +21,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -104,35 +103,17 @@ impl Metrics {
         out
     }
 
-    /// Serve `GET /metrics` (HTTP/1.0-style, one request per connection) until the
-    /// listener fails. Hand-rolled: the agent has no other HTTP needs.
-    pub async fn serve(self, listener: tokio::net::TcpListener) {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                continue;
-            };
-            let me = self.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let Ok(Ok(n)) =
-                    tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await
-                else {
-                    return;
-                };
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let (status, body) = if req.starts_with("GET /metrics") {
-                    ("200 OK", me.render())
-                } else {
-                    ("404 Not Found", "not found\n".to_string())
-                };
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = sock.write_all(resp.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
+    /// Serves `GET /metrics` until the listener fails.
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let me = self.clone();
+                async move { ([(axum::http::header::CONTENT_TYPE, OPENMETRICS)], me.render()) }
+            }),
+        );
+        axum::serve(listener, app).await
     }
 }
 

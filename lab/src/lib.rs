@@ -15,7 +15,7 @@
 //! test panics. Forwarder threads end with the process.
 
 use std::fs::File;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -25,6 +25,8 @@ use serde_json::{Value, json};
 
 /// Underlay address of the control namespace.
 pub const CTL_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 100);
+/// Where each node's agent serves `/metrics` (on the node's underlay address).
+pub const METRICS_PORT: u16 = 9402;
 
 /// Fails (never skips) without root.
 pub fn require_root() {
@@ -379,6 +381,8 @@ impl Node {
             })
             .args(["--underlay-dev", "ul0"])
             .args(["--node-name", &self.name, "--node-ip", &self.ip.to_string()])
+            .arg("--metrics-addr")
+            .arg(format!("{}:{METRICS_PORT}", self.ip))
             .arg("--kubeconfig")
             .arg(kube)
             .arg("--sdn-kubeconfig")
@@ -404,6 +408,26 @@ impl Node {
     /// The agent's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The agent's `/metrics`, scraped over HTTP from inside the node's netns.
+    pub fn metrics(&self) -> String {
+        let addr = SocketAddr::from((self.ip, METRICS_PORT));
+        run_in(&self.ns, || {
+            let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("metrics {addr}: {e}"));
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .expect("timeout");
+            write!(
+                s,
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .expect("request");
+            let mut out = String::new();
+            s.read_to_string(&mut out).expect("response");
+            assert!(out.starts_with("HTTP/1.1 200"), "metrics {addr}: {out}");
+            out
+        })
     }
 
     /// Drop counter of one reason (packets), summed over CPUs.

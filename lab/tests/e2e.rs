@@ -71,6 +71,13 @@ async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
     ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
 }
 
+/// The value of one sample (`name{labels}` exactly as exposed) in Prometheus text; 0 if absent.
+fn metric(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().split(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn wait(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -388,6 +395,34 @@ async fn body(lab: &mut Lab) {
     assert!(n1.drops(DropReason::SpoofIp) >= spoof0 + 5, "spoof drops counted");
     blue1.ns.ip_ok(&["addr", "del", "10.10.0.200/32", "dev", "eth0"]);
     eprintln!("PASS a spoofed source from a VPC pod is dropped (captured and counted)");
+
+    // --- The agent's Prometheus metrics, scraped over HTTP: what just happened shows.
+    {
+        let text = n1.metrics();
+        let spoofs = metric(&text, "cozyplane_drops_packets_total{reason=\"DROP_SPOOF_IP\"}");
+        assert!(spoofs >= 5.0, "spoof drops in /metrics ({spoofs}):\n{text}");
+        let blue_tx = metric(
+            &text,
+            &format!("cozyplane_net_packets_total{{net=\"{blue_vni}\",direction=\"tx\"}}"),
+        );
+        assert!(blue_tx > 0.0, "blue's packets in /metrics:\n{text}");
+        let endpoints = metric(&text, "cozyplane_bpf_map_entries{map=\"sdn_endpoints\"}");
+        assert!(
+            endpoints >= 3.0,
+            "n1's endpoints in /metrics ({endpoints}):\n{text}"
+        );
+        let adds = metric(
+            &text,
+            "cozyplane_cni_requests_total{command=\"ADD\",outcome=\"ok\"}",
+        );
+        assert!(adds >= 3.0, "n1's ADDs in /metrics ({adds}):\n{text}");
+        let vethed = metric(&text, "cozyplane_cni_add_step_seconds_count{step=\"veth\"}");
+        assert!(
+            vethed >= 3.0,
+            "ADD step histogram in /metrics ({vethed}):\n{text}"
+        );
+        eprintln!("PASS the agent's /metrics counts drops by reason, per-VPC packets, map entries and ADDs");
+    }
 
     // --- No binding: ADD fails with a clear error.
     {
