@@ -550,6 +550,49 @@ async fn body(lab: &mut Lab) {
         );
         eprintln!("PASS killing and restarting the agent drops no established flow");
     }
+
+    // --- Net 0 needs only the kube API (docs/design.md: our server may itself be a net-0 pod).
+    // n1's agent restarts while our API is unreachable: it starts, wires a net-0 pod that talks
+    // across nodes, keeps the VPC pods it has, and refuses a new VPC pod as retryable.
+    {
+        let text = std::fs::read_to_string(&sdn_kc).unwrap();
+        let dead = text.replace(&server.url, "https://127.0.0.1:1");
+        assert_ne!(dead, text, "the kubeconfig names {}", server.url);
+        let dead_kc = sdn_kc.with_file_name("unreachable.kubeconfig");
+        std::fs::write(&dead_kc, dead).unwrap();
+        n1.start_agent(&kube_kc, &dead_kc);
+        let early = pod(&cp, lab, 0, "default", "before-sdn-api", None).await;
+        assert!(
+            early.ns.ping(b.fabric, 3, 3),
+            "net-0 pod -> pod on n2 without our API"
+        );
+        assert!(
+            n2.ns.ping(early.fabric, 3, 3),
+            "n2 -> net-0 pod on n1 without our API"
+        );
+        assert!(blue1.ns.ping(b3, 3, 3), "VPC pods keep talking without our API");
+        create_pod(&cp, lab, 0, "t1", "blue-early", Some("blue")).await;
+        let pns = Netns::new("p");
+        let (code, v) = invoke_cni(
+            n1,
+            "ADD",
+            "t1-blue-early",
+            &pns.path(),
+            ("t1", "blue-early"),
+            &n1.conf(),
+        );
+        assert_ne!(code, 0, "{v}");
+        assert_eq!(
+            v["code"], 11,
+            "a VPC ADD without our API is 'try again later': {v}"
+        );
+        let links = pns.ip_ok(&["-o", "link"]);
+        assert!(!links.contains("eth0"), "nothing was wired: {links}");
+        eprintln!(
+            "PASS net 0 works with only the kube API; a VPC ADD waits for ours ({})",
+            v["msg"]
+        );
+    }
     drop(standin);
     drop(server);
 }
