@@ -8,8 +8,7 @@ use crate::List;
 use crate::serde_util::is_zero;
 
 /// Desired state of a [`VPC`].
-///
-/// The API server validates every field (`apiserver/src/validation/vpc.rs`).
+// The API server validates every field (`apiserver/src/validation/vpc.rs`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VPCSpec {

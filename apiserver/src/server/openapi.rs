@@ -89,9 +89,78 @@ fn definitions(kinds: &[Arc<dyn Resource>], v3: bool) -> (Map<String, Value>, Ve
     let mut out = Map::new();
     for (name, mut schema) in defs {
         rewrite_refs(&mut schema, from, to, &roots);
+        tidy_descriptions(&mut schema);
         out.insert(def_name(&name, &roots), schema);
     }
     (out, roots)
+}
+
+/// Turns the Rust doc comments schemars copies into descriptions the way `kubectl explain`
+/// and API docs want them: source line wraps joined (paragraph breaks and list items kept) and
+/// rustdoc link syntax (`` [`VPCBinding`](super::VPCBinding) ``, `` [`VPC`] ``) reduced to the
+/// name.
+fn tidy_descriptions(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match x {
+                    Value::String(s) if k == "description" => *s = prose(s),
+                    _ => tidy_descriptions(x),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(tidy_descriptions),
+        _ => {}
+    }
+}
+
+fn prose(doc: &str) -> String {
+    let mut out = String::with_capacity(doc.len());
+    for (i, para) in doc.split("\n\n").enumerate() {
+        if i > 0 {
+            out.push_str("\n\n");
+        }
+        for (j, line) in para.lines().map(str::trim).enumerate() {
+            if j > 0 {
+                let item = line.starts_with("- ")
+                    || line.starts_with("* ")
+                    || line
+                        .split_once(". ")
+                        .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+                out.push(if item { '\n' } else { ' ' });
+            }
+            out.push_str(line);
+        }
+    }
+    unlink(&out)
+}
+
+/// `[`X`](target)` and `[`X`]` → `` `X` ``.
+fn unlink(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("[`") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        match after.find("`]") {
+            Some(end) if !after[1..end].contains('`') => {
+                out.push_str(&after[..=end]);
+                rest = &after[end + 2..];
+                // A link target, if any: `(path)` right after the brackets.
+                if rest.starts_with('(')
+                    && let Some(close) = rest.find(')')
+                {
+                    rest = &rest[close + 1..];
+                }
+            }
+            _ => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn gvk(kind: &str) -> Value {
@@ -284,5 +353,28 @@ impl Docs {
     /// The `/openapi/v3` root.
     pub fn v3_root(&self) -> Value {
         json!({ "paths": { format!("apis/{GROUP}/{VERSION}"): { "serverRelativeURL": format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={}", self.v3_hash) } } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prose;
+
+    #[test]
+    fn descriptions_join_wrapped_lines_and_drop_rustdoc_links() {
+        assert_eq!(
+            prose("whose address\nranges overlap; attach through a [`VPCBinding`](super::VPCBinding)."),
+            "whose address ranges overlap; attach through a `VPCBinding`."
+        );
+        assert_eq!(
+            prose("Desired state of a [`VPC`].\n\nSecond\nparagraph."),
+            "Desired state of a `VPC`.\n\nSecond paragraph."
+        );
+        assert_eq!(
+            prose("Kinds:\n- `a`\n- `b`\n1. one\nwrapped"),
+            "Kinds:\n- `a`\n- `b`\n1. one wrapped"
+        );
+        assert_eq!(prose("a list [`x`, `y`] stays"), "a list [`x`, `y`] stays");
+        assert_eq!(prose("unclosed [`x and ] ["), "unclosed [`x and ] [");
     }
 }
