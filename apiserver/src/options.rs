@@ -365,8 +365,23 @@ impl Server {
             .layer(self.authn.clone())
             .layer(self.authz.clone())
             .service(app);
+        let mut backoff = Duration::from_millis(5);
         loop {
-            let (tcp, peer) = self.listener.accept().await?;
+            let (tcp, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                // Out of file descriptors or memory, a connection reset before it was
+                // accepted: the listener itself is fine, so the server goes on (as Go's does).
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            backoff = Duration::from_millis(5);
+            // Watch events and HTTP/2 frames are small writes that must not wait for the
+            // peer's delayed ACK (Nagle). Go servers, kube-apiserver among them, do the same.
+            let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
             let app = app.clone();
             tokio::spawn(async move {

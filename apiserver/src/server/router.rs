@@ -109,36 +109,12 @@ fn etagged(headers: &HeaderMap, etag: &str, ct: &'static str, body: &[u8]) -> Re
     r
 }
 
+/// Query parameters, decoded as `application/x-www-form-urlencoded` (`+` is a space); a
+/// repeated key keeps its last value.
 fn query(q: Option<&str>) -> HashMap<String, String> {
-    let mut m = HashMap::new();
-    for pair in q.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        m.insert(decode(k), decode(v));
-    }
-    m
-}
-
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
 }
 
 async fn serve(State(st): State<Arc<AppState>>, req: Request) -> Response {

@@ -570,6 +570,8 @@ impl StandIn {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
+                // As kube-apiserver (Go) does: no Nagle delay on small writes.
+                let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let st = st.clone();
                 let mut stopped = stopped.clone();

@@ -107,6 +107,7 @@ pub async fn forward(
     let tcp = tokio::net::TcpStream::connect(backend.addr)
         .await
         .map_err(|e| unavailable(format!("error trying to reach service: {e}")))?;
+    let _ = tcp.set_nodelay(true);
     let name = ServerName::IpAddress(backend.addr.ip().into());
     let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
         .connect(name, tcp)
