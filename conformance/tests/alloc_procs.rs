@@ -4,6 +4,9 @@
 //! half-claimed address. Storage is checked afterwards by the invariant scanner
 //! (`alloc::scan::scan`).
 //!
+//! The last test is about the process itself: it keeps serving after running out of file
+//! descriptors.
+//!
 //! The binary is found next to the test executable (`<target>/debug/cozyplane-apiserver`) or
 //! through `COZYPLANE_APISERVER`; `make test-unit` builds it before `cargo test`.
 
@@ -66,7 +69,7 @@ impl Proc {
             .arg(format!("--write-kubeconfig={}", kubeconfig.display()))
             .arg(format!("--data-dir={}", data_dir.display()))
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
             .stderr(log);
         if let Some(u) = etcd_url {
             cmd.arg(format!("--etcd-servers={u}"));
@@ -438,4 +441,70 @@ async fn alloc_procs_04_controllers_survive_a_killed_process() {
         .await
         .expect("gw-b reconciled after the kill")
         .unwrap();
+}
+
+/// A server that runs out of file descriptors (EMFILE on `accept`) logs it, waits and accepts
+/// again once descriptors are free, instead of ending: Go servers, kube-apiserver among them,
+/// do the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_keeps_serving_after_running_out_of_file_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = Proc::start(dir.path(), None).await;
+    let vpcs: Api<VPC> = Api::namespaced(p.client.clone(), "default");
+    vpcs.create(&PostParams::default(), &vpc("before", &["10.1.0.0/16"]))
+        .await
+        .expect("serves before");
+    let pid = p.child.id();
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count);
+    let limit = fds() + 8;
+    let st = Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={limit}:{limit}"))
+        .status()
+        .expect("prlimit runs");
+    assert!(st.success(), "prlimit --pid {pid}");
+    let text = std::fs::read_to_string(&p.kubeconfig).unwrap();
+    let addr = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://"))
+        .expect("server URL in the kubeconfig")
+        .to_string();
+    // Connections the server accepts and then waits on for a TLS ClientHello: they hold its
+    // descriptors until dropped. The kernel's backlog takes the rest.
+    let hold: Vec<std::net::TcpStream> = (0..32)
+        .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    let log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log().contains("accept failed") {
+        assert!(
+            Instant::now() < deadline,
+            "the server never ran out of descriptors ({} open, limit {limit}):\n{}",
+            fds(),
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        p.child.try_wait().expect("wait").is_none(),
+        "the server ended on a failed accept:\n{}",
+        log()
+    );
+    drop(hold);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match vpcs
+            .create(&PostParams::default(), &vpc("after", &["10.2.0.0/16"]))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the server does not serve again: {e}\n{}",
+                log()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
