@@ -49,23 +49,19 @@ pub enum StartError {
     },
 }
 
-/// The Node's `spec.podCIDR`, once the API has it (kube-controller-manager assigns it
-/// shortly after the node registers; until then no pod can be wired anyway).
-async fn wait_for_block(api: &api::ApiClients) -> ipam::Block {
+/// Calls `f` once a second until it succeeds, logging every tenth failure: for start-up
+/// steps that wait on the API (the Node's podCIDR, the Node announcement).
+async fn each_second_until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let mut tries = 0u32;
     loop {
-        match api.node_block().await {
-            Ok(Some(b)) => {
-                tracing::info!(block = %b, "fabric block from the Node's spec.podCIDR");
-                return b;
-            }
-            Ok(None) if tries.is_multiple_of(10) => {
-                tracing::warn!(node = %api.node, "waiting for the Node's spec.podCIDR");
-            }
-            Err(e) if tries.is_multiple_of(10) => {
-                tracing::warn!(node = %api.node, "waiting for the Node: {e}");
-            }
-            _ => {}
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if tries.is_multiple_of(10) => tracing::warn!("{what}: {e}"),
+            Err(_) => {}
         }
         tries += 1;
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -108,7 +104,18 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     };
     let block = match (cfg.fabric_block, &api) {
         (Some(b), _) => b,
-        (None, Some(api)) => wait_for_block(api).await,
+        // kube-controller-manager assigns it shortly after the node registers; until then
+        // no pod can be wired anyway.
+        (None, Some(api)) => {
+            let b = each_second_until("waiting for the Node's spec.podCIDR", || async {
+                api.node_block()
+                    .await?
+                    .ok_or_else(|| format!("Node {} has no spec.podCIDR yet", api.node))
+            })
+            .await;
+            tracing::info!(block = %b, "fabric block from the Node's spec.podCIDR");
+            b
+        }
         (None, None) => {
             return Err(StartError::Api(
                 "--fabric-block is required without an API (else it is the Node's spec.podCIDR)".into(),
@@ -123,14 +130,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         // Others route to this node's block once it is announced; retried until it is.
         let announcer = api.clone();
         tokio::spawn(async move {
-            let mut tries = 0u32;
-            while let Err(e) = announcer.announce(block).await {
-                if tries.is_multiple_of(10) {
-                    tracing::warn!("announcing the fabric block on the Node: {e}");
-                }
-                tries += 1;
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
+            each_second_until("announcing the fabric block on the Node", || {
+                announcer.announce(block)
+            })
+            .await;
             tracing::info!(%block, tunnel_ip = %announcer.node_ip, "announced on the Node");
         });
         let routes = watch::HostRoutes {

@@ -23,7 +23,7 @@
 //! them listed completely (blocks: Nodes; VPC nets: Ports and VPCs), so a restart first
 //! adopts whatever is pinned and removes only what the API no longer has.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
@@ -380,6 +380,26 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     }
 }
 
+/// What turns `applied` into `want`: the entries to write (new or changed) and the ones to
+/// remove, which only `prunable` keys are (an owner's list has not completed otherwise).
+fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
+    want: &HashMap<K, V>,
+    applied: &HashMap<K, V>,
+    prunable: impl Fn(&K) -> bool,
+) -> (Vec<(K, V)>, Vec<K>) {
+    let write = want
+        .iter()
+        .filter(|(k, v)| applied.get(k) != Some(v))
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    let remove = applied
+        .keys()
+        .filter(|k| !want.contains_key(k) && prunable(k))
+        .copied()
+        .collect();
+    (write, remove)
+}
+
 fn sync_blocks(
     pin_dir: &Path,
     want: &HashMap<Block, Ipv4Addr>,
@@ -390,25 +410,16 @@ fn sync_blocks(
         tracing::warn!("sdn_node_blocks is not pinned under {}", pin_dir.display());
         return;
     };
-    for (b, node) in want {
-        if applied.get(b) != Some(node) {
-            match map.upsert((IpAddr::V4(b.0), b.1), IpAddr::V4(*node)) {
-                Ok(()) => {
-                    applied.insert(*b, *node);
-                }
-                Err(e) => tracing::warn!(block = %format!("{}/{}", b.0, b.1), "sdn_node_blocks upsert: {e}"),
+    let (write, remove) = plan(want, applied, |_| synced);
+    for (b, node) in write {
+        match map.upsert((IpAddr::V4(b.0), b.1), IpAddr::V4(node)) {
+            Ok(()) => {
+                applied.insert(b, node);
             }
+            Err(e) => tracing::warn!(block = %format!("{}/{}", b.0, b.1), "sdn_node_blocks upsert: {e}"),
         }
     }
-    if !synced {
-        return;
-    }
-    let stale: Vec<Block> = applied
-        .keys()
-        .filter(|b| !want.contains_key(b))
-        .copied()
-        .collect();
-    for b in stale {
+    for b in remove {
         if map.remove((IpAddr::V4(b.0), b.1)).is_ok() {
             applied.remove(&b);
         }
@@ -425,24 +436,18 @@ fn sync_remotes(
         tracing::warn!("sdn_remotes is not pinned under {}", pin_dir.display());
         return;
     };
+    let (write, remove) = plan(want, applied, |k| prunable(k.0));
     let mut changed = 0usize;
-    for (k, node) in want {
-        if applied.get(k) != Some(node) {
-            match map.upsert(k.0, k.1, *node) {
-                Ok(()) => {
-                    applied.insert(*k, *node);
-                    changed += 1;
-                }
-                Err(e) => tracing::warn!(net = k.0, ip = %k.1, "sdn_remotes upsert: {e}"),
+    for (k, node) in write {
+        match map.upsert(k.0, k.1, node) {
+            Ok(()) => {
+                applied.insert(k, node);
+                changed += 1;
             }
+            Err(e) => tracing::warn!(net = k.0, ip = %k.1, "sdn_remotes upsert: {e}"),
         }
     }
-    let stale: HashSet<Key> = applied
-        .keys()
-        .filter(|k| !want.contains_key(k) && prunable(k.0))
-        .copied()
-        .collect();
-    for k in stale {
+    for k in remove {
         if map.remove(k.0, k.1).is_ok() {
             applied.remove(&k);
             changed += 1;
@@ -463,22 +468,16 @@ async fn sync_routes(
     routed: &mut HashMap<Block, Ipv4Addr>,
     synced: bool,
 ) {
-    for (b, node) in want {
-        if routed.get(b) == Some(node) {
-            continue;
-        }
-        match nd.remote_block_route(tunnel, *b, vni, *node).await {
+    let (write, remove) = plan(want, routed, |_| synced);
+    for (b, node) in write {
+        match nd.remote_block_route(tunnel, b, vni, node).await {
             Ok(()) => {
-                routed.insert(*b, *node);
+                routed.insert(b, node);
             }
             Err(e) => tracing::warn!("{e}"),
         }
     }
-    if !synced {
-        return;
-    }
-    let stale: Vec<Block> = routed.keys().filter(|b| !want.contains_key(b)).copied().collect();
-    for b in stale {
+    for b in remove {
         match nd.remove_remote_block_route(tunnel, b).await {
             Ok(()) => {
                 routed.remove(&b);
@@ -491,6 +490,22 @@ async fn sync_routes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_writes_what_differs_and_removes_only_what_may_be_pruned() {
+        let applied = HashMap::from([(1u32, 'a'), (2, 'b'), (3, 'c'), (4, 'd')]);
+        let want = HashMap::from([(1u32, 'a'), (2, 'x'), (5, 'e')]);
+        let (mut write, mut remove) = plan(&want, &applied, |k| *k != 4);
+        write.sort_unstable();
+        remove.sort_unstable();
+        assert_eq!(write, vec![(2, 'x'), (5, 'e')], "changed and new entries");
+        assert_eq!(remove, vec![3], "stale and prunable only");
+        let (_, remove) = plan(&want, &applied, |_| false);
+        assert!(
+            remove.is_empty(),
+            "nothing is removed before the owner's list completed"
+        );
+    }
 
     #[test]
     fn blocks_of_other_nodes_with_an_address_only() {
