@@ -71,6 +71,28 @@ async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
     ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
 }
 
+/// A VPC pod on n1 whose ADD must fail: the CNI error, once checked that nothing was wired.
+async fn refused_add(cp: &Cp, lab: &Lab, (ns, name): (&str, &str), vpc: &str) -> serde_json::Value {
+    create_pod(cp, lab, 0, ns, name, Some(vpc)).await;
+    let pns = Netns::new("p");
+    let n1 = &lab.nodes[0];
+    let (code, v) = invoke_cni(
+        n1,
+        "ADD",
+        &format!("{ns}-{name}"),
+        &pns.path(),
+        (ns, name),
+        &n1.conf(),
+    );
+    assert_ne!(code, 0, "ADD {ns}/{name} must fail: {v}");
+    let links = pns.ip_ok(&["-o", "link"]);
+    assert!(
+        !links.contains("eth0"),
+        "nothing was wired for {ns}/{name}: {links}"
+    );
+    v
+}
+
 /// The value of one sample (`name{labels}` exactly as exposed) in Prometheus text; 0 if absent.
 fn metric(text: &str, sample: &str) -> f64 {
     text.lines()
@@ -452,21 +474,9 @@ async fn body(lab: &mut Lab) {
         )
         .await
         .unwrap();
-        create_pod(&cp, lab, 0, "t3", "intruder", Some("t1/blue")).await;
-        let pns = Netns::new("p");
-        let (code, v) = invoke_cni(
-            n1,
-            "ADD",
-            "t3-intruder",
-            &pns.path(),
-            ("t3", "intruder"),
-            &n1.conf(),
-        );
-        assert_ne!(code, 0, "{v}");
+        let v = refused_add(&cp, lab, ("t3", "intruder"), "t1/blue").await;
         assert_eq!(v["code"], 102, "{v}");
         assert!(v["msg"].as_str().unwrap().contains("no VPCBinding"), "{v}");
-        let links = pns.ip_ok(&["-o", "link"]);
-        assert!(!links.contains("eth0"), "nothing was wired: {links}");
         eprintln!("PASS a pod without a VPCBinding fails ADD: {}", v["msg"]);
     }
 
@@ -590,23 +600,11 @@ async fn body(lab: &mut Lab) {
             "n2 -> net-0 pod on n1 without our API"
         );
         assert!(blue1.ns.ping(b3, 3, 3), "VPC pods keep talking without our API");
-        create_pod(&cp, lab, 0, "t1", "blue-early", Some("blue")).await;
-        let pns = Netns::new("p");
-        let (code, v) = invoke_cni(
-            n1,
-            "ADD",
-            "t1-blue-early",
-            &pns.path(),
-            ("t1", "blue-early"),
-            &n1.conf(),
-        );
-        assert_ne!(code, 0, "{v}");
+        let v = refused_add(&cp, lab, ("t1", "blue-early"), "blue").await;
         assert_eq!(
             v["code"], 11,
             "a VPC ADD without our API is 'try again later': {v}"
         );
-        let links = pns.ip_ok(&["-o", "link"]);
-        assert!(!links.contains("eth0"), "nothing was wired: {links}");
         eprintln!(
             "PASS net 0 works with only the kube API; a VPC ADD waits for ours ({})",
             v["msg"]
