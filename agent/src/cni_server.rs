@@ -787,7 +787,9 @@ impl AgentState {
                 ep.ifindex, hl.index
             )));
         }
-        let pod = netdev::inspect_pod(&env.netns, &env.ifname)
+        let pod = self
+            .netdev
+            .inspect_pod(&env.netns, &env.ifname)
             .await
             .map_err(|e| internal("inspecting the pod netns", e))?
             .ok_or_else(|| fail(format!("{} is missing in {}", env.ifname, env.netns)))?;

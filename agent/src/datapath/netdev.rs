@@ -6,13 +6,21 @@
 //! /32 route and a permanent neighbour entry per pod, so the host stack (and net-0
 //! traffic it forwards) reaches the pod without ARP.
 //!
-//! Work inside a pod's netns runs on a fresh OS thread that `setns`es into it and opens
-//! its own netlink socket there: a netlink socket talks to the netns it was created in,
-//! and setns affects only the calling thread, so the thread is discarded afterwards.
+//! Work inside a pod's netns goes through a netlink socket created there: a netlink socket
+//! talks to the netns it was created in, and `setns` moves only the calling thread, so one
+//! long-lived thread per agent ([`NetnsOpener`]) enters the pod's netns, opens the socket
+//! (registered with the agent's runtime) and returns home. The requests themselves then run
+//! on the agent's runtime like any other: no thread, runtime or netns switch per request.
+//!
+//! Requests that take RTNL (the kernel's one lock for link, address, route and neighbour
+//! changes) take an async turn first ([`NetDev::rtnl`]): with many pods added at once, the
+//! kernel's mutex lets waiters spin on a CPU while the holder runs on the other, which on a
+//! small node is CPU the plugin and the pods' probes need.
 
 use std::fs::File;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, OnceLock, mpsc};
 
 use futures::TryStreamExt as _;
 use netlink_packet_route::address::AddressAttribute;
@@ -116,6 +124,8 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 #[derive(Clone, Debug)]
 pub struct NetDev {
     h: Handle,
+    /// Started on first use (most agents' second `NetDev`, the watch's, never needs it).
+    opener: Arc<OnceLock<Result<NetnsOpener, String>>>,
 }
 
 impl NetDev {
@@ -126,7 +136,18 @@ impl NetDev {
             source,
         })?;
         tokio::spawn(conn);
-        Ok(Self { h })
+        Ok(Self {
+            h,
+            opener: Arc::default(),
+        })
+    }
+
+    /// Runs one RTNL-taking request in its turn (one at a time per agent, as RTNL is one
+    /// lock for the whole kernel).
+    async fn rtnl<T>(&self, request: impl Future<Output = T>) -> T {
+        static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _turn = TURNS.lock().await;
+        request.await
     }
 
     /// The link called `name`, if it exists.
@@ -219,7 +240,7 @@ impl NetDev {
         let Some(l) = self.link(name).await? else {
             return Ok(false);
         };
-        match self.h.link().del(l.index).execute().await {
+        match self.rtnl(self.h.link().del(l.index).execute()).await {
             Ok(()) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(nl(format!("delete {name}"))(e)),
@@ -263,43 +284,39 @@ impl NetDev {
             .up()
             .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
             .build();
-        self.h
-            .link()
-            .add(msg)
-            .execute()
+        self.rtnl(self.h.link().add(msg).execute())
             .await
             .map_err(nl(format!("create veth {host} with {ifname} in {netns}")))?;
 
         let ifname_owned = ifname.to_string();
-        let pod_mac = in_netns(netns, move |h| async move {
-            let l = link_by_name(&h, &ifname_owned)
-                .await?
-                .ok_or_else(|| NetdevError::Missing(format!("{ifname_owned} not in the pod netns")))?;
-            h.link()
-                .set(LinkUnspec::new_with_index(l.index).up().build())
-                .execute()
+        let pod_mac = self
+            .in_netns(netns, move |h, this| async move {
+                let l = link_by_name(&h, &ifname_owned)
+                    .await?
+                    .ok_or_else(|| NetdevError::Missing(format!("{ifname_owned} not in the pod netns")))?;
+                this.rtnl(
+                    h.link()
+                        .set(LinkUnspec::new_with_index(l.index).up().build())
+                        .execute(),
+                )
                 .await
                 .map_err(nl(format!("up {ifname_owned}")))?;
-            h.address()
-                .add(l.index, IpAddr::V4(ip), 32)
-                .execute()
-                .await
-                .map_err(nl(format!("address {ip}/32")))?;
-            // `onlink`: the gateway needs no route of its own to be reachable on eth0
-            // (one RTNL round trip fewer per pod than an extra /32 route).
-            let mut default = RouteMessageBuilder::<Ipv4Addr>::new()
-                .gateway(GATEWAY)
-                .output_interface(l.index)
-                .build();
-            default.header.flags |= RouteFlags::Onlink;
-            h.route()
-                .add(default)
-                .execute()
-                .await
-                .map_err(nl("default route"))?;
-            Ok(l.mac)
-        })
-        .await?;
+                this.rtnl(h.address().add(l.index, IpAddr::V4(ip), 32).execute())
+                    .await
+                    .map_err(nl(format!("address {ip}/32")))?;
+                // `onlink`: the gateway needs no route of its own to be reachable on eth0
+                // (one RTNL round trip fewer per pod than an extra /32 route).
+                let mut default = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .gateway(GATEWAY)
+                    .output_interface(l.index)
+                    .build();
+                default.header.flags |= RouteFlags::Onlink;
+                this.rtnl(h.route().add(default).execute())
+                    .await
+                    .map_err(nl("default route"))?;
+                Ok(l.mac)
+            })
+            .await?;
 
         let host_link = self
             .link(host)
@@ -365,29 +382,119 @@ impl NetDev {
         ip: Ipv4Addr,
         pod_mac: [u8; 6],
     ) -> Result<(), NetdevError> {
-        self.h
-            .route()
-            .add(
-                RouteMessageBuilder::<Ipv4Addr>::new()
-                    .destination_prefix(ip, 32)
-                    .output_interface(index)
-                    .scope(RouteScope::Link)
-                    .build(),
-            )
-            .replace()
-            .execute()
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(ip, 32)
+            .output_interface(index)
+            .scope(RouteScope::Link)
+            .build();
+        self.rtnl(self.h.route().add(route).replace().execute())
             .await
             .map_err(nl(format!("host route {ip}/32")))?;
-        self.h
-            .neighbours()
-            .add(index, IpAddr::V4(ip))
-            .link_layer_address(&pod_mac)
-            .state(NeighbourState::Permanent)
-            .replace()
-            .execute()
-            .await
-            .map_err(nl(format!("neighbour {ip}")))
+        self.rtnl(
+            self.h
+                .neighbours()
+                .add(index, IpAddr::V4(ip))
+                .link_layer_address(&pod_mac)
+                .state(NeighbourState::Permanent)
+                .replace()
+                .execute(),
+        )
+        .await
+        .map_err(nl(format!("neighbour {ip}")))
     }
+
+    /// Look at `ifname` inside `netns`; `None` if it does not exist.
+    pub async fn inspect_pod(&self, netns: &str, ifname: &str) -> Result<Option<PodSide>, NetdevError> {
+        let ifname = ifname.to_string();
+        self.in_netns(netns, move |h, _| async move {
+            let Some(link) = link_by_name(&h, &ifname).await? else {
+                return Ok(None);
+            };
+            let mut addrs = Vec::new();
+            let mut s = h.address().get().set_link_index_filter(link.index).execute();
+            while let Some(m) = s.try_next().await.map_err(nl("list addresses"))? {
+                for a in &m.attributes {
+                    if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
+                        addrs.push((*v4, m.header.prefix_len));
+                    }
+                }
+            }
+            Ok(Some(PodSide { link, addrs }))
+        })
+        .await
+    }
+
+    /// Runs `f` with a netlink handle inside the netns at `path` (and this `NetDev`, for
+    /// its RTNL turns), on the agent's runtime.
+    pub async fn in_netns<F, Fut, T>(&self, path: &str, f: F) -> Result<T, NetdevError>
+    where
+        F: FnOnce(Handle, NetDev) -> Fut,
+        Fut: Future<Output = Result<T, NetdevError>>,
+    {
+        let opener = self
+            .opener
+            .get_or_init(|| NetnsOpener::start().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| NetdevError::Missing(format!("netns opener: {e}")))?;
+        let (conn, h) = opener.open(path).await?;
+        let conn = tokio::spawn(conn);
+        let res = f(h, self.clone()).await;
+        // The connection would end once its handles are gone; no need to wait for that.
+        conn.abort();
+        res
+    }
+}
+
+type Connection = rtnetlink::proto::Connection<netlink_packet_route::RouteNetlinkMessage>;
+type Opened = Result<(Connection, Handle), NetdevError>;
+
+/// The one thread that changes netns: it opens netlink connections inside other network
+/// namespaces and is back in the agent's own before it takes the next request, so no runtime
+/// worker ever leaves the node's netns.
+#[derive(Debug)]
+struct NetnsOpener {
+    requests: mpsc::Sender<(String, tokio::sync::oneshot::Sender<Opened>)>,
+}
+
+impl NetnsOpener {
+    /// Must run inside the agent's runtime: the sockets it opens are registered with it.
+    fn start() -> std::io::Result<Self> {
+        let home = File::open("/proc/thread-self/ns/net")?;
+        let runtime = tokio::runtime::Handle::current();
+        let (requests, rx) = mpsc::channel::<(String, tokio::sync::oneshot::Sender<Opened>)>();
+        std::thread::Builder::new()
+            .name("cozyplane-netns".into())
+            .spawn(move || {
+                let _runtime = runtime.enter();
+                for (path, reply) in rx {
+                    let _ = reply.send(open_in(&path, &home));
+                }
+            })?;
+        Ok(Self { requests })
+    }
+
+    async fn open(&self, path: &str) -> Opened {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.requests
+            .send((path.to_string(), tx))
+            .map_err(|_| NetdevError::Missing("netns opener thread is gone".into()))?;
+        rx.await
+            .map_err(|_| NetdevError::Missing("netns opener thread is gone".into()))?
+    }
+}
+
+fn open_in(path: &str, home: &File) -> Opened {
+    let io = |what: String| move |source| NetdevError::Io { what, source };
+    let ns = File::open(path).map_err(io(format!("open netns {path}")))?;
+    setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| io(format!("setns {path}"))(e.into()))?;
+    let opened = new_connection();
+    if let Err(e) = setns(home, CloneFlags::CLONE_NEWNET) {
+        // Every later socket would land in a pod's netns: stop rather than misconfigure.
+        tracing::error!("cannot return to the agent's netns from {path}: {e}");
+        std::process::abort();
+    }
+    let (conn, h, _) = opened.map_err(io("netlink socket in netns".into()))?;
+    Ok((conn, h))
 }
 
 /// What CHECK finds inside the pod.
@@ -399,27 +506,6 @@ pub struct PodSide {
     pub addrs: Vec<(Ipv4Addr, u8)>,
 }
 
-/// Look at `ifname` inside `netns`; `None` if it does not exist.
-pub async fn inspect_pod(netns: &str, ifname: &str) -> Result<Option<PodSide>, NetdevError> {
-    let ifname = ifname.to_string();
-    in_netns(netns, move |h| async move {
-        let Some(link) = link_by_name(&h, &ifname).await? else {
-            return Ok(None);
-        };
-        let mut addrs = Vec::new();
-        let mut s = h.address().get().set_link_index_filter(link.index).execute();
-        while let Some(m) = s.try_next().await.map_err(nl("list addresses"))? {
-            for a in &m.attributes {
-                if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
-                    addrs.push((*v4, m.header.prefix_len));
-                }
-            }
-        }
-        Ok(Some(PodSide { link, addrs }))
-    })
-    .await
-}
-
 async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkInfo>, NetdevError> {
     let mut s = h.link().get().match_name(name.to_string()).execute();
     match s.try_next().await {
@@ -427,44 +513,6 @@ async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkInfo>, Netdev
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(nl(format!("get link {name}"))(e)),
     }
-}
-
-/// Run `f` with a netlink handle inside the netns at `path`, on a dedicated thread.
-pub async fn in_netns<F, Fut, T>(path: &str, f: F) -> Result<T, NetdevError>
-where
-    F: FnOnce(Handle) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, NetdevError>>,
-    T: Send + 'static,
-{
-    let path = path.to_string();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    // A fresh thread, never a pooled one: after setns it belongs to the pod's netns and
-    // must not run anything else.
-    std::thread::Builder::new()
-        .name("cozyplane-netns".into())
-        .spawn(move || {
-            let res = (|| {
-                let io = |what: String| move |source| NetdevError::Io { what, source };
-                let ns = File::open(&path).map_err(io(format!("open netns {path}")))?;
-                setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| io(format!("setns {path}"))(e.into()))?;
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(io("runtime".into()))?;
-                rt.block_on(async move {
-                    let (conn, h, _) = new_connection().map_err(io("netlink socket in netns".into()))?;
-                    tokio::spawn(conn);
-                    f(h).await
-                })
-            })();
-            let _ = tx.send(res);
-        })
-        .map_err(|source| NetdevError::Io {
-            what: "spawn netns thread".into(),
-            source,
-        })?;
-    rx.await
-        .map_err(|_| NetdevError::Missing("netns thread died".into()))?
 }
 
 #[cfg(test)]
