@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use cozyplane_apis::v1alpha1::{VPC, VPCBinding};
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{Lab, Netns, Node, bin_dir, invoke_cni, result_ip, run_in};
+use cozyplane_lab::{Lab, Netns, Node, bin_dir, enter, exec_plugin, invoke_cni, result_ip, run_in};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -85,7 +85,7 @@ fn main() {
                 .expect("client"),
                 sdn: server.client().await,
                 h: h.clone(),
-                status_turns: tokio::sync::Semaphore::new(4),
+                status_turns: std::sync::Arc::new(tokio::sync::Semaphore::new(4)),
             }
         });
         for n in &lab.nodes {
@@ -106,7 +106,7 @@ struct Cp {
     /// kubelet sends its status patches over one HTTP/2 connection; kube-rs speaks HTTP/1.1
     /// and would open (and pay a TLS handshake for) one connection per patch in flight, a
     /// cost kubelet does not have. A few turns keep the pool to a few warm connections.
-    status_turns: tokio::sync::Semaphore,
+    status_turns: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Cp {
@@ -129,16 +129,19 @@ impl Cp {
             .expect("create pod");
     }
 
-    fn patch_status(&self, node: &Node, ns: &str, name: &str, ip: Ipv4Addr) {
+    /// kubelet's status patch, as a task on the control plane's runtime (kubelet's are
+    /// goroutines on its one connection, not threads of their own).
+    fn patch_status(&self, node: &Node, ns: &str, name: &str, ip: Ipv4Addr) -> tokio::task::JoinHandle<()> {
         let status = json!({ "status": { "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
             "hostIP": node.ip.to_string(), "phase": "Running" } });
-        self.block(async {
-            let _turn = self.status_turns.acquire().await.expect("never closed");
-            Api::<Pod>::namespaced(self.kube.clone(), ns)
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        let (pods, name) = (Api::<Pod>::namespaced(self.kube.clone(), ns), name.to_string());
+        let turns = self.status_turns.clone();
+        self.h.spawn(async move {
+            let _turn = turns.acquire().await.expect("never closed");
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
+                .expect("patch status");
         })
-        .expect("patch status");
     }
 
     fn vpc_ip(&self, ns: &str, name: &str) -> Ipv4Addr {
@@ -228,36 +231,41 @@ fn echo_server(netns: &str) {
     rx.recv().expect("echo server");
 }
 
-/// From inside `netns`: one datagram per destination per millisecond until each echoed.
-/// Returns the time from `t0` to the first echo of each destination (None: 10 s passed).
+/// [`probe_here`] from inside `netns`, on a thread of its own.
 fn probe(netns: &str, peers: Vec<Ipv4Addr>, t0: Instant) -> Vec<Option<Duration>> {
-    in_ns(netns, move || {
-        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind probe");
-        s.set_read_timeout(Some(Duration::from_millis(1)))
-            .expect("timeout");
-        let mut got: Vec<Option<Duration>> = vec![None; peers.len()];
-        let mut buf = [0u8; 64];
-        while got.iter().any(Option::is_none) && t0.elapsed() < Duration::from_secs(10) {
-            for (i, p) in peers.iter().enumerate() {
-                if got[i].is_none() {
-                    let _ = s.send_to(&[u8::try_from(i).unwrap_or(0)], SocketAddr::from((*p, ECHO_PORT)));
-                }
-            }
-            while let Ok((n, _)) = s.recv_from(&mut buf) {
-                if let Some(slot) = got.get_mut(usize::from(buf[0])).filter(|_| n > 0) {
-                    slot.get_or_insert_with(|| t0.elapsed());
-                }
-            }
-        }
-        got
-    })
+    in_ns(netns, move || probe_here(&peers, t0))
 }
 
-/// The pod object and its sandbox netns must already exist (the runtime makes the netns before
-/// it calls CNI). ADD (timed), then kubelet's status patch in parallel with the probe.
+/// From the calling thread's netns: one datagram per destination per millisecond until each
+/// echoed. Returns the time from `t0` to the first echo of each destination (None: 10 s passed).
+fn probe_here(peers: &[Ipv4Addr], t0: Instant) -> Vec<Option<Duration>> {
+    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("bind probe");
+    s.set_read_timeout(Some(Duration::from_millis(1)))
+        .expect("timeout");
+    let mut got: Vec<Option<Duration>> = vec![None; peers.len()];
+    let mut buf = [0u8; 64];
+    while got.iter().any(Option::is_none) && t0.elapsed() < Duration::from_secs(10) {
+        for (i, p) in peers.iter().enumerate() {
+            if got[i].is_none() {
+                let _ = s.send_to(&[u8::try_from(i).unwrap_or(0)], SocketAddr::from((*p, ECHO_PORT)));
+            }
+        }
+        while let Ok((n, _)) = s.recv_from(&mut buf) {
+            if let Some(slot) = got.get_mut(usize::from(buf[0])).filter(|_| n > 0) {
+                slot.get_or_insert_with(|| t0.elapsed());
+            }
+        }
+    }
+    got
+}
+
+/// Runs on a thread of its own that stands for the node's kubelet: it enters the node's
+/// netns, execs the plugin from there as kubelet does, then moves into the pod's netns to probe
+/// (so the thread is spent). The pod object and its sandbox netns must already exist (the
+/// runtime makes the netns before it calls CNI). ADD (timed), then kubelet's status patch
+/// alongside the probe. `ready` is passed once the thread is in place, before the ADD.
 fn wire(
-    cp: &Cp,
-    lab: &Lab,
+    (cp, lab, ready): (&Cp, &Lab, impl FnOnce()),
     (node, netns): (usize, Netns),
     ns: &str,
     name: &str,
@@ -265,17 +273,18 @@ fn wire(
 ) -> (BPod, Sample) {
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];
+    let (plugin, conf) = (bin_dir().join("cozyplane-cni"), n.conf());
+    enter(&n.ns);
+    ready();
     let t0 = Instant::now();
-    let (code, result) = invoke_cni(n, "ADD", &cid, &netns.path(), (ns, name), &n.conf());
+    let (code, result) = exec_plugin(&plugin, "ADD", &cid, (&netns.path(), (ns, name)), &conf);
     let add = t0.elapsed();
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}");
     let fabric = result_ip(&result).expect("result ip");
-    let path = netns.path();
-    let peers = peers.to_vec();
-    let first = std::thread::scope(|s| {
-        s.spawn(|| cp.patch_status(n, ns, name, fabric));
-        probe(&path, peers, t0)
-    });
+    let status = cp.patch_status(n, ns, name, fabric);
+    enter(&netns);
+    let first = probe_here(peers, t0);
+    cp.block(status).expect("status patch task");
     let pod = BPod {
         node,
         ns_name: ns.into(),
@@ -338,17 +347,26 @@ fn latency(
                 .map(|(name, netns)| {
                     let go = &go;
                     s.spawn(move || {
-                        go.wait();
-                        wire(cp, lab, (0, netns), ns, name, peers)
+                        wire(
+                            (cp, lab, || {
+                                go.wait();
+                            }),
+                            (0, netns),
+                            ns,
+                            name,
+                            peers,
+                        )
                     })
                 })
                 .collect();
+            let profile = Profile::start(label);
             let before = CpuTime::now(lab);
             let started = Instant::now();
             go.wait();
             let got = hs.into_iter().map(|h| h.join().expect("wire")).collect();
             wall += started.elapsed();
             cpu += CpuTime::now(lab) - before;
+            drop(profile);
             got
         });
         out.extend(got);
@@ -395,6 +413,39 @@ fn latency(
             s.spawn(move || part.iter().for_each(|(p, _)| p.del(lab)));
         }
     });
+}
+
+/// `DATAPATH_PROFILE=<dir>`: a system-wide `perf record -g` of each batch (only the ADDs and
+/// their probes, not the lab's set-up) to `<dir>/<run>.data`, for `perf report -i`. The
+/// figures of a profiled run carry perf's own cost; take them from an unprofiled one.
+struct Profile(Option<std::process::Child>);
+
+impl Profile {
+    fn start(label: &str) -> Self {
+        let Ok(dir) = std::env::var("DATAPATH_PROFILE") else {
+            return Self(None);
+        };
+        let out = std::path::Path::new(&dir).join(format!("{label}.data"));
+        let child = Command::new("perf")
+            .args(["record", "-F", "4999", "-a", "-g", "-q", "-o"])
+            .arg(&out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("perf record (linux-perf)");
+        // perf needs a moment to open its events on every CPU before the batch starts.
+        std::thread::sleep(Duration::from_millis(500));
+        Self(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+            let _ = child.wait();
+        }
+    }
 }
 
 /// Busy CPU time summed over all cores (user, nice, system, irq, softirq: everything but
@@ -527,7 +578,11 @@ fn print_steps(label: &str, log: &str) {
 fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> (BPod, Ipv4Addr) {
     cp.create_pod(&lab.nodes[node], ns, name, vpc);
     std::thread::sleep(Duration::from_millis(200));
-    let (p, _) = wire(cp, lab, (node, Netns::new("b")), ns, name, &[]);
+    let (p, _) = std::thread::scope(|s| {
+        s.spawn(|| wire((cp, lab, || {}), (node, Netns::new("b")), ns, name, &[]))
+            .join()
+            .expect("wire")
+    });
     let ip = if vpc.is_some() {
         cp.vpc_ip(ns, name)
     } else {
@@ -682,30 +737,39 @@ fn body(cp: &Cp, lab: &Lab) {
         assert!(r[0].is_some(), "peer {} cannot reach {ip}", p.name);
     }
 
-    // `DATAPATH_BENCH=throughput` or `=latency` runs only that part (for iterating).
+    // `DATAPATH_BENCH=throughput`, `=latency` or `=concurrent` (the two 50-at-once latency
+    // runs) runs only that part (for iterating).
     let only = std::env::var("DATAPATH_BENCH").unwrap_or_default();
     if only != "throughput" {
-        latency_table(cp, lab, [d1bip, d2ip], [v1bip, v2ip]);
+        latency_table(cp, lab, [d1bip, d2ip], [v1bip, v2ip], only == "concurrent");
     }
     println!("load average after latency: {}", load().trim());
-    if only != "latency" {
+    if only.is_empty() || only == "throughput" {
         throughput(lab, [&d1, &d1b, &d2, &v1, &v1b, &v2], [d1bip, d2ip, v1bip, v2ip]);
     }
     println!("load average at end: {}", load().trim());
     drop((d1, d1b, d2, v1, v1b, v2));
 }
 
-fn latency_table(cp: &Cp, lab: &Lab, [d1bip, d2ip]: [Ipv4Addr; 2], [v1bip, v2ip]: [Ipv4Addr; 2]) {
+fn latency_table(
+    cp: &Cp,
+    lab: &Lab,
+    [d1bip, d2ip]: [Ipv4Addr; 2],
+    [v1bip, v2ip]: [Ipv4Addr; 2],
+    concurrent_only: bool,
+) {
     println!("\n| run | measure | n | p50 ms | p99 ms | max ms | no reply |");
     println!("|---|---|---|---|---|---|---|");
-    latency(
-        cp,
-        lab,
-        "net0-seq",
-        ("default", None),
-        &[d1bip, d2ip],
-        (SEQUENTIAL, 1),
-    );
+    if !concurrent_only {
+        latency(
+            cp,
+            lab,
+            "net0-seq",
+            ("default", None),
+            &[d1bip, d2ip],
+            (SEQUENTIAL, 1),
+        );
+    }
     latency(
         cp,
         lab,
@@ -714,14 +778,16 @@ fn latency_table(cp: &Cp, lab: &Lab, [d1bip, d2ip]: [Ipv4Addr; 2], [v1bip, v2ip]
         &[d1bip, d2ip],
         (CONCURRENT, CONCURRENT),
     );
-    latency(
-        cp,
-        lab,
-        "vpc-seq",
-        ("bench", Some("v")),
-        &[v1bip, v2ip],
-        (SEQUENTIAL, 1),
-    );
+    if !concurrent_only {
+        latency(
+            cp,
+            lab,
+            "vpc-seq",
+            ("bench", Some("v")),
+            &[v1bip, v2ip],
+            (SEQUENTIAL, 1),
+        );
+    }
     latency(
         cp,
         lab,

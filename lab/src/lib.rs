@@ -229,10 +229,9 @@ pub fn forward(netns: &str, listen: SocketAddr, target: SocketAddr) {
 
 /// Runs `f` on a thread inside `ns` (and everything it spawns: tokio workers, sockets).
 pub fn run_in<R: Send>(ns: &Netns, f: impl FnOnce() -> R + Send) -> R {
-    let file = File::open(ns.path()).expect("open netns");
     std::thread::scope(|s| {
         s.spawn(move || {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            enter(ns);
             f()
         })
         .join()
@@ -579,10 +578,26 @@ pub fn invoke_plugin(
     (netns, pod): (&str, (&str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
-    // Spawned from a thread inside the node's netns, as kubelet runs plugins in its own: one
-    // exec, the plugin itself.
-    let out = run_in(&node.ns, || {
-        let mut child = Command::new(plugin)
+    run_in(&node.ns, || exec_plugin(plugin, cmd, cid, (netns, pod), conf))
+}
+
+/// Moves the calling thread into `ns` for good (a thread that stands for a process living
+/// there, as kubelet lives in its node's netns); discard the thread afterwards.
+pub fn enter(ns: &Netns) {
+    let file = File::open(ns.path()).expect("open netns");
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+}
+
+/// Runs a CNI plugin from the calling thread, which must be in the node's netns ([`enter`]):
+/// one exec, the plugin itself, with the environment and stdin kubelet gives it.
+pub fn exec_plugin(
+    plugin: &Path,
+    cmd: &str,
+    cid: &str,
+    (netns, pod): (&str, (&str, &str)),
+    conf: &Value,
+) -> (i32, Value) {
+    let mut child = Command::new(plugin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", cmd)
@@ -602,14 +617,13 @@ pub fn invoke_plugin(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", plugin.display()));
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(conf.to_string().as_bytes())
-            .expect("write config");
-        child.wait_with_output().expect("cni output")
-    });
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(conf.to_string().as_bytes())
+        .expect("write config");
+    let out = child.wait_with_output().expect("cni output");
     let text = String::from_utf8_lossy(&out.stdout);
     let v = if text.trim().is_empty() {
         Value::Null
