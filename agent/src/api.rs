@@ -11,8 +11,9 @@
 //! The pod's namespace comes from `K8S_POD_NAMESPACE` in the CNI args: the runtime sets it,
 //! the pod cannot. The VPC it asks for is only a request; the binding decides.
 //!
-//! The grant and the VPC's VNI are read from the watch caches ([`Grants`]) first, so a VPC
-//! ADD normally costs one round trip (the Port create). Only a positive answer is taken
+//! The grant and the VPC's VNI are read from the watch caches ([`Grants`]) first, and the
+//! Port is normally made when the pod is scheduled here ([`crate::prepare`]), so a VPC ADD
+//! normally makes no round trip at all. Only a positive answer is taken
 //! from the cache: a miss (a binding created a moment ago, a VPC without a VNI yet) asks
 //! the API, which is authoritative. A binding deleted a moment ago may still grant for the
 //! watch's lag, as with any informer-driven Kubernetes component.
@@ -139,6 +140,8 @@ pub struct ApiClients {
     pub kube_turns: Arc<tokio::sync::Semaphore>,
     /// Turns for CNI-path calls to our API ([`CALLS_IN_FLIGHT`]).
     pub sdn_turns: Arc<tokio::sync::Semaphore>,
+    /// Ports made ahead of ADD ([`crate::prepare`]).
+    pub prepared: Arc<crate::prepare::Prepared>,
 }
 
 /// What the watches know of VPCBindings and VPCs.

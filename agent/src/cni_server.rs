@@ -2,8 +2,9 @@
 //! default network (net 0) and VPC attachments.
 //!
 //! A VPC pod gets a fabric address from the node block like any pod (reported as the pod
-//! IP, bridged by the datapath), plus a Port created through our API: the pod interface
-//! carries the Port's VPC address and MAC, a link-local default gateway and the VPC MTU.
+//! IP, bridged by the datapath), plus a Port of our API, normally made when the pod was
+//! scheduled to this node ([`crate::prepare`]): the pod interface carries the Port's VPC
+//! address and MAC, a link-local default gateway and the VPC MTU.
 //!
 //! Requests for different pods run in parallel; requests for the same attachment
 //! (container ID + interface) are serialized by a per-attachment lock, because the order
@@ -14,8 +15,9 @@
 //!
 //! Every ADD records how long each step took (`cozyplane_cni_add_step_seconds{step}` and
 //! the `steps` field of its log line): `read` (from the accept: the wait for a worker and
-//! the request), `resolve` (which network; VPC grant and VNI from the watch caches), `ipam`, `port` (the Port create: the one API round trip of a VPC ADD),
-//! `veth` (netlink, host and pod side), `attach` (program links), `maps`, `persist`.
+//! the request), `resolve` (which network; VPC grant and VNI from the watch caches), `ipam`,
+//! `port` (taking the Port made ahead, or making it: then the one API round trip of a VPC
+//! ADD), `veth` (netlink, host and pod side), `attach` (program links), `maps`, `persist`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -544,9 +546,10 @@ impl AgentState {
                     Some(prev) if prev.vni == v.vni => api.get_port(&prev.port).await?,
                     _ => None,
                 };
+                let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
                 let port = match existing {
                     Some(port) => port,
-                    None => api.create_port(v, &p.namespace, &p.name).await?,
+                    None => api.take_port(v, &p.namespace, &p.name, uid).await?,
                 };
                 let name = port.metadata.name.clone().unwrap_or_default();
                 let vip: Ipv4Addr = port.spec.ip.parse().map_err(|_| {
@@ -587,39 +590,22 @@ impl AgentState {
         let pod_ip = vpc_att.as_ref().map_or(ip, |v| v.ip);
 
         let setup = async {
-            let veth = async {
-                self.netdev
-                    .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
-                    .await
-                    .map_err(|e| match e {
-                        netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
-                            CniError::new(
-                                ErrorCode::UnknownContainer,
-                                "container netns not found",
-                                e.to_string(),
-                            )
-                        }
-                        e => internal("creating the pod interface failed", e),
-                    })
-            };
-            // The pod stamp is an API round trip that needs nothing from the veth (a VPC
-            // pod's MAC is the Port's), so it overlaps the netlink work.
-            let stamp = async {
-                let (Some(va), Some(mac), Some((api, _, p))) = (&vpc_att, vpc_mac, &vpc) else {
-                    return Ok(None);
-                };
-                let t = Instant::now();
-                api.stamp_pod(&p.namespace, &p.name, va.ip, &format_mac(mac))
-                    .await
-                    .map(|()| Some(t.elapsed()))
-            };
-            let (veth, stamped) = tokio::join!(veth, stamp);
-            let (hl, pod_mac) = veth?;
-            let stamped = stamped?;
+            // The pod was stamped with the Port's address and MAC when the Port was made.
+            let (hl, pod_mac) = self
+                .netdev
+                .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
+                .await
+                .map_err(|e| match e {
+                    netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
+                        CniError::new(
+                            ErrorCode::UnknownContainer,
+                            "container netns not found",
+                            e.to_string(),
+                        )
+                    }
+                    e => internal("creating the pod interface failed", e),
+                })?;
             steps.mark("veth");
-            if let Some(d) = stamped {
-                steps.done.push(("stamp", d));
-            }
             blocking(|| self.datapath().attach_pod(&host))
                 .map_err(|e| internal("attaching the datapath failed", e))?;
             steps.mark("attach");

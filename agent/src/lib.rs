@@ -18,6 +18,7 @@ pub mod config;
 pub mod datapath;
 pub mod ipam;
 pub mod metrics;
+pub mod prepare;
 pub mod watch;
 
 use std::sync::Arc;
@@ -99,6 +100,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
                 grants: Default::default(),
                 kube_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
                 sdn_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
+                prepared: Default::default(),
             })
         }
     };

@@ -324,7 +324,16 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         let res = match ev {
             Ev::Pod(r) => (*r).map(|e| {
                 let publish = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
+                match &e {
+                    Event::Apply(p) | Event::InitApply(p) => api.pod_seen(p),
+                    Event::Delete(p) => api.pod_gone(p),
+                    Event::Init | Event::InitDone => {}
+                }
+                let listed = matches!(e, Event::InitDone);
                 pod_cache.apply(e, pod_row, |p| name_of(&p.metadata));
+                if listed {
+                    api.pods_listed(|k| pod_cache.live.contains_key(k));
+                }
                 if publish && let Ok(mut m) = api.pods.write() {
                     m.clone_from(&pod_cache.live);
                 }
