@@ -114,7 +114,8 @@ impl Cp {
         self.h.block_on(f)
     }
 
-    fn create_pod(&self, node: &Node, ns: &str, name: &str, vpc: Option<&str>) {
+    /// Creates the Pod object; its `metadata.uid`.
+    fn create_pod(&self, node: &Node, ns: &str, name: &str, vpc: Option<&str>) -> String {
         let mut ann = serde_json::Map::new();
         if let Some(v) = vpc {
             ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
@@ -126,7 +127,10 @@ impl Cp {
         }))
         .expect("pod");
         self.block(Api::<Pod>::namespaced(self.kube.clone(), ns).create(&PostParams::default(), &pod))
-            .expect("create pod");
+            .expect("create pod")
+            .metadata
+            .uid
+            .expect("uid")
     }
 
     /// kubelet's status patch, as a task on the control plane's runtime (kubelet's are
@@ -185,6 +189,7 @@ struct BPod {
     node: usize,
     ns_name: String,
     name: String,
+    uid: String,
     cid: String,
     fabric: Ipv4Addr,
     netns: Netns,
@@ -198,7 +203,7 @@ impl BPod {
             "DEL",
             &self.cid,
             &self.netns.path(),
-            (&self.ns_name, &self.name),
+            (&self.ns_name, &self.name, &self.uid),
             &n.conf(),
         );
     }
@@ -267,8 +272,7 @@ fn probe_here(peers: &[Ipv4Addr], t0: Instant) -> Vec<Option<Duration>> {
 fn wire(
     (cp, lab, ready): (&Cp, &Lab, impl FnOnce()),
     (node, netns): (usize, Netns),
-    ns: &str,
-    name: &str,
+    (ns, name, uid): (&str, &str, &str),
     peers: &[Ipv4Addr],
 ) -> (BPod, Sample) {
     let cid = format!("{ns}-{name}");
@@ -277,7 +281,7 @@ fn wire(
     enter(&n.ns);
     ready();
     let t0 = Instant::now();
-    let (code, result) = exec_plugin(&plugin, "ADD", &cid, (&netns.path(), (ns, name)), &conf);
+    let (code, result) = exec_plugin(&plugin, "ADD", &cid, (&netns.path(), (ns, name, uid)), &conf);
     let add = t0.elapsed();
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}");
     let fabric = result_ip(&result).expect("result ip");
@@ -289,6 +293,7 @@ fn wire(
         node,
         ns_name: ns.into(),
         name: name.into(),
+        uid: uid.into(),
         cid,
         fabric,
         netns,
@@ -328,10 +333,13 @@ fn latency(
     peers: &[Ipv4Addr],
     (count, par): (usize, usize),
 ) {
-    let names: Vec<String> = (0..count).map(|i| format!("{label}-{i}")).collect();
-    for name in &names {
-        cp.create_pod(&lab.nodes[0], ns, name, vpc);
-    }
+    let names: Vec<(String, String)> = (0..count)
+        .map(|i| {
+            let name = format!("{label}-{i}");
+            let uid = cp.create_pod(&lab.nodes[0], ns, &name, vpc);
+            (name, uid)
+        })
+        .collect();
     std::thread::sleep(Duration::from_millis(500)); // the agent's pod cache sees them, as with kubelet
     let log_from = lab.nodes[0].log_text().len();
     let mut wall = Duration::ZERO;
@@ -344,7 +352,7 @@ fn latency(
             let hs: Vec<_> = chunk
                 .iter()
                 .zip(sandboxes)
-                .map(|(name, netns)| {
+                .map(|((name, uid), netns)| {
                     let go = &go;
                     s.spawn(move || {
                         wire(
@@ -352,8 +360,7 @@ fn latency(
                                 go.wait();
                             }),
                             (0, netns),
-                            ns,
-                            name,
+                            (ns, name, uid),
                             peers,
                         )
                     })
@@ -576,10 +583,10 @@ fn print_steps(label: &str, log: &str) {
 
 /// A pod of ours that stays for the throughput runs (also an echo peer).
 fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> (BPod, Ipv4Addr) {
-    cp.create_pod(&lab.nodes[node], ns, name, vpc);
+    let uid = cp.create_pod(&lab.nodes[node], ns, name, vpc);
     std::thread::sleep(Duration::from_millis(200));
     let (p, _) = std::thread::scope(|s| {
-        s.spawn(|| wire((cp, lab, || {}), (node, Netns::new("b")), ns, name, &[]))
+        s.spawn(|| wire((cp, lab, || {}), (node, Netns::new("b")), (ns, name, &uid), &[]))
             .join()
             .expect("wire")
     });

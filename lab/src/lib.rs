@@ -541,6 +541,8 @@ pub struct LabPod {
     pub node: usize,
     /// Container id.
     pub cid: String,
+    /// The Pod object's `metadata.uid` (kubelet passes it as `K8S_POD_UID`).
+    pub uid: String,
     /// The ADD result.
     pub result: Value,
     /// The fabric (pod) IP.
@@ -550,13 +552,13 @@ pub struct LabPod {
 }
 
 /// Runs the real plugin exactly as kubelet does: CNI_* env, config on stdin, from the node
-/// netns. Returns (exit code, stdout JSON).
+/// netns. `pod` is `(namespace, name, uid)` of the Pod object. Returns (exit code, stdout JSON).
 pub fn invoke_cni(
     node: &Node,
     cmd: &str,
     cid: &str,
     netns: &str,
-    pod: (&str, &str),
+    pod: (&str, &str, &str),
     conf: &Value,
 ) -> (i32, Value) {
     invoke_plugin(
@@ -575,7 +577,7 @@ pub fn invoke_plugin(
     node: &Node,
     cmd: &str,
     cid: &str,
-    (netns, pod): (&str, (&str, &str)),
+    (netns, pod): (&str, (&str, &str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
     run_in(&node.ns, || exec_plugin(plugin, cmd, cid, (netns, pod), conf))
@@ -594,7 +596,7 @@ pub fn exec_plugin(
     plugin: &Path,
     cmd: &str,
     cid: &str,
-    (netns, pod): (&str, (&str, &str)),
+    (netns, pod): (&str, (&str, &str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
     let mut child = Command::new(plugin)
@@ -607,8 +609,8 @@ pub fn exec_plugin(
         .env(
             "CNI_ARGS",
             format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID=uid-{cid}",
-                pod.0, pod.1
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={}",
+                pod.0, pod.1, pod.2
             ),
         )
         .env("CNI_PATH", "/usr/lib/cni")

@@ -37,11 +37,15 @@ async fn create_pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: 
 
 /// Pod object + netns + CNI ADD + status (as kubelet). Panics if ADD fails.
 async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> LabPod {
-    create_pod(cp, lab, node, ns, name, vpc).await;
+    let uid = create_pod(cp, lab, node, ns, name, vpc)
+        .await
+        .metadata
+        .uid
+        .unwrap_or_default();
     let pns = Netns::new("p");
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];
-    let (code, result) = invoke_cni(n, "ADD", &cid, &pns.path(), (ns, name), &n.conf());
+    let (code, result) = invoke_cni(n, "ADD", &cid, &pns.path(), (ns, name, &uid), &n.conf());
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
     let fabric = result_ip(&result).unwrap();
     let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
@@ -55,6 +59,7 @@ async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<
         namespace: ns.into(),
         node,
         cid,
+        uid,
         result,
         fabric,
         ns: pns,
@@ -73,7 +78,11 @@ async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
 
 /// A VPC pod on n1 whose ADD must fail: the CNI error, once checked that nothing was wired.
 async fn refused_add(cp: &Cp, lab: &Lab, (ns, name): (&str, &str), vpc: &str) -> serde_json::Value {
-    create_pod(cp, lab, 0, ns, name, Some(vpc)).await;
+    let uid = create_pod(cp, lab, 0, ns, name, Some(vpc))
+        .await
+        .metadata
+        .uid
+        .unwrap_or_default();
     let pns = Netns::new("p");
     let n1 = &lab.nodes[0];
     let (code, v) = invoke_cni(
@@ -81,7 +90,7 @@ async fn refused_add(cp: &Cp, lab: &Lab, (ns, name): (&str, &str), vpc: &str) ->
         "ADD",
         &format!("{ns}-{name}"),
         &pns.path(),
-        (ns, name),
+        (ns, name, &uid),
         &n1.conf(),
     );
     assert_ne!(code, 0, "ADD {ns}/{name} must fail: {v}");
@@ -370,7 +379,7 @@ async fn body(lab: &mut Lab) {
             conf[k] = v.clone();
         }
         let bin = std::path::Path::new("/usr/lib/cni").join(plugin);
-        let pod = ("t1", "blue1");
+        let pod = ("t1", "blue1", blue1.uid.as_str());
         let (code, v) = invoke_plugin(&bin, n1, "ADD", &blue1.cid, (&blue1.ns.path(), pod), &conf);
         assert_eq!(code, 0, "{plugin} ADD after cozyplane (VPC pod): {v}");
         assert_eq!(
@@ -484,7 +493,14 @@ async fn body(lab: &mut Lab) {
     {
         let mut conf = n1.conf();
         conf["prevResult"] = blue2.result.clone();
-        let (code, v) = invoke_cni(n1, "CHECK", &blue2.cid, &blue2.ns.path(), ("t1", "blue2"), &conf);
+        let (code, v) = invoke_cni(
+            n1,
+            "CHECK",
+            &blue2.cid,
+            &blue2.ns.path(),
+            ("t1", "blue2", &blue2.uid),
+            &conf,
+        );
         assert_eq!(code, 0, "CHECK: {v}");
         let port_of = |p: &LabPod| {
             let sdn = cp.sdn.clone();
@@ -507,16 +523,121 @@ async fn body(lab: &mut Lab) {
                 "DEL",
                 &blue2.cid,
                 &blue2.ns.path(),
-                ("t1", "blue2"),
+                ("t1", "blue2", &blue2.uid),
                 &n1.conf(),
             );
             assert_eq!(code, 0, "DEL (idempotent): {v}");
         }
         assert_eq!(port_of(&blue2).await, 0, "DEL deletes the Port");
-        let (code, v) = invoke_cni(n1, "CHECK", &blue2.cid, &blue2.ns.path(), ("t1", "blue2"), &conf);
+        let (code, v) = invoke_cni(
+            n1,
+            "CHECK",
+            &blue2.cid,
+            &blue2.ns.path(),
+            ("t1", "blue2", &blue2.uid),
+            &conf,
+        );
         assert_ne!(code, 0, "CHECK after DEL fails: {v}");
         assert!(!blue1.ns.ping(b2, 2, 1), "deleted pod unreachable");
         eprintln!("PASS CHECK and DEL of a VPC pod");
+    }
+
+    // --- A VPC pod's Port is made when the pod is bound to its node, before the runtime calls
+    // ADD (as kube-ovn allocates at scheduling): the ADD attaches with exactly that Port, and
+    // a pod deleted before its ADD takes its Port with it.
+    {
+        let pods: Api<Pod> = Api::namespaced(cp.kube.clone(), "t1");
+        let ports: Api<Port> = Api::all(cp.sdn.clone());
+        let ports_of = |name: &'static str| {
+            let ports = ports.clone();
+            async move {
+                let all = ports.list(&Default::default()).await.unwrap().items;
+                all.into_iter()
+                    .filter(|p| p.spec.pod_name == name)
+                    .collect::<Vec<_>>()
+            }
+        };
+        let stamp = |name: &'static str| {
+            let pods = pods.clone();
+            async move {
+                let t = Instant::now();
+                loop {
+                    let ann = pods
+                        .get(name)
+                        .await
+                        .unwrap()
+                        .metadata
+                        .annotations
+                        .unwrap_or_default();
+                    if let (Some(ip), Some(mac)) = (
+                        ann.get("sdn.cozystack.io/vpc-ip"),
+                        ann.get("sdn.cozystack.io/vpc-mac"),
+                    ) {
+                        return (ip.parse::<Ipv4Addr>().unwrap(), mac.clone());
+                    }
+                    assert!(
+                        t.elapsed() < Duration::from_secs(20),
+                        "{name} is never stamped before its ADD"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let uid = create_pod(&cp, lab, 0, "t1", "early", Some("blue"))
+            .await
+            .metadata
+            .uid
+            .unwrap_or_default();
+        let (ip, mac) = stamp("early").await;
+        let made = ports_of("early").await;
+        assert_eq!(made.len(), 1, "one Port before ADD: {made:?}");
+        assert_eq!(
+            (made[0].spec.ip.as_str(), made[0].spec.node.as_str()),
+            (ip.to_string().as_str(), n1.name.as_str())
+        );
+        let pns = Netns::new("p");
+        let cid = "t1-early";
+        let (code, v) = invoke_cni(n1, "ADD", cid, &pns.path(), ("t1", "early", &uid), &n1.conf());
+        assert_eq!(code, 0, "ADD with the Port made ahead: {v}");
+        let after = ports_of("early").await;
+        assert_eq!(after.len(), 1, "the ADD made no second Port: {after:?}");
+        assert_eq!(
+            after[0].metadata.name, made[0].metadata.name,
+            "the ADD took the Port made ahead"
+        );
+        let addrs = pns.ip_ok(&["-4", "-o", "addr", "show", "dev", "eth0"]);
+        assert!(
+            addrs.contains(&format!("{ip}/32")),
+            "eth0 has the stamped address {ip}: {addrs}"
+        );
+        let link = pns.ip_ok(&["-o", "link", "show", "dev", "eth0"]);
+        assert!(link.contains(&mac), "eth0 has the stamped MAC {mac}: {link}");
+        assert!(
+            blue1.ns.ping(ip, 3, 3),
+            "blue1 -> the pod attached with a Port made ahead"
+        );
+        let (code, v) = invoke_cni(n1, "DEL", cid, &pns.path(), ("t1", "early", &uid), &n1.conf());
+        assert_eq!(code, 0, "DEL: {v}");
+        assert!(
+            ports_of("early").await.is_empty(),
+            "DEL deletes the Port made ahead"
+        );
+
+        create_pod(&cp, lab, 0, "t1", "never-added", Some("blue")).await;
+        stamp("never-added").await;
+        assert_eq!(ports_of("never-added").await.len(), 1);
+        pods.delete("never-added", &Default::default()).await.unwrap();
+        let t = Instant::now();
+        while !ports_of("never-added").await.is_empty() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the Port of a pod deleted before its ADD stays"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "PASS a VPC pod's Port is made before its ADD, which takes it; a pod deleted before its ADD takes its Port with it"
+        );
     }
 
     // --- Agent restart drops no established flow (cross-node VPC ping stream).
