@@ -46,6 +46,9 @@ use crate::datapath::netdev::{self, GATEWAY, NetDev, format_mac, parse_mac};
 use crate::ipam::{Allocation, Block, Ipam, VpcAttachment};
 use crate::metrics::Metrics;
 
+/// What every pod's host veth is called: [`host_veth_name`].
+const HOST_VETH_PREFIX: &str = "cph";
+
 /// The name of the host side of a pod's veth: `cph` + 11 hex digits of a hash of the
 /// attachment key. Deterministic, so DEL and restart find it without stored state.
 pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
@@ -55,7 +58,7 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("cph{:011x}", h & 0xfff_ffff_ffff)
+    format!("{HOST_VETH_PREFIX}{:011x}", h & 0xfff_ffff_ffff)
 }
 
 type AttachmentKey = (String, String);
@@ -278,9 +281,31 @@ impl AgentState {
     /// Make the kernel state match the IPAM records after a restart, without tearing
     /// anything down: pods whose veth still exists get their map entries, routes and
     /// program links re-asserted (links are updated in place); pods whose veth is gone
-    /// (deleted while the agent was down) are released; map entries nobody owns are pruned.
+    /// (deleted while the agent was down) are released; a host veth without a record (an
+    /// ADD that never finished: the record is written last) is deleted, with the routes,
+    /// neighbour and filters it carries; map entries nobody owns are pruned.
     async fn reconcile(&self) {
         let allocs: Vec<Allocation> = self.ipam().all().cloned().collect();
+        let recorded: BTreeSet<String> = allocs
+            .iter()
+            .map(|a| host_veth_name(&a.container_id, &a.ifname))
+            .collect();
+        match self.netdev.link_names(HOST_VETH_PREFIX).await {
+            Ok(names) => {
+                for name in names.iter().filter(|n| !recorded.contains(*n)) {
+                    tracing::info!(host = %name, "removing the veth of an ADD that never finished");
+                    let _ = self.datapath().detach(name);
+                    if let Err(e) = self.netdev.delete(name).await {
+                        tracing::warn!(host = %name, "reconcile: {e}");
+                        self.sync_error("reconcile");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!("reconcile: {e}");
+                self.sync_error("reconcile");
+            }
+        }
         let mut live_ifindex = BTreeSet::new();
         let mut live_eps: BTreeSet<(u32, Ipv4Addr)> = BTreeSet::new();
         let mut live_bridges = BTreeSet::new();
@@ -521,15 +546,12 @@ impl AgentState {
                 .and_then(|a| a.vpc.clone());
             (ip, previous, retried)
         };
-        // The record is on disk before anything it names exists (restart reconciliation
-        // finds and removes a half-made attachment by it).
-        if let Err(e) = self.persist() {
-            self.ipam().release(&env.container_id, &env.ifname);
-            return Err(e);
-        }
+        // The record goes to disk once, complete, before ADD returns; until then the address
+        // is only held in memory. An ADD cut short by a crash leaves at most a host veth
+        // without a record, which restart reconciliation deletes by its name.
         let host = host_veth_name(&env.container_id, &env.ifname);
         // A repeated ADD starts from a clean slate for this attachment. A first ADD has
-        // nothing to clean: the record is written before the veth and removed after it.
+        // nothing to clean: a failed ADD removes its veth, and so does a restart.
         if retried {
             let _ = self.datapath().detach(&host);
             let _ = self.netdev.delete(&host).await;

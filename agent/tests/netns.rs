@@ -493,6 +493,39 @@ fn agent_restart_keeps_traffic_flowing_and_reuses_pins() {
     }
 }
 
+// An ADD writes its record last, so one cut short by a crash leaves at most a host veth named
+// as ours without a record: the next start deletes it and keeps the pods whose ADD finished.
+#[test]
+fn restart_removes_the_veth_of_an_add_that_never_finished() {
+    let mut node = Node::new();
+    let p = Netns::new("a");
+    let (_, ip) = add(&node, &p, "ctr-done");
+    let half = Netns::new("h");
+    let orphan = "cph0123456789a";
+    let made = node.ns.ip(&[
+        "link", "add", orphan, "type", "veth", "peer", "name", "eth0", "netns", &half.0,
+    ]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    node.agent.as_mut().unwrap().kill();
+    node.agent = Some(Agent::start(&node.ns, &node.s, 1));
+    let links = String::from_utf8_lossy(&node.ns.ip(&["-o", "link"]).stdout).to_string();
+    assert!(
+        !links.contains(orphan),
+        "the unfinished ADD's veth is still there: {links}"
+    );
+    let kept = cozyplane_agent::cni_server::host_veth_name("ctr-done", "eth0");
+    assert!(
+        links.contains(&kept),
+        "the finished ADD's veth {kept} is gone: {links}"
+    );
+    let log = node.agent.as_ref().unwrap().log_text();
+    assert!(log.contains("kept=1"), "{log}");
+    assert!(
+        node.endpoints().get(0, IpAddr::V4(ip)).unwrap().is_some(),
+        "the kept pod's endpoint is still mapped"
+    );
+}
+
 // Concurrent ADDs: distinct addresses, every one on disk (the IPAM file is written by group
 // commit: one write may carry several pods' records).
 #[test]

@@ -235,6 +235,19 @@ impl NetDev {
             .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))
     }
 
+    /// The names of this netns's links that start with `prefix`.
+    pub async fn link_names(&self, prefix: &str) -> Result<Vec<String>, NetdevError> {
+        let mut links = self.h.link().get().execute();
+        let mut names = Vec::new();
+        while let Some(m) = links.try_next().await.map_err(nl("list links"))? {
+            names.extend(m.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfName(n) if n.starts_with(prefix) => Some(n.clone()),
+                _ => None,
+            }));
+        }
+        Ok(names)
+    }
+
     /// Delete link `name`; `false` if it did not exist.
     pub async fn delete(&self, name: &str) -> Result<bool, NetdevError> {
         let Some(l) = self.link(name).await? else {
