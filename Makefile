@@ -38,8 +38,13 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# The CNI plugin is its own workspace (cni/bin: no libc, panic=abort); built into the same
+# CARGO_TARGET_DIR, it lands next to the other binaries.
+CNI_PLUGIN := --manifest-path cni/bin/Cargo.toml
+
 build: deps
 	$(CARGO) build --workspace --bins
+	$(CARGO) build $(CNI_PLUGIN)
 
 run: deps
 	$(CARGO) build --bin cozyplane-apiserver
@@ -52,7 +57,8 @@ test: deps lint test-unit
 
 test-unit:
 	# conformance/tests/alloc_procs.rs runs the server binary as child processes.
-	$(CARGO) build --bin cozyplane-apiserver --bin cozyplane-agent --bin cozyplane-cni
+	$(CARGO) build --bin cozyplane-apiserver --bin cozyplane-agent
+	$(CARGO) build $(CNI_PLUGIN)
 	# Benches are compiled by `lint` (clippy --all-targets) but not run here: they are
 	# measurements, run by `make bench`.
 	$(CARGO) test --workspace --doc
@@ -60,15 +66,21 @@ test-unit:
 
 ## e2e: the multi-node netns lab (lab/tests/e2e.rs; root). Also part of test-unit.
 e2e: deps
-	$(CARGO) build --bin cozyplane-agent --bin cozyplane-cni
+	$(CARGO) build --bin cozyplane-agent
+	$(CARGO) build $(CNI_PLUGIN)
 	$(CARGO) test -p cozyplane-lab --test e2e -- --nocapture
 
 lint: verify-bpf
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --check $(CNI_PLUGIN)
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The library as the plugin builds it: no_std, without the default `std` feature.
+	$(CARGO) clippy -p cozyplane-cni --no-default-features --lib -- -D warnings
+	$(CARGO) clippy $(CNI_PLUGIN) --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt $(CNI_PLUGIN)
 
 bpf: deps
 	$(MAKE) -C bpf
@@ -78,7 +90,8 @@ verify-bpf: deps
 
 bench: deps
 	$(CARGO) bench -p cozyplane-storage
-	$(CARGO) build --release -p cozyplane-apiserver -p cozyplane-agent -p cozyplane-cni
+	$(CARGO) build --release -p cozyplane-apiserver -p cozyplane-agent
+	$(CARGO) build --release $(CNI_PLUGIN)
 	$(CARGO) bench -p cozyplane-conformance --bench apiserver
 	$(CARGO) bench -p cozyplane-conformance --bench alloc
 	# The datapath bench builds network namespaces: root only.

@@ -3,8 +3,8 @@
 //!
 //! Needs root; without it every test fails (it does not skip). Needs `ping`
 //! (iputils-ping) and Debian's containernetworking-plugins for the chaining test.
-//! Run: `cargo build -p cozyplane-cni && cargo test -p cozyplane-agent --test netns`
-//! (`cargo test -p cozyplane-cni -p cozyplane-agent` builds both binaries too).
+//! Run: `cargo build --manifest-path cni/bin/Cargo.toml && cargo test -p cozyplane-agent --test
+//! netns` (the plugin is a workspace of its own; `make test` builds it first).
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
@@ -161,7 +161,7 @@ fn cni_bin() -> PathBuf {
     let p = agent.with_file_name("cozyplane-cni");
     assert!(
         p.exists(),
-        "{} missing: run `cargo build -p cozyplane-cni` first",
+        "{} missing: run `cargo build --manifest-path cni/bin/Cargo.toml` first",
         p.display()
     );
     p

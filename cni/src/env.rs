@@ -1,6 +1,9 @@
 //! The `CNI_*` environment the runtime sets for every invocation.
 
-use std::collections::BTreeMap;
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +85,17 @@ pub struct CniEnv {
 }
 
 impl CniEnv {
+    /// Read and validate the variables from (name, value) pairs in environment order, as
+    /// [`vars_lookup`] reads them.
+    pub fn from_vars<I, K, V>(vars: I) -> Result<Self, CniError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        Self::from_lookup(vars_lookup(vars))
+    }
+
     /// Read and validate the variables through `get` (the process environment in the binary,
     /// a map in tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CniError> {
@@ -169,12 +183,40 @@ fn parse_args(raw: &str) -> Result<Vec<(String, String)>, CniError> {
         .collect()
 }
 
-/// The process environment as a lookup function.
-pub fn process_env() -> impl Fn(&str) -> Option<String> {
-    let vars: BTreeMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+/// An environment as a lookup function, from (name, value) pairs in environment order: a
+/// pair whose name or value is not UTF-8 is ignored, and of two pairs with the same name the
+/// later one wins (as std's `env::vars_os` collected into a map, which the plugin used when
+/// it had std).
+pub fn vars_lookup<I, K, V>(vars: I) -> impl Fn(&str) -> Option<String>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    let vars: BTreeMap<String, String> = vars
+        .into_iter()
+        .filter_map(|(k, v)| {
+            Some((
+                core::str::from_utf8(k.as_ref()).ok()?.to_string(),
+                core::str::from_utf8(v.as_ref()).ok()?.to_string(),
+            ))
+        })
         .collect();
     move |k| vars.get(k).cloned()
+}
+
+/// Split one `environ` entry into name and value as std (and glibc) do: the name ends at the
+/// first `=` after the first byte (so a name may start with `=`); an entry without one is
+/// not a variable.
+pub fn split_environ_entry(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let eq = 1 + entry.get(1..)?.iter().position(|&b| b == b'=')?;
+    Some((&entry[..eq], &entry[eq + 1..]))
+}
+
+/// The process environment as a lookup function (see [`vars_lookup`]).
+#[cfg(feature = "std")]
+pub fn process_env() -> impl Fn(&str) -> Option<String> {
+    vars_lookup(std::env::vars_os().map(|(k, v)| (k.into_encoded_bytes(), v.into_encoded_bytes())))
 }
 
 #[cfg(test)]
@@ -255,5 +297,33 @@ mod tests {
         env(&[("CNI_COMMAND", "STATUS")]).unwrap();
         env(&[("CNI_COMMAND", "GC")]).unwrap();
         env(&[("CNI_COMMAND", "VERSION")]).unwrap();
+    }
+
+    #[test]
+    fn pairs_later_wins_and_non_utf8_is_skipped() {
+        let get = vars_lookup([
+            (&b"CNI_COMMAND"[..], &b"ADD"[..]),
+            (b"CNI_COMMAND", b"VERSION"),
+            (b"CNI_IFNAME", b"eth0"),
+            (b"CNI_IFNAME", b"\xff"),
+            (b"\xff", b"x"),
+        ]);
+        assert_eq!(get("CNI_COMMAND").as_deref(), Some("VERSION"));
+        assert_eq!(get("CNI_IFNAME").as_deref(), Some("eth0"));
+        let e = CniEnv::from_vars([("CNI_COMMAND", "STATUS"), ("CNI_PATH", "/a::/b")]).unwrap();
+        assert_eq!(
+            (e.command, e.path),
+            (Command::Status, vec!["/a".to_string(), "/b".to_string()])
+        );
+    }
+
+    #[test]
+    fn environ_entries_split_like_std() {
+        assert_eq!(split_environ_entry(b"A=b=c"), Some((&b"A"[..], &b"b=c"[..])));
+        assert_eq!(split_environ_entry(b"=A=b"), Some((&b"=A"[..], &b"b"[..])));
+        assert_eq!(split_environ_entry(b"A="), Some((&b"A"[..], &b""[..])));
+        for bad in [&b""[..], b"A", b"="] {
+            assert_eq!(split_environ_entry(bad), None, "{bad:?}");
+        }
     }
 }

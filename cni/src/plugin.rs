@@ -1,14 +1,16 @@
 //! The plugin's logic, independent of the process: given the environment, stdin and a
 //! [`Transport`] to the agent, produce what to print and the exit status.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::time::Duration;
 
 use serde_json::Value;
 
 use crate::env::{CniEnv, Command};
-use crate::proto::{MAX_MESSAGE, Request, Response};
+use crate::io::{IoError, IoErrorKind};
+use crate::proto::{Request, Response};
 use crate::spec::{
     CniError, DEFAULT_AGENT_SOCKET, ErrorCode, LATEST_VERSION, NetConf, SUPPORTED_VERSIONS, VersionResult,
 };
@@ -17,11 +19,22 @@ use crate::spec::{
 #[derive(Debug)]
 pub enum TransportError {
     /// Nothing listens on the socket (no file, connection refused): the agent is down.
-    Unreachable(std::io::Error),
+    Unreachable(IoError),
     /// Connected, but the exchange failed or timed out.
-    Failed(std::io::Error),
+    Failed(IoError),
     /// The agent answered something that is not a [`Response`].
     BadResponse(String),
+}
+
+impl TransportError {
+    /// The error for a failed connect: [`TransportError::Unreachable`] if the socket is
+    /// missing or nobody listens on it, else [`TransportError::Failed`].
+    pub fn connect(e: IoError) -> Self {
+        match e.kind() {
+            IoErrorKind::NotFound | IoErrorKind::ConnectionRefused => Self::Unreachable(e),
+            _ => Self::Failed(e),
+        }
+    }
 }
 
 /// How the plugin reaches the agent; a unix socket in production, a fake in tests.
@@ -30,35 +43,43 @@ pub trait Transport {
     fn call(&self, socket: &str, req: &Request, timeout: Duration) -> Result<Response, TransportError>;
 }
 
-/// The real transport: one connection per request (see [`crate::proto`]).
+/// The std transport: one connection per request (see [`crate::proto`]). The plugin binary
+/// has its own over raw system calls, with the same steps and errors.
+#[cfg(feature = "std")]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct UnixTransport;
 
+#[cfg(feature = "std")]
 impl Transport for UnixTransport {
     fn call(&self, socket: &str, req: &Request, timeout: Duration) -> Result<Response, TransportError> {
-        use std::io::ErrorKind as K;
-        let mut s = UnixStream::connect(socket).map_err(|e| match e.kind() {
-            K::NotFound | K::ConnectionRefused => TransportError::Unreachable(e),
-            _ => TransportError::Failed(e),
-        })?;
+        use std::io::{Read, Write};
+        use std::os::unix::net::UnixStream;
+
+        use crate::proto::MAX_MESSAGE;
+
+        let failed = |e: std::io::Error| TransportError::Failed(e.into());
+        let mut s = UnixStream::connect(socket).map_err(|e| TransportError::connect(e.into()))?;
         let body = serde_json::to_vec(req).map_err(|e| TransportError::BadResponse(e.to_string()))?;
-        s.set_write_timeout(Some(timeout))
-            .map_err(TransportError::Failed)?;
-        s.set_read_timeout(Some(timeout))
-            .map_err(TransportError::Failed)?;
-        s.write_all(&body).map_err(TransportError::Failed)?;
-        s.shutdown(std::net::Shutdown::Write)
-            .map_err(TransportError::Failed)?;
+        s.set_write_timeout(Some(timeout)).map_err(failed)?;
+        s.set_read_timeout(Some(timeout)).map_err(failed)?;
+        s.write_all(&body).map_err(failed)?;
+        s.shutdown(std::net::Shutdown::Write).map_err(failed)?;
         let mut out = Vec::new();
         (&mut s)
             .take(MAX_MESSAGE as u64 + 1)
             .read_to_end(&mut out)
-            .map_err(TransportError::Failed)?;
-        if out.len() > MAX_MESSAGE {
-            return Err(TransportError::BadResponse("response too large".into()));
-        }
-        serde_json::from_slice(&out).map_err(|e| TransportError::BadResponse(e.to_string()))
+            .map_err(failed)?;
+        response(&out)
     }
+}
+
+/// Decode the agent's answer. The transports read at most one byte more than
+/// [`crate::proto::MAX_MESSAGE`], and an answer that long is refused as too large.
+pub fn response(raw: &[u8]) -> Result<Response, TransportError> {
+    if raw.len() > crate::proto::MAX_MESSAGE {
+        return Err(TransportError::BadResponse("response too large".into()));
+    }
+    serde_json::from_slice(raw).map_err(|e| TransportError::BadResponse(e.to_string()))
 }
 
 /// What the binary prints on stdout and how it exits.
@@ -192,7 +213,7 @@ fn dispatch(
         }
         Err(TransportError::Failed(e)) => {
             let code = match e.kind() {
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ErrorCode::TryAgainLater,
+                IoErrorKind::TimedOut | IoErrorKind::WouldBlock => ErrorCode::TryAgainLater,
                 _ => ErrorCode::Io,
             };
             Err(fail(CniError::new(
@@ -248,7 +269,7 @@ mod tests {
     }
 
     fn unreachable() -> Result<Response, TransportError> {
-        Err(TransportError::Unreachable(std::io::ErrorKind::NotFound.into()))
+        Err(TransportError::Unreachable(IoError::from_errno(2)))
     }
 
     fn lookup(cmd: &str) -> impl Fn(&str) -> Option<String> {

@@ -3,7 +3,10 @@
 //! Only the fields cozyplane reads or writes are typed; everything else a runtime sends
 //! is kept in `extra` so it can be forwarded untouched.
 
-use std::collections::BTreeMap;
+use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -277,8 +280,8 @@ impl CniError {
     }
 }
 
-impl std::fmt::Display for CniError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for CniError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "CNI error {}: {}", self.code, self.msg)?;
         if !self.details.is_empty() {
             write!(f, " ({})", self.details)?;
@@ -287,7 +290,7 @@ impl std::fmt::Display for CniError {
     }
 }
 
-impl std::error::Error for CniError {}
+impl core::error::Error for CniError {}
 
 #[cfg(test)]
 mod tests {

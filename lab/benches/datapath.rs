@@ -1,7 +1,8 @@
 //! Datapath benchmarks on the netns lab (issue 7). Needs root and the RELEASE agent and CNI:
 //!
 //! ```text
-//! cargo build --release -p cozyplane-agent -p cozyplane-cni && cargo bench -p cozyplane-lab
+//! cargo build --release -p cozyplane-agent && cargo build --release --manifest-path cni/bin/Cargo.toml
+//! cargo bench -p cozyplane-lab
 //! ```
 //!
 //! * **Pod network-ready latency**, net 0 and VPC, 200 sequential and 50 concurrent pods:

@@ -287,7 +287,7 @@ pub fn bin_dir() -> PathBuf {
     for b in ["cozyplane-agent", "cozyplane-cni"] {
         assert!(
             dir.join(b).exists(),
-            "{} missing: run `cargo build -p cozyplane-agent -p cozyplane-cni` first (make e2e does)",
+            "{} missing: run `cargo build -p cozyplane-agent && cargo build --manifest-path cni/bin/Cargo.toml` first (make e2e does)",
             dir.join(b).display()
         );
     }
