@@ -146,7 +146,8 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 pub struct AgentState {
     ipam: std::sync::Mutex<Ipam>,
     /// The IPAM generation on disk; held while writing, so concurrent ADDs share a write.
-    ipam_saved: std::sync::Mutex<u64>,
+    /// Async: the ADDs queued behind a write wait without holding a thread.
+    ipam_saved: tokio::sync::Mutex<u64>,
     datapath: std::sync::Mutex<Datapath>,
     attachments: KeyLocks,
     netdev: NetDev,
@@ -214,7 +215,7 @@ impl AgentState {
         let ipam = Ipam::open(&cfg.state_dir, block)?;
         let state = Self {
             ipam: std::sync::Mutex::new(ipam),
-            ipam_saved: std::sync::Mutex::new(0),
+            ipam_saved: tokio::sync::Mutex::new(0),
             datapath: std::sync::Mutex::new(datapath),
             attachments: KeyLocks::default(),
             netdev,
@@ -249,13 +250,13 @@ impl AgentState {
     /// Make the IPAM changes made so far durable. Group commit: whoever holds the write
     /// lock snapshots everything changed until then, so the callers queued behind it find
     /// their change already on disk and return without a write of their own.
-    fn persist(&self) -> Result<(), CniError> {
+    async fn persist(&self) -> Result<(), CniError> {
         let wanted = self.ipam().generation();
+        let mut saved = self.ipam_saved.lock().await;
+        if *saved >= wanted {
+            return Ok(());
+        }
         blocking(|| {
-            let mut saved = self.ipam_saved.lock().unwrap_or_else(PoisonError::into_inner);
-            if *saved >= wanted {
-                return Ok(());
-            }
             let (generation, bytes, path) = {
                 let ipam = self.ipam();
                 let (g, b) = ipam.snapshot()?;
@@ -399,7 +400,7 @@ impl AgentState {
                 let _ = br.remove(IpAddr::V4(ip));
             }
         }
-        if let Err(e) = self.persist() {
+        if let Err(e) = self.persist().await {
             tracing::warn!("reconcile: {e}");
             self.sync_error("reconcile");
         }
@@ -600,7 +601,7 @@ impl AgentState {
                 }
                 Err(e) => {
                     self.ipam().release(&env.container_id, &env.ifname);
-                    let _ = self.persist();
+                    let _ = self.persist().await;
                     return Err(e);
                 }
             }
@@ -628,14 +629,19 @@ impl AgentState {
                     e => internal("creating the pod interface failed", e),
                 })?;
             steps.mark("veth");
-            blocking(|| self.datapath().attach_pod(&host))
-                .map_err(|e| internal("attaching the datapath failed", e))?;
+            {
+                // aya's tc requests take RTNL too: in turn with the netlink work, so the ADDs
+                // waiting for it hold no thread.
+                let _turn = netdev::rtnl_turn().await;
+                blocking(|| self.datapath().attach_pod(&host))
+                    .map_err(|e| internal("attaching the datapath failed", e))?;
+            }
             steps.mark("attach");
             self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             steps.mark("maps");
             self.ipam().complete(ip, &format_mac(pod_mac), vpc_att.clone());
-            self.persist()?;
+            self.persist().await?;
             steps.mark("persist");
             Ok::<_, CniError>((hl, pod_mac))
         }
@@ -650,7 +656,7 @@ impl AgentState {
                 let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
                 self.ipam().release(&env.container_id, &env.ifname);
-                let _ = self.persist();
+                let _ = self.persist().await;
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
                     let _ = api.delete_port(&va.port).await;
                 }
@@ -726,7 +732,7 @@ impl AgentState {
             .await
             .map_err(|e| internal("deleting the pod veth failed", e))?;
         self.ipam().release(container_id, ifname);
-        self.persist()
+        self.persist().await
     }
 
     async fn check(&self, req: &Request) -> Result<(), CniError> {

@@ -142,11 +142,9 @@ impl NetDev {
         })
     }
 
-    /// Runs one RTNL-taking request in its turn (one at a time per agent, as RTNL is one
-    /// lock for the whole kernel).
+    /// Runs one RTNL-taking request in its turn ([`rtnl_turn`]).
     async fn rtnl<T>(&self, request: impl Future<Output = T>) -> T {
-        static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        let _turn = TURNS.lock().await;
+        let _turn = rtnl_turn().await;
         request.await
     }
 
@@ -456,6 +454,14 @@ impl NetDev {
         conn.abort();
         res
     }
+}
+
+/// A turn for RTNL-taking work, one holder at a time per agent (RTNL is one lock for the whole
+/// kernel): this module's requests, and the program attach that aya does over its own netlink
+/// sockets.
+pub async fn rtnl_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURNS.lock().await
 }
 
 type Connection = rtnetlink::proto::Connection<netlink_packet_route::RouteNetlinkMessage>;
