@@ -481,8 +481,9 @@ fn latency(
     });
 }
 
-/// `DATAPATH_PROFILE=<dir>`: a system-wide `perf record -g` of each batch (only the ADDs and
-/// their probes, not the lab's set-up) to `<dir>/<run>.data`, for `perf report -i`. The
+/// `DATAPATH_PROFILE=<dir>`: a system-wide `perf record -g` of each latency batch (only the ADDs
+/// and their probes, not the lab's set-up) and of the bpf_stats round of each throughput path,
+/// to `<dir>/<run>.data`, for `perf report -i`. The
 /// figures of a profiled run carry perf's own cost; take them from an unprofiled one.
 struct Profile(Option<std::process::Child>);
 
@@ -938,7 +939,11 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
     let mut profiled = Vec::new();
     for (i, (_, srv, cli, ip)) in runs.iter().enumerate() {
         let before = bpf_stats();
+        // With DATAPATH_PROFILE, this round of each path is also recorded (`throughput-<i>`,
+        // in the order of the table).
+        let profile = Profile::start(&format!("throughput-{i}"));
         profiled.push(iperf(srv, cli, *ip).0);
+        drop(profile);
         for (k, (ns, n)) in bpf_stats() {
             let (ns0, n0) = before.get(&k).copied().unwrap_or_default();
             let e = prog[i].entry(k).or_default();
