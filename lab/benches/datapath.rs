@@ -904,12 +904,6 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
     let (b1, b2, b2ip) = bridge_pair(lab, mtu, dir.path());
     let ref_ip = Ipv4Addr::new(10, 99, 2, 2);
     assert!(r1.ping(ref_ip, 2, 1), "plain VXLAN reference is wired");
-    for (what, ns) in [("ours v1", &v1.netns), ("plain r1", &r1)] {
-        let a = ns.ip_ok(&["-d", "link", "show", "eth0"]);
-        let o = ns.exec(&["ethtool", "-k", "eth0"]);
-        eprintln!("DEBUGDEV {what}: {a}\n{}", String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.contains(": on") && !l.contains("fixed")).collect::<Vec<_>>().join(", "));
-    }
-    for n in &lab.nodes { let a = n.ns.ip_ok(&["-d", "link", "show"]); eprintln!("DEBUGNODE {}: {a}", n.name); }
     assert!(b1.ping(b2ip, 2, 1), "bridge reference is wired");
     println!(
         "\npod MTU {mtu}; iperf3 -t 5 -O 1 -A 0,1, Gbit/s received; {ROUNDS} rounds, each round runs every path once (interleaved, so drift hits all paths alike)"
