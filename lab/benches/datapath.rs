@@ -15,8 +15,9 @@
 //!   run; concurrent ADDs start at a barrier. Each run also reports the machine's CPU time per
 //!   pod, split by process: with more pods in flight than cores, it is a floor under p99.
 //! * **TCP throughput** (iperf3, 5 s after 1 s omitted, inside the pod netns): cross-node
-//!   VPC and net-0 pods against two namespaces wired with plain kernel routing over a plain
-//!   VXLAN device between the same node namespaces (no programs: the limit); same-node pods
+//!   VPC and net-0 pods against two namespaces wired with plain kernel routing (no programs)
+//!   between the same node namespaces, over a collect-metadata VXLAN device like ours (the
+//!   limit: the same kind of device) and over a fixed-remote VXLAN device; same-node pods
 //!   against the reference `bridge` CNI plugin with `host-local` IPAM. All pods use the MTU
 //!   our CNI gives pods.
 //!
@@ -696,7 +697,32 @@ fn mtu_of(ns: &Netns) -> u32 {
 
 /// Two namespaces behind node 1 and node 2, routed by the kernel over a plain VXLAN device
 /// (VNI 4242, port 4790) between the node namespaces. No programs anywhere on the path.
-fn plain_pair(lab: &Lab, mtu: u32) -> (Netns, Netns) {
+/// The VXLAN device a plain reference pair is routed over.
+#[derive(Clone, Copy)]
+enum PlainVxlan {
+    /// One VNI to one fixed remote, bound to the underlay (`cpvxref`, port 4790, 10.99/16).
+    FixedRemote,
+    /// Collect-metadata (`external`) like the agent's own device: the VNI and remote come per
+    /// packet from the route's lightweight-tunnel encap (`cpvxmd`, port 4791, 10.97/16).
+    External,
+}
+
+impl PlainVxlan {
+    /// The second octet of the pair's addresses (`10.<n>.<node>.<host>`).
+    fn net(self) -> u8 {
+        match self {
+            Self::FixedRemote => 99,
+            Self::External => 97,
+        }
+    }
+}
+
+fn plain_pair(lab: &Lab, mtu: u32, kind: PlainVxlan) -> (Netns, Netns) {
+    let n = kind.net();
+    let (host_dev, vx) = match kind {
+        PlainVxlan::FixedRemote => ("cpref0", "cpvxref"),
+        PlainVxlan::External => ("cpmd0", "cpvxmd"),
+    };
     let mk = |i: usize| {
         let node = &lab.nodes[i];
         let other = &lab.nodes[1 - i];
@@ -704,43 +730,77 @@ fn plain_pair(lab: &Lab, mtu: u32) -> (Netns, Netns) {
         let them = 2 - i;
         let p = Netns::new("ref");
         node.ns.ip_ok(&[
-            "link", "add", "cpref0", "type", "veth", "peer", "name", "eth0", "netns", &p.0,
+            "link", "add", host_dev, "type", "veth", "peer", "name", "eth0", "netns", &p.0,
         ]);
         node.ns
-            .ip_ok(&["link", "set", "cpref0", "mtu", &mtu.to_string(), "up"]);
+            .ip_ok(&["link", "set", host_dev, "mtu", &mtu.to_string(), "up"]);
         node.ns
-            .ip_ok(&["addr", "add", &format!("10.99.{me}.1/24"), "dev", "cpref0"]);
-        node.ns.ip_ok(&[
-            "link",
-            "add",
-            "cpvxref",
-            "type",
-            "vxlan",
-            "id",
-            "4242",
-            "remote",
-            &other.ip.to_string(),
-            "local",
-            &node.ip.to_string(),
-            "dstport",
-            "4790",
-            "dev",
-            "ul0",
-        ]);
-        node.ns.ip_ok(&["link", "set", "cpvxref", "up"]);
-        node.ns
-            .ip_ok(&["addr", "add", &format!("10.99.0.{me}/24"), "dev", "cpvxref"]);
-        node.ns.ip_ok(&[
-            "route",
-            "add",
-            &format!("10.99.{them}.0/24"),
-            "via",
-            &format!("10.99.0.{them}"),
-        ]);
+            .ip_ok(&["addr", "add", &format!("10.{n}.{me}.1/24"), "dev", host_dev]);
+        if let PlainVxlan::External = kind {
+            // As the agent does it: NOARP device, distinct MAC per node (a VXLAN device drops
+            // frames whose inner source is its own MAC), a static neighbour for the far pod.
+            let (mac, their_mac) = (format!("02:ee:00:00:00:0{me}"), format!("02:ee:00:00:00:0{them}"));
+            node.ns.ip_ok(&[
+                "link", "add", vx, "address", &mac, "type", "vxlan", "external", "dstport", "4791",
+            ]);
+            node.ns.ip_ok(&["link", "set", vx, "mtu", &mtu.to_string(), "up"]);
+            node.ns.ip_ok(&[
+                "route",
+                "add",
+                &format!("10.{n}.{them}.0/24"),
+                "encap",
+                "ip",
+                "id",
+                "4243",
+                "dst",
+                &other.ip.to_string(),
+                "dev",
+                vx,
+            ]);
+            node.ns.ip_ok(&[
+                "neigh",
+                "add",
+                &format!("10.{n}.{them}.2"),
+                "lladdr",
+                &their_mac,
+                "dev",
+                vx,
+                "nud",
+                "permanent",
+            ]);
+        } else {
+            node.ns.ip_ok(&[
+                "link",
+                "add",
+                "cpvxref",
+                "type",
+                "vxlan",
+                "id",
+                "4242",
+                "remote",
+                &other.ip.to_string(),
+                "local",
+                &node.ip.to_string(),
+                "dstport",
+                "4790",
+                "dev",
+                "ul0",
+            ]);
+            node.ns.ip_ok(&["link", "set", "cpvxref", "up"]);
+            node.ns
+                .ip_ok(&["addr", "add", &format!("10.99.0.{me}/24"), "dev", "cpvxref"]);
+            node.ns.ip_ok(&[
+                "route",
+                "add",
+                &format!("10.99.{them}.0/24"),
+                "via",
+                &format!("10.99.0.{them}"),
+            ]);
+        }
         let _ = node.ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
         p.ip_ok(&["link", "set", "eth0", "mtu", &mtu.to_string(), "up"]);
-        p.ip_ok(&["addr", "add", &format!("10.99.{me}.2/24"), "dev", "eth0"]);
-        p.ip_ok(&["route", "add", "default", "via", &format!("10.99.{me}.1")]);
+        p.ip_ok(&["addr", "add", &format!("10.{n}.{me}.2/24"), "dev", "eth0"]);
+        p.ip_ok(&["route", "add", "default", "via", &format!("10.{n}.{me}.1")]);
         p
     };
     (mk(0), mk(1))
@@ -896,7 +956,13 @@ fn bpf_stats() -> std::collections::BTreeMap<String, (u64, u64)> {
 fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr; 4]) {
     let [d1, d1b, d2, v1, v1b, v2] = pods;
     let mtu = mtu_of(&v1.netns);
-    let (r1, r2) = plain_pair(lab, mtu);
+    let (r1, r2) = plain_pair(lab, mtu, PlainVxlan::FixedRemote);
+    let (m1, m2) = plain_pair(lab, mtu, PlainVxlan::External);
+    let md_ip = Ipv4Addr::new(10, PlainVxlan::External.net(), 2, 2);
+    assert!(
+        m1.ping(md_ip, 2, 1),
+        "plain collect-metadata VXLAN reference is wired"
+    );
     let dir = tempfile::Builder::new()
         .prefix("cpbench-")
         .tempdir()
@@ -916,6 +982,12 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
             &r2,
             &r1,
             ref_ip,
+        ),
+        (
+            "cross-node plain kernel routing + collect-metadata VXLAN like ours (limit)",
+            &m2,
+            &m1,
+            md_ip,
         ),
         ("same-node VPC pods (ours)", &v1b.netns, &v1.netns, v1bip),
         ("same-node net-0 pods (ours)", &d1b.netns, &d1.netns, d1bip),
@@ -963,11 +1035,13 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
         println!("| {what} |{cells} {m:.2} | {r} |");
     }
     println!(
-        "\nratios: cross-node VPC / limit {:.0} %, net 0 / limit {:.0} %; same-node VPC / bridge {:.0} %, net 0 / bridge {:.0} %",
+        "\nratios: cross-node VPC / limit {:.0} %, net 0 / limit {:.0} %; against the collect-metadata limit VPC {:.0} %, net 0 {:.0} %; same-node VPC / bridge {:.0} %, net 0 / bridge {:.0} %",
         100.0 * means[0] / means[2],
         100.0 * means[1] / means[2],
-        100.0 * means[3] / means[5],
-        100.0 * means[4] / means[5],
+        100.0 * means[0] / means[3],
+        100.0 * means[1] / means[3],
+        100.0 * means[4] / means[6],
+        100.0 * means[5] / means[6],
     );
     println!("\nprogram runs per path (one extra round with bpf_stats on; both nodes):\n");
     println!("| path | Gbit/s in that round | program | runs | avg ns | total ms |");
@@ -981,5 +1055,5 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
             println!("| {what} | {gbit:.2} | {name} | {n} | {avg:.0} | {total:.0} |");
         }
     }
-    drop((r1, r2, b1, b2));
+    drop((r1, r2, m1, m2, b1, b2));
 }
