@@ -493,14 +493,17 @@ async fn body(lab: &mut Lab) {
     {
         let mut conf = n1.conf();
         conf["prevResult"] = blue2.result.clone();
-        let (code, v) = invoke_cni(
-            n1,
-            "CHECK",
-            &blue2.cid,
-            &blue2.ns.path(),
-            ("t1", "blue2", &blue2.uid),
-            &conf,
-        );
+        let check = || {
+            invoke_cni(
+                n1,
+                "CHECK",
+                &blue2.cid,
+                &blue2.ns.path(),
+                ("t1", "blue2", &blue2.uid),
+                &conf,
+            )
+        };
+        let (code, v) = check();
         assert_eq!(code, 0, "CHECK: {v}");
         let port_of = |p: &LabPod| {
             let sdn = cp.sdn.clone();
@@ -529,14 +532,7 @@ async fn body(lab: &mut Lab) {
             assert_eq!(code, 0, "DEL (idempotent): {v}");
         }
         assert_eq!(port_of(&blue2).await, 0, "DEL deletes the Port");
-        let (code, v) = invoke_cni(
-            n1,
-            "CHECK",
-            &blue2.cid,
-            &blue2.ns.path(),
-            ("t1", "blue2", &blue2.uid),
-            &conf,
-        );
+        let (code, v) = check();
         assert_ne!(code, 0, "CHECK after DEL fails: {v}");
         assert!(!blue1.ns.ping(b2, 2, 1), "deleted pod unreachable");
         eprintln!("PASS CHECK and DEL of a VPC pod");

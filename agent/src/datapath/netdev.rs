@@ -13,7 +13,7 @@
 //! on the agent's runtime like any other: no thread, runtime or netns switch per request.
 //!
 //! Requests that take RTNL (the kernel's one lock for link, address, route and neighbour
-//! changes) take an async turn first ([`NetDev::rtnl`]): with many pods added at once, the
+//! changes) take an async turn first ([`in_turn`]): with many pods added at once, the
 //! kernel's mutex lets waiters spin on a CPU while the holder runs on the other, which on a
 //! small node is CPU the plugin and the pods' probes need.
 
@@ -142,12 +142,6 @@ impl NetDev {
         })
     }
 
-    /// Runs one RTNL-taking request in its turn ([`rtnl_turn`]).
-    async fn rtnl<T>(&self, request: impl Future<Output = T>) -> T {
-        let _turn = rtnl_turn().await;
-        request.await
-    }
-
     /// The link called `name`, if it exists.
     pub async fn link(&self, name: &str) -> Result<Option<LinkInfo>, NetdevError> {
         link_by_name(&self.h, name).await
@@ -205,27 +199,25 @@ impl NetDev {
                     .build(),
                 TunnelKind::Geneve => LinkGeneve::new(name, 0).port(port).collect_metadata().build(),
             };
-            self.h.link().add(msg).execute().await.map_err(nl(format!(
-                "create {kind:?} device {name} (is the kernel module available?)"
-            )))?;
+            in_turn(self.h.link().add(msg).execute())
+                .await
+                .map_err(nl(format!(
+                    "create {kind:?} device {name} (is the kernel module available?)"
+                )))?;
         }
         let l = self
             .link(name)
             .await?
             .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))?;
-        self.h
-            .link()
-            .set(
-                LinkUnspec::new_with_index(l.index)
-                    .mtu(mtu)
-                    .address(mac.to_vec())
-                    // No ARP: host-routed frames into the tunnel (remote pod routes) get the
-                    // device's own MAC as destination; the receiving program ignores it.
-                    .arp(false)
-                    .up()
-                    .build(),
-            )
-            .execute()
+        let configure = LinkUnspec::new_with_index(l.index)
+            .mtu(mtu)
+            .address(mac.to_vec())
+            // No ARP: host-routed frames into the tunnel (remote pod routes) get the device's
+            // own MAC as destination; the receiving program ignores it.
+            .arp(false)
+            .up()
+            .build();
+        in_turn(self.h.link().set(configure).execute())
             .await
             .map_err(nl(format!("configure {name}")))?;
         self.link(name)
@@ -251,7 +243,7 @@ impl NetDev {
         let Some(l) = self.link(name).await? else {
             return Ok(false);
         };
-        match self.rtnl(self.h.link().del(l.index).execute()).await {
+        match in_turn(self.h.link().del(l.index).execute()).await {
             Ok(()) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(nl(format!("delete {name}"))(e)),
@@ -295,24 +287,24 @@ impl NetDev {
             .up()
             .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())))
             .build();
-        self.rtnl(self.h.link().add(msg).execute())
+        in_turn(self.h.link().add(msg).execute())
             .await
             .map_err(nl(format!("create veth {host} with {ifname} in {netns}")))?;
 
         let ifname_owned = ifname.to_string();
         let pod_mac = self
-            .in_netns(netns, move |h, this| async move {
+            .in_netns(netns, move |h| async move {
                 let l = link_by_name(&h, &ifname_owned)
                     .await?
                     .ok_or_else(|| NetdevError::Missing(format!("{ifname_owned} not in the pod netns")))?;
-                this.rtnl(
+                in_turn(
                     h.link()
                         .set(LinkUnspec::new_with_index(l.index).up().build())
                         .execute(),
                 )
                 .await
                 .map_err(nl(format!("up {ifname_owned}")))?;
-                this.rtnl(h.address().add(l.index, IpAddr::V4(ip), 32).execute())
+                in_turn(h.address().add(l.index, IpAddr::V4(ip), 32).execute())
                     .await
                     .map_err(nl(format!("address {ip}/32")))?;
                 // `onlink`: the gateway needs no route of its own to be reachable on eth0
@@ -322,7 +314,7 @@ impl NetDev {
                     .output_interface(l.index)
                     .build();
                 default.header.flags |= RouteFlags::Onlink;
-                this.rtnl(h.route().add(default).execute())
+                in_turn(h.route().add(default).execute())
                     .await
                     .map_err(nl("default route"))?;
                 Ok(l.mac)
@@ -359,11 +351,7 @@ impl NetDev {
             RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
             RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
         ]));
-        self.h
-            .route()
-            .add(msg)
-            .replace()
-            .execute()
+        in_turn(self.h.route().add(msg).replace().execute())
             .await
             .map_err(nl(format!("route {block}/{len} via {node}")))
     }
@@ -379,7 +367,7 @@ impl NetDev {
             .output_interface(tunnel)
             .scope(RouteScope::Link)
             .build();
-        match self.h.route().del(msg).execute().await {
+        match in_turn(self.h.route().del(msg).execute()).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(nl(format!("delete route {ip}/{len}"))(e)),
@@ -398,10 +386,10 @@ impl NetDev {
             .output_interface(index)
             .scope(RouteScope::Link)
             .build();
-        self.rtnl(self.h.route().add(route).replace().execute())
+        in_turn(self.h.route().add(route).replace().execute())
             .await
             .map_err(nl(format!("host route {ip}/32")))?;
-        self.rtnl(
+        in_turn(
             self.h
                 .neighbours()
                 .add(index, IpAddr::V4(ip))
@@ -417,7 +405,7 @@ impl NetDev {
     /// Look at `ifname` inside `netns`; `None` if it does not exist.
     pub async fn inspect_pod(&self, netns: &str, ifname: &str) -> Result<Option<PodSide>, NetdevError> {
         let ifname = ifname.to_string();
-        self.in_netns(netns, move |h, _| async move {
+        self.in_netns(netns, move |h| async move {
             let Some(link) = link_by_name(&h, &ifname).await? else {
                 return Ok(None);
             };
@@ -435,11 +423,10 @@ impl NetDev {
         .await
     }
 
-    /// Runs `f` with a netlink handle inside the netns at `path` (and this `NetDev`, for
-    /// its RTNL turns), on the agent's runtime.
+    /// Runs `f` with a netlink handle inside the netns at `path`, on the agent's runtime.
     pub async fn in_netns<F, Fut, T>(&self, path: &str, f: F) -> Result<T, NetdevError>
     where
-        F: FnOnce(Handle, NetDev) -> Fut,
+        F: FnOnce(Handle) -> Fut,
         Fut: Future<Output = Result<T, NetdevError>>,
     {
         let opener = self
@@ -449,7 +436,7 @@ impl NetDev {
             .map_err(|e| NetdevError::Missing(format!("netns opener: {e}")))?;
         let (conn, h) = opener.open(path).await?;
         let conn = tokio::spawn(conn);
-        let res = f(h, self.clone()).await;
+        let res = f(h).await;
         // The connection would end once its handles are gone; no need to wait for that.
         conn.abort();
         res
@@ -462,6 +449,12 @@ impl NetDev {
 pub async fn rtnl_turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     TURNS.lock().await
+}
+
+/// Runs one RTNL-taking request in its turn ([`rtnl_turn`]).
+async fn in_turn<T>(request: impl Future<Output = T>) -> T {
+    let _turn = rtnl_turn().await;
+    request.await
 }
 
 type Connection = rtnetlink::proto::Connection<netlink_packet_route::RouteNetlinkMessage>;
