@@ -27,9 +27,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use cozyplane_apis::KindInfo;
 use cozyplane_authz::{Authorizer, AuthorizerExt, Decision, UserInfo};
-use serde_json::json;
 
-use crate::errors::{ApiError, Result};
+use crate::errors::{ApiError, Reason, Result};
 
 pub mod namespace;
 pub mod quota;
@@ -130,12 +129,7 @@ pub fn forbidden(info: &KindInfo, name: &str, why: &str) -> ApiError {
     } else {
         format!("{} \"{name}\" is forbidden: {why}", group_resource(info))
     };
-    ApiError {
-        code: 403,
-        reason: "Forbidden",
-        message,
-        details: Some(json!({ "name": name, "group": info.group, "kind": info.plural })),
-    }
+    ApiError::new(403, Reason::Forbidden, message).with_details(crate::errors::details(info, name))
 }
 
 /// `User "alice" cannot export resource "vpcs" in API group "sdn.cozystack.io" in the namespace "t2"`.
@@ -253,7 +247,7 @@ mod tests {
             "vpcbindings.sdn.cozystack.io \"b1\" is forbidden: User \"alice\" cannot export resource \"vpcs\" in API group \"sdn.cozystack.io\" in the namespace \"t2\""
         );
         assert_eq!(e.code, 403);
-        assert_eq!(e.details.unwrap()["kind"], "vpcbindings");
+        assert_eq!(e.details.unwrap().kind.as_deref(), Some("vpcbindings"));
     }
 
     #[tokio::test]

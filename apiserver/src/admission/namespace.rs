@@ -13,9 +13,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use serde_json::json;
 
-use crate::errors::{ApiError, Result};
+use crate::errors::{ApiError, Reason, Result, StatusDetails, cause};
 use cozyplane_apis::KindInfo;
 
 /// The namespace cache and its live fallback.
@@ -26,12 +25,13 @@ pub struct Lifecycle {
 
 /// `namespaces "<ns>" not found`.
 pub fn not_found(ns: &str) -> ApiError {
-    ApiError {
-        code: 404,
-        reason: "NotFound",
-        message: format!("namespaces \"{ns}\" not found"),
-        details: Some(json!({ "name": ns, "kind": "namespaces" })),
-    }
+    ApiError::new(404, Reason::NotFound, format!("namespaces \"{ns}\" not found")).with_details(
+        StatusDetails {
+            name: Some(ns.to_string()),
+            kind: Some("namespaces".into()),
+            ..StatusDetails::default()
+        },
+    )
 }
 
 /// The Forbidden a create in a terminating namespace gets.
@@ -42,11 +42,11 @@ pub fn terminating(info: &KindInfo, ns: &str, name: &str) -> ApiError {
         &format!("unable to create new content in namespace {ns} because it is being terminated"),
     );
     if let Some(d) = e.details.as_mut() {
-        d["causes"] = json!([{
-            "reason": "NamespaceTerminating",
-            "message": format!("namespace {ns} is being terminated"),
-            "field": "metadata.namespace",
-        }]);
+        d.causes = Some(vec![cause(
+            "NamespaceTerminating",
+            format!("namespace {ns} is being terminated"),
+            Some("metadata.namespace"),
+        )]);
     }
     e
 }
@@ -111,6 +111,6 @@ mod tests {
             e.message,
             "vpcs.sdn.cozystack.io \"v1\" is forbidden: unable to create new content in namespace t1 because it is being terminated"
         );
-        assert_eq!(e.details.unwrap()["causes"][0]["reason"], "NamespaceTerminating");
+        assert_eq!(e.causes()[0].reason.as_deref(), Some("NamespaceTerminating"));
     }
 }

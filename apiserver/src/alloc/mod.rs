@@ -28,7 +28,7 @@ use bytes::Bytes;
 use cozyplane_apis::KindInfo;
 use cozyplane_storage::{Compare, KeyValue, ObjectKey, Op, Revision, Storage, Txn};
 
-use crate::errors::{ApiError, Result};
+use crate::errors::{ApiError, ConflictKind, Reason, Result};
 use crate::registry::store::KEY_PREFIX;
 
 /// Where claim keys live: beside the objects, under a resource name no kind uses.
@@ -182,12 +182,11 @@ impl Allocation {
                     .filter(|h| !h.is_empty())
                     .map(|h| describe_owner(&h))
                     .unwrap_or_else(|| "another object".into());
-                return Outcome::Fail(ApiError {
-                    code: 409,
-                    reason: "Conflict",
-                    message: format!("{} is already allocated to {holder}", c.what),
-                    details: None,
-                });
+                return Outcome::Fail(ApiError::conflict_of(
+                    ConflictKind::Allocated,
+                    format!("{} is already allocated to {holder}", c.what),
+                    None,
+                ));
             }
             // A guard (the VPC's VNI claim moved): read again.
             retry = true;
@@ -248,12 +247,7 @@ pub trait Allocator<O>: Send + Sync {
 
 /// `507 Insufficient Storage`: a pool has no free value left.
 pub fn exhausted(what: impl Into<String>) -> ApiError {
-    ApiError {
-        code: 507,
-        reason: "InsufficientStorage",
-        message: what.into(),
-        details: None,
-    }
+    ApiError::new(507, Reason::InsufficientStorage, what)
 }
 
 /// `422 Invalid` with one cause at `field`.

@@ -82,12 +82,11 @@ pub(super) fn check_force(q: &HashMap<String, String>) -> Result<()> {
 /// PATCH-07: one `FieldManagerConflict` cause per conflicting field and manager.
 fn conflict_error(c: &Conflicts) -> ApiError {
     let status = c.to_status();
-    ApiError {
-        code: 409,
-        reason: "Conflict",
-        message: c.message(),
-        details: status.get("details").cloned(),
-    }
+    let details = status
+        .get("details")
+        .cloned()
+        .and_then(|d| serde_json::from_value(d).ok());
+    ApiError::conflict_of(crate::errors::ConflictKind::FieldManager, c.message(), details)
 }
 
 /// Current time as RFC 3339 with seconds precision.
@@ -230,13 +229,14 @@ pub(super) async fn apply_patch(
         }
         match r.create(ns, run(None)?, &o).await {
             Ok(v) => return Ok(json_response(StatusCode::CREATED, &v, &warnings)),
-            Err(e) if e.reason == "AlreadyExists" => {}
+            Err(e) if e.reason == crate::errors::Reason::AlreadyExists => {}
             Err(e) => return Err(e),
         }
     }
     Err(ApiError::conflict(
         r.info(),
         &name,
+        crate::errors::ConflictKind::Stale,
         "the object was created and deleted concurrently; try again",
     ))
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::selector::{FieldSelector, LabelSelector};
 use super::strategy::{Column, StatusStrategy, Strategy};
 use super::validate;
-use crate::errors::{ApiError, Result};
+use crate::errors::{ApiError, ConflictKind, Result};
 
 /// The storage root of every key this server writes.
 pub const KEY_PREFIX: &str = "registry";
@@ -72,15 +72,6 @@ fn typed_managed_fields(
     let entries: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> =
         serde_json::from_value(m.to_json()).map_err(ApiError::internal)?;
     Ok((!entries.is_empty()).then_some(entries))
-}
-
-/// `true` for an apply conflict (409 with `FieldManagerConflict` causes), which no retry fixes.
-fn is_field_manager_conflict(e: &ApiError) -> bool {
-    e.details
-        .as_ref()
-        .and_then(|d| d.get("causes"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["reason"] == "FieldManagerConflict"))
 }
 
 /// Options of a delete.
@@ -277,6 +268,7 @@ impl<S: Strategy> Store<S> {
             return Err(ApiError::conflict(
                 &self.info,
                 name,
+                ConflictKind::Precondition,
                 &format!(
                     "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
                 ),
@@ -288,6 +280,7 @@ impl<S: Strategy> Store<S> {
             return Err(ApiError::conflict(
                 &self.info,
                 name,
+                ConflictKind::Precondition,
                 &format!(
                     "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
                 ),
@@ -503,6 +496,7 @@ impl<S: Strategy> Store<S> {
             return Err(ApiError::conflict(
                 &self.info,
                 name,
+                ConflictKind::Precondition,
                 &format!(
                     "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
                     old_meta.uid.as_deref().unwrap_or_default()
@@ -677,6 +671,7 @@ impl<S: Strategy> Store<S> {
         Err(ApiError::conflict(
             &self.info,
             obj.meta().name.as_deref().unwrap_or_default(),
+            ConflictKind::AllocationRaces,
             &format!("allocation lost {MAX_ATTEMPTS} races in a row; try again"),
         ))
     }
@@ -851,7 +846,7 @@ impl<S: Strategy> Resource for Store<S> {
             let patched = apply(current)?;
             let new = self.decode_body(patched)?;
             match self.update_from(ns, name, new, (old, rev), status, o).await {
-                Err(e) if e.reason == "Conflict" && tries < 5 && !is_field_manager_conflict(&e) => tries += 1,
+                Err(e) if e.is_stale() && tries < 5 => tries += 1,
                 other => return other,
             }
         }
@@ -864,7 +859,8 @@ impl<S: Strategy> Resource for Store<S> {
         let mut attempts = 0;
         loop {
             match self.delete_once(ns, name, o).await {
-                Err(e) if e.code == 409 && o.resource_version.is_none() && attempts < 8 => attempts += 1,
+                // Only a stale read is retried: a failed uid precondition is permanent.
+                Err(e) if e.is_stale() && o.resource_version.is_none() && attempts < 8 => attempts += 1,
                 other => return other,
             }
         }

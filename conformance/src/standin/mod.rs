@@ -172,12 +172,9 @@ impl Shared {
             .get(&format!("{ns}/{name}"))
             .cloned();
         let Some(backend) = backend else {
-            return Err(ApiError {
-                code: 503,
-                reason: "ServiceUnavailable",
-                message: format!("service {ns}/{name} has no endpoints in this test"),
-                details: None,
-            });
+            return Err(ApiError::unavailable(format!(
+                "service {ns}/{name} has no endpoints in this test"
+            )));
         };
         proxy::forward(apiservice, &backend, &self.pki.front_proxy_client, who, req).await
     }

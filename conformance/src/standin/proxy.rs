@@ -27,12 +27,7 @@ pub struct Backend {
 }
 
 fn unavailable(msg: String) -> ApiError {
-    ApiError {
-        code: 503,
-        reason: "ServiceUnavailable",
-        message: msg,
-        details: None,
-    }
+    ApiError::unavailable(msg)
 }
 
 const HOP: &[&str] = &[

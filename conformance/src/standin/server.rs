@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use axum::response::IntoResponse;
-use cozyplane_apiserver::errors::{ApiError, Result};
+use cozyplane_apiserver::errors::{ApiError, Reason, Result};
 use cozyplane_apiserver::handlers::{self, Target};
 use cozyplane_apiserver::registry::Resource;
 use cozyplane_apiserver::server::discovery::{self, STATUS_VERBS, VERBS};
@@ -27,12 +27,7 @@ fn json_resp(code: StatusCode, v: &Value) -> Response<Body> {
 }
 
 fn forbidden(msg: String) -> ApiError {
-    ApiError {
-        code: 403,
-        reason: "Forbidden",
-        message: msg,
-        details: None,
-    }
+    ApiError::new(403, Reason::Forbidden, msg)
 }
 
 fn query(q: &str) -> HashMap<String, String> {
@@ -308,12 +303,7 @@ async fn serve(
     if a.verb == "create" && def.namespaced {
         match st.reg.store("namespaces").get(None, &a.namespace).await {
             Err(e) if e.code == 404 => {
-                return Err(ApiError {
-                    code: 404,
-                    reason: "NotFound",
-                    message: format!("namespaces \"{}\" not found", a.namespace),
-                    details: Some(json!({ "name": a.namespace, "kind": "namespaces" })),
-                });
+                return Err(cozyplane_apiserver::admission::namespace::not_found(&a.namespace));
             }
             Ok(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
                 return Err(forbidden(format!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cozyplane_apis::KindInfo;
-use cozyplane_apiserver::errors::{ApiError, Result};
+use cozyplane_apiserver::errors::{ApiError, ConflictKind, Reason, Result, StatusDetails};
 use cozyplane_apiserver::registry::Resource;
 use cozyplane_apiserver::registry::store::{DeleteOptions, Deleted, ListPage, ListParams, WriteOptions};
 use cozyplane_apiserver::registry::strategy::Column;
@@ -163,12 +163,17 @@ impl UnstructuredStore {
     }
 
     fn invalid(&self, name: &str, msg: &str) -> ApiError {
-        ApiError {
-            code: 422,
-            reason: "Invalid",
-            message: format!("{} \"{name}\" is invalid: {msg}", self.def.info.kind),
-            details: Some(json!({ "name": name, "group": self.def.info.group, "kind": self.def.info.kind })),
-        }
+        ApiError::new(
+            422,
+            Reason::Invalid,
+            format!("{} \"{name}\" is invalid: {msg}", self.def.info.kind),
+        )
+        .with_details(StatusDetails {
+            name: Some(name.to_string()),
+            group: Some(self.def.info.group.to_string()),
+            kind: Some(self.def.info.kind.to_string()),
+            ..StatusDetails::default()
+        })
     }
 
     fn check_type(&self, body: &Value) -> Result<()> {
@@ -285,6 +290,7 @@ impl UnstructuredStore {
             return Err(ApiError::conflict(
                 &self.def.info,
                 name,
+                ConflictKind::Precondition,
                 "Precondition failed: UID in precondition does not match the UID of the object",
             ));
         }
@@ -553,7 +559,7 @@ impl Resource for UnstructuredStore {
             let (old, rev) = self.read(ns, name).await?;
             let new = apply(old.clone())?;
             match self.update_from(ns, name, new, (old, rev), status, o).await {
-                Err(e) if e.reason == "Conflict" && tries < 5 => tries += 1,
+                Err(e) if e.is_stale() && tries < 5 => tries += 1,
                 other => return other,
             }
         }
@@ -568,6 +574,7 @@ impl Resource for UnstructuredStore {
             return Err(ApiError::conflict(
                 &self.def.info,
                 name,
+                ConflictKind::Precondition,
                 &format!("the UID in the precondition ({want}) does not match the UID in record ({uid})"),
             ));
         }
@@ -577,6 +584,7 @@ impl Resource for UnstructuredStore {
             return Err(ApiError::conflict(
                 &self.def.info,
                 name,
+                ConflictKind::Precondition,
                 &format!(
                     "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev})"
                 ),
