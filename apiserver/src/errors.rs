@@ -109,8 +109,9 @@ pub struct ApiError {
     pub reason: Reason,
     /// `message` of the Status.
     pub message: String,
-    /// `details` of the Status (name, group, kind, causes), if any.
-    pub details: Option<StatusDetails>,
+    /// `details` of the Status (name, group, kind, causes), if any (boxed: errors travel in
+    /// every `Result` of the server and most carry none).
+    pub details: Option<Box<StatusDetails>>,
     /// For a 409 [`Reason::Conflict`]: why.
     pub conflict: Option<ConflictKind>,
 }
@@ -156,7 +157,7 @@ impl ApiError {
     /// The same error with `details`.
     #[must_use]
     pub fn with_details(mut self, d: StatusDetails) -> Self {
-        self.details = Some(d);
+        self.details = Some(Box::new(d));
         self
     }
 
@@ -183,7 +184,7 @@ impl ApiError {
             code: 409,
             reason: Reason::Conflict,
             message: message.into(),
-            details,
+            details: details.map(Box::new),
             conflict: Some(kind),
         }
     }
@@ -246,7 +247,10 @@ impl ApiError {
 
     /// 422 with one cause per field error.
     pub fn invalid(kind: &str, group: &str, name: &str, errs: &FieldErrors) -> Self {
-        let causes: Vec<StatusCause> = errs.iter().map(|e| e.to_status_cause()).collect();
+        let causes: Vec<StatusCause> = errs
+            .iter()
+            .map(crate::registry::validate::FieldError::to_status_cause)
+            .collect();
         let summary: Vec<String> = errs
             .iter()
             .map(crate::registry::validate::FieldError::message)

@@ -353,6 +353,7 @@ impl Server {
         // Control loops (issue 5): leader-elected over the store; aborted with the server.
         let controllers = crate::controllers::start(
             self.state.kinds.clone(),
+            self.state.caches.clone(),
             self.state.storage.clone(),
             self.controllers_kube.clone(),
         );

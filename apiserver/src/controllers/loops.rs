@@ -1,18 +1,34 @@
-//! The reconcile passes. Each computes the desired status from the current objects (pure
-//! functions, unit-tested below) and writes only differences.
+//! The reconcilers of our own kinds: VPCPeering and VPCGateway status, VPCBinding reaping.
+//!
+//! Each works like a client-go controller: typed [`Mirror`]s of the kinds it reads are fed by
+//! the watch caches, a change enqueues exactly the objects whose derived state it can affect
+//! (a VPC change: the peerings and gateways naming that VPC; a peering: itself and its
+//! reciprocal half; a gateway: the gateways of its VPC), and one worker reconciles one queued
+//! object at a time, writing only when the derived state differs from the stored one. Status
+//! derivation itself lives with each kind (`registry::vpc_peering::status`, …); what every
+//! object of a kind gets (the binding's finalizer, the VPC's status) is set inside its write by
+//! the kind's strategy, so no controller writes after a create.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use cozyplane_apis::net::cidr_lists_overlap;
+use cozyplane_apis::v1alpha1::{VPC, VPCBinding, VPCGateway, VPCPeering};
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
 
-use crate::errors::Result;
-use crate::registry::Resource;
+use super::informer::{Changed, Key, Mirror};
+use crate::errors::{ApiError, Result};
+use crate::registry::cache::WatchCache;
 use crate::registry::store::{DeleteOptions, ListParams, WriteOptions};
+use crate::registry::{Resource, vpc_binding, vpc_gateway, vpc_peering};
 
-/// The finalizer of VPCBindings.
-pub const REAP_PORTS: &str = "sdn.cozystack.io/reap-ports";
+pub use crate::registry::vpc_binding::REAP_PORTS;
+
+/// How often every object is reconciled again without a change (client-go's resync).
+const RESYNC: Duration = Duration::from_secs(300);
+/// How long a failed reconcile waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
 
 pub(crate) fn find<'a>(kinds: &'a [Arc<dyn Resource>], plural: &str) -> Option<&'a Arc<dyn Resource>> {
     kinds.iter().find(|k| k.info().plural == plural)
@@ -29,380 +45,389 @@ pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn ns_name(v: &Value) -> (String, String) {
-    (s(v, "/metadata/namespace").into(), s(v, "/metadata/name").into())
+/// One object to reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Work {
+    Peering(Key),
+    Gateway(Key),
+    Binding(Key),
 }
 
-/// One condition; `lastTransitionTime` is kept from `old` when the status did not change.
-pub fn condition(old: &Value, ty: &str, ok: bool, reason: &str, msg: &str, generation: i64) -> Value {
-    let status = if ok { "True" } else { "False" };
-    let prev = old
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == ty));
-    let ltt = match prev {
-        Some(c) if c["status"] == status => c["lastTransitionTime"].clone(),
-        _ => json!(now()),
-    };
-    json!({"type": ty, "status": status, "reason": reason, "message": msg,
-           "lastTransitionTime": ltt, "observedGeneration": generation})
+/// A de-duplicating work queue: an object queued twice before its turn is reconciled once.
+struct Queue {
+    tx: mpsc::UnboundedSender<Work>,
+    pending: Mutex<HashSet<Work>>,
 }
 
-fn now() -> String {
-    let t = k8s_openapi::jiff::Timestamp::now();
-    k8s_openapi::jiff::Timestamp::from_second(t.as_second())
-        .unwrap_or(t)
-        .to_string()
-}
-
-fn generation(v: &Value) -> i64 {
-    v.pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1)
-}
-
-/// Writes `status` through `/status` unless it is already what is stored.
-async fn set_status(r: &Arc<dyn Resource>, obj: &Value, status: Value) -> Result<()> {
-    if obj.get("status") == Some(&status) {
-        return Ok(());
+impl Queue {
+    fn add(&self, w: Work) {
+        let fresh = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(w.clone());
+        if fresh {
+            let _ = self.tx.send(w);
+        }
     }
-    let (ns, name) = ns_name(obj);
-    let ns = (!ns.is_empty()).then_some(ns);
-    let st = status.clone();
-    let apply = move |mut cur: Value| -> Result<Value> {
-        cur["status"] = st.clone();
-        Ok(cur)
-    };
-    match r
-        .patch(ns.as_deref(), &name, &apply, true, &WriteOptions::default())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
+
+    fn taken(&self, w: &Work) {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(w);
     }
 }
 
-/// The desired status of a VPC.
-pub fn vpc_status(vpc: &Value) -> Value {
-    let vni = vpc.pointer("/status/vni").and_then(Value::as_i64).unwrap_or(0);
-    let ready = vni != 0;
-    let mut st = json!({
-        "phase": if ready { "Ready" } else { "Pending" },
-        "conditions": [condition(vpc, "Ready", ready,
-            if ready { "VNIAllocated" } else { "VNIPending" },
-            &if ready { format!("VNI {vni} is allocated") } else { "no VNI is allocated".into() },
-            generation(vpc))],
-    });
-    if vni != 0 {
-        st["vni"] = json!(vni);
-    }
-    st
-}
-
-type VpcIndex = HashMap<(String, String), Value>;
-
-/// The desired status of a VPCPeering given every VPC and every peering.
-pub fn peering_status(p: &Value, vpcs: &VpcIndex, peerings: &[Value]) -> Value {
-    let (ns, _) = ns_name(p);
-    let local_name = s(p, "/spec/vpcRef/name").to_string();
-    let peer = (
-        s(p, "/spec/peerRef/namespace").to_string(),
-        s(p, "/spec/peerRef/name").to_string(),
-    );
-    let local = vpcs.get(&(ns.clone(), local_name.clone()));
-    let remote = vpcs.get(&peer);
-    let vni = |v: Option<&Value>| {
-        v.and_then(|v| v.pointer("/status/vni"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-    };
-    let matched = peerings.iter().any(|q| {
-        s(q, "/metadata/namespace") == peer.0
-            && s(q, "/spec/vpcRef/name") == peer.1
-            && s(q, "/spec/peerRef/namespace") == ns
-            && s(q, "/spec/peerRef/name") == local_name
-            && q.pointer("/metadata/deletionTimestamp").is_none()
-    });
-    let local_ready = vni(local) != 0;
-    let peer_ready = vni(remote) != 0;
-    let cidrs = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(|v| v.pointer("/spec/cidrs"))
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|c| c.as_str().map(String::from)).collect())
-            .unwrap_or_default()
-    };
-    let disjoint = local.is_some() && remote.is_some() && !cidr_lists_overlap(&cidrs(local), &cidrs(remote));
-    let g = generation(p);
-    let c = |ty: &str, ok: bool, what: &str| {
-        let msg = if ok {
-            what.to_string()
-        } else {
-            format!("not {what}")
-        };
-        condition(
-            p,
-            ty,
-            ok,
-            &if ok {
-                ty.to_string()
-            } else {
-                format!("{ty}Missing")
-            },
-            &msg,
-            g,
-        )
-    };
-    let ready = matched && local_ready && peer_ready && disjoint;
-    let mut st = json!({
-        "phase": if ready { "Ready" } else { "Pending" },
-        "conditions": [
-            c("PeerMatched", matched, "matched by a reciprocal peering"),
-            c("VPCReady", local_ready, "local VPC ready"),
-            c("PeerVPCReady", peer_ready, "peer VPC ready"),
-            c("CIDRsDisjoint", disjoint, "disjoint CIDRs"),
-        ],
-    });
-    if vni(remote) != 0 {
-        st["peerVNI"] = json!(vni(remote));
-    }
-    st
-}
-
-fn created(v: &Value) -> (String, String) {
+fn key<K: kube_core::Resource>(o: &K) -> Key {
+    let m = o.meta();
     (
-        s(v, "/metadata/creationTimestamp").to_string(),
-        s(v, "/metadata/name").to_string(),
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
     )
 }
 
-/// The desired status of a VPCGateway: the oldest non-deleting gateway of a VPC is the
-/// boundary; the others report `Exclusive=False`.
-pub fn gateway_status(gw: &Value, vpcs: &VpcIndex, gateways: &[Value]) -> Value {
-    let (ns, name) = ns_name(gw);
-    let vpc = s(gw, "/spec/vpcRef/name").to_string();
-    let resolved = vpcs.contains_key(&(ns.clone(), vpc.clone()));
-    let effective = gateways
-        .iter()
-        .filter(|g| {
-            s(g, "/metadata/namespace") == ns
-                && s(g, "/spec/vpcRef/name") == vpc
-                && g.pointer("/metadata/deletionTimestamp").is_none()
-        })
-        .min_by_key(|g| created(g));
-    let exclusive = effective.is_none_or(|e| s(e, "/metadata/name") == name);
-    let g = generation(gw);
-    let nat_on = gw
-        .pointer("/spec/nat/enabled")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let has_addr = !s(gw, "/status/natAddress").is_empty() || !s(gw, "/status/natAddress6").is_empty();
-    let nat_ready = !nat_on || has_addr;
-    let mut st = json!({
-        "phase": if resolved && exclusive { "Ready" } else { "Pending" },
-        "conditions": [
-            condition(gw, "VPCResolved", resolved, "VPCResolved",
-                &if resolved { format!("VPC {vpc} found") } else { format!("VPC {vpc} not found") }, g),
-            condition(gw, "NATReady", nat_ready, if nat_ready { "NATReady" } else { "NATAddressPending" },
-                if nat_ready { "NAT identity assigned or NAT disabled" } else { "waiting for a NAT address" }, g),
-            condition(gw, "Exclusive", exclusive, if exclusive { "Exclusive" } else { "GatewayConflict" },
-                &match effective {
-                    Some(e) if !exclusive => format!("VPC {vpc} already has gateway {}", s(e, "/metadata/name")),
-                    _ => format!("the boundary of VPC {vpc}"),
-                }, g),
-        ],
-    });
-    for k in ["natAddress", "natAddress6"] {
-        if let Some(a) = gw.pointer(&format!("/status/{k}")) {
-            st[k] = a.clone();
+/// The mirrors and the queue the reconcilers share.
+struct Shared {
+    vpcs: Arc<Mirror<VPC>>,
+    peerings: Arc<Mirror<VPCPeering>>,
+    gateways: Arc<Mirror<VPCGateway>>,
+    bindings: Arc<Mirror<VPCBinding>>,
+    queue: Queue,
+}
+
+impl Shared {
+    fn enqueue_for_vpc(&self, (ns, name): &Key) {
+        for g in self.gateways.in_namespace(ns) {
+            if g.spec.vpc_ref.name == *name {
+                self.queue.add(Work::Gateway(key(&*g)));
+            }
+        }
+        for p in self.peerings.in_namespace(ns) {
+            if p.spec.vpc_ref.name == *name {
+                self.queue.add(Work::Peering(key(&*p)));
+            }
+        }
+        // Peerings of other namespaces naming this VPC as their peer. VPCs change rarely (create,
+        // delete, a CIDR edit), so a look at every peering here is off the hot path.
+        for p in self.peerings.all() {
+            if p.spec.peer_ref.namespace == *ns && p.spec.peer_ref.name == *name {
+                self.queue.add(Work::Peering(key(&*p)));
+            }
         }
     }
-    st
+
+    fn on_vpc(&self, c: &Changed<'_, VPC>) {
+        let vni = |v: &VPC| v.status.as_ref().map_or(0, |s| s.vni);
+        if let (Some(o), Some(n)) = (c.old, c.new)
+            && o.spec.cidrs == n.spec.cidrs
+            && vni(o) == vni(n)
+        {
+            return;
+        }
+        if let Some(v) = c.new.or(c.old) {
+            self.enqueue_for_vpc(&key(v));
+        }
+    }
+
+    fn on_peering(&self, c: &Changed<'_, VPCPeering>) {
+        // A status write of our own changes nothing another object derives from.
+        if let (Some(o), Some(n)) = (c.old, c.new)
+            && o.spec == n.spec
+            && o.metadata.deletion_timestamp == n.metadata.deletion_timestamp
+        {
+            return;
+        }
+        let Some(p) = c.new.or(c.old) else { return };
+        self.queue.add(Work::Peering(key(p)));
+        for q in self.peerings.in_namespace(&p.spec.peer_ref.namespace) {
+            if q.spec.vpc_ref.name == p.spec.peer_ref.name {
+                self.queue.add(Work::Peering(key(&*q)));
+            }
+        }
+    }
+
+    fn on_gateway(&self, c: &Changed<'_, VPCGateway>) {
+        let Some(g) = c.new.or(c.old) else { return };
+        if let (Some(o), Some(n)) = (c.old, c.new)
+            && o.spec == n.spec
+            && o.metadata.deletion_timestamp == n.metadata.deletion_timestamp
+        {
+            // Only the status changed (a NAT address arrived): only this gateway's NATReady moves.
+            self.queue.add(Work::Gateway(key(g)));
+            return;
+        }
+        let (ns, _) = key(g);
+        for other in self.gateways.in_namespace(&ns) {
+            if other.spec.vpc_ref.name == g.spec.vpc_ref.name {
+                self.queue.add(Work::Gateway(key(&*other)));
+            }
+        }
+        if c.new.is_some() {
+            self.queue.add(Work::Gateway(key(g)));
+        }
+    }
+
+    fn on_binding(&self, c: &Changed<'_, VPCBinding>) {
+        let Some(b) = c.new else { return };
+        let has = b
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == REAP_PORTS));
+        if b.metadata.deletion_timestamp.is_some() || !has {
+            self.queue.add(Work::Binding(key(b)));
+        }
+    }
+
+    fn resync(&self) {
+        for p in self.peerings.all() {
+            self.queue.add(Work::Peering(key(&*p)));
+        }
+        for g in self.gateways.all() {
+            self.queue.add(Work::Gateway(key(&*g)));
+        }
+        for b in self.bindings.all() {
+            self.on_binding(&Changed {
+                old: None,
+                new: Some(&b),
+            });
+        }
+    }
 }
 
-/// The VPC a binding grants: `(namespace, name)`, the namespace defaulting to the binding's.
-pub fn granted(b: &Value) -> (String, String) {
-    let ns = match s(b, "/spec/vpcRef/namespace") {
-        "" => s(b, "/metadata/namespace"),
-        n => n,
-    };
-    (ns.to_string(), s(b, "/spec/vpcRef/name").to_string())
+/// The reconcilers.
+struct Reconciler {
+    shared: Arc<Shared>,
+    kinds: Vec<Arc<dyn Resource>>,
 }
 
-fn finalizers(v: &Value) -> Vec<String> {
-    v.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
-        .unwrap_or_default()
+impl Reconciler {
+    fn kind(&self, plural: &str) -> Result<&Arc<dyn Resource>> {
+        find(&self.kinds, plural).ok_or_else(|| ApiError::internal(format!("no kind {plural}")))
+    }
+
+    async fn reconcile(&self, w: &Work) -> Result<()> {
+        match w {
+            Work::Peering((ns, name)) => self.peering(ns, name).await,
+            Work::Gateway((ns, name)) => self.gateway(ns, name).await,
+            Work::Binding((ns, name)) => self.binding(ns, name).await,
+        }
+    }
+
+    async fn peering(&self, ns: &str, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        let Some(p) = sh.peerings.get(ns, name) else {
+            return Ok(());
+        };
+        let peer = &p.spec.peer_ref;
+        let local = sh.vpcs.get(ns, &p.spec.vpc_ref.name);
+        let remote = sh.vpcs.get(&peer.namespace, &peer.name);
+        let matched = sh
+            .peerings
+            .in_namespace(&peer.namespace)
+            .iter()
+            .any(|q| vpc_peering::reciprocates(&p, q));
+        let st = vpc_peering::status(&p, local.as_deref(), remote.as_deref(), matched);
+        if p.status.as_ref() == Some(&st) {
+            return Ok(());
+        }
+        write_status(self.kind("vpcpeerings")?, ns, name, json!(st)).await
+    }
+
+    async fn gateway(&self, ns: &str, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        let Some(g) = sh.gateways.get(ns, name) else {
+            return Ok(());
+        };
+        let same_vpc: Vec<Arc<VPCGateway>> = sh
+            .gateways
+            .in_namespace(ns)
+            .into_iter()
+            .filter(|o| o.spec.vpc_ref.name == g.spec.vpc_ref.name)
+            .collect();
+        let effective = vpc_gateway::effective(same_vpc.iter().map(|o| &**o));
+        let resolved = sh.vpcs.get(ns, &g.spec.vpc_ref.name).is_some();
+        let st = vpc_gateway::status(&g, resolved, effective);
+        if g.status.as_ref() == Some(&st) {
+            return Ok(());
+        }
+        write_status(self.kind("vpcgateways")?, ns, name, json!(st)).await
+    }
+
+    async fn binding(&self, ns: &str, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        let Some(b) = sh.bindings.get(ns, name) else {
+            return Ok(());
+        };
+        let has = b
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == REAP_PORTS));
+        let deleting = b.metadata.deletion_timestamp.is_some();
+        let bindings = self.kind("vpcbindings")?;
+        if !deleting && !has {
+            // A binding stored before creates set the finalizer.
+            return edit_finalizers(bindings, ns, name, |f| f.push(REAP_PORTS.into())).await;
+        }
+        if !deleting || !has {
+            return Ok(());
+        }
+        let grant = vpc_binding::granted(&b);
+        let other = sh.bindings.in_namespace(ns).iter().any(|o| {
+            o.metadata.name != b.metadata.name
+                && o.metadata.deletion_timestamp.is_none()
+                && vpc_binding::granted(o) == grant
+        });
+        if !other {
+            self.reap_ports(ns, &grant).await?;
+        }
+        edit_finalizers(bindings, ns, name, |f| f.retain(|x| x != REAP_PORTS)).await
+    }
+
+    /// Deletes the Ports of pod namespace `ns` attached to VPC `grant`.
+    async fn reap_ports(&self, ns: &str, grant: &Key) -> Result<()> {
+        let ports = self.kind("ports")?;
+        let sel = format!(
+            "sdn.cozystack.io/vpc-namespace={},sdn.cozystack.io/vpc={},sdn.cozystack.io/pod-namespace={ns}",
+            grant.0, grant.1
+        );
+        let params = ListParams {
+            labels: crate::registry::selector::LabelSelector::parse(&sel).map_err(ApiError::internal)?,
+            ..Default::default()
+        };
+        for p in ports.list(None, &params).await?.items {
+            match ports
+                .delete(None, s(&p, "/metadata/name"), &DeleteOptions::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
-async fn set_finalizers(r: &Arc<dyn Resource>, obj: &Value, fins: Vec<String>) -> Result<()> {
-    let (ns, name) = ns_name(obj);
+/// Writes `status` through `/status` (a vanished object has nothing to write).
+async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value) -> Result<()> {
     let apply = move |mut cur: Value| -> Result<Value> {
-        cur["metadata"]["finalizers"] = json!(fins.clone());
+        cur["status"] = status.clone();
         Ok(cur)
     };
     match r
-        .patch(Some(&ns), &name, &apply, false, &WriteOptions::default())
+        .patch(Some(ns), name, &apply, true, &WriteOptions::default())
         .await
     {
-        Ok(_) => Ok(()),
         Err(e) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
+        other => other.map(|_| ()),
     }
 }
 
-async fn reap_bindings(kinds: &[Arc<dyn Resource>]) -> Result<()> {
-    let (Some(br), Some(pr)) = (find(kinds, "vpcbindings"), find(kinds, "ports")) else {
-        return Ok(());
+/// Edits the stored finalizers of `ns`/`name` (not a copy read earlier).
+async fn edit_finalizers(
+    r: &Arc<dyn Resource>,
+    ns: &str,
+    name: &str,
+    edit: impl Fn(&mut Vec<String>) + Send + Sync,
+) -> Result<()> {
+    let apply = move |mut cur: Value| -> Result<Value> {
+        let mut f: Vec<String> = cur
+            .pointer("/metadata/finalizers")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        edit(&mut f);
+        cur["metadata"]["finalizers"] = json!(f);
+        Ok(cur)
     };
-    let bindings = all(kinds, "vpcbindings").await?;
-    for b in &bindings {
-        let fins = finalizers(b);
-        let deleting = b.pointer("/metadata/deletionTimestamp").is_some();
-        let has = fins.iter().any(|f| f == REAP_PORTS);
-        if !deleting && !has {
-            let mut f = fins.clone();
-            f.push(REAP_PORTS.into());
-            set_finalizers(br, b, f).await?;
-            continue;
-        }
-        if !deleting || !has {
-            continue;
-        }
-        let (ns, _) = ns_name(b);
-        let grant = granted(b);
-        let other = bindings.iter().any(|o| {
-            o != b
-                && s(o, "/metadata/namespace") == ns
-                && o.pointer("/metadata/deletionTimestamp").is_none()
-                && granted(o) == grant
-        });
-        if !other {
-            let sel = format!(
-                "sdn.cozystack.io/vpc-namespace={},sdn.cozystack.io/vpc={},sdn.cozystack.io/pod-namespace={ns}",
-                grant.0, grant.1
-            );
-            let params = ListParams {
-                labels: crate::registry::selector::LabelSelector::parse(&sel)
-                    .map_err(crate::errors::ApiError::internal)?,
-                ..Default::default()
-            };
-            for p in pr.list(None, &params).await?.items {
-                match pr
-                    .delete(None, s(&p, "/metadata/name"), &DeleteOptions::default())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.code == 404 => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        set_finalizers(br, b, fins.into_iter().filter(|f| f != REAP_PORTS).collect()).await?;
+    match r
+        .patch(Some(ns), name, &apply, false, &WriteOptions::default())
+        .await
+    {
+        Err(e) if e.code == 404 => Ok(()),
+        other => other.map(|_| ()),
     }
-    Ok(())
 }
 
-/// One pass of every loop.
-pub async fn pass(kinds: &[Arc<dyn Resource>]) -> Result<()> {
-    let vpcs = all(kinds, "vpcs").await?;
-    if let Some(r) = find(kinds, "vpcs") {
-        for v in &vpcs {
-            set_status(r, v, vpc_status(v)).await?;
-        }
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    let index: VpcIndex = vpcs.iter().map(|v| (ns_name(v), v.clone())).collect();
-    if let Some(r) = find(kinds, "vpcpeerings") {
-        let peerings = all(kinds, "vpcpeerings").await?;
-        for p in &peerings {
-            set_status(r, p, peering_status(p, &index, &peerings)).await?;
-        }
-    }
-    if let Some(r) = find(kinds, "vpcgateways") {
-        let gws = all(kinds, "vpcgateways").await?;
-        for g in &gws {
-            set_status(r, g, gateway_status(g, &index, &gws)).await?;
-        }
-    }
-    reap_bindings(kinds).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vpc(ns: &str, name: &str, vni: i64, cidr: &str) -> Value {
-        json!({"metadata": {"namespace": ns, "name": name, "generation": 1},
-               "spec": {"cidrs": [cidr]}, "status": {"vni": vni}})
-    }
-
-    fn peering(ns: &str, local: &str, pns: &str, peer: &str) -> Value {
-        json!({"metadata": {"namespace": ns, "name": format!("{local}-{peer}"), "generation": 1},
-               "spec": {"vpcRef": {"name": local}, "peerRef": {"namespace": pns, "name": peer}}})
-    }
-
-    fn cond<'a>(st: &'a Value, ty: &str) -> &'a Value {
-        st["conditions"]
-            .as_array()
-            .unwrap()
+/// Runs the reconcilers of `kinds` fed by their `caches` while `leader` says this replica leads;
+/// returns only if a cache is missing.
+pub async fn run(
+    kinds: Vec<Arc<dyn Resource>>,
+    caches: Vec<Arc<WatchCache>>,
+    mut leader: watch::Receiver<bool>,
+) {
+    let cache = |plural: &str| {
+        caches
             .iter()
-            .find(|c| c["type"] == ty)
-            .unwrap()
-    }
-
-    #[test]
-    fn peering_is_ready_only_with_a_reciprocal_half_and_disjoint_cidrs() {
-        let mut idx = VpcIndex::new();
-        idx.insert(("a".into(), "x".into()), vpc("a", "x", 100, "10.0.0.0/24"));
-        idx.insert(("b".into(), "y".into()), vpc("b", "y", 101, "10.1.0.0/24"));
-        let p = peering("a", "x", "b", "y");
-        let st = peering_status(&p, &idx, std::slice::from_ref(&p));
-        assert_eq!(st["phase"], "Pending");
-        assert_eq!(cond(&st, "PeerMatched")["reason"], "PeerMatchedMissing");
-        assert_eq!(st["peerVNI"], 101);
-        let q = peering("b", "y", "a", "x");
-        let st = peering_status(&p, &idx, &[p.clone(), q.clone()]);
-        assert_eq!(st["phase"], "Ready", "{st}");
-        assert_eq!(cond(&st, "CIDRsDisjoint")["status"], "True");
-        assert_eq!(cond(&st, "VPCReady")["observedGeneration"], 1);
-        idx.insert(("b".into(), "y".into()), vpc("b", "y", 101, "10.0.0.0/16"));
-        let st = peering_status(&p, &idx, &[p.clone(), q]);
-        assert_eq!(st["phase"], "Pending");
-        assert_eq!(cond(&st, "CIDRsDisjoint")["status"], "False");
-    }
-
-    #[test]
-    fn the_oldest_gateway_of_a_vpc_is_exclusive() {
-        let mut idx = VpcIndex::new();
-        idx.insert(("a".into(), "x".into()), vpc("a", "x", 100, "10.0.0.0/24"));
-        let gw = |name: &str, t: &str| {
-            json!({"metadata": {"namespace": "a", "name": name, "creationTimestamp": t, "generation": 1},
-                   "spec": {"vpcRef": {"name": "x"}}})
-        };
-        let (old, new) = (
-            gw("old", "2026-01-01T00:00:00Z"),
-            gw("new", "2026-01-02T00:00:00Z"),
+            .find(|c| c.resource().info().plural == plural)
+            .cloned()
+    };
+    let (Some(vpcs_c), Some(peerings_c), Some(gateways_c), Some(bindings_c)) = (
+        cache("vpcs"),
+        cache("vpcpeerings"),
+        cache("vpcgateways"),
+        cache("vpcbindings"),
+    ) else {
+        tracing::error!(
+            "controllers need the watch caches of vpcs, vpcpeerings, vpcgateways and vpcbindings"
         );
-        let all = [new.clone(), old.clone()];
-        let st = gateway_status(&old, &idx, &all);
-        assert_eq!(
-            (st["phase"].as_str(), cond(&st, "Exclusive")["status"].as_str()),
-            (Some("Ready"), Some("True"))
-        );
-        let st = gateway_status(&new, &idx, &all);
-        assert_eq!(cond(&st, "Exclusive")["reason"], "GatewayConflict");
-        assert_eq!(st["phase"], "Pending");
-        // A condition that keeps its status keeps its transition time.
-        let mut stored = new.clone();
-        stored["status"] = st.clone();
-        let again = gateway_status(&stored, &idx, &all);
-        assert_eq!(again, st);
-    }
-
-    #[test]
-    fn bindings_grant_their_own_namespace_by_default() {
-        let b = json!({"metadata": {"namespace": "c"}, "spec": {"vpcRef": {"name": "x"}}});
-        assert_eq!(granted(&b), ("c".to_string(), "x".to_string()));
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        vpcs: Arc::default(),
+        peerings: Arc::default(),
+        gateways: Arc::default(),
+        bindings: Arc::default(),
+        queue: Queue {
+            tx,
+            pending: Mutex::default(),
+        },
+    });
+    let follow = |h| AbortOnDrop(h);
+    let sh = shared.clone();
+    let _vpcs = follow(shared.vpcs.follow(vpcs_c, move |c| sh.on_vpc(&c)));
+    let sh = shared.clone();
+    let _peerings = follow(shared.peerings.follow(peerings_c, move |c| sh.on_peering(&c)));
+    let sh = shared.clone();
+    let _gateways = follow(shared.gateways.follow(gateways_c, move |c| sh.on_gateway(&c)));
+    let sh = shared.clone();
+    let _bindings = follow(shared.bindings.follow(bindings_c, move |c| sh.on_binding(&c)));
+    let sh = shared.clone();
+    let _resync = AbortOnDrop(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(RESYNC).await;
+            sh.resync();
+        }
+    }));
+    let r = Reconciler { shared, kinds };
+    while let Some(w) = rx.recv().await {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        r.shared.queue.taken(&w);
+        if let Err(e) = r.reconcile(&w).await {
+            if e.is_stale() {
+                r.shared.queue.add(w);
+                continue;
+            }
+            tracing::warn!(work = ?w, error = %e.message, "reconcile failed; retrying");
+            let sh = r.shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                sh.queue.add(w);
+            });
+        }
     }
 }

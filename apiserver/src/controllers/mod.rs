@@ -1,20 +1,26 @@
 //! Control loops that run inside the API server process.
 //!
-//! Every loop is level-triggered: a pass reads the whole current state of the kinds it cares
-//! about and writes only what differs, so passes are idempotent and a restart simply runs the
-//! next pass. Passes are triggered by storage watch events on the watched kinds (coalesced) and
-//! by a periodic resync. With several replicas only the [leader](leader) runs them.
+//! The loops of our own kinds ([`loops`]) are work-queue controllers fed by the watch caches
+//! through typed [`informer`] mirrors: a change enqueues the objects it can affect, one worker
+//! reconciles them and writes only what differs. With several replicas only the [leader]
+//! (a lease in the store) works. What every object of a kind gets is set inside its write by the
+//! kind's strategy, not by a controller afterwards:
 //!
 //! * VPC status: `phase` (`Ready` once a VNI is allocated) and the `Ready` condition with
-//!   `observedGeneration`.
+//!   `observedGeneration`, derived in the write that allocates the VNI;
+//! * VPCBinding: the finalizer `sdn.cozystack.io/reap-ports`, set by its create.
+//!
+//! Reconciled:
+//!
 //! * VPCPeering status: `phase`, `peerVNI`, conditions `PeerMatched`, `VPCReady`,
 //!   `PeerVPCReady`, `CIDRsDisjoint`.
 //! * VPCGateway status: one boundary per VPC (oldest wins): `Exclusive`, `VPCResolved`,
 //!   `NATReady`, `phase`.
-//! * VPCBinding reap: finalizer `sdn.cozystack.io/reap-ports`; deleting a binding deletes the
-//!   Ports it authorized unless another live binding in the namespace grants the same VPC.
+//! * VPCBinding reap: deleting a binding deletes the Ports it authorized unless another live
+//!   binding in the namespace grants the same VPC, then removes the finalizer.
 //!
-//! With a kube connection also ([`kube_loops`]): Port GC for Ports whose Node does not exist,
+//! With a kube connection also ([`kube_loops`], level-triggered passes over the kube caches):
+//! Port GC for Ports whose Node does not exist,
 //! and SecurityGroup membership (`Port.status.groups` from pod labels). Without one (plain
 //! `--standalone`) those two are off.
 //!
@@ -22,6 +28,7 @@
 //! terminating Port (and its address claim) until the agent removes it; see
 //! `docs/allocation.md`.
 
+pub mod informer;
 pub mod kube_loops;
 pub mod leader;
 pub mod loops;
@@ -31,50 +38,54 @@ use std::time::Duration;
 
 use cozyplane_storage::{Event, Storage, WatchOptions};
 use futures::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::registry::Resource;
+use crate::registry::cache::WatchCache;
 
-/// How often a full pass runs without any event.
+/// How often the kube-backed passes run without any event.
 pub const RESYNC: Duration = Duration::from_secs(30);
 
-/// The kinds whose changes trigger a pass.
-const WATCHED: &[&str] = &["vpcs/", "vpcpeerings/", "vpcgateways/", "vpcbindings/"];
-/// Also watched with a kube connection (Port GC and membership).
+/// Watched for the kube-backed passes (Port GC and membership).
 const WATCHED_KUBE: &[&str] = &["ports/", "securitygroups/"];
 
-/// Starts the loops on `storage` for the served `kinds` (plus the kube-backed ones when `kube`
-/// is given); they stop when the task is aborted.
+/// Starts the loops for the served `kinds`, fed by their watch `caches` (plus the kube-backed
+/// ones when `kube` is given); they stop when the task is aborted.
 pub fn start(
     kinds: Vec<Arc<dyn Resource>>,
+    caches: Vec<Arc<WatchCache>>,
     storage: Arc<dyn Storage>,
     kube: Option<kube_loops::KubeConfig>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let (leading, mut leader) = watch::channel(false);
+        let elector = leader::Elector::new(storage.clone());
+        let _lease = AbortOnDrop(tokio::spawn(async move {
+            loop {
+                leading.send_replace(elector.try_lead().await);
+                tokio::time::sleep(leader::RENEW).await;
+            }
+        }));
+        let _own = AbortOnDrop(tokio::spawn(loops::run(kinds.clone(), caches, leader.clone())));
+        let Some(kube) = kube else {
+            return std::future::pending().await;
+        };
         let dirty = Arc::new(Notify::new());
-        let mut watched = WATCHED.to_vec();
-        if kube.is_some() {
-            watched.extend_from_slice(WATCHED_KUBE);
-        }
         let watcher = AbortOnDrop(tokio::spawn(watch_changes(
             storage.clone(),
             dirty.clone(),
-            watched,
+            WATCHED_KUBE.to_vec(),
         )));
-        let kube = kube.map(|k| kube_loops::KubeLoops::start(k, dirty.clone()));
-        let elector = leader::Elector::new(storage.clone());
+        let kube = kube_loops::KubeLoops::start(kube, dirty.clone());
         loop {
-            elector.wait_leader().await;
-            if let Err(e) = loops::pass(&kinds).await {
-                tracing::warn!(error = %e.message, "controller pass failed");
+            if leader.wait_for(|l| *l).await.is_err() {
+                return;
             }
             let mut next = RESYNC;
-            if let Some(k) = &kube {
-                match k.pass(&kinds).await {
-                    Ok(Some(due)) => next = next.min(due),
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e.message, "kube controller pass failed"),
-                }
+            match kube.pass(&kinds).await {
+                Ok(Some(due)) => next = next.min(due),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e.message, "kube controller pass failed"),
             }
             tokio::select! {
                 () = dirty.notified() => {}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cozyplane_storage::Storage;
 
 pub mod cache;
+pub mod condition;
 pub mod selector;
 pub mod store;
 pub mod strategy;

@@ -1,6 +1,8 @@
 //! Registry policy of `VPC`: validation from `crate::validation` and its printer columns.
 
-use cozyplane_apis::v1alpha1::VPC;
+use cozyplane_apis::v1alpha1::{VPC, VPCStatus};
+
+use super::condition::condition;
 
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_vpc, validate_vpc_update};
@@ -65,18 +67,37 @@ impl strategy::Strategy for Strategy {
     }
 
     fn derive_status(&self, obj: &mut VPC) {
-        // The status loop computes the same from the same object; doing it here means the
-        // loop finds nothing to write after a create or a spec change.
-        let Ok(json) = serde_json::to_value(&*obj) else {
-            return;
-        };
-        let status = crate::controllers::loops::vpc_status(&json);
-        if let Ok(status) = serde_json::from_value(status) {
-            obj.status = Some(status);
-        }
+        // Everything the status says is known inside the write (the VNI is allocated by it), so
+        // no controller writes a VPC's status afterwards.
+        obj.status = Some(status(obj));
     }
 
     fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<VPC>> {
         Some(&crate::alloc::kinds::VpcAllocator)
+    }
+}
+
+/// The status of `vpc`: `Ready` (and the `Ready` condition) once its VNI is allocated.
+pub fn status(vpc: &VPC) -> VPCStatus {
+    let prev = vpc.status.clone().unwrap_or_default();
+    let vni = prev.vni;
+    let ready = vni != 0;
+    let generation = vpc.metadata.generation.unwrap_or(1);
+    let (reason, message) = if ready {
+        ("VNIAllocated", format!("VNI {vni} is allocated"))
+    } else {
+        ("VNIPending", "no VNI is allocated".to_string())
+    };
+    VPCStatus {
+        vni,
+        phase: if ready { "Ready" } else { "Pending" }.to_string(),
+        conditions: vec![condition(
+            &prev.conditions,
+            "Ready",
+            ready,
+            reason,
+            &message,
+            generation,
+        )],
     }
 }

@@ -6,12 +6,17 @@
 //! SubjectAccessReview for the requesting user (see `docs/tenancy.md`).
 
 use cozyplane_apis::v1alpha1::VPCBinding;
+use kube_core::Resource as _;
 
 use super::strategy::{self, Column};
 use super::validate::{
     default_vpc_binding, field::FieldErrors, validate_vpc_binding, validate_vpc_binding_update,
 };
 use crate::admission::VerbCheck;
+
+/// The finalizer every binding carries from its create on: deleting the binding reaps the Ports
+/// it authorized before the binding goes.
+pub const REAP_PORTS: &str = "sdn.cozystack.io/reap-ports";
 
 /// Create/update policy of `VPCBinding`.
 pub struct Strategy;
@@ -36,6 +41,16 @@ impl strategy::Strategy for Strategy {
         },
     ];
 
+    fn prepare_for_create(&self, obj: &mut VPCBinding) {
+        cozyplane_apis::HasSpecStatus::reset_status(obj);
+        // Set inside the create, not by a controller afterwards: one write and one watch event
+        // per binding.
+        let f = obj.meta_mut().finalizers.get_or_insert_with(Vec::new);
+        if !f.iter().any(|x| x == REAP_PORTS) {
+            f.push(REAP_PORTS.to_string());
+        }
+    }
+
     fn default(&self, obj: &mut VPCBinding) {
         default_vpc_binding(obj);
     }
@@ -59,6 +74,15 @@ impl strategy::Strategy for Strategy {
             vec![export(new)]
         }
     }
+}
+
+/// The VPC a binding grants: `(namespace, name)`, the namespace defaulting to the binding's.
+pub fn granted(b: &VPCBinding) -> (String, String) {
+    let ns = match b.spec.vpc_ref.namespace.as_str() {
+        "" => b.metadata.namespace.clone().unwrap_or_default(),
+        n => n.to_string(),
+    };
+    (ns, b.spec.vpc_ref.name.clone())
 }
 
 /// `export` on the VPC a binding references.

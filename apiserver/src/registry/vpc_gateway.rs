@@ -1,6 +1,8 @@
 //! Registry policy of `VPCGateway`: validation from `crate::validation` and its printer columns.
 
-use cozyplane_apis::v1alpha1::VPCGateway;
+use cozyplane_apis::v1alpha1::{VPCGateway, VPCGatewayStatus};
+
+use super::condition::condition;
 
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_vpc_gateway, validate_vpc_gateway_update};
@@ -48,5 +50,122 @@ impl strategy::Strategy for Strategy {
 
     fn validate_update(&self, new: &VPCGateway, old: &VPCGateway) -> FieldErrors {
         validate_vpc_gateway_update(new, old)
+    }
+}
+
+/// The effective gateway among `gateways` of one VPC: the oldest that is not being deleted
+/// (ties broken by name).
+pub fn effective<'a>(gateways: impl IntoIterator<Item = &'a VPCGateway>) -> Option<&'a VPCGateway> {
+    gateways
+        .into_iter()
+        .filter(|g| g.metadata.deletion_timestamp.is_none())
+        .min_by_key(|g| {
+            (
+                g.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                g.metadata.name.clone(),
+            )
+        })
+}
+
+/// The status of `gw`: `Ready` when its VPC exists (`resolved`) and it is the `effective` gateway
+/// of that VPC; others report `Exclusive=False` naming the effective one.
+pub fn status(gw: &VPCGateway, resolved: bool, effective: Option<&VPCGateway>) -> VPCGatewayStatus {
+    let prev = gw.status.clone().unwrap_or_default();
+    let vpc = &gw.spec.vpc_ref.name;
+    let exclusive = effective.is_none_or(|e| e.metadata.name == gw.metadata.name);
+    let generation = gw.metadata.generation.unwrap_or(1);
+    let nat_ready = !gw.spec.nat.enabled || !prev.nat_address.is_empty() || !prev.nat_address6.is_empty();
+    let c = |ty: &str, ok: bool, reason: &str, message: &str| {
+        condition(&prev.conditions, ty, ok, reason, message, generation)
+    };
+    let resolved_msg = if resolved {
+        format!("VPC {vpc} found")
+    } else {
+        format!("VPC {vpc} not found")
+    };
+    let exclusive_msg = match effective {
+        Some(e) if !exclusive => format!(
+            "VPC {vpc} already has gateway {}",
+            e.metadata.name.as_deref().unwrap_or_default()
+        ),
+        _ => format!("the boundary of VPC {vpc}"),
+    };
+    VPCGatewayStatus {
+        nat_address: prev.nat_address.clone(),
+        nat_address6: prev.nat_address6.clone(),
+        phase: if resolved && exclusive { "Ready" } else { "Pending" }.to_string(),
+        conditions: vec![
+            c("VPCResolved", resolved, "VPCResolved", &resolved_msg),
+            c(
+                "NATReady",
+                nat_ready,
+                if nat_ready {
+                    "NATReady"
+                } else {
+                    "NATAddressPending"
+                },
+                if nat_ready {
+                    "NAT identity assigned or NAT disabled"
+                } else {
+                    "waiting for a NAT address"
+                },
+            ),
+            c(
+                "Exclusive",
+                exclusive,
+                if exclusive { "Exclusive" } else { "GatewayConflict" },
+                &exclusive_msg,
+            ),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cozyplane_apis::v1alpha1::{LocalVPCRef, VPCGatewaySpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn gw(name: &str, second: i64) -> VPCGateway {
+        let mut g = VPCGateway::new(
+            name,
+            VPCGatewaySpec {
+                vpc_ref: LocalVPCRef { name: "x".into() },
+                ..Default::default()
+            },
+        );
+        g.metadata.namespace = Some("a".into());
+        g.metadata.generation = Some(1);
+        g.metadata.creation_timestamp = Some(Time(Timestamp::from_second(second).unwrap()));
+        g
+    }
+
+    fn cond<'a>(
+        st: &'a VPCGatewayStatus,
+        ty: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        st.conditions.iter().find(|c| c.type_ == ty).unwrap()
+    }
+
+    #[test]
+    fn the_oldest_gateway_of_a_vpc_is_exclusive() {
+        let (old, new) = (gw("old", 1_000), gw("new", 2_000));
+        let all = [new.clone(), old.clone()];
+        let eff = effective(&all);
+        assert_eq!(eff.unwrap().metadata.name.as_deref(), Some("old"));
+        let st = status(&old, true, eff);
+        assert_eq!(
+            (st.phase.as_str(), cond(&st, "Exclusive").status.as_str()),
+            ("Ready", "True")
+        );
+        let st = status(&new, true, eff);
+        assert_eq!(cond(&st, "Exclusive").reason, "GatewayConflict");
+        assert_eq!(st.phase, "Pending");
+        // Deriving again from the stored status gives the same value (nothing to write).
+        let mut stored = new.clone();
+        stored.status = Some(st.clone());
+        assert_eq!(status(&stored, true, eff), st);
     }
 }

@@ -6,7 +6,10 @@
 //! requesting user (see `docs/tenancy.md`). The other half, in the peer's namespace, needs the
 //! same from its owner; the peering becomes Ready only when both exist.
 
-use cozyplane_apis::v1alpha1::VPCPeering;
+use cozyplane_apis::net::cidr_lists_overlap;
+use cozyplane_apis::v1alpha1::{VPC, VPCPeering, VPCPeeringStatus};
+
+use super::condition::condition;
 
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_vpc_peering, validate_vpc_peering_update};
@@ -88,6 +91,50 @@ fn peer(obj: &VPCPeering) -> VerbCheck {
     }
 }
 
+/// Whether `q` is the live reciprocal half of `p` (in `p`'s peer namespace, naming `p`'s VPC).
+pub fn reciprocates(p: &VPCPeering, q: &VPCPeering) -> bool {
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    q.metadata.namespace.as_deref().unwrap_or_default() == p.spec.peer_ref.namespace
+        && q.spec.vpc_ref.name == p.spec.peer_ref.name
+        && q.spec.peer_ref.namespace == ns
+        && q.spec.peer_ref.name == p.spec.vpc_ref.name
+        && q.metadata.deletion_timestamp.is_none()
+}
+
+/// The status of peering half `p` given its local VPC, the peer VPC and whether the reciprocal
+/// half exists: `Ready` only when both halves exist, both VPCs have a VNI and no CIDR of one
+/// overlaps a CIDR of the other.
+pub fn status(p: &VPCPeering, local: Option<&VPC>, remote: Option<&VPC>, matched: bool) -> VPCPeeringStatus {
+    let prev = p.status.clone().unwrap_or_default();
+    let vni = |v: Option<&VPC>| v.and_then(|v| v.status.as_ref()).map_or(0, |s| s.vni);
+    let local_ready = vni(local) != 0;
+    let peer_ready = vni(remote) != 0;
+    let disjoint = match (local, remote) {
+        (Some(l), Some(r)) => !cidr_lists_overlap(&l.spec.cidrs, &r.spec.cidrs),
+        _ => false,
+    };
+    let generation = p.metadata.generation.unwrap_or(1);
+    let c = |ty: &str, ok: bool, what: &str| {
+        let (reason, message) = if ok {
+            (ty.to_string(), what.to_string())
+        } else {
+            (format!("{ty}Missing"), format!("not {what}"))
+        };
+        condition(&prev.conditions, ty, ok, &reason, &message, generation)
+    };
+    let ready = matched && local_ready && peer_ready && disjoint;
+    VPCPeeringStatus {
+        phase: if ready { "Ready" } else { "Pending" }.to_string(),
+        peer_vni: vni(remote),
+        conditions: vec![
+            c("PeerMatched", matched, "matched by a reciprocal peering"),
+            c("VPCReady", local_ready, "local VPC ready"),
+            c("PeerVPCReady", peer_ready, "peer VPC ready"),
+            c("CIDRsDisjoint", disjoint, "disjoint CIDRs"),
+        ],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use cozyplane_apis::v1alpha1::{LocalVPCRef, VPCPeeringSpec, VPCRef};
@@ -118,5 +165,68 @@ mod tests {
             }]
         );
         assert!(Strategy.update_checks(&p, &p).is_empty());
+    }
+
+    fn vpc(ns: &str, name: &str, vni: i32, cidr: &str) -> VPC {
+        let mut v = VPC::new(
+            name,
+            cozyplane_apis::v1alpha1::VPCSpec {
+                cidrs: vec![cidr.into()],
+                mtu: 0,
+            },
+        );
+        v.metadata.namespace = Some(ns.into());
+        v.status = Some(cozyplane_apis::v1alpha1::VPCStatus {
+            vni,
+            ..Default::default()
+        });
+        v
+    }
+
+    fn half(ns: &str, local: &str, pns: &str, peer: &str) -> VPCPeering {
+        let mut p = VPCPeering::new(
+            &format!("{local}-{peer}"),
+            VPCPeeringSpec {
+                vpc_ref: LocalVPCRef { name: local.into() },
+                peer_ref: VPCRef {
+                    namespace: pns.into(),
+                    name: peer.into(),
+                },
+            },
+        );
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.generation = Some(1);
+        p
+    }
+
+    fn cond<'a>(
+        st: &'a VPCPeeringStatus,
+        ty: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        st.conditions.iter().find(|c| c.type_ == ty).unwrap()
+    }
+
+    #[test]
+    fn ready_only_with_a_reciprocal_half_and_disjoint_cidrs() {
+        let (x, y) = (
+            vpc("a", "x", 100, "10.0.0.0/24"),
+            vpc("b", "y", 101, "10.1.0.0/24"),
+        );
+        let p = half("a", "x", "b", "y");
+        let q = half("b", "y", "a", "x");
+        assert!(reciprocates(&p, &q) && reciprocates(&q, &p));
+        assert!(!reciprocates(&p, &half("b", "y", "a", "other")));
+        let st = status(&p, Some(&x), Some(&y), false);
+        assert_eq!(st.phase, "Pending");
+        assert_eq!(cond(&st, "PeerMatched").reason, "PeerMatchedMissing");
+        assert_eq!(st.peer_vni, 101);
+        let st = status(&p, Some(&x), Some(&y), true);
+        assert_eq!(st.phase, "Ready", "{st:?}");
+        assert_eq!(cond(&st, "CIDRsDisjoint").status, "True");
+        assert_eq!(cond(&st, "VPCReady").observed_generation, Some(1));
+        let y = vpc("b", "y", 101, "10.0.0.0/16");
+        let st = status(&p, Some(&x), Some(&y), true);
+        assert_eq!(st.phase, "Pending");
+        assert_eq!(cond(&st, "CIDRsDisjoint").status, "False");
     }
 }
