@@ -27,7 +27,12 @@ pub struct ApiError {
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 fn gr(info: &KindInfo) -> String {
-    format!("{}.{}", info.plural, info.group)
+    // The core group has no name: `namespaces "x" not found`.
+    if info.group.is_empty() {
+        info.plural.to_string()
+    } else {
+        format!("{}.{}", info.plural, info.group)
+    }
 }
 
 fn details(info: &KindInfo, name: &str) -> Value {
@@ -120,7 +125,11 @@ impl ApiError {
         Self::new(
             422,
             "Invalid",
-            format!("{kind}.{group} \"{name}\" is invalid: {list}"),
+            if group.is_empty() {
+                format!("{kind} \"{name}\" is invalid: {list}")
+            } else {
+                format!("{kind}.{group} \"{name}\" is invalid: {list}")
+            },
         )
         .with_details(json!({ "name": name, "group": group, "kind": kind, "causes": causes }))
     }
