@@ -120,7 +120,12 @@ pub struct ApiError {
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 fn gr(info: &KindInfo) -> String {
-    format!("{}.{}", info.plural, info.group)
+    // The core group has no name: `namespaces "x" not found`.
+    if info.group.is_empty() {
+        info.plural.to_string()
+    } else {
+        format!("{}.{}", info.plural, info.group)
+    }
 }
 
 /// `details` naming one object of `info` (`kind` is the plural, as apimachinery fills it).
@@ -263,7 +268,11 @@ impl ApiError {
         Self::new(
             422,
             Reason::Invalid,
-            format!("{kind}.{group} \"{name}\" is invalid: {list}"),
+            if group.is_empty() {
+                format!("{kind} \"{name}\" is invalid: {list}")
+            } else {
+                format!("{kind}.{group} \"{name}\" is invalid: {list}")
+            },
         )
         .with_details(StatusDetails {
             name: Some(name.to_string()),

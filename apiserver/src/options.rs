@@ -6,7 +6,9 @@
 //! → authorization (SubjectAccessReview; `system:masters` and health paths short-circuit) →
 //! admission context → router. `--standalone` replaces the delegated parts: the minted CA (plus
 //! `--client-ca-file`) authenticates, and everything authenticated is allowed unless
-//! `--authorization-kubeconfig` is given.
+//! `--authorization-kubeconfig` is given. A server with no kube-apiserver connection at all
+//! (standalone without a kubeconfig) serves core `namespaces` itself (`registry::namespace`):
+//! it creates the initial ones, admits creates against them and runs their controller.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -131,6 +133,9 @@ pub enum Error {
     /// Delegated authentication or authorization could not be set up.
     #[error("configuring authentication/authorization")]
     Auth(#[from] cozyplane_authz::Error),
+    /// The initial namespaces could not be created.
+    #[error("creating the initial namespaces: {0}")]
+    Namespaces(String),
     /// The kube-apiserver connection could not be configured.
     #[error("configuring the kube-apiserver connection: {0}")]
     Kube(String),
@@ -151,6 +156,8 @@ pub struct Server {
     pub pki: Option<tls::Pki>,
     /// The kube-backed control loops' configuration (with a kube connection).
     controllers_kube: Option<crate::controllers::kube_loops::KubeConfig>,
+    /// The server's own namespaces (standalone without a kube connection).
+    namespaces: Option<Arc<registry::Store<registry::namespace::Strategy>>>,
 }
 
 impl Options {
@@ -209,11 +216,19 @@ impl Options {
         }
         let kinds = registry::kinds(&storage);
         let mut admission = Admission::new(authz.authorizer());
+        let mut namespaces = None;
         if let Some(client) = &kube {
             admission = admission.with_kube(client.clone());
             admission::quota::Reconciler::new(client.clone(), kinds.clone()).start(self.quota_resync_period);
         } else {
-            tracing::info!("no kube-apiserver connection: namespace lifecycle and quota admission are off");
+            tracing::info!("no kube-apiserver connection: serving namespaces here; quota admission is off");
+            let store = Arc::new(registry::Store::new(
+                registry::namespace::Strategy,
+                storage.clone(),
+            ));
+            registry::namespace::create_initial(&*store).await?;
+            admission = admission.with_local_namespaces(store.clone());
+            namespaces = Some(store);
         }
         if let Some(service) = &self.ensure_apiservice {
             let Some(client) = kube.clone() else {
@@ -240,7 +255,11 @@ impl Options {
                 port_gc_grace: self.port_gc_grace,
             });
         let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
-        let state = AppState::new(kinds, storage, pki.is_some(), max_body);
+        let core: Vec<Arc<dyn registry::Resource>> = namespaces
+            .iter()
+            .map(|n| n.clone() as Arc<dyn registry::Resource>)
+            .collect();
+        let state = AppState::with_core(kinds, core, storage, pki.is_some(), max_body);
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(cfg)),
@@ -251,6 +270,7 @@ impl Options {
             addr,
             pki,
             controllers_kube,
+            namespaces,
         })
     }
 
@@ -358,6 +378,14 @@ impl Server {
             self.controllers_kube.clone(),
         );
         let _stop_controllers = AbortOnDrop(controllers);
+        let _stop_namespaces = match (&self.namespaces, self.state.core.first()) {
+            (Some(store), Some(cache)) => Some(AbortOnDrop(registry::namespace::controller::start(
+                store.clone(),
+                cache.clone(),
+                self.state.kinds.clone(),
+            ))),
+            _ => None,
+        };
         let app = router(self.state.clone()).layer(axum::middleware::from_fn_with_state(
             self.admission.clone(),
             admission::scope,

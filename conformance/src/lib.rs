@@ -53,14 +53,39 @@ pub struct TestServer {
     _etcd: Option<EtcdServer>,
 }
 
+/// The namespaces [`TestServer::start`] creates besides the server's own (`default`,
+/// `kube-system`, `kube-public`): the tests write into them, and a standalone server refuses
+/// writes into a namespace that does not exist, as Kubernetes does.
+pub const FIXTURE_NAMESPACES: &[&str] = &["t1", "t2", "team-a", "team-b", "tenant", "pods", "bench"];
+
 impl TestServer {
-    /// Starts a server on `backend`.
+    /// Starts a server on `backend`, with the [`FIXTURE_NAMESPACES`].
     pub async fn start(backend: Backend) -> Self {
         Self::start_with_args(backend, &[]).await
     }
 
-    /// Starts a server on `backend` with `extra` command-line flags appended.
+    /// Starts a server on `backend` with `extra` command-line flags appended, with the
+    /// [`FIXTURE_NAMESPACES`].
     pub async fn start_with_args(backend: Backend, extra: &[&str]) -> Self {
+        let s = Self::start_bare(backend, extra).await;
+        for ns in FIXTURE_NAMESPACES {
+            let body = format!(r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"{ns}"}}}}"#);
+            let (code, _, text) = s
+                .raw(
+                    "POST",
+                    "/api/v1/namespaces",
+                    &[("content-type", "application/json")],
+                    Some(&body),
+                )
+                .await;
+            assert_eq!(code, 201, "creating namespace {ns}: {text}");
+        }
+        s
+    }
+
+    /// Starts a server on `backend` with `extra` flags and only the namespaces the server
+    /// creates itself.
+    pub async fn start_bare(backend: Backend, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
         let etcd = (backend == Backend::Etcd).then(EtcdServer::start);

@@ -103,6 +103,13 @@ pub use types::{
 
 use async_trait::async_trait;
 
+/// The continue token that resumes a list of `prefix` after `last_key` at `revision`, for a
+/// caller that stops inside a page it was given (a filtered list that has filled its page: the
+/// rest of the storage page was not scanned, so storage's own token would skip it).
+pub fn continue_after(prefix: &str, last_key: &str, revision: Revision) -> String {
+    token::encode(prefix, last_key, revision)
+}
+
 /// Turns the response of a one-key guarded write into its item before the write, or the error
 /// a caller of `update`/`delete` expects.
 fn guarded_outcome(

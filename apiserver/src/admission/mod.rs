@@ -6,7 +6,7 @@
 //! | check | when | needs |
 //! |---|---|---|
 //! | virtual verbs ([`VerbCheck`]: `export`, `peer` on `vpcs`) | create / update, from the kind's strategy | the request's authorizer |
-//! | namespace lifecycle ([`namespace`]) | create of a namespaced kind | a kube connection |
+//! | namespace lifecycle ([`namespace`]) | create of a namespaced kind | a kube connection, or the server's own namespaces (standalone) |
 //! | ResourceQuota `count/<plural>.sdn.cozystack.io` ([`quota`]) | create of a counted kind | a kube connection |
 //!
 //! The store calls [`admit_namespace`], [`admit_create`] and [`admit_update`]. They find the
@@ -15,8 +15,8 @@
 //! authentication). Writes without a context — the server's own controllers writing through the
 //! store — are not admitted: they act as the server itself.
 //!
-//! Without a kube connection (standalone mode without `--kubeconfig`) namespace lifecycle and
-//! quota are off; the virtual verbs are still decided by the configured authorizer (AlwaysAllow
+//! Without a kube connection (standalone mode without `--kubeconfig`) the server serves its own
+//! namespaces and namespace lifecycle checks those; quota is off; the virtual verbs are still decided by the configured authorizer (AlwaysAllow
 //! in plain standalone mode).
 
 use std::future::Future;
@@ -78,6 +78,13 @@ impl Admission {
     pub fn with_kube(mut self, client: kube::Client) -> Self {
         self.namespaces = Some(namespace::Lifecycle::start(client.clone()));
         self.quota = Some(quota::Quota::new(client));
+        self
+    }
+
+    /// Turns on namespace lifecycle admission against this server's own `namespaces`
+    /// (standalone without a kube-apiserver).
+    pub fn with_local_namespaces(mut self, namespaces: Arc<dyn crate::registry::Resource>) -> Self {
+        self.namespaces = Some(namespace::Lifecycle::local(namespaces));
         self
     }
 

@@ -5,8 +5,9 @@
 //!   `… is forbidden: unable to create new content in namespace x because it is being terminated`,
 //!   with a `NamespaceTerminating` cause.
 //!
-//! Namespaces are read from a watch-fed cache; a name the cache does not know (created a moment
-//! ago, or the watch is behind) is looked up live.
+//! One check, two sources of namespaces: the kube-apiserver's (read from a watch-fed cache; a
+//! name the cache does not know, created a moment ago or the watch is behind, is looked up
+//! live), or, on a standalone server, its own (`crate::registry::namespace`, read from its store).
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -14,13 +15,26 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
+use std::sync::Arc;
+
 use crate::errors::{ApiError, Reason, Result, StatusDetails, cause};
+use crate::registry::Resource;
 use cozyplane_apis::KindInfo;
 
-/// The namespace cache and its live fallback.
+/// Where namespaces are looked up.
+enum Source {
+    /// The kube-apiserver: a watch-fed cache and its live fallback.
+    Kube {
+        api: Box<Api<Namespace>>,
+        cache: reflector::Store<Namespace>,
+    },
+    /// This server's own `namespaces` (standalone).
+    Local(Arc<dyn Resource>),
+}
+
+/// The namespace lifecycle check and its source of namespaces.
 pub struct Lifecycle {
-    api: Api<Namespace>,
-    cache: reflector::Store<Namespace>,
+    source: Source,
 }
 
 /// `namespaces "<ns>" not found`.
@@ -76,24 +90,49 @@ impl Lifecycle {
                 }
             }
         });
-        Self { api, cache }
+        Self {
+            source: Source::Kube {
+                api: Box::new(api),
+                cache,
+            },
+        }
+    }
+
+    /// Checks against this server's own `namespaces` resource (standalone).
+    pub fn local(namespaces: Arc<dyn Resource>) -> Self {
+        Self {
+            source: Source::Local(namespaces),
+        }
+    }
+
+    /// `None` if `ns` does not exist, else whether it is terminating.
+    async fn lookup(&self, ns: &str) -> Result<Option<bool>> {
+        match &self.source {
+            Source::Kube { api, cache } => {
+                let found = match cache.get(&ObjectRef::new(ns)) {
+                    Some(n) => Some((*n).clone()),
+                    None => api
+                        .get_opt(ns)
+                        .await
+                        .map_err(|e| ApiError::internal(format!("looking up namespace {ns}: {e}")))?,
+                };
+                Ok(found.as_ref().map(is_terminating))
+            }
+            // The store, not the watch cache: a namespace created a moment ago is seen.
+            Source::Local(r) => match r.get(None, ns).await {
+                Ok(v) => Ok(Some(crate::registry::namespace::is_terminating(&v))),
+                Err(e) if e.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
     }
 
     /// Admits a create of `info` named `name` in `ns`.
     pub async fn check(&self, info: &KindInfo, ns: &str, name: &str) -> Result<()> {
-        let found = match self.cache.get(&ObjectRef::new(ns)) {
-            Some(n) => Some((*n).clone()),
-            None => match self.api.get_opt(ns).await {
-                Ok(n) => n,
-                Err(e) => {
-                    return Err(ApiError::internal(format!("looking up namespace {ns}: {e}")));
-                }
-            },
-        };
-        match found {
+        match self.lookup(ns).await? {
             None => Err(not_found(ns)),
-            Some(n) if is_terminating(&n) => Err(terminating(info, ns, name)),
-            Some(_) => Ok(()),
+            Some(true) => Err(terminating(info, ns, name)),
+            Some(false) => Ok(()),
         }
     }
 }

@@ -121,7 +121,7 @@ fn prune_unknown(v: &mut Value, s: &Schema) {
 /// Checks the identity of an apply configuration against the endpoint and the URL.
 fn check_identity(t: &Target, config: &mut Value) -> Result<()> {
     let i = t.resource.info();
-    let want = format!("{}/{}", i.group, i.version);
+    let want = crate::registry::api_version(i);
     let Value::Object(obj) = config else {
         return Err(ApiError::bad_request(
             "error decoding patch: the apply configuration must be a YAML or JSON object",

@@ -198,7 +198,7 @@ mod tests {
             let s = super::schema_of(&*k);
             let i = k.info();
             let body = json!({
-                "apiVersion": format!("{}/{}", i.group, i.version),
+                "apiVersion": crate::registry::api_version(i),
                 "kind": i.kind,
                 "metadata": { "name": "a", "namespace": "n", "resourceVersion": "1", "uid": "u",
                               "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 1,

@@ -14,6 +14,8 @@ pub mod store;
 pub mod strategy;
 pub mod validate;
 
+pub mod namespace;
+
 pub mod floating_ip;
 pub mod host_firewall;
 pub mod port;
@@ -25,6 +27,15 @@ pub mod vpc_gateway;
 pub mod vpc_peering;
 
 pub use store::{Resource, Store};
+
+/// `apiVersion` of a kind on the wire: `<group>/<version>`, or `<version>` for the core group.
+pub fn api_version(info: &cozyplane_apis::KindInfo) -> String {
+    if info.group.is_empty() {
+        info.version.to_string()
+    } else {
+        format!("{}/{}", info.group, info.version)
+    }
+}
 
 /// The served kinds, in discovery order (the order of `cozyplane_apis::v1alpha1::KINDS`).
 pub fn kinds(storage: &Arc<dyn Storage>) -> Vec<Arc<dyn Resource>> {

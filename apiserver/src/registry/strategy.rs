@@ -75,6 +75,18 @@ pub trait Strategy: Send + Sync + 'static {
         FieldErrors::new()
     }
 
+    /// Whether a deleted object must wait for the kind's own finalizers (besides
+    /// `metadata.finalizers`), e.g. a namespace's `spec.finalizers`: the delete then marks it
+    /// and a controller finishes it with [`Store::finalize`](super::Store::finalize). `false`
+    /// by default.
+    fn deletion_held(&self, _obj: &Self::Object) -> bool {
+        false
+    }
+
+    /// Changes the object makes when it is marked for deletion (a namespace's phase
+    /// `Terminating`); nothing by default.
+    fn prepare_for_delete(&self, _obj: &mut Self::Object) {}
+
     /// Server-side allocation (VNI, addresses, MACs, group ids): the store runs it after
     /// defaulting and before validation, and joins its claims to the create transaction and
     /// its releases to the delete transaction (`crate::alloc`). None by default.

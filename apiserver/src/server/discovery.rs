@@ -1,5 +1,6 @@
 //! Discovery documents, built from the table of kinds: legacy (`/apis`, `/apis/<g>`,
-//! `/apis/<g>/<v>`) and aggregated v2 (`/apis` with `as=APIGroupDiscoveryList`).
+//! `/apis/<g>/<v>`) and aggregated v2 (`/apis` with `as=APIGroupDiscoveryList`); and for the
+//! core group (`/api`, `/api/v1`), the core kinds a standalone server serves (namespaces).
 
 use std::sync::Arc;
 
@@ -46,6 +47,11 @@ pub fn group() -> Value {
 
 /// `APIResourceList` for `/apis/<g>/<v>`.
 pub fn resource_list(kinds: &[Arc<dyn Resource>]) -> Value {
+    resource_list_of(&gv(), kinds)
+}
+
+/// `APIResourceList` of `kinds` in `group_version` (`v1` for the core group).
+fn resource_list_of(group_version: &str, kinds: &[Arc<dyn Resource>]) -> Value {
     let mut resources = Vec::new();
     for k in kinds {
         let i = k.info();
@@ -60,15 +66,20 @@ pub fn resource_list(kinds: &[Arc<dyn Resource>]) -> Value {
             }));
         }
     }
-    json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv(), "resources": resources })
+    json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources })
+}
+
+/// `APIResourceList` for `/api/v1`: the core kinds this server serves (namespaces, standalone).
+pub fn core_resource_list(core: &[Arc<dyn Resource>]) -> Value {
+    resource_list_of("v1", core)
 }
 
 /// The media type of aggregated discovery v2.
 pub const V2_MEDIA: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
-/// `APIGroupDiscoveryList` (aggregated discovery v2) for `/apis`.
-pub fn aggregated(kinds: &[Arc<dyn Resource>]) -> Value {
-    let resources: Vec<Value> = kinds
+/// The aggregated discovery entries (`APIResourceDiscovery`) of `kinds`.
+fn discovery_resources(kinds: &[Arc<dyn Resource>]) -> Vec<Value> {
+    kinds
         .iter()
         .map(|k| {
             let i = k.info();
@@ -82,16 +93,33 @@ pub fn aggregated(kinds: &[Arc<dyn Resource>]) -> Value {
             }
             r
         })
-        .collect();
+        .collect()
+}
+
+/// `APIGroupDiscoveryList` (aggregated discovery v2) for `/apis`.
+pub fn aggregated(kinds: &[Arc<dyn Resource>]) -> Value {
     json!({
         "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
-        "items": [{ "metadata": { "name": GROUP }, "versions": [{ "version": VERSION, "resources": resources, "freshness": "Current" }] }],
+        "items": [{ "metadata": { "name": GROUP }, "versions": [{ "version": VERSION, "resources": discovery_resources(kinds), "freshness": "Current" }] }],
     })
 }
 
-/// `APIVersions` for `/api`: this server serves no legacy core group.
-pub fn core_versions() -> Value {
-    json!({ "kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": [] })
+/// `APIGroupDiscoveryList` for `/api`: the core group (no name) with the core kinds this server
+/// serves, or no group at all when it serves none.
+pub fn core_aggregated(core: &[Arc<dyn Resource>]) -> Value {
+    let items = if core.is_empty() {
+        json!([])
+    } else {
+        json!([{ "metadata": {}, "versions": [{ "version": "v1", "resources": discovery_resources(core), "freshness": "Current" }] }])
+    };
+    json!({ "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items })
+}
+
+/// `APIVersions` for `/api`: `v1` when the server serves core kinds (namespaces, standalone),
+/// else none.
+pub fn core_versions(core: &[Arc<dyn Resource>]) -> Value {
+    let versions: &[&str] = if core.is_empty() { &[] } else { &["v1"] };
+    json!({ "kind": "APIVersions", "versions": versions, "serverAddressByClientCIDRs": [] })
 }
 
 /// Whether `Accept` asks for aggregated discovery v2.

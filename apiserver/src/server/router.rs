@@ -28,6 +28,11 @@ pub struct AppState {
     pub kinds: Vec<Arc<dyn Resource>>,
     /// One watch cache per kind, in table order.
     pub caches: Vec<Arc<WatchCache>>,
+    /// The watch caches of the core `v1` kinds served under `/api/v1` (namespaces, on a
+    /// standalone server; none otherwise).
+    pub core: Vec<Arc<WatchCache>>,
+    /// Aggregated discovery body of `/api` and its ETag.
+    pub core_discovery_v2: (Vec<u8>, String),
     /// The store (health).
     pub storage: Arc<dyn Storage>,
     /// OpenAPI documents.
@@ -50,18 +55,37 @@ impl AppState {
         require_authn: bool,
         max_body: usize,
     ) -> Arc<Self> {
+        Self::with_core(kinds, Vec::new(), storage, require_authn, max_body)
+    }
+
+    /// As [`new`](Self::new), also serving the core `v1` kinds `core` under `/api/v1`.
+    pub fn with_core(
+        kinds: Vec<Arc<dyn Resource>>,
+        core: Vec<Arc<dyn Resource>>,
+        storage: Arc<dyn Storage>,
+        require_authn: bool,
+        max_body: usize,
+    ) -> Arc<Self> {
         use sha2::Digest;
+        let tagged = |v: &Value| {
+            let body = serde_json::to_vec(v).expect("a JSON value serializes");
+            let etag = sha2::Sha512::digest(&body)
+                .iter()
+                .take(16)
+                .map(|b| format!("{b:02X}"))
+                .collect();
+            (body, etag)
+        };
         let docs = Docs::build(&kinds);
-        let v2 = serde_json::to_vec(&discovery::aggregated(&kinds)).expect("a JSON value serializes");
-        let etag = sha2::Sha512::digest(&v2)
-            .iter()
-            .take(16)
-            .map(|b| format!("{b:02X}"))
-            .collect();
+        let (v2, etag) = tagged(&discovery::aggregated(&kinds));
+        let core_discovery_v2 = tagged(&discovery::core_aggregated(&core));
         let caches = kinds.iter().map(|k| WatchCache::start(k.clone())).collect();
+        let core = core.into_iter().map(WatchCache::start).collect();
         Arc::new(Self {
             kinds,
             caches,
+            core,
+            core_discovery_v2,
             storage,
             docs,
             discovery_v2: (v2, etag),
@@ -163,7 +187,31 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
                 st.metrics.encode(),
             ));
         }
-        ["api"] => return Ok(json_ok(&discovery::core_versions())),
+        ["api"] => {
+            if discovery::wants_v2(&accept) {
+                let mut r = etagged(
+                    &headers,
+                    &st.core_discovery_v2.1,
+                    discovery::V2_MEDIA,
+                    &st.core_discovery_v2.0,
+                );
+                r.headers_mut()
+                    .insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+                return Ok(r);
+            }
+            return Ok(json_ok(&discovery::core_versions(&core_kinds(st))));
+        }
+        ["api", "v1"] if !st.core.is_empty() => {
+            return Ok(json_ok(&discovery::core_resource_list(&core_kinds(st))));
+        }
+        // The core kinds of a standalone server (namespaces).
+        ["api", "v1", rest @ ..] if !st.core.is_empty() => {
+            let target = resolve(&st.core, rest)?;
+            let body = axum::body::to_bytes(body, st.max_body)
+                .await
+                .map_err(|_| ApiError::too_large())?;
+            return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
+        }
         ["apis"] => {
             if discovery::wants_v2(&accept) {
                 let mut r = etagged(
@@ -223,7 +271,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
             ));
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
-            let target = resolve(st, rest)?;
+            let target = resolve(&st.caches, rest)?;
             let body = axum::body::to_bytes(body, st.max_body)
                 .await
                 .map_err(|_| ApiError::too_large())?;
@@ -234,15 +282,19 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
     Err(ApiError::path_not_found())
 }
 
-fn find(st: &AppState, plural: &str) -> Result<Arc<WatchCache>> {
-    st.caches
+fn core_kinds(st: &AppState) -> Vec<Arc<dyn Resource>> {
+    st.core.iter().map(|c| c.resource().clone()).collect()
+}
+
+fn find(caches: &[Arc<WatchCache>], plural: &str) -> Result<Arc<WatchCache>> {
+    caches
         .iter()
         .find(|c| c.resource().info().plural == plural)
         .cloned()
         .ok_or_else(ApiError::path_not_found)
 }
 
-fn resolve(st: &AppState, rest: &[&str]) -> Result<Target> {
+fn resolve(caches: &[Arc<WatchCache>], rest: &[&str]) -> Result<Target> {
     let t = |c: Arc<WatchCache>, ns: Option<&str>, name: Option<&str>, status: bool| Target {
         resource: c.resource().clone(),
         cache: c,
@@ -252,7 +304,7 @@ fn resolve(st: &AppState, rest: &[&str]) -> Result<Target> {
     };
     match rest {
         ["namespaces", ns, plural, tail @ ..] => {
-            let r = find(st, plural)?;
+            let r = find(caches, plural)?;
             if !r.resource().info().namespaced {
                 return Err(ApiError::path_not_found());
             }
@@ -264,7 +316,7 @@ fn resolve(st: &AppState, rest: &[&str]) -> Result<Target> {
             }
         }
         [plural, tail @ ..] => {
-            let r = find(st, plural)?;
+            let r = find(caches, plural)?;
             match tail {
                 [] => Ok(t(r, None, None, false)),
                 [name] if !r.resource().info().namespaced => Ok(t(r, None, Some(name), false)),

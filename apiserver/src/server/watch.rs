@@ -81,7 +81,7 @@ impl Enc {
     fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
         let i = self.r.info();
         let (kind, api) = match self.repr {
-            Repr::Object => (i.kind.to_string(), format!("{}/{}", i.group, i.version)),
+            Repr::Object => (i.kind.to_string(), crate::registry::api_version(i)),
             Repr::Metadata => ("PartialObjectMetadata".into(), "meta.k8s.io/v1".into()),
             Repr::Table => ("Table".into(), "meta.k8s.io/v1".into()),
         };

@@ -8,17 +8,24 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use cozyplane_apis::{HasSpecStatus, KindInfo};
-use cozyplane_storage::{ListOptions, ObjectKey, Revision, Storage, WatchOptions, WatchStream};
+use cozyplane_storage::{ObjectKey, Revision, Storage, WatchOptions, WatchStream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube_core::Resource as _;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::selector::{FieldSelector, LabelSelector};
 use super::strategy::{Column, StatusStrategy, Strategy};
 use super::validate;
 use crate::errors::{ApiError, ConflictKind, Result};
+
+mod delete;
+mod list;
+mod managed;
+
+pub use delete::{DeleteOptions, Deleted};
+pub use list::{ListPage, ListParams, list_from_storage};
+pub use managed::merge_schema;
 
 /// The storage root of every key this server writes.
 pub const KEY_PREFIX: &str = "registry";
@@ -38,93 +45,6 @@ pub struct WriteOptions {
 
 /// The manager of writes that name none (in-process controllers).
 pub const DEFAULT_MANAGER: &str = "cozyplane-apiserver";
-
-/// The kind's schema reduced for server-side apply and strategic merge patch, built once per
-/// group and kind.
-pub fn merge_schema(r: &dyn Resource) -> Arc<crate::merge::Schema> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, PoisonError};
-    type Cache = Mutex<HashMap<(&'static str, &'static str), Arc<crate::merge::Schema>>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let key = (r.info().group, r.info().kind);
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(s) = cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-        return s.clone();
-    }
-    let mut generator = schemars::SchemaGenerator::default();
-    let mut doc = r.schema(&mut generator).to_value();
-    let defs: serde_json::Map<String, Value> = generator.take_definitions(true);
-    if let Value::Object(m) = &mut doc {
-        m.insert("$defs".into(), Value::Object(defs));
-    }
-    let s = Arc::new(crate::merge::Schema::for_object(&doc));
-    cache
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(key, s.clone());
-    s
-}
-
-/// `metadata.managedFields` as the typed object carries it (`None` when empty).
-fn typed_managed_fields(
-    m: &crate::merge::ManagedFields,
-) -> Result<Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>> {
-    let entries: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry> =
-        serde_json::from_value(m.to_json()).map_err(ApiError::internal)?;
-    Ok((!entries.is_empty()).then_some(entries))
-}
-
-/// Options of a delete.
-#[derive(Clone, Debug, Default)]
-pub struct DeleteOptions {
-    /// `dryRun=All`.
-    pub dry_run: bool,
-    /// `preconditions.uid`.
-    pub uid: Option<String>,
-    /// `preconditions.resourceVersion`.
-    pub resource_version: Option<String>,
-    /// `propagationPolicy`: `Orphan` and `Foreground` add the GC finalizers.
-    pub propagation: Option<String>,
-}
-
-/// What a delete did.
-#[derive(Clone, Debug)]
-pub enum Deleted {
-    /// The object is gone; this was its last state.
-    Gone(Value),
-    /// The object has finalizers and is now marked for deletion.
-    Marked(Value),
-}
-
-/// Options of a list.
-#[derive(Clone, Debug, Default)]
-pub struct ListParams {
-    /// Read at this revision exactly (`resourceVersionMatch=Exact` or a paged list at X).
-    pub revision: Option<Revision>,
-    /// Require the store to have reached at least this revision (`NotOlderThan`).
-    pub min_revision: Option<Revision>,
-    /// Page size.
-    pub limit: Option<u64>,
-    /// Continue token.
-    pub continue_token: Option<String>,
-    /// Label filter.
-    pub labels: LabelSelector,
-    /// Field filter.
-    pub fields: FieldSelector,
-}
-
-/// One page of a list.
-#[derive(Clone, Debug)]
-pub struct ListPage {
-    /// Matching objects, with `resourceVersion` set.
-    pub items: Vec<Value>,
-    /// Revision of the snapshot.
-    pub revision: Revision,
-    /// Next-page token.
-    pub continue_token: Option<String>,
-    /// Items after this page (only without selectors).
-    pub remaining: Option<u64>,
-}
 
 /// A kind as the HTTP layer sees it: JSON in, JSON out.
 #[async_trait]
@@ -173,56 +93,6 @@ pub trait Resource: Send + Sync + 'static {
     async fn watch(&self, ns: Option<&str>, after: Option<Revision>) -> Result<WatchStream>;
 }
 
-/// A list read from storage (not the watch cache) with selectors applied, for any [`Resource`]:
-/// the generic store and the test stand-in's unstructured store share it.
-pub async fn list_from_storage<R: Resource + ?Sized>(
-    r: &R,
-    ns: Option<&str>,
-    p: &ListParams,
-) -> Result<ListPage> {
-    if let Some(min) = p.min_revision {
-        let cur = r
-            .storage()
-            .current_revision()
-            .await
-            .map_err(|e| ApiError::from_storage(r.info(), "", e))?;
-        if cur < min {
-            return Err(ApiError::from_storage(
-                r.info(),
-                "",
-                cozyplane_storage::Error::FutureRevision {
-                    requested: min,
-                    current: cur,
-                },
-            ));
-        }
-    }
-    let opts = ListOptions {
-        revision: p.revision,
-        limit: p.limit,
-        continue_token: p.continue_token.clone(),
-    };
-    let listed = r
-        .storage()
-        .list(&r.prefix(ns), &opts)
-        .await
-        .map_err(|e| ApiError::from_storage(r.info(), "", e))?;
-    let filtered = !p.labels.is_empty() || !p.fields.is_empty();
-    let mut items = Vec::with_capacity(listed.items.len());
-    for kv in &listed.items {
-        let v = r.decode(&kv.value, kv.mod_revision)?;
-        if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
-            items.push(v);
-        }
-    }
-    Ok(ListPage {
-        items,
-        revision: listed.revision,
-        remaining: if filtered { None } else { listed.remaining },
-        continue_token: listed.continue_token,
-    })
-}
-
 /// The generic store of kind `S::Object`.
 pub struct Store<S: Strategy> {
     strategy: S,
@@ -255,76 +125,6 @@ impl<S: Strategy> Store<S> {
 
     fn invalid(&self, name: &str, errs: &validate::field::FieldErrors) -> ApiError {
         ApiError::invalid(self.info.kind, self.info.group, name, errs)
-    }
-
-    /// One attempt of a delete: read, check preconditions, then remove or mark at the read
-    /// revision.
-    async fn delete_once(&self, ns: Option<&str>, name: &str, o: &DeleteOptions) -> Result<Deleted> {
-        let (mut obj, rev) = self.read(ns, name).await?;
-        let uid = obj.meta().uid.clone().unwrap_or_default();
-        if let Some(want) = &o.uid
-            && *want != uid
-        {
-            return Err(ApiError::conflict(
-                &self.info,
-                name,
-                ConflictKind::Precondition,
-                &format!(
-                    "the UID in the precondition ({want}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
-                ),
-            ));
-        }
-        if let Some(want) = &o.resource_version
-            && *want != rev.to_string()
-        {
-            return Err(ApiError::conflict(
-                &self.info,
-                name,
-                ConflictKind::Precondition,
-                &format!(
-                    "the ResourceVersion in the precondition ({want}) does not match the ResourceVersion in record ({rev}). The object might have been modified"
-                ),
-            ));
-        }
-        let gc_finalizer = match o.propagation.as_deref() {
-            Some("Orphan") => Some("orphan"),
-            Some("Foreground") => Some("foregroundDeletion"),
-            _ => None,
-        };
-        let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
-        if let Some(f) = gc_finalizer
-            && !finalizers.iter().any(|x| x == f)
-        {
-            finalizers.push(f.to_string());
-        }
-        if finalizers.is_empty() {
-            let key = self.key(ns, name);
-            if o.dry_run {
-                return Ok(Deleted::Gone(self.with_rv(&obj, rev)?));
-            }
-            let revision = self.remove(&key, name, &obj, rev).await?;
-            return Ok(Deleted::Gone(self.with_rv(&obj, revision)?));
-        }
-        if obj.meta().deletion_timestamp.is_some() {
-            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
-        }
-        {
-            let m = obj.meta_mut();
-            m.finalizers = Some(finalizers);
-            m.deletion_timestamp = Some(now());
-            m.deletion_grace_period_seconds = Some(0);
-            m.generation = Some(m.generation.unwrap_or(1) + 1);
-        }
-        if o.dry_run {
-            return Ok(Deleted::Marked(self.with_rv(&obj, rev)?));
-        }
-        let (bytes, _) = self.encode(&obj)?;
-        let kv = self
-            .storage
-            .update(&self.key(ns, name), bytes, rev)
-            .await
-            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
-        Ok(Deleted::Marked(self.with_rv(&obj, kv.mod_revision)?))
     }
 
     /// Checks `apiVersion`/`kind` of a body and decodes it.
@@ -395,63 +195,6 @@ impl<S: Strategy> Store<S> {
             .await
             .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
         Ok((self.typed(&kv.value, kv.mod_revision)?, kv.mod_revision))
-    }
-
-    /// Where a write's `managedFields` bookkeeping starts: `None` for an apply (the body
-    /// carries the result), else what the body asks for (`merge::managed_fields_for_write`).
-    fn managed_input(
-        &self,
-        old: Option<&S::Object>,
-        new: &S::Object,
-        o: &WriteOptions,
-    ) -> Result<Option<crate::merge::ManagedFieldsInput>> {
-        if o.applied {
-            return Ok(None);
-        }
-        let old = old
-            .map(serde_json::to_value)
-            .transpose()
-            .map_err(ApiError::internal)?;
-        let new = serde_json::to_value(new).map_err(ApiError::internal)?;
-        Ok(Some(crate::merge::managed_fields_for_write(old.as_ref(), &new)))
-    }
-
-    /// Sets `new`'s `managedFields` for a write by `o.manager` (PATCH-09): an apply keeps
-    /// `applied` (what the body carried), any other write records an Update entry.
-    fn record_managed_fields(
-        &self,
-        old: Option<&S::Object>,
-        new: &mut S::Object,
-        input: Option<crate::merge::ManagedFieldsInput>,
-        applied: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry>>,
-        status: bool,
-        o: &WriteOptions,
-    ) -> Result<()> {
-        use crate::merge::ManagedFieldsInput;
-        let entries = match input {
-            None => applied,
-            Some(ManagedFieldsInput::Reset) => None,
-            Some(ManagedFieldsInput::Track(managed)) => {
-                new.meta_mut().managed_fields = None;
-                let old = old
-                    .map(serde_json::to_value)
-                    .transpose()
-                    .map_err(ApiError::internal)?;
-                let new_v = serde_json::to_value(&*new).map_err(ApiError::internal)?;
-                let time = now().0.to_string();
-                let ctx = crate::merge::WriteContext {
-                    manager: o.manager.as_deref().unwrap_or(DEFAULT_MANAGER),
-                    subresource: status.then_some("status"),
-                    api_version: <S::Object as cozyplane_apis::ApiKind>::API_VERSION,
-                    time: &time,
-                };
-                let schema = merge_schema(self);
-                let m = crate::merge::update_managed_fields(old.as_ref(), &new_v, &managed, &ctx, &schema);
-                typed_managed_fields(&m)?
-            }
-        };
-        new.meta_mut().managed_fields = entries;
-        Ok(())
     }
 
     /// The shared tail of PUT and PATCH: `new` replaces `old` (read at `rev`).
@@ -550,8 +293,7 @@ impl<S: Strategy> Store<S> {
             return self.with_rv(&old, rev);
         }
         let key = self.key(ns, name);
-        let finished = new.meta().deletion_timestamp.is_some()
-            && new.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
+        let finished = self.deletion_finished(&new);
         if o.dry_run {
             return self.with_rv(&new, rev);
         }
@@ -570,36 +312,6 @@ impl<S: Strategy> Store<S> {
 }
 
 impl<S: Strategy> Store<S> {
-    /// Deletes `key` at `rev`, releasing in the same transaction whatever `obj` holds.
-    async fn remove(&self, key: &str, name: &str, obj: &S::Object, rev: Revision) -> Result<Revision> {
-        let release = self
-            .strategy
-            .allocator()
-            .map(|a| a.release(obj))
-            .unwrap_or_default();
-        let mut t = cozyplane_storage::Txn::new()
-            .when(cozyplane_storage::Compare::ModRevision(key.into(), rev))
-            .delete(key);
-        t.ops.extend(release.into_iter().filter(|op| op.key() != key));
-        let r = self
-            .storage
-            .txn(t)
-            .await
-            .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
-        if r.succeeded {
-            return Ok(r.revision);
-        }
-        let e = match r.current.into_iter().next().and_then(|(_, kv)| kv) {
-            None => cozyplane_storage::Error::NotFound { key: key.into() },
-            Some(kv) => cozyplane_storage::Error::Conflict {
-                key: key.into(),
-                expected: rev,
-                actual: kv.mod_revision,
-            },
-        };
-        Err(ApiError::from_storage(&self.info, name, e))
-    }
-
     /// Create with server-side allocation: allocate → validate → admit → one transaction with
     /// the object and its claims; a lost race re-allocates (bounded), avoiding what was lost.
     async fn create_allocated(
