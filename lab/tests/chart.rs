@@ -45,6 +45,11 @@ fn the_installer_names_the_plugin_after_the_conflists_type() {
     let root = tempfile::tempdir().unwrap();
     install(&chart_dir().join(CONFLIST), root.path());
     assert_eq!(names(&root.path().join("opt/cni/bin")), vec![kind.to_string()]);
+    assert_eq!(
+        list["plugins"][0]["agentSocket"].as_str(),
+        Some(cozyplane_cni::spec::DEFAULT_AGENT_SOCKET),
+        "the conflist names the socket the agent listens on by default"
+    );
     let installed = root.path().join("etc/cni/net.d/10-cozyplane.conflist");
     assert_eq!(
         std::fs::read_to_string(installed).unwrap(),

@@ -187,6 +187,7 @@ impl AgentState {
         let mtu = underlay.saturating_sub(cfg.tunnel.overhead()).max(576);
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
+            dnat_mark: cfg.dnat_mark,
             ..DatapathConfig::default()
         };
         let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
