@@ -63,6 +63,11 @@ pub struct AgentConfig {
     /// VNI that carries the default network.
     #[arg(long, default_value_t = 1)]
     pub net0_vni: u32,
+    /// The skb mark bit the agent's netfilter rule sets on DNATed flows into pods, so that
+    /// their replies go back through this node's conntrack (decimal or `0x` hex; 0 turns the
+    /// rule and the recognition off). Pick a bit no other component of the node uses.
+    #[arg(long, default_value = "0x00100000", value_parser = parse_mark)]
+    pub dnat_mark: u32,
     /// Where to serve Prometheus metrics (`/metrics`); omit to disable.
     #[arg(long, env = "COZYPLANE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
@@ -87,6 +92,15 @@ pub struct AgentConfig {
     pub node_ip: Option<Ipv4Addr>,
 }
 
+/// A mark bit: decimal or `0x` hex.
+fn parse_mark(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("{s:?}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -108,5 +122,16 @@ mod tests {
             Some("10.244.3.0/24")
         );
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--fabric-block", "10.244.3.1/24"]).is_err());
+    }
+
+    #[test]
+    fn the_dnat_mark_defaults_to_the_datapaths_and_takes_hex_or_decimal() {
+        let c = AgentConfig::try_parse_from(["cozyplane-agent"]).unwrap();
+        assert_eq!(c.dnat_mark, cozyplane_bpf::DatapathConfig::default().dnat_mark);
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--dnat-mark", "0x200"]).unwrap();
+        assert_eq!(c.dnat_mark, 0x200);
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--dnat-mark", "0"]).unwrap();
+        assert_eq!(c.dnat_mark, 0);
+        assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dnat-mark", "0xzz"]).is_err());
     }
 }

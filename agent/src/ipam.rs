@@ -102,6 +102,10 @@ pub struct Allocation {
     /// The pod interface's MAC once the veth exists (needed to rebuild `sdn_endpoints`).
     #[serde(default)]
     pub mac: Option<String>,
+    /// The host veth's ifindex, which keys `sdn_ports`: DEL needs it when the runtime
+    /// deleted the sandbox netns first, which destroys the veth (both ends) with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ifindex: Option<u32>,
     /// Set for a VPC attachment: the pod interface carries the VPC address, the fabric
     /// address above is only bridged to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,6 +277,7 @@ impl Ipam {
                 netns: netns.to_string(),
                 pod: pod.to_string(),
                 mac: None,
+                host_ifindex: None,
                 vpc: None,
             },
         );
@@ -280,14 +285,34 @@ impl Ipam {
         Ok(ip)
     }
 
-    /// Record what the ADD built: the pod interface's MAC and the VPC side, if any (in
-    /// memory).
-    pub fn complete(&mut self, ip: Ipv4Addr, mac: &str, vpc: Option<VpcAttachment>) {
+    /// Record what the ADD built: the host veth's ifindex, the pod interface's MAC and the
+    /// VPC side, if any (in memory).
+    pub fn complete(&mut self, ip: Ipv4Addr, host_ifindex: u32, mac: &str, vpc: Option<VpcAttachment>) {
         if let Some(a) = self.by_ip.get_mut(&ip) {
+            a.host_ifindex = Some(host_ifindex);
             a.mac = Some(mac.to_string());
             a.vpc = vpc;
             self.generation += 1;
         }
+    }
+
+    /// Record the host veth's ifindex found at a restart (records written before it was
+    /// recorded, or a veth the agent re-created); in memory.
+    pub fn set_host_ifindex(&mut self, ip: Ipv4Addr, host_ifindex: u32) {
+        if let Some(a) = self.by_ip.get_mut(&ip)
+            && a.host_ifindex != Some(host_ifindex)
+        {
+            a.host_ifindex = Some(host_ifindex);
+            self.generation += 1;
+        }
+    }
+
+    /// Whether an attachment other than `(container_id, ifname)` records `host_ifindex`
+    /// (the kernel handed a freed ifindex to a newer veth).
+    pub fn ifindex_owned_elsewhere(&self, host_ifindex: u32, container_id: &str, ifname: &str) -> bool {
+        self.by_ip.values().any(|a| {
+            a.host_ifindex == Some(host_ifindex) && (a.container_id != container_id || a.ifname != ifname)
+        })
     }
 
     /// Free the attachment's address (in memory); `None` if it had none (idempotent DEL).
@@ -342,7 +367,7 @@ mod tests {
         assert!(ipam.release("c1", "eth0").is_none());
         // The lowest free address is reused.
         assert_eq!(ipam.allocate("c3", "eth0", "/n3", "").unwrap(), a);
-        ipam.complete(b, "02:00:00:00:00:02", None);
+        ipam.complete(b, 7, "02:00:00:00:00:02", None);
         // Every change counts; a snapshot carries the generation it holds.
         assert_eq!(ipam.generation(), 5);
         assert_eq!(ipam.snapshot().unwrap().0, 5);

@@ -31,6 +31,9 @@ pub enum StartError {
     /// The datapath could not be loaded or attached.
     #[error("datapath: {0}")]
     Datapath(#[from] datapath::loader::LoadError),
+    /// The netfilter rule that marks DNATed flows could not be installed.
+    #[error("netfilter: {0}")]
+    Netfilter(#[from] datapath::netfilter::NetfilterError),
     /// Netlink work on the node failed.
     #[error("netlink: {0}")]
     Netdev(#[from] datapath::netdev::NetdevError),

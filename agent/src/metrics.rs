@@ -211,12 +211,12 @@ impl Collector for MapCollector {
     }
 }
 
-/// Entries of the maps the agent and CNI write, by walking their keys (the
-/// kernel keeps no count userspace can read).
+/// Entries of every hash map, by walking their keys (the kernel keeps no count userspace
+/// can read): those the agent and CNI write, and the datapath's flow tables.
 fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     use cozyplane_bpf::maps::{
-        bridges::BridgesMap, endpoints::EndpointsMap, node_blocks::NodeBlocksMap, ports::PortsMap,
-        remotes::RemotesMap,
+        bridges::BridgesMap, ct_fwd::CtFwdMap, ct_rev::CtRevMap, dnat::DnatMap, endpoints::EndpointsMap,
+        node_blocks::NodeBlocksMap, ports::PortsMap, remotes::RemotesMap,
     };
     let mut out = Vec::new();
     if let Ok(m) = PortsMap::from_pin(dir) {
@@ -233,6 +233,15 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     }
     if let Ok(m) = BridgesMap::from_pin(dir) {
         out.push((maps::bridges::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = CtFwdMap::from_pin(dir) {
+        out.push((maps::ct_fwd::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = CtRevMap::from_pin(dir) {
+        out.push((maps::ct_rev::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = DnatMap::from_pin(dir) {
+        out.push((maps::dnat::NAME, m.inner().keys().count()));
     }
     out
 }

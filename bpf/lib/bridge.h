@@ -122,7 +122,8 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 }
 
 /* sdn_from_pod: the VPC pod's reply to the gateway -> back to the fabric
- * client. On success p->src/p->dst are the fabric IP and the client.
+ * client. On success p's addresses and ports are those of the rewritten packet:
+ * the fabric IP and the client.
  */
 static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)
@@ -156,5 +157,8 @@ static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 
 	p->src = rv->fabric;
 	p->dst = rv->client;
+	p->dport = rv->client_port;
+	if (p->proto == IPPROTO_ICMP)
+		p->sport = rv->client_port;
 	return 0;
 }

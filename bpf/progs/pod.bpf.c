@@ -6,6 +6,7 @@
 #include "../lib/common.h"
 #include "../lib/arp.h"
 #include "../lib/bridge.h"
+#include "../lib/dnat.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
 #include "../lib/overlay.h"
@@ -16,14 +17,17 @@
  * pods of this node included, to the host stack. Not straight to a local pod:
  * the packet may be the reply of a flow kube-proxy NATed here (a Service
  * backend answering its client), and only the host's conntrack can undo that.
+ * For the same reason the reply of a flow the host DNATed into this pod goes
+ * to the host even when its destination is on another node (lib/dnat.h).
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
-					 const struct sdn_pkt *p)
+					 const struct sdn_pkt *p,
+					 __u32 port_flags)
 {
 	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
 	int ret;
 
-	if (!r)
+	if (!r || sdn_dnat_reply(port_flags, p))
 		return sdn_to_host(skb);
 	ret = sdn_encap(skb, 0, r);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
@@ -36,7 +40,8 @@ static __always_inline int from_pod_net0(struct __sk_buff *skb,
  * fabric bridge, recognised by its conntrack entry.
  */
 static __always_inline int from_pod_vpc(struct __sk_buff *skb,
-					struct sdn_pkt *p, __u32 net)
+					struct sdn_pkt *p, __u32 net,
+					__u32 port_flags)
 {
 	struct sdn_endpoint *ep;
 	struct sdn_remote *r;
@@ -48,7 +53,7 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 		ret = sdn_bridge_reverse(skb, p, net);
 		if (ret)
 			return sdn_drop(skb, ret);
-		return from_pod_net0(skb, p);
+		return from_pod_net0(skb, p, port_flags);
 	}
 
 	ep = sdn_endpoint_lookup(net, &p->dst);
@@ -83,13 +88,14 @@ int sdn_from_pod(struct __sk_buff *skb)
 	__u32 ifindex = skb->ifindex;
 	struct sdn_port *port;
 	struct sdn_pkt p;
-	__u32 net;
+	__u32 net, flags;
 	int ret;
 
 	port = bpf_map_lookup_elem(&sdn_ports, &ifindex);
 	if (!port)
 		return sdn_drop(skb, DROP_NO_PORT);
 	net = port->net;
+	flags = port->flags;
 
 	ret = sdn_parse(skb, &p);
 	if (ret)
@@ -119,9 +125,9 @@ int sdn_from_pod(struct __sk_buff *skb)
 
 	if (!net) {
 		sdn_count_tx(skb, 0);
-		return from_pod_net0(skb, &p);
+		return from_pod_net0(skb, &p, flags);
 	}
-	return from_pod_vpc(skb, &p, net);
+	return from_pod_vpc(skb, &p, net, flags);
 }
 
 /* Hand the packet to the pod of this veth, which must own the destination. */
@@ -172,6 +178,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
 
 	if (!net) {
+		sdn_dnat_note(skb, port, &p);
 		sdn_count_rx(skb, 0);
 		return TC_ACT_OK;
 	}
@@ -181,6 +188,8 @@ int sdn_to_pod(struct __sk_buff *skb)
 	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);
 	if (!b || b->net != net)
 		return sdn_drop(skb, DROP_VPC_ISOLATION);
+	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
+	sdn_dnat_note(skb, port, &p);
 	ret = sdn_bridge_forward(skb, &p, b);
 	if (ret)
 		return sdn_drop(skb, ret);

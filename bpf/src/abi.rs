@@ -88,9 +88,14 @@ abi_struct! {
     pub struct Port = "sdn_port" {
         /// VNI of the pod's VPC; 0 = default network.
         pub net: u32,
-        /// Reserved, 0.
+        /// `SDN_PORT_F_*`, set by the datapath ([`Port::F_DNAT`]); the CNI writes 0.
         pub flags: u32,
     }
+}
+
+impl Port {
+    /// `SDN_PORT_F_DNAT`: the host has delivered a DNATed flow into this port's pod.
+    pub const F_DNAT: u32 = 1 << 0;
 }
 
 abi_struct! {
@@ -207,6 +212,33 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `struct sdn_dnat_key`: a flow the host DNATed into a pod, as the pod's reply
+    /// leaves it.
+    pub struct DnatKey = "sdn_dnat_key" {
+        /// The pod (reply source): its fabric IP.
+        pub pod: Addr,
+        /// The client (reply destination).
+        pub peer: Addr,
+        /// Pod port (network order); ICMP echo id.
+        pub pod_port: u16,
+        /// Client port (network order); ICMP echo id.
+        pub peer_port: u16,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_dnat`, value of `sdn_dnat` (presence is the information).
+    pub struct Dnat = "sdn_dnat" {
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
     /// `struct sdn_drop_stats`, per-CPU value of `sdn_drops`.
     pub struct DropStats = "sdn_drop_stats" {
         /// Dropped packets.
@@ -244,6 +276,8 @@ pub const LAYOUTS: &[StructLayout] = &[
     CtFwd::LAYOUT,
     CtRevKey::LAYOUT,
     CtRev::LAYOUT,
+    DnatKey::LAYOUT,
+    Dnat::LAYOUT,
     DropStats::LAYOUT,
     NetStats::LAYOUT,
 ];

@@ -27,6 +27,9 @@ pub struct DatapathConfig {
     pub gw_mac: [u8; 6],
     /// Inner destination MAC of overlay frames: the tunnel device MAC, equal on all nodes.
     pub tunnel_mac: [u8; 6],
+    /// skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 =
+    /// none.
+    pub dnat_mark: u32,
 }
 
 impl Default for DatapathConfig {
@@ -38,6 +41,7 @@ impl Default for DatapathConfig {
             gw_ipv4: Ipv4Addr::new(169, 254, 1, 1),
             gw_mac: [0x02, 0xcf, 0x00, 0x00, 0x00, 0x01],
             tunnel_mac: [0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf],
+            dnat_mark: 0x0010_0000,
         }
     }
 }
@@ -50,16 +54,18 @@ pub struct ConfigValues {
     gw_ipv4: [u8; 4],
     gw_mac: Mac,
     tunnel_mac: Mac,
+    dnat_mark: u32,
 }
 
 /// Every knob's name (without [`GLOBAL_PREFIX`]) and the size of its C global, which
 /// aya compares with the value it patches in.
-pub const GLOBALS: [(&str, usize); 5] = [
+pub const GLOBALS: [(&str, usize); 6] = [
     ("tunnel_ifindex", size_of::<u32>()),
     ("net0_vni", size_of::<u32>()),
     ("gw_ipv4", size_of::<[u8; 4]>()),
     ("gw_mac", size_of::<Mac>()),
     ("tunnel_mac", size_of::<Mac>()),
+    ("dnat_mark", size_of::<u32>()),
 ];
 
 impl DatapathConfig {
@@ -74,6 +80,7 @@ impl DatapathConfig {
             tunnel_mac: Mac {
                 addr: self.tunnel_mac,
             },
+            dnat_mark: self.dnat_mark,
         }
     }
 }
@@ -86,7 +93,8 @@ impl ConfigValues {
             .override_global("__config_net0_vni", &self.net0_vni, true)
             .override_global("__config_gw_ipv4", &self.gw_ipv4, true)
             .override_global("__config_gw_mac", &self.gw_mac, true)
-            .override_global("__config_tunnel_mac", &self.tunnel_mac, true);
+            .override_global("__config_tunnel_mac", &self.tunnel_mac, true)
+            .override_global("__config_dnat_mark", &self.dnat_mark, true);
     }
 }
 

@@ -57,6 +57,12 @@ fn generated_asserts() -> String {
         writeln!(c, "_Static_assert({} == {}, \"{r:?}\");", r.c_name(), r as i32).unwrap();
     }
     writeln!(c, "_Static_assert(SDN_DROP_MAX == {DROP_MAX}, \"DROP_MAX\");").unwrap();
+    writeln!(
+        c,
+        "_Static_assert(SDN_PORT_F_DNAT == {}, \"SDN_PORT_F_DNAT\");",
+        cozyplane_bpf::abi::Port::F_DNAT
+    )
+    .unwrap();
     for (name, size) in GLOBALS {
         writeln!(
             c,

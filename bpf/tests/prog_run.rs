@@ -498,3 +498,87 @@ fn default_network_pods_on_one_node_meet_the_host_stack() {
     assert_eq!((s.tx_packets, s.rx_packets), (2, 0));
     assert_eq!(total_drops(&dp), 0);
 }
+
+/// A net-0 or VPC pod on lo and another node's block, for the DNAT-reply tests.
+fn dnat_setup(net: u32) -> Datapath {
+    let mut dp = Datapath::load(&cfg());
+    if net == 0 {
+        vpc_pod(&mut dp, 0, "10.244.1.20", MAC_A1);
+    } else {
+        vpc_pod(&mut dp, net, "10.0.0.1", MAC_A1);
+        BridgesMap::try_from(dp.map_mut(bridges::NAME))
+            .unwrap()
+            .upsert(ip("10.244.1.20"), net, ip("10.0.0.1"))
+            .unwrap();
+    }
+    NodeBlocksMap::try_from(dp.map_mut(node_blocks::NAME))
+        .unwrap()
+        .upsert((ip("10.244.2.0"), 24), ip("192.168.10.2"))
+        .unwrap();
+    dp
+}
+
+/// A TCP segment of client `10.244.2.7:cport` (another node's pod) to the pod's fabric
+/// address `10.244.1.20:80` as the host routes it into the veth, with `mark`; returns the
+/// verdict of the pod's reply as it leaves the pod.
+fn dnat_round(dp: &Datapath, net: u32, cport: u16, mark: u32) -> u32 {
+    let (client, fabric) = (v4("10.244.2.7"), v4("10.244.1.20"));
+    let req = pkt::ipv4(MAC_OTHER, MAC_A1, client, fabric, TCP, cport, 80, 0);
+    let inn = dp.run(TO_POD, &req, LO, mark);
+    assert_eq!(inn.verdict, TC_ACT_OK, "request into the pod");
+    let reply = if net == 0 {
+        pkt::ipv4(MAC_A1, cfg().gw_mac, fabric, client, TCP, 80, cport, 0)
+    } else {
+        // The bridge masqueraded the client to the gateway.
+        let p = pkt::parse_v4(&inn.packet);
+        pkt::ipv4(MAC_A1, cfg().gw_mac, p.dst, p.src, TCP, p.dport, p.sport, 0)
+    };
+    dp.run(FROM_POD, &reply, LO, 0).verdict
+}
+
+fn port_flags(dp: &Datapath) -> u32 {
+    PortsMap::try_from(dp.map(ports::NAME))
+        .unwrap()
+        .get(LO)
+        .unwrap()
+        .unwrap()
+        .flags
+}
+
+// The reply of a flow the host DNATed into a pod (a hostPort, a NodePort with its backend
+// here) goes back to the host stack, whose conntrack reverses the DNAT, even though its
+// destination is in another node's block; the reply of any other flow from that node keeps
+// the overlay fast path. Net 0 and a bridged VPC pod alike.
+#[test]
+fn replies_of_flows_the_host_dnated_go_back_through_the_host() {
+    let mark = cfg().dnat_mark;
+    assert_ne!(mark, 0);
+    for net in [0, VPC_A] {
+        let mut dp = dnat_setup(net);
+        assert_eq!(
+            dnat_round(&dp, net, 40000, 0),
+            TC_ACT_REDIRECT,
+            "net {net}: a flow the host did not DNAT: reply encapsulated"
+        );
+        assert_eq!(port_flags(&dp), 0, "net {net}: no DNATed flow seen yet");
+        assert_eq!(
+            dnat_round(&dp, net, 40001, mark | 0x4000),
+            TC_ACT_OK,
+            "net {net}: a DNATed flow's reply goes to the host stack"
+        );
+        assert_eq!(port_flags(&dp), cozyplane_bpf::abi::Port::F_DNAT);
+        assert_eq!(
+            dnat_round(&dp, net, 40000, 0),
+            TC_ACT_REDIRECT,
+            "net {net}: the other flow's reply keeps the fast path"
+        );
+        // A restarted agent re-asserting its ports keeps the flag.
+        port(&mut dp, LO, net);
+        assert_eq!(
+            dnat_round(&dp, net, 40001, 0),
+            TC_ACT_OK,
+            "net {net}: after the port was re-set"
+        );
+        assert_eq!(total_drops(&dp), 0, "net {net}");
+    }
+}

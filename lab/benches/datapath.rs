@@ -316,11 +316,11 @@ fn wire(
 ) -> (BPod, Sample) {
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];
-    let (plugin, conf) = (bin_dir().join("cozyplane-cni"), n.conf());
-    enter(&n.ns);
+    let conf = n.conf();
+    n.enter();
     let uid = ready();
     let t0 = Instant::now();
-    let (code, result) = exec_plugin(&plugin, "ADD", &cid, (&netns.path(), (ns, name, &uid)), &conf);
+    let (code, result) = exec_plugin(n, "ADD", &cid, (&netns.path(), (ns, name, &uid)), &conf);
     let add = t0.elapsed();
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}");
     let fabric = result_ip(&result).expect("result ip");

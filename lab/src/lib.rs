@@ -264,9 +264,19 @@ impl Scratch {
     pub fn pins(&self) -> PathBuf {
         self.bpffs().join("cozyplane")
     }
-    /// The agent's CNI socket.
+    /// The agent's CNI socket, as the lab sees it: the chart's `/run/cozyplane/cni.sock`
+    /// inside the node's mount namespace, where this directory is mounted on `/run/cozyplane`.
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("cni.sock")
+        self.run_dir().join("cni.sock")
+    }
+    /// What the node's mount namespace shows as `/run/cozyplane`.
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+    /// The node's host root for CNI: `opt/cni/bin` and `etc/cni/net.d` below it, where the
+    /// chart's installer puts the plugin and the conflist.
+    pub fn host_root(&self) -> PathBuf {
+        self.dir.path().join("host")
     }
 }
 
@@ -294,6 +304,67 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The Helm chart, whose `files/` are the one definition of the CNI configuration: the
+/// DaemonSet's init container installs them, and so does the lab for each node.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/cozyplane")
+}
+
+/// The chart's conflist, relative to [`chart_dir`].
+pub const CONFLIST: &str = "files/10-cozyplane.conflist";
+/// The chart's installer script, relative to [`chart_dir`].
+pub const INSTALL_CNI: &str = "files/install-cni.sh";
+/// Where the chart's conflist expects the agent's socket (`agentSocket`); each lab node has
+/// its own, mounted there in the node's mount namespace.
+pub const AGENT_RUN_DIR: &str = "/run/cozyplane";
+/// The chained plugins Debian ships (`containernetworking-plugins`): the second entry of
+/// every node's `CNI_PATH`.
+pub const SYSTEM_CNI_DIR: &str = "/usr/lib/cni";
+
+/// Runs the chart's installer as the init container does, with `root` standing for the
+/// host's `/` (its `/host`): the plugin binary we built, the chart's own conflist.
+pub fn install_cni(root: &Path) -> String {
+    let chart = chart_dir();
+    let out = Command::new("sh")
+        .arg(chart.join(INSTALL_CNI))
+        .arg(bin_dir().join("cozyplane-cni"))
+        .arg(chart.join(CONFLIST))
+        .arg(root)
+        .output()
+        .expect("run install-cni.sh");
+    assert!(
+        out.status.success(),
+        "install-cni.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A process holding a mount namespace of its own in which `run` is mounted on
+/// [`AGENT_RUN_DIR`] (the rest is the host's, received as a slave, so later netns mounts
+/// show). It stands for the node's filesystem: every node's agent listens on the chart's
+/// socket path without the nodes sharing one.
+fn mount_ns(run: &Path) -> Proc {
+    std::fs::create_dir_all(AGENT_RUN_DIR).expect("mkdir /run/cozyplane");
+    std::fs::create_dir_all(run).expect("mkdir run dir");
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "slave", "sh", "-c"])
+        .arg(format!(
+            "mount --bind \"$0\" {AGENT_RUN_DIR} && echo ready && exec sleep 1000000"
+        ))
+        .arg(run)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    );
+    assert_eq!(line.trim(), "ready", "node mount namespace");
+    Proc(child)
+}
+
 /// One lab node.
 #[derive(Debug)]
 pub struct Node {
@@ -309,16 +380,59 @@ pub struct Node {
     pub agent: std::sync::Mutex<Option<Proc>>,
     /// Agent log file.
     pub log: PathBuf,
-    // Last: dropped after the agent.
+    // Dropped after the agent.
+    /// The holder of the node's mount namespace ([`Node::mnt_ns`]).
+    pub mnt: Proc,
     /// The node netns.
     pub ns: Netns,
 }
 
 impl Node {
-    /// The CNI network config for this node.
+    /// The node's mount namespace: the host's, with the node's own [`AGENT_RUN_DIR`].
+    pub fn mnt_ns(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/ns/mnt", self.mnt.0.id()))
+    }
+
+    /// Moves the calling thread into the node for good, network and mount namespace: a
+    /// thread that stands for a process of the node's host (kubelet); discard it afterwards.
+    pub fn enter(&self) {
+        enter(&self.ns);
+        // A thread may switch mount namespace only with a filesystem context of its own.
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).expect("unshare CLONE_FS");
+        let file = File::open(self.mnt_ns()).expect("open mount ns");
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS).expect("setns mnt");
+    }
+
+    /// The network configuration list the runtime uses: the first `*.conflist` of the node's
+    /// `etc/cni/net.d` in name order (as containerd and CRI-O pick it), as installed there.
+    pub fn conflist(&self) -> Value {
+        let dir = self.scratch.host_root().join("etc/cni/net.d");
+        let mut lists: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "conflist"))
+            .collect();
+        lists.sort();
+        let first = lists
+            .first()
+            .unwrap_or_else(|| panic!("no conflist in {}", dir.display()));
+        let text = std::fs::read_to_string(first).expect("read conflist");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", first.display()))
+    }
+
+    /// `CNI_PATH`: the node's `opt/cni/bin` (the chart's installer puts our plugin there),
+    /// then Debian's plugins.
+    pub fn cni_path(&self) -> Vec<PathBuf> {
+        vec![
+            self.scratch.host_root().join("opt/cni/bin"),
+            PathBuf::from(SYSTEM_CNI_DIR),
+        ]
+    }
+
+    /// The configuration the runtime hands our plugin, the conflist's first: see
+    /// [`plugin_conf`].
     pub fn conf(&self) -> Value {
-        json!({"cniVersion": "1.0.0", "name": "cozy", "type": "cozyplane",
-               "agentSocket": self.scratch.socket().to_str().unwrap_or_default()})
+        plugin_conf(&self.conflist(), 0, None, &json!({}))
     }
 
     /// Registers this node's Node object as kubelet and kube-controller-manager would: an
@@ -366,13 +480,14 @@ impl Node {
         let _ = std::fs::remove_file(&sock);
         let child = Command::new("nsenter")
             .arg(format!("--net={}", self.ns.path()))
+            .arg(format!("--mount={}", self.mnt_ns().display()))
             .arg(bin_dir().join("cozyplane-agent"))
             .arg("--state-dir")
             .arg(self.scratch.dir.path().join("state"))
             .arg("--bpffs-dir")
             .arg(self.scratch.pins())
             .arg("--cni-socket")
-            .arg(&sock)
+            .arg(format!("{AGENT_RUN_DIR}/cni.sock"))
             .args(if self.name == "n1" {
                 vec!["--fabric-block", &self.block]
             } else {
@@ -490,6 +605,9 @@ impl Lab {
             plug(&ns, &format!("p-n{}", i + 1), ip);
             let scratch = Scratch::new();
             let log = scratch.dir.path().join("agent.log");
+            // The node's disk as the chart's init container leaves it.
+            install_cni(&scratch.host_root());
+            let mnt = mount_ns(&scratch.run_dir());
             nodes.push(Node {
                 name: format!("n{}", i + 1),
                 ip,
@@ -497,6 +615,7 @@ impl Lab {
                 scratch,
                 agent: std::sync::Mutex::new(None),
                 log,
+                mnt,
                 ns,
             });
         }
@@ -551,8 +670,10 @@ pub struct LabPod {
     pub ns: Netns,
 }
 
-/// Runs the real plugin exactly as kubelet does: CNI_* env, config on stdin, from the node
-/// netns. `pod` is `(namespace, name, uid)` of the Pod object. Returns (exit code, stdout JSON).
+/// Runs the plugin the CNI configuration `conf` names by its `type`, exactly as kubelet's
+/// runtime does: found in the node's `CNI_PATH`, CNI_* env, config on stdin, from the node's
+/// network and mount namespaces. `pod` is `(namespace, name, uid)` of the Pod object.
+/// Returns (exit code, stdout JSON).
 pub fn invoke_cni(
     node: &Node,
     cmd: &str,
@@ -561,17 +682,18 @@ pub fn invoke_cni(
     pod: (&str, &str, &str),
     conf: &Value,
 ) -> (i32, Value) {
-    invoke_plugin(
-        &bin_dir().join("cozyplane-cni"),
-        node,
-        cmd,
-        cid,
-        (netns, pod),
-        conf,
-    )
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            node.enter();
+            exec_plugin(node, cmd, cid, (netns, pod), conf)
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
 }
 
-/// Runs any CNI plugin binary like [`invoke_cni`] (chained plugins: `/usr/lib/cni/portmap`).
+/// Runs a plugin binary given by path, like [`invoke_cni`] otherwise (a plugin outside the
+/// conflist, e.g. `/usr/lib/cni/tuning`).
 pub fn invoke_plugin(
     plugin: &Path,
     node: &Node,
@@ -580,25 +702,134 @@ pub fn invoke_plugin(
     (netns, pod): (&str, (&str, &str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
-    run_in(&node.ns, || exec_plugin(plugin, cmd, cid, (netns, pod), conf))
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            node.enter();
+            exec(plugin, &node.cni_path(), cmd, cid, (netns, pod), conf)
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// The configuration a runtime hands plugin `i` of the conflist `list` (as libcni builds
+/// it): the list's `cniVersion` and `name`, the plugin's own keys, the previous plugin's
+/// result as `prevResult`, and under `runtimeConfig` the entries of `runtime` (e.g.
+/// `portMappings`) that the plugin declares as capabilities.
+pub fn plugin_conf(list: &Value, i: usize, prev: Option<&Value>, runtime: &Value) -> Value {
+    let mut conf = list["plugins"][i].clone();
+    assert!(conf.is_object(), "plugin {i} of {list}");
+    conf["cniVersion"] = list["cniVersion"].clone();
+    conf["name"] = list["name"].clone();
+    if let Some(p) = prev {
+        conf["prevResult"] = p.clone();
+    }
+    let mut rc = serde_json::Map::new();
+    if let (Some(caps), Some(rt)) = (conf["capabilities"].as_object(), runtime.as_object()) {
+        for (cap, on) in caps {
+            if on.as_bool() == Some(true)
+                && let Some(v) = rt.get(cap)
+            {
+                rc.insert(cap.clone(), v.clone());
+            }
+        }
+    }
+    if !rc.is_empty() {
+        conf["runtimeConfig"] = Value::Object(rc);
+    }
+    conf
+}
+
+/// ADD of the node's whole conflist, as a runtime attaches a sandbox: each plugin in order,
+/// found by its `type`, with the previous plugin's result as `prevResult`; the first failure
+/// ends it. `runtime` holds the runtime's capability arguments (e.g. `{"portMappings":
+/// [...]}`). Returns the exit code and output of the last plugin run.
+pub fn add_network(
+    node: &Node,
+    cid: &str,
+    netns: &str,
+    pod: (&str, &str, &str),
+    runtime: &Value,
+) -> (i32, Value) {
+    let list = node.conflist();
+    let n = list["plugins"].as_array().map_or(0, Vec::len);
+    let mut prev: Option<Value> = None;
+    for i in 0..n {
+        let conf = plugin_conf(&list, i, prev.as_ref(), runtime);
+        let (code, out) = invoke_cni(node, "ADD", cid, netns, pod, &conf);
+        if code != 0 {
+            return (code, out);
+        }
+        prev = Some(out);
+    }
+    (0, prev.unwrap_or(Value::Null))
+}
+
+/// DEL of the node's whole conflist, in reverse order, with the ADD's result as
+/// `prevResult` (runtimes keep it for DEL); the first failure ends it.
+pub fn del_network(
+    node: &Node,
+    cid: &str,
+    netns: &str,
+    pod: (&str, &str, &str),
+    (runtime, added): (&Value, Option<&Value>),
+) -> (i32, Value) {
+    let list = node.conflist();
+    let n = list["plugins"].as_array().map_or(0, Vec::len);
+    for i in (0..n).rev() {
+        let conf = plugin_conf(&list, i, added, runtime);
+        let (code, out) = invoke_cni(node, "DEL", cid, netns, pod, &conf);
+        if code != 0 {
+            return (code, out);
+        }
+    }
+    (0, Value::Null)
 }
 
 /// Moves the calling thread into `ns` for good (a thread that stands for a process living
-/// there, as kubelet lives in its node's netns); discard the thread afterwards.
+/// there); discard the thread afterwards. For a node's host, see [`Node::enter`].
 pub fn enter(ns: &Netns) {
     let file = File::open(ns.path()).expect("open netns");
     nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
 }
 
-/// Runs a CNI plugin from the calling thread, which must be in the node's netns ([`enter`]):
-/// one exec, the plugin itself, with the environment and stdin kubelet gives it.
+/// Where a runtime finds the plugin of `type` in `cni_path`: the first directory that
+/// holds a file of that name.
+pub fn find_plugin(cni_path: &[PathBuf], kind: &str) -> Result<PathBuf, String> {
+    cni_path
+        .iter()
+        .map(|d| d.join(kind))
+        .find(|p| !kind.is_empty() && !kind.contains('/') && p.is_file())
+        .ok_or_else(|| format!("failed to find plugin {kind:?} in path {cni_path:?}"))
+}
+
+/// Runs the plugin `conf` names from the calling thread, which must be in the node
+/// ([`Node::enter`]): resolved by `type` in the node's `CNI_PATH`, one exec of the plugin
+/// itself, with the environment and stdin kubelet's runtime gives it. A type the path lacks
+/// fails as it does for a runtime: (-1, the runtime's message).
 pub fn exec_plugin(
-    plugin: &Path,
+    node: &Node,
     cmd: &str,
     cid: &str,
     (netns, pod): (&str, (&str, &str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
+    let path = node.cni_path();
+    match find_plugin(&path, conf["type"].as_str().unwrap_or_default()) {
+        Ok(plugin) => exec(&plugin, &path, cmd, cid, (netns, pod), conf),
+        Err(msg) => (-1, Value::String(msg)),
+    }
+}
+
+fn exec(
+    plugin: &Path,
+    cni_path: &[PathBuf],
+    cmd: &str,
+    cid: &str,
+    (netns, pod): (&str, (&str, &str, &str)),
+    conf: &Value,
+) -> (i32, Value) {
+    let cni_path = std::env::join_paths(cni_path).expect("CNI_PATH");
     let mut child = Command::new(plugin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -613,7 +844,7 @@ pub fn exec_plugin(
                 pod.0, pod.1, pod.2
             ),
         )
-        .env("CNI_PATH", "/usr/lib/cni")
+        .env("CNI_PATH", cni_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,7 +8,9 @@ use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
 use cozyplane_bpf::DropReason;
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{Lab, LabPod, Netns, capture, invoke_cni, invoke_plugin, result_ip, run_in};
+use cozyplane_lab::{
+    Lab, LabPod, Netns, add_network, capture, del_network, invoke_cni, invoke_plugin, result_ip, run_in,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -37,6 +39,18 @@ async fn create_pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: 
 
 /// Pod object + netns + CNI ADD + status (as kubelet). Panics if ADD fails.
 async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> LabPod {
+    pod_with(cp, lab, (node, ns, name, vpc), &json!({})).await
+}
+
+/// [`pod`] with the runtime's capability arguments (`portMappings` for hostPorts): ADD runs
+/// the node's whole conflist, as installed by the chart's installer, each plugin found by
+/// its `type` in the node's CNI_PATH.
+async fn pod_with(
+    cp: &Cp,
+    lab: &Lab,
+    (node, ns, name, vpc): (usize, &str, &str, Option<&str>),
+    runtime: &serde_json::Value,
+) -> LabPod {
     let uid = create_pod(cp, lab, node, ns, name, vpc)
         .await
         .metadata
@@ -45,7 +59,7 @@ async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<
     let pns = Netns::new("p");
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];
-    let (code, result) = invoke_cni(n, "ADD", &cid, &pns.path(), (ns, name, &uid), &n.conf());
+    let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
     let fabric = result_ip(&result).unwrap();
     let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
@@ -64,6 +78,80 @@ async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<
         fabric,
         ns: pns,
     }
+}
+
+/// `hostPort` -> `containerPort` (TCP), as kubelet passes a pod's ports to the conflist's
+/// `portMappings` capability.
+fn host_port(host: u16, container: u16) -> serde_json::Value {
+    json!({"portMappings": [{"hostPort": host, "containerPort": container, "protocol": "tcp"}]})
+}
+
+/// A TCP connection (a one-second iperf3 stream) from `client` to `to:port`, served by
+/// `server` on `listen`: true if it connected and carried data. TCP connects only if the
+/// replies come from the address the client dialled, so this also proves the client saw
+/// `to`, not the backend's address.
+fn tcp_ok(client: &LabPod, (to, port): (Ipv4Addr, u16), server: &LabPod, listen: u16) -> Result<(), String> {
+    let _srv = server.ns.iperf_server(listen);
+    let out = client.ns.exec(&[
+        "iperf3",
+        "-c",
+        &to.to_string(),
+        "-p",
+        &port.to_string(),
+        "-t",
+        "1",
+        "--connect-timeout",
+        "3000",
+    ]);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A DNAT rule as kube-proxy writes one for a NodePort (`externalTrafficPolicy: Local`, so
+/// no masquerade: the backend sees the client) on `node`: `<node ip>:port` -> `to`.
+fn node_port(node: &cozyplane_lab::Node, port: u16, to: (Ipv4Addr, u16)) {
+    let dst = format!("{}:{}", to.0, to.1);
+    let out = node.ns.exec(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-d",
+        &node.ip.to_string(),
+        "-p",
+        "tcp",
+        "--dport",
+        &port.to_string(),
+        "-j",
+        "DNAT",
+        "--to-destination",
+        &dst,
+    ]);
+    assert!(
+        out.status.success(),
+        "iptables: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `cozyplane_bpf_map_entries` of every map in `node`'s /metrics.
+fn map_entries(node: &cozyplane_lab::Node) -> std::collections::BTreeMap<String, f64> {
+    node.metrics()
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cozyplane_bpf_map_entries{map=\"")?;
+            let (map, v) = rest.split_once("\"}")?;
+            Some((map.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
@@ -107,6 +195,15 @@ fn metric(text: &str, sample: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(sample)?.trim().split(' ').next()?.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// `ip netns del`: what a runtime does to a sandbox, here before the test's own drop.
+fn sh_netns_del(ns: &Netns) {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "del", &ns.0])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn wait(what: &str, mut f: impl FnMut() -> bool) {
@@ -190,7 +287,8 @@ async fn body(lab: &mut Lab) {
 
     // --- Default network across nodes.
     let a = pod(&cp, lab, 0, "default", "a", None).await;
-    let b = pod(&cp, lab, 1, "default", "b", None).await;
+    // b publishes a hostPort (the conflist's portmap, as kubelet asks for a pod's ports).
+    let b = pod_with(&cp, lab, (1, "default", "b", None), &host_port(18081, 5202)).await;
     wait("n1 learns b's node", || {
         n1.remote(0, b.fabric) == Some(n2.ip.into())
     });
@@ -277,7 +375,7 @@ async fn body(lab: &mut Lab) {
     // --- Two tenants, two VPCs with the same CIDR.
     tenant(&cp, "t1", "blue", "10.10.0.0/24").await;
     tenant(&cp, "t2", "green", "10.10.0.0/24").await;
-    let blue1 = pod(&cp, lab, 0, "t1", "blue1", Some("blue")).await;
+    let blue1 = pod_with(&cp, lab, (0, "t1", "blue1", Some("blue")), &host_port(18080, 80)).await;
     let blue2 = pod(&cp, lab, 0, "t1", "blue2", Some("t1/blue")).await;
     let blue3 = pod(&cp, lab, 1, "t1", "blue3", Some("blue")).await;
     let green1 = pod(&cp, lab, 0, "t2", "green1", Some("green")).await;
@@ -361,43 +459,113 @@ async fn body(lab: &mut Lab) {
     );
     eprintln!("PASS the node reaches a VPC pod only through its fabric IP");
 
-    // --- Chained plugins accept our result for a VPC pod (as in a conflist after us).
-    for (plugin, extra) in [
-        (
-            "portmap",
-            json!({"capabilities": {"portMappings": true}, "runtimeConfig": {"portMappings":
-                [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]}}),
-        ),
-        (
-            "tuning",
-            json!({"sysctl": {"net.ipv4.conf.eth0.accept_local": "1"}}),
-        ),
-    ] {
-        let mut conf = json!({"cniVersion": "1.0.0", "name": "cozy", "type": plugin,
-            "prevResult": blue1.result.clone()});
-        for (k, v) in extra.as_object().unwrap() {
-            conf[k] = v.clone();
-        }
-        let bin = std::path::Path::new("/usr/lib/cni").join(plugin);
+    // --- The chart's conflist chains portmap after us: every pod above was added through it,
+    // each plugin found by its `type` in the node's CNI_PATH (our plugin where the chart's
+    // installer put it, portmap in Debian's /usr/lib/cni), and portmap passed our result on.
+    // `tuning`, outside the conflist, accepts our result of a VPC pod too, and CHECK passes.
+    {
+        let installed: Vec<String> = std::fs::read_dir(n1.scratch.host_root().join("opt/cni/bin"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let list = n1.conflist();
+        assert_eq!(
+            installed,
+            vec![list["plugins"][0]["type"].as_str().unwrap().to_string()],
+            "the installer names the plugin after the conflist's type"
+        );
+        let prev = blue1.result.clone();
+        let conf = json!({"cniVersion": "1.0.0", "name": "cozy", "type": "tuning",
+            "sysctl": {"net.ipv4.conf.eth0.accept_local": "1"}, "prevResult": prev});
+        let bin = std::path::Path::new(cozyplane_lab::SYSTEM_CNI_DIR).join("tuning");
         let pod = ("t1", "blue1", blue1.uid.as_str());
         let (code, v) = invoke_plugin(&bin, n1, "ADD", &blue1.cid, (&blue1.ns.path(), pod), &conf);
-        assert_eq!(code, 0, "{plugin} ADD after cozyplane (VPC pod): {v}");
-        assert_eq!(
-            v["ips"], blue1.result["ips"],
-            "{plugin} passes our result on: {v}"
-        );
-        // portmap's own CHECK also looks for an IPv6 DNAT chain its ADD skips for a v4-only
-        // result, so CHECK is asserted for tuning only.
-        if plugin == "tuning" {
-            let (code, v) = invoke_plugin(&bin, n1, "CHECK", &blue1.cid, (&blue1.ns.path(), pod), &conf);
-            assert_eq!(code, 0, "{plugin} CHECK: {v}");
-        }
+        assert_eq!(code, 0, "tuning ADD after cozyplane (VPC pod): {v}");
+        assert_eq!(v["ips"], blue1.result["ips"], "tuning passes our result on: {v}");
+        let (code, v) = invoke_plugin(&bin, n1, "CHECK", &blue1.cid, (&blue1.ns.path(), pod), &conf);
+        assert_eq!(code, 0, "tuning CHECK: {v}");
     }
     assert!(
         blue1.ns.ping(b2, 3, 3),
         "the chained plugins left the VPC pod working"
     );
-    eprintln!("PASS portmap and tuning chain after cozyplane for a VPC pod");
+    eprintln!("PASS pods are added through the chart's conflist (portmap chained); tuning chains too");
+
+    // --- A pod on one node reaches a hostPort (portmap) and a NodePort (kube-proxy-style DNAT,
+    // no masquerade) on the other, both ways, with a default-network and a VPC backend. The
+    // backend's node DNATed the request, so the reply must pass that node's conntrack to
+    // leave as `<node>:<port>`; encapsulated straight to the client's node it would come from
+    // the backend's fabric address and TCP would never connect.
+    {
+        node_port(n2, 30080, (b.fabric, 5202));
+        node_port(n1, 30081, (a2.fabric, 5202));
+        node_port(n1, 30082, (blue1.fabric, 80));
+        let mut failed = Vec::new();
+        for (what, client, to, server, listen) in [
+            (
+                "pod a on n1 -> hostPort on n2 (default-network b)",
+                &a,
+                (n2.ip, 18081),
+                &b,
+                5202,
+            ),
+            (
+                "pod b on n2 -> hostPort on n1 (VPC blue1)",
+                &b,
+                (n1.ip, 18080),
+                &blue1,
+                80,
+            ),
+            (
+                "pod a on n1 -> NodePort on n2 (default-network b)",
+                &a,
+                (n2.ip, 30080),
+                &b,
+                5202,
+            ),
+            (
+                "pod b on n2 -> NodePort on n1 (default-network a2)",
+                &b,
+                (n1.ip, 30081),
+                &a2,
+                5202,
+            ),
+            (
+                "pod b on n2 -> NodePort on n1 (VPC blue1)",
+                &b,
+                (n1.ip, 30082),
+                &blue1,
+                80,
+            ),
+        ] {
+            if let Err(e) = tcp_ok(client, to, server, listen) {
+                failed.push(format!("{what}: {e}"));
+            }
+        }
+        assert!(failed.is_empty(), "{failed:#?}");
+        // A pod's reply to a flow nobody DNATed keeps the overlay fast path: not recorded.
+        let dnat = |n: &cozyplane_lab::Node| {
+            cozyplane_bpf::maps::dnat::DnatMap::from_pin(&n.scratch.pins())
+                .unwrap()
+                .keys()
+                .unwrap()
+        };
+        let seen = dnat(n2);
+        assert!(
+            seen.iter()
+                .any(|k| k.pod == b.fabric.into() && k.peer == a.fabric.into()),
+            "n2 recorded the DNATed flows into b: {seen:?}"
+        );
+        tcp_ok(&a, (b.fabric, 5202), &b, 5202).expect("pod a -> pod b directly");
+        assert!(
+            dnat(n2).len() == seen.len(),
+            "a flow nobody DNATed is not recorded: {:?}",
+            dnat(n2)
+        );
+        eprintln!(
+            "PASS hostPorts and NodePorts reached from a pod on another node, both ways, default-network and VPC backends"
+        );
+    }
 
     // --- Spoofing, captured at the destination.
     let spoof0 = n1.drops(DropReason::SpoofIp);
@@ -536,6 +704,77 @@ async fn body(lab: &mut Lab) {
         assert_ne!(code, 0, "CHECK after DEL fails: {v}");
         assert!(!blue1.ns.ping(b2, 2, 1), "deleted pod unreachable");
         eprintln!("PASS CHECK and DEL of a VPC pod");
+    }
+
+    // --- The runtime deleted the sandbox netns before DEL (which destroys the veth, both
+    // ends): DEL still removes everything ADD made, found from the agent's record — IPAM
+    // record, Port, and every map entry (the veth's sdn_ports entry included, keyed by an
+    // ifindex that no longer exists). A default-network and a VPC pod.
+    {
+        let before = map_entries(n1);
+        let ports_before = Api::<Port>::all(cp.sdn.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let gone0 = pod(&cp, lab, 0, "default", "gone0", None).await;
+        let gone1 = pod(&cp, lab, 0, "t1", "gone1", Some("blue")).await;
+        let during = map_entries(n1);
+        assert!(
+            during["sdn_ports"] >= before["sdn_ports"] + 2.0,
+            "the two pods' ports: {before:?} -> {during:?}"
+        );
+        for p in [&gone0, &gone1] {
+            let host = p.result["interfaces"][0]["name"].as_str().unwrap().to_string();
+            sh_netns_del(&p.ns);
+            // The kernel destroys a netns (and the veth in it) asynchronously.
+            wait("the veth of a deleted netns to go", || {
+                !n1.ns.ip(&["link", "show", "dev", &host]).status.success()
+            });
+            let pod = (p.namespace.as_str(), p.name.as_str(), p.uid.as_str());
+            let (code, v) = del_network(n1, &p.cid, &p.ns.path(), pod, (&json!({}), Some(&p.result)));
+            assert_eq!(code, 0, "DEL of {} without its netns: {v}", p.name);
+        }
+        let after = map_entries(n1);
+        assert_eq!(after, before, "DEL without the netns leaves no map entry");
+        let ports_after = Api::<Port>::all(cp.sdn.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        assert_eq!(
+            ports_after, ports_before,
+            "DEL without the netns deletes the Port"
+        );
+        let ipam = std::fs::read_to_string(n1.scratch.dir.path().join("state/ipam.json")).unwrap();
+        assert!(
+            !ipam.contains(&gone0.cid) && !ipam.contains(&gone1.cid),
+            "DEL without the netns removes the IPAM records: {ipam}"
+        );
+        eprintln!(
+            "PASS DEL after the sandbox netns is gone removes the record, the Port and every map entry"
+        );
+
+        // An entry whose interface no longer exists (left by an agent that did not clean
+        // up) goes at the next start.
+        let pins = n1.scratch.pins();
+        let stale_if = 0x7fff_fff0;
+        cozyplane_bpf::maps::ports::PortsMap::from_pin(&pins)
+            .unwrap()
+            .set(stale_if, 0)
+            .unwrap();
+        assert_eq!(map_entries(n1)["sdn_ports"], before["sdn_ports"] + 1.0);
+        n1.start_agent(&kube_kc, &sdn_kc);
+        let ports = cozyplane_bpf::maps::ports::PortsMap::from_pin(&pins).unwrap();
+        assert_eq!(
+            ports.get(stale_if).unwrap(),
+            None,
+            "the restarted agent removes the entry of a vanished interface"
+        );
+        assert_eq!(map_entries(n1), before, "and nothing else");
+        eprintln!("PASS an agent restart removes map entries of vanished interfaces");
     }
 
     // --- A VPC pod's Port is made when the pod is bound to its node, before the runtime calls

@@ -41,6 +41,9 @@ DECLARE_CONFIG(struct sdn_mac, gw_mac,
 DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
 	       "Inner destination MAC of overlay frames: the tunnel device MAC, equal on all nodes",
 	       { { 0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf } });
+DECLARE_CONFIG(__u32, dnat_mark,
+	       "skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 = none",
+	       0x00100000);
 #endif
 
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */

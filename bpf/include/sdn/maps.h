@@ -22,9 +22,15 @@
 /* sdn_ports: host-side veth ifindex -> port. Written by the CNI on ADD. */
 struct sdn_port {
 	__u32 net;		/* VNI of the pod's VPC; 0 = default network */
-	__u32 flags;		/* reserved, 0 */
+	__u32 flags;		/* SDN_PORT_F_*; the CNI writes 0 */
 };
 _Static_assert(sizeof(struct sdn_port) == 8, "ABI: sdn_port");
+
+/* Set by sdn_to_pod, never cleared while the port lives: the host has delivered a
+ * DNATed flow into this pod, so sdn_from_pod looks its replies up in sdn_dnat.
+ * Ports without it never pay that lookup.
+ */
+#define SDN_PORT_F_DNAT		(1u << 0)
 
 /* Key of sdn_endpoints and sdn_remotes: an address is only meaningful within
  * its net, which is what lets VPC CIDRs overlap.
@@ -122,6 +128,30 @@ struct sdn_ct_rev {
 };
 _Static_assert(sizeof(struct sdn_ct_rev) == 36, "ABI: sdn_ct_rev");
 
+/* sdn_dnat: a flow the host DNATed on its way into a pod of this node (portmap's
+ * hostPorts, kube-proxy's NodePorts and externalIPs), keyed as the pod's reply
+ * leaves it. Written by sdn_to_pod when netfilter marked the packet with
+ * CONFIG(dnat_mark), read by sdn_from_pod: such a reply goes to the host stack,
+ * whose conntrack reverses the DNAT, wherever its destination lives. An entry
+ * outliving its conntrack entry only costs a later flow of the same five-tuple
+ * the host path. Ports in network byte order; for a bridged VPC pod, pod is its
+ * fabric IP.
+ */
+struct sdn_dnat_key {
+	struct sdn_addr pod;	/* reply source: the pod (after the DNAT) */
+	struct sdn_addr peer;	/* reply destination: the client */
+	__be16 pod_port;
+	__be16 peer_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct sdn_dnat_key) == 40, "ABI: sdn_dnat_key");
+
+struct sdn_dnat {
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_dnat) == 4, "ABI: sdn_dnat");
+
 /* sdn_drops: per-CPU array indexed by -DROP_* (see drop_reasons.h). */
 struct sdn_drop_stats {
 	__u64 packets;
@@ -148,6 +178,7 @@ _Static_assert(sizeof(struct sdn_net_stats) == 32, "ABI: sdn_net_stats");
 #define SDN_NODE_BLOCKS_MAX	16384
 #define SDN_BRIDGES_MAX		65536
 #define SDN_CT_MAX		65536
+#define SDN_DNAT_MAX		65536
 #define SDN_NET_STATS_MAX	4096
 
 /*
@@ -216,6 +247,14 @@ struct {
 	__type(value, struct sdn_ct_rev);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_ct_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SDN_DNAT_MAX);
+	__type(key, struct sdn_dnat_key);
+	__type(value, struct sdn_dnat);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_dnat SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

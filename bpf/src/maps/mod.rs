@@ -11,6 +11,7 @@ use aya::maps::{Map, MapData, MapError};
 pub mod bridges;
 pub mod ct_fwd;
 pub mod ct_rev;
+pub mod dnat;
 pub mod drops;
 pub mod endpoints;
 pub mod net_stats;
@@ -19,7 +20,7 @@ pub mod ports;
 pub mod remotes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -27,6 +28,7 @@ pub const ALL: [&str; 9] = [
     bridges::NAME,
     ct_fwd::NAME,
     ct_rev::NAME,
+    dnat::NAME,
     drops::NAME,
     net_stats::NAME,
 ];
@@ -97,8 +99,8 @@ mod tests {
     use super::*;
     use crate::Object;
     use crate::abi::{
-        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, DropStats, Endpoint, EpKey, NetStats, Port,
-        Remote,
+        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
+        NetStats, Port, Remote,
     };
 
     #[test]
@@ -127,7 +129,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 9] = [
+        let expect: [(&str, usize, usize); 10] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -135,6 +137,7 @@ mod tests {
             (bridges::NAME, size_of::<Addr>(), size_of::<Bridge>()),
             (ct_fwd::NAME, size_of::<CtFwdKey>(), size_of::<CtFwd>()),
             (ct_rev::NAME, size_of::<CtRevKey>(), size_of::<CtRev>()),
+            (dnat::NAME, size_of::<DnatKey>(), size_of::<Dnat>()),
             (drops::NAME, size_of::<u32>(), size_of::<DropStats>()),
             (net_stats::NAME, size_of::<u32>(), size_of::<NetStats>()),
         ];

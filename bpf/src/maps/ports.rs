@@ -28,8 +28,14 @@ impl<T: Borrow<MapData>> PortsMap<T> {
 }
 
 impl<T: BorrowMut<MapData>> PortsMap<T> {
-    /// Record that veth `ifindex` belongs to `net` (0 = default network).
+    /// Record that veth `ifindex` belongs to `net` (0 = default network). An entry already
+    /// there for the same net is left alone: its flags are the datapath's (a port that has
+    /// seen DNATed flows, `SDN_PORT_F_DNAT`), and a restarted agent re-asserting its ports
+    /// must not make the datapath forget them.
     pub fn set(&mut self, ifindex: u32, net: u32) -> Result<(), MapError> {
+        if optional(self.0.get(&ifindex, 0))?.is_some_and(|p| p.net == net) {
+            return Ok(());
+        }
         self.0.insert(ifindex, Port { net, flags: 0 }, 0)
     }
 

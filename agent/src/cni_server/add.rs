@@ -1,0 +1,226 @@
+//! ADD: which network, the fabric address, the Port, the veth, the programs, the maps.
+
+use std::net::Ipv4Addr;
+
+use cozyplane_cni::proto::Request;
+use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
+use serde_json::Value;
+
+use super::{AgentState, Steps, blocking, host_veth_name, internal};
+use crate::attachment::{self, Attachment};
+use crate::datapath::netdev::{self, GATEWAY, format_mac, parse_mac};
+use crate::ipam::VpcAttachment;
+
+impl AgentState {
+    /// Which network the pod asked for: the netconf/`CNI_ARGS` request, else the pod's
+    /// annotation (watch cache, or a GET on a miss). No API configured: net 0.
+    pub(super) async fn requested(&self, req: &Request) -> Result<Attachment, CniError> {
+        let att = attachment::classify(&req.env, &req.config);
+        if att != Attachment::Default {
+            return Ok(att);
+        }
+        let (Some(api), Some(pod)) = (&self.api, req.env.pod()) else {
+            return Ok(att);
+        };
+        Ok(match api.requested_vpc(&pod.namespace, &pod.name).await? {
+            Some(vpc) => Attachment::Vpc { vpc },
+            None => Attachment::Default,
+        })
+    }
+
+    pub(super) async fn add(
+        &self,
+        req: &Request,
+        version: &str,
+        steps: &mut Steps,
+    ) -> Result<Option<Value>, CniError> {
+        let att = self.requested(req).await?;
+        let env = &req.env;
+        let vpc = match (&att, &self.api) {
+            (Attachment::Default, _) => None,
+            (Attachment::Vpc { .. }, None) => {
+                return Err(attachment::unsupported(&att).unwrap_or_else(|| {
+                    CniError::plain(ErrorCode::VpcUnavailable, "VPC attachments need --kubeconfig")
+                }));
+            }
+            (Attachment::Vpc { vpc }, Some(api)) => {
+                // The namespace comes from the runtime (CNI_ARGS), never from the pod.
+                let pod = env.pod().ok_or_else(|| {
+                    CniError::new(
+                        ErrorCode::InvalidEnv,
+                        "a VPC attachment needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS",
+                        format!("requested VPC {vpc:?}"),
+                    )
+                })?;
+                Some((api, api.resolve_vpc(&pod.namespace, &pod.name, vpc).await?, pod))
+            }
+        };
+        steps.mark("resolve");
+        let pod = env
+            .pod()
+            .map(|p| format!("{}/{}", p.namespace, p.name))
+            .unwrap_or_default();
+        let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
+        let (ip, previous, retried) = {
+            let mut ipam = self.ipam();
+            let retried = ipam.get(&env.container_id, &env.ifname).is_some();
+            let ip = ipam
+                .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
+                .map_err(|e| internal("fabric address allocation failed", e))?;
+            // A repeated ADD (runtime retry) reuses the Port it created before.
+            let previous = ipam
+                .get(&env.container_id, &env.ifname)
+                .and_then(|a| a.vpc.clone());
+            (ip, previous, retried)
+        };
+        // The record goes to disk once, complete, before ADD returns; until then the address
+        // is only held in memory. An ADD cut short by a crash leaves at most a host veth
+        // without a record, which restart reconciliation deletes by its name.
+        let host = host_veth_name(&env.container_id, &env.ifname);
+        // A repeated ADD starts from a clean slate for this attachment. A first ADD has
+        // nothing to clean: a failed ADD removes its veth, and so does a restart.
+        if retried {
+            let _ = self.datapath().detach(&host);
+            let _ = self.netdev.delete(&host).await;
+        }
+        steps.mark("ipam");
+
+        // The VPC side: the Port (reused on a retry), its address and MAC.
+        let mut vpc_att: Option<VpcAttachment> = None;
+        let mut vpc_mac: Option<[u8; 6]> = None;
+        let mut mtu = self.mtu;
+        if let Some((api, v, p)) = &vpc {
+            let claimed = async {
+                let existing = match &previous {
+                    Some(prev) if prev.vni == v.vni => api.get_port(&prev.port).await?,
+                    _ => None,
+                };
+                let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
+                let port = match existing {
+                    Some(port) => port,
+                    None => api.take_port(v, &p.namespace, &p.name, uid).await?,
+                };
+                let name = port.metadata.name.clone().unwrap_or_default();
+                let vip: Ipv4Addr = port.spec.ip.parse().map_err(|_| {
+                    internal(
+                        "the Port has no IPv4 address",
+                        format!("{name}: {:?}", port.spec.ip),
+                    )
+                })?;
+                let mac = parse_mac(&port.spec.mac)
+                    .ok_or_else(|| internal("the Port has no MAC", format!("{name}: {:?}", port.spec.mac)))?;
+                Ok::<_, CniError>((
+                    VpcAttachment {
+                        vni: v.vni,
+                        ip: vip,
+                        port: name,
+                        vpc: format!("{}/{}", v.namespace, v.name),
+                    },
+                    mac,
+                ))
+            }
+            .await;
+            match claimed {
+                Ok((va, mac)) => {
+                    vpc_att = Some(va);
+                    vpc_mac = Some(mac);
+                }
+                Err(e) => {
+                    self.ipam().release(&env.container_id, &env.ifname);
+                    let _ = self.persist().await;
+                    return Err(e);
+                }
+            }
+            if v.mtu > 0 {
+                mtu = mtu.min(v.mtu);
+            }
+            steps.mark("port");
+        }
+        let pod_ip = vpc_att.as_ref().map_or(ip, |v| v.ip);
+
+        let setup = async {
+            // The pod was stamped with the Port's address and MAC when the Port was made.
+            let (hl, pod_mac) = self
+                .netdev
+                .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
+                .await
+                .map_err(|e| match e {
+                    netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
+                        CniError::new(
+                            ErrorCode::UnknownContainer,
+                            "container netns not found",
+                            e.to_string(),
+                        )
+                    }
+                    e => internal("creating the pod interface failed", e),
+                })?;
+            steps.mark("veth");
+            {
+                // aya's tc requests take RTNL too: in turn with the netlink work, so the ADDs
+                // waiting for it hold no thread.
+                let _turn = netdev::rtnl_turn().await;
+                blocking(|| self.datapath().attach_pod(&host))
+                    .map_err(|e| internal("attaching the datapath failed", e))?;
+            }
+            steps.mark("attach");
+            self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
+                .map_err(|e| internal("writing the datapath maps failed", e))?;
+            steps.mark("maps");
+            self.ipam()
+                .complete(ip, hl.index, &format_mac(pod_mac), vpc_att.clone());
+            self.persist().await?;
+            steps.mark("persist");
+            Ok::<_, CniError>((hl, pod_mac))
+        }
+        .await;
+        let (hl, pod_mac) = match setup {
+            Ok(v) => v,
+            Err(e) => {
+                self.sync_error("add");
+                // Undo whatever part was done; each step tolerates "already gone".
+                let l = self.netdev.link(&host).await.ok().flatten();
+                let _ = self.remove_maps(l.map(|l| l.index), ip, vpc_att.as_ref());
+                let _ = self.datapath().detach(&host);
+                let _ = self.netdev.delete(&host).await;
+                self.ipam().release(&env.container_id, &env.ifname);
+                let _ = self.persist().await;
+                if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
+                    let _ = api.delete_port(&va.port).await;
+                }
+                return Err(e);
+            }
+        };
+        let result = CniResult {
+            cni_version: String::new(),
+            interfaces: vec![
+                Interface {
+                    name: host,
+                    mac: format_mac(hl.mac),
+                    mtu: Some(mtu),
+                    sandbox: None,
+                },
+                Interface {
+                    name: env.ifname.clone(),
+                    mac: format_mac(pod_mac),
+                    mtu: Some(mtu),
+                    sandbox: Some(env.netns.clone()),
+                },
+            ],
+            ips: vec![IpConfig {
+                version: None,
+                address: format!("{ip}/32"),
+                gateway: Some(GATEWAY.to_string()),
+                interface: Some(1),
+            }],
+            routes: vec![Route {
+                dst: "0.0.0.0/0".into(),
+                gw: Some(GATEWAY.to_string()),
+            }],
+            dns: Default::default(),
+        }
+        .for_version(version);
+        serde_json::to_value(result)
+            .map(Some)
+            .map_err(|e| internal("encoding the result failed", e))
+    }
+}
