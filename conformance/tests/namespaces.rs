@@ -138,6 +138,14 @@ async fn lifecycle(backend: Backend) {
     let ns = |b: &str| format!("/api/v1/namespaces{b}");
     let vpcs = |n: &str| format!("/apis/sdn.cozystack.io/v1alpha1/namespaces/{n}/vpcs");
 
+    // The initial namespaces stay, as in Kubernetes.
+    let (c, _, b) = s.raw("DELETE", &ns("/default"), &[], None).await;
+    assert_eq!(c, 403, "{b}");
+    assert_eq!(
+        parse(&b)["message"],
+        r#"namespaces "default" is forbidden: this namespace may not be deleted"#
+    );
+
     // Missing namespace: 404 NotFound, as Kubernetes' NamespaceLifecycle answers.
     let (c, _, b) = s.raw("POST", &vpcs("x"), &[JSON], Some(&vpc_json("a"))).await;
     assert_eq!(c, 404, "{b}");

@@ -126,7 +126,11 @@ fn current() -> Option<RequestContext> {
 }
 
 fn group_resource(info: &KindInfo) -> String {
-    format!("{}.{}", info.plural, info.group)
+    if info.group.is_empty() {
+        info.plural.to_string()
+    } else {
+        format!("{}.{}", info.plural, info.group)
+    }
 }
 
 /// A Kubernetes `Forbidden` for an object of `info` named `name` (empty: the collection).

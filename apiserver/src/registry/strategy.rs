@@ -83,6 +83,12 @@ pub trait Strategy: Send + Sync + 'static {
         false
     }
 
+    /// Why the object may not be deleted at all (Kubernetes keeps `default`, `kube-system` and
+    /// `kube-public`), answered `403 Forbidden`; `None` (deletable) by default.
+    fn delete_forbidden(&self, _obj: &Self::Object) -> Option<&'static str> {
+        None
+    }
+
     /// Changes the object makes when it is marked for deletion (a namespace's phase
     /// `Terminating`); nothing by default.
     fn prepare_for_delete(&self, _obj: &mut Self::Object) {}

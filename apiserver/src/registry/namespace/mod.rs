@@ -30,7 +30,8 @@ pub const FINALIZER: &str = "kubernetes";
 pub const ACTIVE: &str = "Active";
 /// `status.phase` of a namespace being deleted.
 pub const TERMINATING: &str = "Terminating";
-/// The namespaces a standalone server creates at start, as a Kubernetes cluster has them.
+/// The namespaces a standalone server creates at start, as a Kubernetes cluster has them; like
+/// Kubernetes' NamespaceLifecycle, the server refuses to delete them.
 pub const INITIAL: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// A core `v1` `Namespace` (the k8s-openapi type, wrapped so the registry's traits apply).
@@ -196,6 +197,13 @@ impl strategy::Strategy for Strategy {
 
     fn deletion_held(&self, obj: &Namespace) -> bool {
         !obj.finalizers().is_empty()
+    }
+
+    fn delete_forbidden(&self, obj: &Namespace) -> Option<&'static str> {
+        let name = obj.0.metadata.name.as_deref().unwrap_or_default();
+        INITIAL
+            .contains(&name)
+            .then_some("this namespace may not be deleted")
     }
 
     fn prepare_for_delete(&self, obj: &mut Namespace) {

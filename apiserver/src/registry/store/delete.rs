@@ -41,6 +41,9 @@ impl<S: Strategy> Store<S> {
         o: &DeleteOptions,
     ) -> Result<Deleted> {
         let (mut obj, rev) = self.read(ns, name).await?;
+        if let Some(why) = self.strategy.delete_forbidden(&obj) {
+            return Err(crate::admission::forbidden(&self.info, name, why));
+        }
         let uid = obj.meta().uid.clone().unwrap_or_default();
         if let Some(want) = &o.uid
             && *want != uid
