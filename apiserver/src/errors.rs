@@ -159,6 +159,16 @@ impl ApiError {
         Self::new(413, "RequestEntityTooLarge", "the request body is too large")
     }
 
+    /// 431: the request's header block (request target included) is larger than the server
+    /// accepts. Go's HTTP server answers this for kube-apiserver without a Status; here it is one.
+    pub fn headers_too_large(limit: usize) -> Self {
+        Self::new(
+            431,
+            "RequestHeaderFieldsTooLarge",
+            format!("the request's headers are larger than {limit} bytes"),
+        )
+    }
+
     /// 410: resource version compacted.
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)

@@ -40,6 +40,8 @@ pub struct AppState {
     pub require_authn: bool,
     /// Largest request body accepted; larger ones get 413 (`--max-request-body-bytes`).
     pub max_body: usize,
+    /// Set when shutdown has begun: `/readyz` fails from then on.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -68,6 +70,7 @@ impl AppState {
             metrics: Metrics::default(),
             require_authn,
             max_body,
+            draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -146,9 +149,9 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         .to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
-        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(&st.storage, ep, None, &q).await),
+        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(st, ep, None, &q).await),
         [ep @ ("healthz" | "livez" | "readyz"), check] => {
-            return Ok(health::check(&st.storage, ep, Some(check), &q).await);
+            return Ok(health::check(st, ep, Some(check), &q).await);
         }
         ["version"] => {
             return Ok(json_ok(&json!({
@@ -224,6 +227,11 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
             let target = resolve(st, rest)?;
+            // A body announced larger than the limit is refused before a byte of it is read
+            // (server/edge.rs disposes of it); one without a length is cut at the limit.
+            if axum::body::HttpBody::size_hint(&body).lower() > st.max_body as u64 {
+                return Err(ApiError::too_large());
+            }
             let body = axum::body::to_bytes(body, st.max_body)
                 .await
                 .map_err(|_| ApiError::too_large())?;
