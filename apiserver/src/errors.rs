@@ -40,6 +40,9 @@ pub enum Reason {
     RequestEntityTooLarge,
     /// 415.
     UnsupportedMediaType,
+    /// 431 (no apimachinery reason: Go's HTTP server answers it before the apiserver sees the
+    /// request; ours answers with a Status).
+    RequestHeaderFieldsTooLarge,
     /// 422.
     Invalid,
     /// 429.
@@ -69,6 +72,7 @@ impl Reason {
             Self::Expired => "Expired",
             Self::RequestEntityTooLarge => "RequestEntityTooLarge",
             Self::UnsupportedMediaType => "UnsupportedMediaType",
+            Self::RequestHeaderFieldsTooLarge => "RequestHeaderFieldsTooLarge",
             Self::Invalid => "Invalid",
             Self::TooManyRequests => "TooManyRequests",
             Self::InternalError => "InternalError",
@@ -318,6 +322,16 @@ impl ApiError {
             413,
             Reason::RequestEntityTooLarge,
             "the request body is too large",
+        )
+    }
+
+    /// 431: the request's header block (request target included) is larger than the server
+    /// accepts. Go's HTTP server answers this for kube-apiserver without a Status; here it is one.
+    pub fn headers_too_large(limit: usize) -> Self {
+        Self::new(
+            431,
+            Reason::RequestHeaderFieldsTooLarge,
+            format!("the request's headers are larger than {limit} bytes"),
         )
     }
 

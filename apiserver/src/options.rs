@@ -18,21 +18,21 @@ use std::time::Duration;
 use clap::Parser;
 use cozyplane_authz::{
     AlwaysAllow, AlwaysAllowPaths, AuthOptions, AuthenticationLayer, Authenticator, AuthorizationLayer,
-    Authorizer, CaBundle, DelegatingAuthorizer, DynamicCertConfig, PeerCertificates,
-    SubjectAccessReviewAuthorizer, TokenReviewAuthenticator,
+    Authorizer, CaBundle, DelegatingAuthorizer, DynamicCertConfig, SubjectAccessReviewAuthorizer,
+    TokenReviewAuthenticator,
 };
 use cozyplane_storage::{Config, Storage, embedded, etcd};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceBuilder;
 
 use crate::admission::{self, Admission};
 use crate::registry;
 use crate::server::apiservice::{self, CaSource, Registration, ServiceRef};
 use crate::server::router::{AppState, router};
+use crate::server::serve::{Lifecycle, serve};
 use crate::server::tls;
 
 /// Command-line options of `cozyplane-apiserver`.
@@ -110,6 +110,16 @@ pub struct Options {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub max_request_body_bytes: u64,
+    /// After SIGTERM or SIGINT: how long the server keeps accepting and serving while
+    /// `/readyz` fails, so that Endpoints and load balancers stop sending it new work (as
+    /// kube-apiserver's flag of this name).
+    #[arg(long, default_value = "0s", value_parser = cozyplane_authz::parse_duration)]
+    pub shutdown_delay_duration: Duration,
+    /// After the delay: how long requests in flight may take to finish once the listener is
+    /// closed; watches end at once. The default leaves room in a pod's default 30 s
+    /// terminationGracePeriodSeconds.
+    #[arg(long, default_value = "25s", value_parser = cozyplane_authz::parse_duration)]
+    pub shutdown_grace_period: Duration,
     /// Delegated authentication and authorization.
     #[command(flatten)]
     pub auth: AuthOptions,
@@ -158,6 +168,7 @@ pub struct Server {
     controllers_kube: Option<crate::controllers::kube_loops::KubeConfig>,
     /// The server's own namespaces (standalone without a kube connection).
     namespaces: Option<Arc<registry::Store<registry::namespace::Strategy>>>,
+    lifecycle: Lifecycle,
 }
 
 impl Options {
@@ -271,6 +282,10 @@ impl Options {
             pki,
             controllers_kube,
             namespaces,
+            lifecycle: Lifecycle {
+                delay: self.shutdown_delay_duration,
+                grace: self.shutdown_grace_period,
+            },
         })
     }
 
@@ -368,8 +383,15 @@ async fn ensure_apiservice(client: kube::Client, r: Registration, ca: String) {
 }
 
 impl Server {
-    /// Serves until the task is dropped or the listener fails.
+    /// Serves until the task is dropped.
     pub async fn run(self) -> Result<(), Error> {
+        self.run_until(std::future::pending()).await
+    }
+
+    /// Serves until `signal` resolves, then shuts down in order (`server/serve.rs`): `/readyz`
+    /// fails for `--shutdown-delay-duration`, the listener closes, watches end and requests in
+    /// flight get `--shutdown-grace-period` to finish.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) -> Result<(), Error> {
         // Control loops (issue 5): leader-elected over the store; aborted with the server.
         let controllers = crate::controllers::start(
             self.state.kinds.clone(),
@@ -394,54 +416,16 @@ impl Server {
             .layer(self.authn.clone())
             .layer(self.authz.clone())
             .service(app);
-        let mut backoff = Duration::from_millis(5);
-        loop {
-            let (tcp, peer) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
-                // Out of file descriptors or memory, a connection reset before it was
-                // accepted: the listener itself is fine, so the server goes on (as Go's does).
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; retrying in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
-            };
-            backoff = Duration::from_millis(5);
-            // Watch events and HTTP/2 frames are small writes that must not wait for the
-            // peer's delayed ACK (Nagle). Go servers, kube-apiserver among them, do the same.
-            let _ = tcp.set_nodelay(true);
-            let acceptor = self.acceptor.clone();
-            let app = app.clone();
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let certs = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .filter(|c| !c.is_empty())
-                    .map(|c| PeerCertificates(c.iter().map(|d| d.clone().into_owned()).collect()));
-                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let mut req = req.map(axum::body::Body::new);
-                    if let Some(c) = &certs {
-                        req.extensions_mut().insert(c.clone());
-                    }
-                    app.clone().oneshot(req)
-                });
-                let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                // Watches are long-lived streams; the aggregator multiplexes many per connection.
-                b.http2().max_concurrent_streams(1000);
-                if let Err(e) = b.serve_connection(TokioIo::new(tls), svc).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-            });
-        }
+        serve(
+            self.listener,
+            self.acceptor,
+            app,
+            self.state,
+            self.lifecycle,
+            signal,
+        )
+        .await;
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@
 //! Tests in `tests/` drive it with [`TestServer::kubectl`] and [`TestServer::client`].
 
 pub mod standin;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,13 +1,14 @@
 //! `/healthz`, `/livez`, `/readyz`: per-check, `?verbose`, `?exclude=`, `/<endpoint>/<check>`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
+use super::router::AppState;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use cozyplane_storage::Storage;
 
 /// Runs the checks of `endpoint` (`healthz`, `livez`, `readyz`); `only` selects one check.
-pub async fn check(storage: &Arc<dyn Storage>, endpoint: &str, only: Option<&str>, query: &str) -> Response {
+pub async fn check(st: &Arc<AppState>, endpoint: &str, only: Option<&str>, query: &str) -> Response {
     let verbose = query
         .split('&')
         .any(|p| p == "verbose" || p.starts_with("verbose="));
@@ -18,7 +19,12 @@ pub async fn check(storage: &Arc<dyn Storage>, endpoint: &str, only: Option<&str
     // Liveness must not depend on storage: a slow etcd should not get the process restarted.
     let mut checks: Vec<(&str, bool)> = vec![("ping", true)];
     if endpoint != "livez" {
-        checks.push(("storage", storage.health().await.is_ok()));
+        checks.push(("storage", st.storage.health().await.is_ok()));
+    }
+    // As k8s.io/apiserver: once shutdown has begun the server is no longer ready, so that
+    // Endpoints drop it while it still serves (server/serve.rs).
+    if endpoint == "readyz" {
+        checks.push(("shutdown", !st.draining.load(Ordering::SeqCst)));
     }
     let checks: Vec<_> = checks
         .into_iter()

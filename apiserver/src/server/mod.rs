@@ -3,10 +3,12 @@
 
 pub mod apiservice;
 pub mod discovery;
+pub mod edge;
 pub mod health;
 pub mod metrics;
 pub mod openapi;
 pub mod router;
+pub mod serve;
 pub mod table;
 pub mod tls;
 pub mod watch;

@@ -45,6 +45,8 @@ pub struct AppState {
     pub require_authn: bool,
     /// Largest request body accepted; larger ones get 413 (`--max-request-body-bytes`).
     pub max_body: usize,
+    /// Set when shutdown has begun: `/readyz` fails from then on.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -92,6 +94,7 @@ impl AppState {
             metrics: Metrics::default(),
             require_authn,
             max_body,
+            draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -170,9 +173,9 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         .to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
-        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(&st.storage, ep, None, &q).await),
+        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(st, ep, None, &q).await),
         [ep @ ("healthz" | "livez" | "readyz"), check] => {
-            return Ok(health::check(&st.storage, ep, Some(check), &q).await);
+            return Ok(health::check(st, ep, Some(check), &q).await);
         }
         ["version"] => {
             return Ok(json_ok(&json!({
@@ -207,9 +210,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         // The core kinds of a standalone server (namespaces).
         ["api", "v1", rest @ ..] if !st.core.is_empty() => {
             let target = resolve(&st.core, rest)?;
-            let body = axum::body::to_bytes(body, st.max_body)
-                .await
-                .map_err(|_| ApiError::too_large())?;
+            let body = read_body(body, st.max_body).await?;
             return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
         }
         ["apis"] => {
@@ -272,9 +273,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
             let target = resolve(&st.caches, rest)?;
-            let body = axum::body::to_bytes(body, st.max_body)
-                .await
-                .map_err(|_| ApiError::too_large())?;
+            let body = read_body(body, st.max_body).await?;
             return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
         }
         _ => {}
@@ -284,6 +283,17 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
 
 fn core_kinds(st: &AppState) -> Vec<Arc<dyn Resource>> {
     st.core.iter().map(|c| c.resource().clone()).collect()
+}
+
+/// The request body, at most `max` bytes. A body announced larger is refused before a byte of
+/// it is read (server/edge.rs disposes of it); one without a length is cut at the limit.
+async fn read_body(body: Body, max: usize) -> Result<axum::body::Bytes> {
+    if axum::body::HttpBody::size_hint(&body).lower() > max as u64 {
+        return Err(ApiError::too_large());
+    }
+    axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| ApiError::too_large())
 }
 
 fn find(caches: &[Arc<WatchCache>], plural: &str) -> Result<Arc<WatchCache>> {
