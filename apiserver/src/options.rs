@@ -208,15 +208,18 @@ impl Options {
             std::fs::write(path, p.kubeconfig(&format!("https://{host}:{}", addr.port())))?;
         }
         let kinds = registry::kinds(&storage);
+        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
+        let state = AppState::new(kinds.clone(), storage, pki.is_some(), max_body);
+        let kube = kube.map(|c| c.connect(state.informers.clone()));
         let mut admission = Admission::new(authz.authorizer());
-        if let Some(client) = &kube {
-            admission = admission.with_kube(client.clone());
-            admission::quota::Reconciler::new(client.clone(), kinds.clone()).start(self.quota_resync_period);
+        if let Some(k) = &kube {
+            admission = admission.with_kube(k);
+            admission::quota::Reconciler::new(k.clone(), kinds.clone()).start(self.quota_resync_period);
         } else {
             tracing::info!("no kube-apiserver connection: namespace lifecycle and quota admission are off");
         }
         if let Some(service) = &self.ensure_apiservice {
-            let Some(client) = kube.clone() else {
+            let Some(k) = &kube else {
                 return Err(Error::Kube(
                     "--ensure-apiservice needs a kube-apiserver connection".into(),
                 ));
@@ -231,16 +234,12 @@ impl Options {
             let ca = pki
                 .as_ref()
                 .map_or_else(|| serving.cert.clone(), |p| p.ca.clone());
-            tokio::spawn(ensure_apiservice(client, registration, ca));
+            tokio::spawn(ensure_apiservice(k.client.clone(), registration, ca));
         }
-        let controllers_kube = kube
-            .clone()
-            .map(|client| crate::controllers::kube_loops::KubeConfig {
-                client,
-                port_gc_grace: self.port_gc_grace,
-            });
-        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
-        let state = AppState::new(kinds, storage, pki.is_some(), max_body);
+        let controllers_kube = kube.map(|kube| crate::controllers::kube_loops::KubeConfig {
+            kube,
+            port_gc_grace: self.port_gc_grace,
+        });
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(cfg)),
@@ -297,22 +296,52 @@ impl Options {
         Ok((authn, authz))
     }
 
-    /// The kube-apiserver connection for admission and the APIService, if any.
-    async fn kube_client(&self) -> Result<Option<kube::Client>, Error> {
+    /// The kube-apiserver connection for admission, the controllers and the APIService, if any.
+    async fn kube_client(&self) -> Result<Option<KubeClients>, Error> {
         match self
             .kubeconfig
             .as_ref()
             .or(self.auth.authentication_kubeconfig.as_ref())
         {
-            Some(p) => Ok(Some(kube_client(Some(p)).await?)),
+            Some(p) => Ok(Some(kube_clients(Some(p)).await?)),
             None if self.standalone => Ok(None),
-            None => Ok(Some(kube_client(None).await?)),
+            None => Ok(Some(kube_clients(None).await?)),
         }
     }
 }
 
-/// A kube client from a kubeconfig file, or the in-cluster configuration.
+/// The clients of one kube-apiserver identity: requests with a read timeout, watches without
+/// (a read timeout would end every quiet watch after that long; see [`crate::informer`]).
+#[derive(Clone)]
+pub struct KubeClients {
+    /// For plain requests.
+    pub requests: kube::Client,
+    /// For watches.
+    pub watches: kube::Client,
+}
+
+impl KubeClients {
+    /// The connection the server's parts share, recording informer state in `informers`.
+    pub fn connect(self, informers: Arc<crate::informer::Informers>) -> crate::informer::KubeConnection {
+        crate::informer::KubeConnection {
+            client: self.requests,
+            watch_client: self.watches,
+            informers,
+        }
+    }
+}
+
+/// How long a plain request to the kube-apiserver may take to connect, and to answer.
+pub const KUBE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A kube client for plain requests (10 s read timeout) from a kubeconfig file, or the
+/// in-cluster configuration.
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error> {
+    Ok(kube_clients(kubeconfig).await?.requests)
+}
+
+/// Both clients of [`KubeClients`] from a kubeconfig file, or the in-cluster configuration.
+pub async fn kube_clients(kubeconfig: Option<&PathBuf>) -> Result<KubeClients, Error> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let err = |what: &str, e: &dyn std::fmt::Display| Error::Kube(format!("{what}: {e}"));
     let mut config = match kubeconfig {
@@ -324,9 +353,13 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, E
         }
         None => kube::Config::incluster().map_err(|e| err("in-cluster configuration", &e))?,
     };
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(10));
-    kube::Client::try_from(config).map_err(|e| err("client", &e))
+    config.connect_timeout = Some(KUBE_REQUEST_TIMEOUT);
+    let watches = kube::Client::try_from(config.clone()).map_err(|e| err("client", &e))?;
+    config.read_timeout = Some(KUBE_REQUEST_TIMEOUT);
+    // A pooled connection's idle time must not count against the next request's timeout.
+    config.reset_reader_on_write = true;
+    let requests = kube::Client::try_from(config).map_err(|e| err("client", &e))?;
+    Ok(KubeClients { requests, watches })
 }
 
 /// Ensures the APIService, retrying until it succeeds.

@@ -61,7 +61,7 @@ pub fn start(
             dirty.clone(),
             watched,
         )));
-        let kube = kube.map(|k| kube_loops::KubeLoops::start(k, dirty.clone()));
+        let kube = kube.map(|k| kube_loops::KubeLoops::start(&k, dirty.clone()));
         let elector = leader::Elector::new(storage.clone());
         loop {
             elector.wait_leader().await;

@@ -36,6 +36,8 @@ pub struct AppState {
     pub discovery_v2: (Vec<u8>, String),
     /// Metrics.
     pub metrics: Metrics,
+    /// The kube-apiserver informers (`/readyz` checks, metrics); none without a kube connection.
+    pub informers: Arc<crate::informer::Informers>,
     /// Whether the server runs standalone (informational; authentication is the authz layers').
     pub require_authn: bool,
     /// Largest request body accepted; larger ones get 413 (`--max-request-body-bytes`).
@@ -59,13 +61,17 @@ impl AppState {
             .map(|b| format!("{b:02X}"))
             .collect();
         let caches = kinds.iter().map(|k| WatchCache::start(k.clone())).collect();
+        let metrics = Metrics::default();
+        let informers = Arc::new(crate::informer::Informers::default());
+        metrics.register(|r| informers.register_metrics(r));
         Arc::new(Self {
             kinds,
             caches,
             storage,
             docs,
             discovery_v2: (v2, etag),
-            metrics: Metrics::default(),
+            metrics,
+            informers,
             require_authn,
             max_body,
         })
@@ -146,9 +152,11 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         .to_string();
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
-        [ep @ ("healthz" | "livez" | "readyz")] => return Ok(health::check(&st.storage, ep, None, &q).await),
+        [ep @ ("healthz" | "livez" | "readyz")] => {
+            return Ok(health::check(&st.storage, &st.informers, ep, None, &q).await);
+        }
         [ep @ ("healthz" | "livez" | "readyz"), check] => {
-            return Ok(health::check(&st.storage, ep, Some(check), &q).await);
+            return Ok(health::check(&st.storage, &st.informers, ep, Some(check), &q).await);
         }
         ["version"] => {
             return Ok(json_ok(&json!({
