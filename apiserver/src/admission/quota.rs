@@ -179,7 +179,7 @@ impl Quota {
                     .used
                     .get_or_insert_with(BTreeMap::new)
                     .insert(resource.clone(), Quantity(used.to_string()));
-                match replace_status(&self.client, &q).await {
+                match replace_status(&self.client, ns, &q).await {
                     Ok(()) => {}
                     Err(kube::Error::Api(s)) if s.code == 409 => {
                         conflict = true;
@@ -203,12 +203,11 @@ impl Quota {
     }
 }
 
-async fn replace_status(client: &Client, q: &ResourceQuota) -> kube::Result<()> {
+async fn replace_status(client: &Client, ns: &str, q: &ResourceQuota) -> kube::Result<()> {
     let name = q.metadata.name.clone().unwrap_or_default();
-    let ns = q.metadata.namespace.clone().unwrap_or_default();
     let api: Api<ResourceQuota> = rbac::RESOURCEQUOTAS_STATUS
         .uses("update")
-        .api_namespaced(client.clone(), &ns);
+        .api_namespaced(client.clone(), ns);
     api.replace_status(&name, &PostParams::default(), q).await?;
     Ok(())
 }
@@ -383,7 +382,7 @@ impl Reconciler {
                 }
             }
             if q.status != before {
-                match replace_status(&self.kube.client, &q).await {
+                match replace_status(&self.kube.client, ns, &q).await {
                     Ok(()) => {}
                     // Someone else wrote it meanwhile (admission, the controller manager): the
                     // next trigger recounts.
