@@ -1,5 +1,6 @@
 //! The server's watches of the kube-apiserver ("informers": Nodes, Pods, Namespaces,
-//! ResourceQuotas), with the failure handling of Kubernetes' reflectors and a visible state.
+//! ResourceQuotas, and `cozyplane-authz`'s watch of the `extension-apiserver-authentication`
+//! ConfigMap), with the failure handling of Kubernetes' reflectors and a visible state.
 //!
 //! * **Access**: an informer is started from a row of the RBAC table ([`crate::rbac::server`]),
 //!   so what it lists and watches is what the chart's ClusterRole grants.
@@ -68,6 +69,23 @@ impl KubeConnection {
     {
         self.informers
             .watch_all(access, self.watch_client.clone(), config)
+    }
+}
+
+/// `cozyplane-authz` reports its `extension-apiserver-authentication` ConfigMap watch here
+/// (check `informer-configmaps`).
+impl cozyplane_authz::WatchHealth for Informers {
+    fn started(&self, resource: &'static str) {
+        self.set(resource, State::Syncing);
+    }
+
+    fn synced(&self, resource: &'static str) {
+        self.set(resource, State::Synced);
+    }
+
+    fn failed(&self, resource: &'static str, error: String) {
+        self.failures.get_or_create(&label(resource)).inc();
+        self.set(resource, State::Failing(error));
     }
 }
 
@@ -216,8 +234,7 @@ impl Informers {
                         }
                         Err(e) => {
                             let why = describe(&e);
-                            me.failures.get_or_create(&label(resource)).inc();
-                            me.set(resource, State::Failing(why.clone()));
+                            cozyplane_authz::WatchHealth::failed(&*me, resource, why.clone());
                             let delay = backoff.next().unwrap_or(Duration::from_secs(30));
                             tracing::warn!(resource, error = %why, retry_in = ?delay, "listing/watching the kube-apiserver failed");
                             tokio::time::sleep(delay).await;

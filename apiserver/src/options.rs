@@ -192,7 +192,10 @@ impl Options {
             _ => tls::self_signed(&service_names)?,
         };
         let cfg = tls::server_config(&serving)?;
-        let (authn, authz) = self.auth_layers(pki.as_ref()).await?;
+        let kinds = registry::kinds(&storage);
+        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
+        let state = AppState::new(kinds.clone(), storage, pki.is_some(), max_body);
+        let (authn, authz) = self.auth_layers(pki.as_ref(), &state.informers).await?;
         let kube = self.kube_client().await?;
         let listener = TcpListener::bind(SocketAddr::new(self.bind_address, self.secure_port)).await?;
         let addr = listener.local_addr()?;
@@ -207,9 +210,6 @@ impl Options {
             };
             std::fs::write(path, p.kubeconfig(&format!("https://{host}:{}", addr.port())))?;
         }
-        let kinds = registry::kinds(&storage);
-        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
-        let state = AppState::new(kinds.clone(), storage, pki.is_some(), max_body);
         let kube = kube.map(|c| c.connect(state.informers.clone()));
         let mut admission = Admission::new(authz.authorizer());
         if let Some(k) = &kube {
@@ -257,9 +257,11 @@ impl Options {
     async fn auth_layers(
         &self,
         pki: Option<&tls::Pki>,
+        informers: &Arc<crate::informer::Informers>,
     ) -> Result<(AuthenticationLayer, AuthorizationLayer), Error> {
         let Some(pki) = pki else {
-            return Ok(self.auth.build().await?);
+            let health: Arc<dyn cozyplane_authz::WatchHealth> = informers.clone();
+            return Ok(self.auth.build_reporting(Some(health)).await?);
         };
         let a = &self.auth;
         let mut certs = a.cert_config_from_flags()?;

@@ -141,6 +141,19 @@ pub(crate) async fn lookup(client: Client) -> Result<Option<CertConfig>> {
     CertConfig::from_configmap_data(&cm.data.unwrap_or_default()).map(Some)
 }
 
+/// Told how a watch of the kube-apiserver fares, e.g. to show it in `/readyz` and metrics.
+pub trait WatchHealth: Send + Sync {
+    /// The watch of `resource` starts (it has not listed yet).
+    fn started(&self, resource: &'static str);
+    /// It listed `resource` and is watching.
+    fn synced(&self, resource: &'static str);
+    /// Listing or watching `resource` failed with `error`; it is retried after a backoff.
+    fn failed(&self, resource: &'static str, error: String);
+}
+
+/// The resource the ConfigMap watch reports as.
+pub const WATCHED_RESOURCE: &str = "configmaps";
+
 /// `timeoutSeconds` of the ConfigMap watch (the kube-apiserver ends it; it is re-opened from
 /// the last resourceVersion).
 pub(crate) const WATCH_TIMEOUT_SECS: u32 = 290;
@@ -152,7 +165,15 @@ pub(crate) const WATCH_TIMEOUT_SECS: u32 = 290;
 /// leaves only the flags. A failed list or watch is retried after client-go's reflector backoff
 /// (800 ms doubling to 30 s, jittered), which starts over only after 2 minutes without a
 /// failure — not on the retry's own first event, as kube-runtime's `StreamBackoff` would.
-pub(crate) async fn reload_loop(client: Client, flags: CertConfig, dynamic: DynamicCertConfig) {
+pub(crate) async fn reload_loop(
+    client: Client,
+    flags: CertConfig,
+    dynamic: DynamicCertConfig,
+    health: Option<Arc<dyn WatchHealth>>,
+) {
+    if let Some(h) = &health {
+        h.started(WATCHED_RESOURCE);
+    }
     let api: Api<ConfigMap> = Api::namespaced(client, CONFIGMAP_NAMESPACE);
     let config = watcher::Config::default()
         .fields(&format!("metadata.name={CONFIGMAP_NAME}"))
@@ -179,8 +200,16 @@ pub(crate) async fn reload_loop(client: Client, flags: CertConfig, dynamic: Dyna
                 tracing::warn!("{CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} deleted; using flags only");
                 dynamic.set(flags.clone());
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Ok(watcher::Event::InitDone) => {
+                if let Some(h) = &health {
+                    h.synced(WATCHED_RESOURCE);
+                }
+            }
+            Ok(watcher::Event::Init) => {}
             Err(error) => {
+                if let Some(h) = &health {
+                    h.failed(WATCHED_RESOURCE, error_text(&error));
+                }
                 let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(30));
                 tracing::warn!(
                     error = &error as &dyn std::error::Error,
@@ -190,6 +219,18 @@ pub(crate) async fn reload_loop(client: Client, flags: CertConfig, dynamic: Dyna
                 tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+/// The kube-apiserver's message for an API error, else the error itself.
+fn error_text(e: &watcher::Error) -> String {
+    use watcher::Error as W;
+    match e {
+        W::InitialListFailed(kube::Error::Api(s))
+        | W::WatchStartFailed(kube::Error::Api(s))
+        | W::WatchFailed(kube::Error::Api(s))
+        | W::WatchError(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
     }
 }
 

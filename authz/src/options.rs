@@ -10,7 +10,7 @@ use kube::{
 use crate::{
     authn::{AuthenticationLayer, Authenticator},
     authz::{AuthorizationLayer, DelegatingAuthorizer, SubjectAccessReviewAuthorizer},
-    configmap::{self, CertConfig, DynamicCertConfig},
+    configmap::{self, CertConfig, DynamicCertConfig, WatchHealth},
     error::{Error, Result},
     paths::AlwaysAllowPaths,
     request_header::{
@@ -161,6 +161,14 @@ impl AuthOptions {
     /// `extension-apiserver-authentication` ConfigMap once (unless skipped or fully overridden
     /// by flags) and spawns a task that keeps it up to date, so this needs a Tokio runtime.
     pub async fn build(&self) -> Result<(AuthenticationLayer, AuthorizationLayer)> {
+        self.build_reporting(None).await
+    }
+
+    /// As [`build`](Self::build), telling `health` how the ConfigMap watch fares.
+    pub async fn build_reporting(
+        &self,
+        health: Option<Arc<dyn WatchHealth>>,
+    ) -> Result<(AuthenticationLayer, AuthorizationLayer)> {
         let flags = self.cert_config_from_flags()?;
         let (authn_client, watch_client) = clients(self.authentication_kubeconfig.as_ref()).await?;
         let authz_client = match (&self.authorization_kubeconfig, &self.authentication_kubeconfig) {
@@ -181,7 +189,7 @@ impl AuthOptions {
                 }
                 Err(error) => return Err(error),
             }
-            tokio::spawn(configmap::reload_loop(watch_client, flags, certs.clone()));
+            tokio::spawn(configmap::reload_loop(watch_client, flags, certs.clone(), health));
         }
 
         let paths = AlwaysAllowPaths::new(self.authorization_always_allow_paths.iter().cloned());

@@ -25,8 +25,9 @@ const WAIT: Duration = Duration::from_secs(120);
 /// The chart's ServiceAccount, as the stand-in names its token's user.
 const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
 const SA_TOKEN: &str = "cozyplane-apiserver-token";
-/// The informers the server runs with a kube connection (`/readyz` checks `informer-<name>`).
-const INFORMERS: [&str; 4] = ["namespaces", "nodes", "pods", "resourcequotas"];
+/// The informers the server runs with a kube connection (`/readyz` checks `informer-<name>`;
+/// `configmaps` is cozyplane-authz's watch of `extension-apiserver-authentication`).
+const INFORMERS: [&str; 5] = ["configmaps", "namespaces", "nodes", "pods", "resourcequotas"];
 
 /// Binds the server's token to the chart's `cozyplane-apiserver` ClusterRole (as rendered from
 /// the RBAC table, with `apiService.managedBy: server`), minus the rules on `without`.
