@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod controllers;
 pub mod errors;
 pub mod handlers;
+pub mod informer;
 pub mod merge;
 pub mod options;
 pub mod rbac;

@@ -210,8 +210,26 @@ impl Options {
             _ => tls::self_signed(&service_names)?,
         };
         let cfg = tls::server_config(&serving)?;
-        let (authn, authz) = self.auth_layers(pki.as_ref()).await?;
+        let kinds = registry::kinds(&storage);
+        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
         let kube = self.kube_client().await?;
+        // Without a kube-apiserver the server keeps its own namespaces (standalone).
+        let namespaces = if kube.is_none() {
+            let store = Arc::new(registry::Store::new(
+                registry::namespace::Strategy,
+                storage.clone(),
+            ));
+            registry::namespace::create_initial(&*store).await?;
+            Some(store)
+        } else {
+            None
+        };
+        let core: Vec<Arc<dyn registry::Resource>> = namespaces
+            .iter()
+            .map(|n| n.clone() as Arc<dyn registry::Resource>)
+            .collect();
+        let state = AppState::with_core(kinds.clone(), core, storage, pki.is_some(), max_body);
+        let (authn, authz) = self.auth_layers(pki.as_ref(), &state.informers).await?;
         let listener = TcpListener::bind(SocketAddr::new(self.bind_address, self.secure_port)).await?;
         let addr = listener.local_addr()?;
         if let (Some(p), Some(path)) = (&pki, &self.write_kubeconfig) {
@@ -225,24 +243,17 @@ impl Options {
             };
             std::fs::write(path, p.kubeconfig(&format!("https://{host}:{}", addr.port())))?;
         }
-        let kinds = registry::kinds(&storage);
+        let kube = kube.map(|c| c.connect(state.informers.clone()));
         let mut admission = Admission::new(authz.authorizer());
-        let mut namespaces = None;
-        if let Some(client) = &kube {
-            admission = admission.with_kube(client.clone());
-            admission::quota::Reconciler::new(client.clone(), kinds.clone()).start(self.quota_resync_period);
-        } else {
+        if let Some(k) = &kube {
+            admission = admission.with_kube(k);
+            admission::quota::Reconciler::new(k.clone(), kinds.clone()).start(self.quota_resync_period);
+        } else if let Some(store) = &namespaces {
             tracing::info!("no kube-apiserver connection: serving namespaces here; quota admission is off");
-            let store = Arc::new(registry::Store::new(
-                registry::namespace::Strategy,
-                storage.clone(),
-            ));
-            registry::namespace::create_initial(&*store).await?;
             admission = admission.with_local_namespaces(store.clone());
-            namespaces = Some(store);
         }
         if let Some(service) = &self.ensure_apiservice {
-            let Some(client) = kube.clone() else {
+            let Some(k) = &kube else {
                 return Err(Error::Kube(
                     "--ensure-apiservice needs a kube-apiserver connection".into(),
                 ));
@@ -257,20 +268,12 @@ impl Options {
             let ca = pki
                 .as_ref()
                 .map_or_else(|| serving.cert.clone(), |p| p.ca.clone());
-            tokio::spawn(ensure_apiservice(client, registration, ca));
+            tokio::spawn(ensure_apiservice(k.client.clone(), registration, ca));
         }
-        let controllers_kube = kube
-            .clone()
-            .map(|client| crate::controllers::kube_loops::KubeConfig {
-                client,
-                port_gc_grace: self.port_gc_grace,
-            });
-        let max_body = usize::try_from(self.max_request_body_bytes).unwrap_or(usize::MAX);
-        let core: Vec<Arc<dyn registry::Resource>> = namespaces
-            .iter()
-            .map(|n| n.clone() as Arc<dyn registry::Resource>)
-            .collect();
-        let state = AppState::with_core(kinds, core, storage, pki.is_some(), max_body);
+        let controllers_kube = kube.map(|kube| crate::controllers::kube_loops::KubeConfig {
+            kube,
+            port_gc_grace: self.port_gc_grace,
+        });
         Ok(Server {
             listener,
             acceptor: TlsAcceptor::from(Arc::new(cfg)),
@@ -293,9 +296,11 @@ impl Options {
     async fn auth_layers(
         &self,
         pki: Option<&tls::Pki>,
+        informers: &Arc<crate::informer::Informers>,
     ) -> Result<(AuthenticationLayer, AuthorizationLayer), Error> {
         let Some(pki) = pki else {
-            return Ok(self.auth.build().await?);
+            let health: Arc<dyn cozyplane_authz::WatchHealth> = informers.clone();
+            return Ok(self.auth.build_reporting(Some(health)).await?);
         };
         let a = &self.auth;
         let mut certs = a.cert_config_from_flags()?;
@@ -332,22 +337,52 @@ impl Options {
         Ok((authn, authz))
     }
 
-    /// The kube-apiserver connection for admission and the APIService, if any.
-    async fn kube_client(&self) -> Result<Option<kube::Client>, Error> {
+    /// The kube-apiserver connection for admission, the controllers and the APIService, if any.
+    async fn kube_client(&self) -> Result<Option<KubeClients>, Error> {
         match self
             .kubeconfig
             .as_ref()
             .or(self.auth.authentication_kubeconfig.as_ref())
         {
-            Some(p) => Ok(Some(kube_client(Some(p)).await?)),
+            Some(p) => Ok(Some(kube_clients(Some(p)).await?)),
             None if self.standalone => Ok(None),
-            None => Ok(Some(kube_client(None).await?)),
+            None => Ok(Some(kube_clients(None).await?)),
         }
     }
 }
 
-/// A kube client from a kubeconfig file, or the in-cluster configuration.
+/// The clients of one kube-apiserver identity: requests with a read timeout, watches without
+/// (a read timeout would end every quiet watch after that long; see [`crate::informer`]).
+#[derive(Clone)]
+pub struct KubeClients {
+    /// For plain requests.
+    pub requests: kube::Client,
+    /// For watches.
+    pub watches: kube::Client,
+}
+
+impl KubeClients {
+    /// The connection the server's parts share, recording informer state in `informers`.
+    pub fn connect(self, informers: Arc<crate::informer::Informers>) -> crate::informer::KubeConnection {
+        crate::informer::KubeConnection {
+            client: self.requests,
+            watch_client: self.watches,
+            informers,
+        }
+    }
+}
+
+/// How long a plain request to the kube-apiserver may take to connect, and to answer.
+pub const KUBE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A kube client for plain requests (10 s read timeout) from a kubeconfig file, or the
+/// in-cluster configuration.
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error> {
+    Ok(kube_clients(kubeconfig).await?.requests)
+}
+
+/// Both clients of [`KubeClients`] from a kubeconfig file, or the in-cluster configuration.
+pub async fn kube_clients(kubeconfig: Option<&PathBuf>) -> Result<KubeClients, Error> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let err = |what: &str, e: &dyn std::fmt::Display| Error::Kube(format!("{what}: {e}"));
     let mut config = match kubeconfig {
@@ -359,9 +394,13 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, E
         }
         None => kube::Config::incluster().map_err(|e| err("in-cluster configuration", &e))?,
     };
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(10));
-    kube::Client::try_from(config).map_err(|e| err("client", &e))
+    config.connect_timeout = Some(KUBE_REQUEST_TIMEOUT);
+    let watches = kube::Client::try_from(config.clone()).map_err(|e| err("client", &e))?;
+    config.read_timeout = Some(KUBE_REQUEST_TIMEOUT);
+    // A pooled connection's idle time must not count against the next request's timeout.
+    config.reset_reader_on_write = true;
+    let requests = kube::Client::try_from(config).map_err(|e| err("client", &e))?;
+    Ok(KubeClients { requests, watches })
 }
 
 /// Ensures the APIService, retrying until it succeeds.

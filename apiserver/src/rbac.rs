@@ -1,4 +1,5 @@
-//! The tenant ClusterRoles, generated from the table of kinds.
+//! The chart's RBAC, generated from tables: the tenant ClusterRoles from the table of kinds
+//! (here), the server's own ClusterRole from its table of kube access ([`server`]).
 //!
 //! `charts/cozyplane/templates/tenant-rbac.yaml` is the output of [`tenant_rbac_yaml`]; the test
 //! `apiserver/tests/rbac.rs` fails when the file is stale (regenerate with
@@ -10,6 +11,10 @@
 //! namespace.
 
 use std::fmt::Write as _;
+
+pub mod server;
+
+pub use server::{Access, SERVER_ACCESS, server_rbac_yaml, server_role_rules};
 
 use cozyplane_apis::{GROUP, KindInfo, v1alpha1::KINDS};
 

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
-    runtime::{WatchStreamExt, watcher},
+    runtime::watcher::{self, DefaultBackoff},
 };
 use tokio::sync::watch;
 
@@ -141,14 +141,45 @@ pub(crate) async fn lookup(client: Client) -> Result<Option<CertConfig>> {
     CertConfig::from_configmap_data(&cm.data.unwrap_or_default()).map(Some)
 }
 
+/// Told how a watch of the kube-apiserver fares, e.g. to show it in `/readyz` and metrics.
+pub trait WatchHealth: Send + Sync {
+    /// The watch of `resource` starts (it has not listed yet).
+    fn started(&self, resource: &'static str);
+    /// It listed `resource` and is watching.
+    fn synced(&self, resource: &'static str);
+    /// Listing or watching `resource` failed with `error`; it is retried after a backoff.
+    fn failed(&self, resource: &'static str, error: String);
+}
+
+/// The resource the ConfigMap watch reports as.
+pub const WATCHED_RESOURCE: &str = "configmaps";
+
+/// `timeoutSeconds` of the ConfigMap watch (the kube-apiserver ends it; it is re-opened from
+/// the last resourceVersion).
+pub(crate) const WATCH_TIMEOUT_SECS: u32 = 290;
+
 /// Watches the ConfigMap for ever, publishing `flags` overlaid on its content into `dynamic`.
+/// `client` should have no read timeout (the watch is quiet until the ConfigMap changes).
 ///
 /// A ConfigMap that fails to parse leaves the previous configuration in force; a deleted one
-/// leaves only the flags.
-pub(crate) async fn reload_loop(client: Client, flags: CertConfig, dynamic: DynamicCertConfig) {
+/// leaves only the flags. A failed list or watch is retried after client-go's reflector backoff
+/// (800 ms doubling to 30 s, jittered), which starts over only after 2 minutes without a
+/// failure — not on the retry's own first event, as kube-runtime's `StreamBackoff` would.
+pub(crate) async fn reload_loop(
+    client: Client,
+    flags: CertConfig,
+    dynamic: DynamicCertConfig,
+    health: Option<Arc<dyn WatchHealth>>,
+) {
+    if let Some(h) = &health {
+        h.started(WATCHED_RESOURCE);
+    }
     let api: Api<ConfigMap> = Api::namespaced(client, CONFIGMAP_NAMESPACE);
-    let config = watcher::Config::default().fields(&format!("metadata.name={CONFIGMAP_NAME}"));
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={CONFIGMAP_NAME}"))
+        .timeout(WATCH_TIMEOUT_SECS);
+    let mut events = watcher::watcher(api, config).boxed();
+    let mut backoff = DefaultBackoff::default();
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)) => {
@@ -169,14 +200,37 @@ pub(crate) async fn reload_loop(client: Client, flags: CertConfig, dynamic: Dyna
                 tracing::warn!("{CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} deleted; using flags only");
                 dynamic.set(flags.clone());
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Ok(watcher::Event::InitDone) => {
+                if let Some(h) = &health {
+                    h.synced(WATCHED_RESOURCE);
+                }
+            }
+            Ok(watcher::Event::Init) => {}
             Err(error) => {
+                if let Some(h) = &health {
+                    h.failed(WATCHED_RESOURCE, error_text(&error));
+                }
+                let delay = backoff.next().unwrap_or(std::time::Duration::from_secs(30));
                 tracing::warn!(
                     error = &error as &dyn std::error::Error,
+                    retry_in = ?delay,
                     "watching {CONFIGMAP_NAME}"
                 );
+                tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+/// The kube-apiserver's message for an API error, else the error itself.
+fn error_text(e: &watcher::Error) -> String {
+    use watcher::Error as W;
+    match e {
+        W::InitialListFailed(kube::Error::Api(s))
+        | W::WatchStartFailed(kube::Error::Api(s))
+        | W::WatchFailed(kube::Error::Api(s))
+        | W::WatchError(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
     }
 }
 

@@ -37,7 +37,9 @@ pub use authz::{
     DEFAULT_UNAUTHORIZED_TTL, Decision, DelegatingAuthorizer, SubjectAccessReviewAuthorizer,
     subject_access_review_spec,
 };
-pub use configmap::{CONFIGMAP_NAME, CONFIGMAP_NAMESPACE, CertConfig, DynamicCertConfig};
+pub use configmap::{
+    CONFIGMAP_NAME, CONFIGMAP_NAMESPACE, CertConfig, DynamicCertConfig, WATCHED_RESOURCE, WatchHealth,
+};
 pub use error::{Error, Result};
 pub use options::{AuthOptions, parse_duration};
 pub use paths::{AlwaysAllowPaths, DEFAULT_ALWAYS_ALLOW_PATHS};

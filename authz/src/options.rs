@@ -10,7 +10,7 @@ use kube::{
 use crate::{
     authn::{AuthenticationLayer, Authenticator},
     authz::{AuthorizationLayer, DelegatingAuthorizer, SubjectAccessReviewAuthorizer},
-    configmap::{self, CertConfig, DynamicCertConfig},
+    configmap::{self, CertConfig, DynamicCertConfig, WatchHealth},
     error::{Error, Result},
     paths::AlwaysAllowPaths,
     request_header::{
@@ -161,11 +161,19 @@ impl AuthOptions {
     /// `extension-apiserver-authentication` ConfigMap once (unless skipped or fully overridden
     /// by flags) and spawns a task that keeps it up to date, so this needs a Tokio runtime.
     pub async fn build(&self) -> Result<(AuthenticationLayer, AuthorizationLayer)> {
+        self.build_reporting(None).await
+    }
+
+    /// As [`build`](Self::build), telling `health` how the ConfigMap watch fares.
+    pub async fn build_reporting(
+        &self,
+        health: Option<Arc<dyn WatchHealth>>,
+    ) -> Result<(AuthenticationLayer, AuthorizationLayer)> {
         let flags = self.cert_config_from_flags()?;
-        let authn_client = client(self.authentication_kubeconfig.as_ref()).await?;
+        let (authn_client, watch_client) = clients(self.authentication_kubeconfig.as_ref()).await?;
         let authz_client = match (&self.authorization_kubeconfig, &self.authentication_kubeconfig) {
             (a, b) if a == b => authn_client.clone(),
-            (path, _) => client(path.as_ref()).await?,
+            (path, _) => clients(path.as_ref()).await?.0,
         };
 
         let certs = DynamicCertConfig::new(flags.clone());
@@ -181,7 +189,7 @@ impl AuthOptions {
                 }
                 Err(error) => return Err(error),
             }
-            tokio::spawn(configmap::reload_loop(authn_client.clone(), flags, certs.clone()));
+            tokio::spawn(configmap::reload_loop(watch_client, flags, certs.clone(), health));
         }
 
         let paths = AlwaysAllowPaths::new(self.authorization_always_allow_paths.iter().cloned());
@@ -199,8 +207,10 @@ impl AuthOptions {
     }
 }
 
-/// A kube client from a kubeconfig file, or the in-cluster configuration.
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
+/// Kube clients from a kubeconfig file, or the in-cluster configuration: one for the reviews
+/// and lookups (a read timeout bounds each), one for the ConfigMap watch (none: a watch is quiet
+/// for minutes and carries `timeoutSeconds` instead).
+async fn clients(kubeconfig: Option<&PathBuf>) -> Result<(Client, Client)> {
     let mut config = match kubeconfig {
         Some(path) => {
             let boxed = |e: kube::config::KubeconfigError| Error::Kubeconfig {
@@ -215,8 +225,11 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
         None => Config::incluster().map_err(Error::InCluster)?,
     };
     config.connect_timeout = Some(crate::authz::REVIEW_TIMEOUT);
+    let watches = Client::try_from(config.clone()).map_err(Error::Client)?;
     config.read_timeout = Some(crate::authz::REVIEW_TIMEOUT);
-    Client::try_from(config).map_err(Error::Client)
+    // A pooled connection's idle time must not count against the next review's timeout.
+    config.reset_reader_on_write = true;
+    Ok((Client::try_from(config).map_err(Error::Client)?, watches))
 }
 
 /// Parses a Go-style duration: `10s`, `5m`, `1h30m`, `250ms`, `0`.

@@ -1,8 +1,10 @@
 //! The control loops that read the kube-apiserver (issue 5): Port GC through Nodes and
 //! SecurityGroup membership through Pods. The server runs in delegated mode against the kube
-//! stand-in (`start_cozyplane_with`), which also proxies `sdn.cozystack.io` to it. Every wait is
-//! a watch (`kube::runtime::wait::await_condition`); the deadline only turns a hang into a
-//! failure.
+//! stand-in (`start_cozyplane_as`), which also proxies `sdn.cozystack.io` to it. Its
+//! `--kubeconfig` is a ServiceAccount token bound to the chart's `cozyplane-apiserver`
+//! ClusterRole, built from the RBAC table (issue 15): the loops must work with exactly that.
+//! Every wait on an object is a watch (`kube::runtime::wait::await_condition`); the deadline
+//! only turns a hang into a failure.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,15 +13,74 @@ use cozyplane_apis::v1alpha1::{
     LocalVPCRef, Port, PortSpec, SecurityGroup, SecurityGroupSpec, VPC, VPCRef, VPCSpec,
 };
 use cozyplane_apiserver::alloc::scan::scan;
-use cozyplane_conformance::standin::{Options, StandIn};
+use cozyplane_conformance::standin::{Cozyplane, Options, StandIn, Token};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
+/// The chart's ServiceAccount, as the stand-in names its token's user.
+const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
+const SA_TOKEN: &str = "cozyplane-apiserver-token";
+/// The informers the server runs with a kube connection (`/readyz` checks `informer-<name>`;
+/// `configmaps` is cozyplane-authz's watch of `extension-apiserver-authentication`).
+const INFORMERS: [&str; 5] = ["configmaps", "namespaces", "nodes", "pods", "resourcequotas"];
+
+/// Binds the server's token to the chart's `cozyplane-apiserver` ClusterRole (as rendered from
+/// the RBAC table, with `apiService.managedBy: server`), minus the rules on `without`.
+async fn grant(s: &StandIn, without: &[&str]) {
+    let rules: Vec<Value> = cozyplane_apiserver::rbac::server_role_rules()
+        .into_iter()
+        .filter(|r| !without.iter().any(|w| r["resources"][0] == *w))
+        .collect();
+    s.create(
+        "clusterroles",
+        None,
+        json!({ "metadata": { "name": "cozyplane-apiserver" }, "rules": rules }),
+    )
+    .await
+    .unwrap();
+    s.create(
+        "clusterrolebindings",
+        None,
+        json!({
+            "metadata": { "name": "cozyplane-apiserver" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cozyplane-apiserver" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "cozyplane-apiserver", "namespace": "cozy-system" }],
+        }),
+    )
+    .await
+    .unwrap();
+}
+
+/// Polls `/readyz?verbose` of our server until `pred` holds (readiness has no watch; the
+/// deadline turns a hang into a failure).
+async fn readyz_until(cozy: &Cozyplane, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, body) = cozy.get("/readyz?verbose").await;
+        if pred(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz never showed {what}:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn all_informers_synced(cozy: &Cozyplane) -> String {
+    readyz_until(cozy, "every informer synced", |b| {
+        INFORMERS
+            .iter()
+            .all(|i| b.contains(&format!("[+]informer-{i} ok\n")))
+    })
+    .await
+}
 
 async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
 where
@@ -47,15 +108,24 @@ where
     .expect("watch");
 }
 
-/// The stand-in, our server behind it (registered and Available), and an admin client.
-async fn setup(extra: &[&str]) -> (StandIn, cozyplane_conformance::standin::Cozyplane, kube::Client) {
-    let s = StandIn::start(Options::default()).await;
+/// The stand-in, our server behind it (registered and Available; its kube identity bound to the
+/// chart's role minus `without`), and an admin client.
+async fn setup(extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
+    setup_without(&[], extra).await
+}
+
+async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
+    let s = StandIn::start(Options {
+        tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
+    })
+    .await;
+    grant(&s, without).await;
     let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
         .await
         .unwrap();
     let client = kube::Client::try_from(cfg).unwrap();
-    let cozy = s.start_cozyplane_with(extra).await;
+    let cozy = s.start_cozyplane_as(&s.token_kubeconfig(SA_TOKEN), extra).await;
     let apis: Api<APIService> = Api::all(client.clone());
     wait_for(
         &apis,
@@ -125,7 +195,8 @@ fn name_uid(o: &impl kube::Resource) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ports_of_missing_nodes_are_collected() {
-    let (_s, cozy, client) = setup(&["--port-gc-grace=2s"]).await;
+    let (s, cozy, client) = setup(&["--port-gc-grace=2s"]).await;
+    all_informers_synced(&cozy).await;
     let ports: Api<Port> = Api::all(client.clone());
     let n1 = node(&client, "n1").await;
     let (p1, p1_uid) = name_uid(&port(&client, "n1", None).await);
@@ -148,6 +219,11 @@ async fn ports_of_missing_nodes_are_collected() {
     assert_eq!(
         report.claims, 1,
         "only the VPC's VNI is still claimed: {report:?}"
+    );
+    assert_eq!(
+        s.forbidden_requests(),
+        0,
+        "the chart's role grants everything the server asks for"
     );
 }
 
@@ -183,7 +259,8 @@ fn groups_are(want: Vec<i32>) -> impl Condition<Port> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_groups_follow_pod_labels() {
-    let (_s, _cozy, client) = setup(&[]).await;
+    let (s, cozy, client) = setup(&[]).await;
+    all_informers_synced(&cozy).await;
     node(&client, "n1").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "t1");
     let mut pod = Pod::default();
@@ -245,4 +322,87 @@ async fn port_groups_follow_pod_labels() {
     // A deleted group drops out.
     sgs.delete("db", &DeleteParams::default()).await.unwrap();
     wait_for(&ports, &p, "left db", groups_are(vec![not_web_id])).await;
+    assert_eq!(
+        s.forbidden_requests(),
+        0,
+        "the chart's role grants everything the server asks for"
+    );
+}
+
+fn metric(text: &str, line_start: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line_start} in\n{text}"))
+}
+
+/// Without `nodes` in the role the Node informer is refused: `/readyz` says so by name (and
+/// fails), the failures are counted in a metric, and the retries slow down (exponential
+/// backoff, not a reset before every re-list) while the other informers are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_informer_backs_off_and_is_reported() {
+    let (s, cozy, _client) = setup_without(&["nodes"], &[]).await;
+    let body = readyz_until(&cozy, "the nodes informer failing", |b| {
+        b.contains("[-]informer-nodes failed: ") && b.contains("[+]informer-pods ok")
+    })
+    .await;
+    assert!(body.contains("nodes is forbidden"), "{body}");
+    let (code, _) = cozy.get("/readyz").await;
+    assert_eq!(code, 500, "not ready while a required informer cannot sync");
+
+    // Retries in the first 6 s after the first refusal, then in the 24 s after: a fixed
+    // interval gives 4× as many in the second window; the backoff gives fewer than 2×.
+    let lists = || s.requests("list", "nodes", false);
+    let start = lists();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let early = lists() - start;
+    tokio::time::sleep(Duration::from_secs(24)).await;
+    let late = lists() - start - early;
+    assert!(early >= 1, "the informer retries: {early} lists in 6 s");
+    assert!(
+        late < 2 * early,
+        "the retries slow down: {early} lists in the first 6 s, {late} in the next 24 s"
+    );
+
+    let (_, metrics) = cozy.get("/metrics").await;
+    let failures = metric(
+        &metrics,
+        "cozyplane_kube_watch_failures_total{resource=\"nodes\"} ",
+    );
+    assert!(failures > early + late, "{failures} counted; {metrics}");
+    assert_eq!(
+        metric(&metrics, "cozyplane_kube_informer_healthy{resource=\"nodes\"} "),
+        0
+    );
+    assert_eq!(
+        metric(&metrics, "cozyplane_kube_informer_healthy{resource=\"pods\"} "),
+        1
+    );
+}
+
+/// A watch without events stays open: the watch client has no read timeout (a 10 s one ended
+/// every quiet watch, which was then re-listed and re-opened). Nothing changes Nodes here, so
+/// the one watch of the Node informer must still be the only one 25 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_watches_stay_open() {
+    let (s, cozy, _client) = setup(&[]).await;
+    all_informers_synced(&cozy).await;
+    let count = || {
+        (
+            s.requests("list", "nodes", true),
+            s.requests("watch", "nodes", true),
+        )
+    };
+    // The watch follows the list at once; wait for it to reach the stand-in.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while count().1 == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Node watch never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = count();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(count(), before, "(lists, watches) of nodes");
 }

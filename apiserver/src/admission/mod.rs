@@ -74,10 +74,10 @@ impl Admission {
     }
 
     /// Turns on namespace lifecycle and ResourceQuota admission against the kube-apiserver of
-    /// `client` (starts the namespace watch, so this needs a Tokio runtime).
-    pub fn with_kube(mut self, client: kube::Client) -> Self {
-        self.namespaces = Some(namespace::Lifecycle::start(client.clone()));
-        self.quota = Some(quota::Quota::new(client));
+    /// `kube` (starts the namespace informer, so this needs a Tokio runtime).
+    pub fn with_kube(mut self, kube: &crate::informer::KubeConnection) -> Self {
+        self.namespaces = Some(namespace::Lifecycle::start(kube));
+        self.quota = Some(quota::Quota::new(kube.client.clone()));
         self
     }
 

@@ -11,13 +11,14 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::watcher;
 
 use std::sync::Arc;
 
 use crate::errors::{ApiError, Reason, Result, StatusDetails, cause};
+use crate::rbac::server as rbac;
 use crate::registry::Resource;
 use cozyplane_apis::KindInfo;
 
@@ -75,19 +76,14 @@ fn is_terminating(ns: &Namespace) -> bool {
 }
 
 impl Lifecycle {
-    /// Starts watching namespaces through `client`.
-    pub fn start(client: Client) -> Self {
-        let api: Api<Namespace> = Api::all(client);
-        let (cache, writer) = reflector::store();
-        let stream = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
-            .default_backoff()
-            .applied_objects();
+    /// Starts the namespace informer of `kube`.
+    pub fn start(kube: &crate::informer::KubeConnection) -> Self {
+        let api: Api<Namespace> = rbac::NAMESPACES.uses("get").api_all(kube.client.clone());
+        let (cache, mut writer) = reflector::store();
+        let mut events = kube.watch_all::<Namespace>(&rbac::NAMESPACES, watcher::Config::default());
         tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(item) = stream.next().await {
-                if let Err(e) = item {
-                    tracing::debug!(error = %e, "namespace watch");
-                }
+            while let Some(ev) = events.next().await {
+                writer.apply_watcher_event(&ev);
             }
         });
         Self {

@@ -21,11 +21,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
 use crate::errors::{ApiError, Result};
+use crate::informer::KubeConnection;
+use crate::rbac::server as rbac;
 use crate::registry::Resource;
 
 /// Plurals of the kinds counted by quota (the namespaced kinds of the table).
@@ -155,7 +157,9 @@ impl Quota {
             return Ok(());
         }
         let resource = resource_name(info.plural);
-        let api: Api<ResourceQuota> = Api::namespaced(self.client.clone(), ns);
+        let api: Api<ResourceQuota> = rbac::RESOURCEQUOTAS
+            .uses("list")
+            .api_namespaced(self.client.clone(), ns);
         for _ in 0..ATTEMPTS {
             let quotas = api
                 .list(&ListParams::default())
@@ -175,7 +179,7 @@ impl Quota {
                     .used
                     .get_or_insert_with(BTreeMap::new)
                     .insert(resource.clone(), Quantity(used.to_string()));
-                match replace_status(&api, &q).await {
+                match replace_status(&self.client, ns, &q).await {
                     Ok(()) => {}
                     Err(kube::Error::Api(s)) if s.code == 409 => {
                         conflict = true;
@@ -199,15 +203,18 @@ impl Quota {
     }
 }
 
-async fn replace_status(api: &Api<ResourceQuota>, q: &ResourceQuota) -> kube::Result<()> {
+async fn replace_status(client: &Client, ns: &str, q: &ResourceQuota) -> kube::Result<()> {
     let name = q.metadata.name.clone().unwrap_or_default();
+    let api: Api<ResourceQuota> = rbac::RESOURCEQUOTAS_STATUS
+        .uses("update")
+        .api_namespaced(client.clone(), ns);
     api.replace_status(&name, &PostParams::default(), q).await?;
     Ok(())
 }
 
 /// Recomputes `status.used` of quotas for our resources.
 pub struct Reconciler {
-    client: Client,
+    kube: KubeConnection,
     kinds: Vec<Arc<dyn Resource>>,
 }
 
@@ -236,12 +243,12 @@ impl ReconcileHandle {
 
 impl Reconciler {
     /// A reconciler counting the objects of `kinds`.
-    pub fn new(client: Client, kinds: Vec<Arc<dyn Resource>>) -> Self {
+    pub fn new(kube: KubeConnection, kinds: Vec<Arc<dyn Resource>>) -> Self {
         let kinds = kinds
             .into_iter()
             .filter(|k| k.info().namespaced && COUNTED.contains(&k.info().plural))
             .collect();
-        Self { client, kinds }
+        Self { kube, kinds }
     }
 
     /// Spawns the reconciler: storage watches for deletes, a ResourceQuota watch for new quotas
@@ -252,7 +259,7 @@ impl Reconciler {
         for k in &self.kinds {
             tokio::spawn(watch_deletes(k.clone(), tx.clone()));
         }
-        tokio::spawn(watch_quotas(self.client.clone(), tx.clone()));
+        tokio::spawn(watch_quotas(self.kube.clone(), tx.clone()));
         let timer = tx.clone();
         tokio::spawn(async move {
             let mut t = tokio::time::interval(period);
@@ -306,7 +313,9 @@ impl Reconciler {
     }
 
     async fn recount_all(&self) -> kube::Result<()> {
-        let api: Api<ResourceQuota> = Api::all(self.client.clone());
+        let api: Api<ResourceQuota> = rbac::RESOURCEQUOTAS
+            .uses("list")
+            .api_all(self.kube.client.clone());
         let mut namespaces = BTreeSet::new();
         for q in api.list(&ListParams::default()).await?.items {
             if names_ours(&q)
@@ -338,7 +347,9 @@ impl Reconciler {
     /// Writes `status.hard`/`status.used` of our resources for the quotas of `ns`; with
     /// `overwrite` false only missing usage is filled in.
     async fn sync_namespace(&self, ns: &str, overwrite: bool) -> kube::Result<()> {
-        let api: Api<ResourceQuota> = Api::namespaced(self.client.clone(), ns);
+        let api: Api<ResourceQuota> = rbac::RESOURCEQUOTAS
+            .uses("list")
+            .api_namespaced(self.kube.client.clone(), ns);
         let mut counts: BTreeMap<&str, Option<i64>> = BTreeMap::new();
         for mut q in api.list(&ListParams::default()).await?.items {
             let hard: BTreeMap<String, Quantity> =
@@ -371,7 +382,7 @@ impl Reconciler {
                 }
             }
             if q.status != before {
-                match replace_status(&api, &q).await {
+                match replace_status(&self.kube.client, ns, &q).await {
                     Ok(()) => {}
                     // Someone else wrote it meanwhile (admission, the controller manager): the
                     // next trigger recounts.
@@ -436,23 +447,15 @@ async fn watch_deletes(kind: Arc<dyn Resource>, tx: mpsc::UnboundedSender<Trigge
     }
 }
 
-async fn watch_quotas(client: Client, tx: mpsc::UnboundedSender<Trigger>) {
-    let api: Api<ResourceQuota> = Api::all(client);
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .applied_objects();
-    futures::pin_mut!(stream);
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(q) if needs_initialization(&q) => {
-                if let Some(ns) = q.metadata.namespace
-                    && tx.send(Trigger::Initialize(ns)).is_err()
-                {
-                    return;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "resourcequota watch"),
+async fn watch_quotas(kube: KubeConnection, tx: mpsc::UnboundedSender<Trigger>) {
+    let mut events = kube.watch_all::<ResourceQuota>(&rbac::RESOURCEQUOTAS, watcher::Config::default());
+    while let Some(ev) = events.next().await {
+        if let watcher::Event::Apply(q) | watcher::Event::InitApply(q) = ev
+            && needs_initialization(&q)
+            && let Some(ns) = q.metadata.namespace
+            && tx.send(Trigger::Initialize(ns)).is_err()
+        {
+            return;
         }
     }
 }

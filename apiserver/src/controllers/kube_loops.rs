@@ -16,7 +16,9 @@
 //!   without the pod they come from the Port's `sdn.cozystack.io/pod-labels` annotation; with
 //!   neither the Port is left as it is.
 //!
-//! Nodes and Pods are watched into caches; every change wakes the controllers.
+//! Nodes and Pods are watched into caches by [informers](crate::informer) (see there for
+//! backoff, `/readyz` and metrics); every change wakes the controllers. What they read is
+//! declared in the RBAC table ([`crate::rbac::server`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,15 +26,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::loops::{all, find, s};
 use crate::errors::Result;
+use crate::informer::KubeConnection;
+use crate::rbac::server as rbac;
 use crate::registry::Resource;
 use crate::registry::store::{DeleteOptions, Deleted, WriteOptions};
 
@@ -45,7 +50,7 @@ pub const DEFAULT_PORT_GC_GRACE: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct KubeConfig {
     /// The kube-apiserver connection.
-    pub client: Client,
+    pub kube: KubeConnection,
     /// See the module docs.
     pub port_gc_grace: Duration,
 }
@@ -70,28 +75,27 @@ impl Drop for KubeLoops {
     }
 }
 
-fn spawn_watch<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
+/// Feeds an informer's events into `writer`, waking the loops on changes once synced.
+fn spawn_cache<K>(
+    mut events: BoxStream<'static, watcher::Event<K>>,
+    mut writer: reflector::store::Writer<K>,
     ready: Arc<AtomicBool>,
     dirty: Arc<Notify>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-    K: k8s_openapi::serde::de::DeserializeOwned,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
     tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
+        while let Some(ev) = events.next().await {
+            writer.apply_watcher_event(&ev);
             match ev {
-                Ok(watcher::Event::InitDone) => {
+                watcher::Event::InitDone => {
                     ready.store(true, Ordering::SeqCst);
                     dirty.notify_one();
                 }
-                Ok(watcher::Event::Init) => {}
-                Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => {
+                watcher::Event::Init => {}
+                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
                     if let (Some(seen), Some(name)) = (&seen, o.meta().name.clone()) {
                         seen.lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -101,31 +105,37 @@ where
                         dirty.notify_one();
                     }
                 }
-                Ok(watcher::Event::Delete(_)) => dirty.notify_one(),
-                Err(e) => tracing::debug!(error = %e, "controller watch"),
+                watcher::Event::Delete(_) => dirty.notify_one(),
             }
         }
     })
 }
 
 impl KubeLoops {
-    /// Starts the Node and Pod watches; their changes notify `dirty`.
-    pub fn start(cfg: KubeConfig, dirty: Arc<Notify>) -> Self {
-        let nodes_api: Api<Node> = Api::all(cfg.client.clone());
+    /// Starts the Node and Pod informers; their changes notify `dirty`.
+    pub fn start(cfg: &KubeConfig, dirty: Arc<Notify>) -> Self {
+        let nodes_api: Api<Node> = rbac::NODES.uses("get").api_all(cfg.kube.client.clone());
         let (nodes, nw) = reflector::store();
         let (pods, pw) = reflector::store();
         let nodes_ready = Arc::new(AtomicBool::new(false));
         let pods_ready = Arc::new(AtomicBool::new(false));
         let seen_nodes = Arc::new(Mutex::new(HashSet::new()));
         let tasks = vec![
-            spawn_watch(
-                nodes_api.clone(),
+            spawn_cache(
+                cfg.kube
+                    .watch_all::<Node>(&rbac::NODES, watcher::Config::default()),
                 nw,
                 nodes_ready.clone(),
                 dirty.clone(),
                 Some(seen_nodes.clone()),
             ),
-            spawn_watch(Api::<Pod>::all(cfg.client), pw, pods_ready.clone(), dirty, None),
+            spawn_cache(
+                cfg.kube.watch_all::<Pod>(&rbac::PODS, watcher::Config::default()),
+                pw,
+                pods_ready.clone(),
+                dirty,
+                None,
+            ),
         ];
         Self {
             nodes_api,

@@ -76,7 +76,7 @@ pub fn start(
             dirty.clone(),
             WATCHED_KUBE.to_vec(),
         )));
-        let kube = kube_loops::KubeLoops::start(kube, dirty.clone());
+        let kube = kube_loops::KubeLoops::start(&kube, dirty.clone());
         loop {
             if leader.wait_for(|l| *l).await.is_err() {
                 return;

@@ -155,7 +155,9 @@ pub fn desired(r: &Registration, serving_ca: &str) -> Result<serde_json::Value, 
 
 /// Creates the APIService, or patches it to [`desired`]. Returns whether it was created.
 pub async fn ensure(client: Client, r: &Registration, serving_ca: &str) -> Result<bool, Error> {
-    let api: Api<APIService> = Api::all(client);
+    use crate::rbac::server::{APISERVICES, APISERVICES_CREATE};
+    let api: Api<APIService> = APISERVICES.uses("get").uses("patch").api_all(client);
+    APISERVICES_CREATE.uses("create");
     let want = desired(r, serving_ca)?;
     if api.get_opt(&name()).await?.is_none() {
         let obj: APIService = serde_json::from_value(want.clone()).map_err(kube::Error::SerdeError)?;

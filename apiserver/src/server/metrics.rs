@@ -1,4 +1,5 @@
-//! `/metrics`: Prometheus text exposition of request counters.
+//! `/metrics`: Prometheus text exposition of request counters and of the kube-apiserver
+//! informers ([`crate::informer`]).
 
 use std::sync::Mutex;
 
@@ -40,6 +41,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Lets another part of the server register its metrics.
+    pub fn register(&self, f: impl FnOnce(&mut Registry)) {
+        f(&mut self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
     /// Text exposition.
     pub fn encode(&self) -> String {
         let mut s = String::new();

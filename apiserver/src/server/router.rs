@@ -41,6 +41,8 @@ pub struct AppState {
     pub discovery_v2: (Vec<u8>, String),
     /// Metrics.
     pub metrics: Metrics,
+    /// The kube-apiserver informers (`/readyz` checks, metrics); none without a kube connection.
+    pub informers: Arc<crate::informer::Informers>,
     /// Whether the server runs standalone (informational; authentication is the authz layers').
     pub require_authn: bool,
     /// Largest request body accepted; larger ones get 413 (`--max-request-body-bytes`).
@@ -83,6 +85,9 @@ impl AppState {
         let core_discovery_v2 = tagged(&discovery::core_aggregated(&core));
         let caches = kinds.iter().map(|k| WatchCache::start(k.clone())).collect();
         let core = core.into_iter().map(WatchCache::start).collect();
+        let metrics = Metrics::default();
+        let informers = Arc::new(crate::informer::Informers::default());
+        metrics.register(|r| informers.register_metrics(r));
         Arc::new(Self {
             kinds,
             caches,
@@ -91,7 +96,8 @@ impl AppState {
             storage,
             docs,
             discovery_v2: (v2, etag),
-            metrics: Metrics::default(),
+            metrics,
+            informers,
             require_authn,
             max_body,
             draining: std::sync::atomic::AtomicBool::new(false),

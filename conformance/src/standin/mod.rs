@@ -98,6 +98,9 @@ pub struct Shared {
     /// Reviews answered, by kind (`TokenReview`, `SubjectAccessReview`, ...): lets tests see
     /// that a delegating server really asked.
     pub reviews: std::sync::Mutex<HashMap<String, u64>>,
+    /// Resource requests by (verb, resource, allowed) after authentication: lets tests count a
+    /// client's lists, watches and refusals (see [`StandIn::requests`]).
+    pub requests: std::sync::Mutex<HashMap<(String, String, bool), u64>>,
 }
 
 impl Shared {
@@ -556,6 +559,7 @@ impl StandIn {
             pki,
             url: url.clone(),
             reviews: std::sync::Mutex::new(HashMap::new()),
+            requests: std::sync::Mutex::new(HashMap::new()),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
         let st = shared.clone();
@@ -752,6 +756,30 @@ impl StandIn {
         std::fs::write(&self.token_file, kept).expect("write token file");
     }
 
+    /// How many `verb` requests (`list`, `watch`, …) on `resource` (plural, with `/sub` for a
+    /// subresource) were received; `allowed` picks the authorized or the refused (403) ones.
+    pub fn requests(&self, verb: &str, resource: &str, allowed: bool) -> u64 {
+        self.shared
+            .requests
+            .lock()
+            .expect("requests lock")
+            .get(&(verb.to_string(), resource.to_string(), allowed))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// How many resource requests were refused by RBAC (403), whatever the resource.
+    pub fn forbidden_requests(&self) -> u64 {
+        self.shared
+            .requests
+            .lock()
+            .expect("requests lock")
+            .iter()
+            .filter(|((_, _, allowed), _)| !allowed)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// How many reviews of `kind` the stand-in has answered.
     pub fn reviews(&self, kind: &str) -> u64 {
         self.shared
@@ -776,10 +804,38 @@ impl Drop for StandIn {
 pub struct Cozyplane {
     /// `https://127.0.0.1:<port>`.
     pub url: String,
+    /// The stand-in's admin kubeconfig (its client certificate authenticates to our server too).
+    admin_kubeconfig: PathBuf,
     /// The server's store (the embedded store in a temporary directory).
     pub storage: std::sync::Arc<dyn cozyplane_storage::Storage>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
+}
+
+impl Cozyplane {
+    /// `GET path` on our server directly (not through the stand-in's proxy) with the stand-in's
+    /// admin certificate: status and body, e.g. for `/readyz?verbose` and `/metrics`.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let kc = kube::config::Kubeconfig::read_from(&self.admin_kubeconfig).expect("admin kubeconfig");
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("admin kubeconfig loads");
+        cfg.cluster_url = self.url.parse().expect("server url");
+        // Our server's certificate is self-signed (the proxy checks it against the caBundle).
+        cfg.root_cert = None;
+        cfg.accept_invalid_certs = true;
+        let client = kube::Client::try_from(cfg).expect("client");
+        let req = http::Request::get(path)
+            .body(kube::client::Body::from(Vec::new()))
+            .expect("request");
+        let resp = client.send(req).await.expect("our server answers");
+        let code = resp.status().as_u16();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    }
 }
 
 impl Drop for Cozyplane {
@@ -801,6 +857,13 @@ impl StandIn {
 
     /// As [`start_cozyplane`](Self::start_cozyplane), with `extra` flags appended.
     pub async fn start_cozyplane_with(&self, extra: &[&str]) -> Cozyplane {
+        self.start_cozyplane_as(&self.admin_kubeconfig(), extra).await
+    }
+
+    /// As [`start_cozyplane_with`](Self::start_cozyplane_with), with `kubeconfig` as the
+    /// `--kubeconfig` of the controllers, admission and the APIService (e.g. a token bound to
+    /// the chart's role) instead of the admin's.
+    pub async fn start_cozyplane_as(&self, kubeconfig: &Path, extra: &[&str]) -> Cozyplane {
         let dir = tempfile::tempdir().expect("temp dir");
         let kc = self.admin_kubeconfig();
         let mut args = vec![
@@ -809,7 +872,7 @@ impl StandIn {
             format!("--data-dir={}", dir.path().join("data").display()),
             format!("--authentication-kubeconfig={}", kc.display()),
             format!("--authorization-kubeconfig={}", kc.display()),
-            format!("--kubeconfig={}", kc.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
             "--ensure-apiservice=cozy-system/cozyplane".into(),
             "--authentication-token-webhook-cache-ttl=1s".into(),
             "--authorization-webhook-cache-authorized-ttl=1s".into(),
@@ -831,6 +894,7 @@ impl StandIn {
         });
         Cozyplane {
             url: format!("https://127.0.0.1:{}", addr.port()),
+            admin_kubeconfig: kc,
             storage,
             task,
             _dir: dir,

@@ -169,6 +169,19 @@ async fn serve(
     let q = query(req.uri().query().unwrap_or_default());
     let info = request_info(req.method(), &path, &q);
     let d = rbac::authorize(&st.reg, &who, &info.attrs).await;
+    if info.resource {
+        let r = &info.attrs;
+        let resource = if r.subresource.is_empty() {
+            r.resource.clone()
+        } else {
+            format!("{}/{}", r.resource, r.subresource)
+        };
+        *st.requests
+            .lock()
+            .expect("requests lock")
+            .entry((r.verb.clone(), resource, d.allowed))
+            .or_default() += 1;
+    }
     if !d.allowed {
         return Err(forbidden(info.attrs.forbidden_message(&who)));
     }
