@@ -98,9 +98,22 @@ pub struct Shared {
     /// Reviews answered, by kind (`TokenReview`, `SubjectAccessReview`, ...): lets tests see
     /// that a delegating server really asked.
     pub reviews: std::sync::Mutex<HashMap<String, u64>>,
-    /// Resource requests by (verb, resource, allowed) after authentication: lets tests count a
-    /// client's lists, watches and refusals (see [`StandIn::requests`]).
-    pub requests: std::sync::Mutex<HashMap<(String, String, bool), u64>>,
+    /// Resource requests after authentication, in arrival order: lets tests count a client's
+    /// lists, watches and refusals and see when they came (see [`StandIn::requests`]).
+    pub requests: std::sync::Mutex<Vec<RequestRecord>>,
+}
+
+/// One resource request the stand-in received.
+#[derive(Clone, Debug)]
+pub struct RequestRecord {
+    /// When it arrived.
+    pub at: std::time::Instant,
+    /// `list`, `watch`, `get`, …
+    pub verb: String,
+    /// Plural, with `/sub` for a subresource.
+    pub resource: String,
+    /// Whether RBAC allowed it (else it was answered 403).
+    pub allowed: bool,
 }
 
 impl Shared {
@@ -559,7 +572,7 @@ impl StandIn {
             pki,
             url: url.clone(),
             reviews: std::sync::Mutex::new(HashMap::new()),
-            requests: std::sync::Mutex::new(HashMap::new()),
+            requests: std::sync::Mutex::new(Vec::new()),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
         let st = shared.clone();
@@ -758,26 +771,31 @@ impl StandIn {
 
     /// How many `verb` requests (`list`, `watch`, …) on `resource` (plural, with `/sub` for a
     /// subresource) were received; `allowed` picks the authorized or the refused (403) ones.
-    pub fn requests(&self, verb: &str, resource: &str, allowed: bool) -> u64 {
-        self.shared
-            .requests
-            .lock()
-            .expect("requests lock")
-            .get(&(verb.to_string(), resource.to_string(), allowed))
-            .copied()
-            .unwrap_or_default()
+    pub fn requests(&self, verb: &str, resource: &str, allowed: bool) -> usize {
+        self.request_times(verb, resource, allowed).len()
     }
 
-    /// How many resource requests were refused by RBAC (403), whatever the resource.
-    pub fn forbidden_requests(&self) -> u64 {
+    /// When each of those requests arrived, oldest first.
+    pub fn request_times(&self, verb: &str, resource: &str, allowed: bool) -> Vec<std::time::Instant> {
         self.shared
             .requests
             .lock()
             .expect("requests lock")
             .iter()
-            .filter(|((_, _, allowed), _)| !allowed)
-            .map(|(_, n)| n)
-            .sum()
+            .filter(|r| r.verb == verb && r.resource == resource && r.allowed == allowed)
+            .map(|r| r.at)
+            .collect()
+    }
+
+    /// How many resource requests were refused by RBAC (403), whatever the resource.
+    pub fn forbidden_requests(&self) -> usize {
+        self.shared
+            .requests
+            .lock()
+            .expect("requests lock")
+            .iter()
+            .filter(|r| !r.allowed)
+            .count()
     }
 
     /// How many reviews of `kind` the stand-in has answered.

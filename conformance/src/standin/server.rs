@@ -176,11 +176,15 @@ async fn serve(
         } else {
             format!("{}/{}", r.resource, r.subresource)
         };
-        *st.requests
+        st.requests
             .lock()
             .expect("requests lock")
-            .entry((r.verb.clone(), resource, d.allowed))
-            .or_default() += 1;
+            .push(super::RequestRecord {
+                at: std::time::Instant::now(),
+                verb: r.verb.clone(),
+                resource,
+                allowed: d.allowed,
+            });
     }
     if !d.allowed {
         return Err(forbidden(info.attrs.forbidden_message(&who)));
