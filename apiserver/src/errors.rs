@@ -225,6 +225,16 @@ impl ApiError {
         })
     }
 
+    /// 403: `name` of `info` (empty: the collection) is forbidden, `why`.
+    pub fn forbidden(info: &KindInfo, name: &str, why: &str) -> Self {
+        let message = if name.is_empty() {
+            format!("{} is forbidden: {why}", gr(info))
+        } else {
+            format!("{} \"{name}\" is forbidden: {why}", gr(info))
+        };
+        Self::new(403, Reason::Forbidden, message).with_details(details(info, name))
+    }
+
     /// 409: create of an existing name.
     pub fn already_exists(info: &KindInfo, name: &str) -> Self {
         Self::new(

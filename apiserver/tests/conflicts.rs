@@ -68,7 +68,7 @@ async fn a_failed_uid_precondition_is_answered_after_one_attempt() {
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
         "metadata": {"name": "a"}, "spec": {"cidrs": ["10.1.0.0/24"]},
     });
-    vpcs.create(Some("t1"), body, &WriteOptions::default())
+    vpcs.create(Some("t1"), body, &WriteOptions::server())
         .await
         .unwrap();
 

@@ -9,43 +9,32 @@
 //! | namespace lifecycle ([`namespace`]) | create of a namespaced kind | a kube connection, or the server's own namespaces (standalone) |
 //! | ResourceQuota `count/<plural>.sdn.cozystack.io` ([`quota`]) | create of a counted kind | a kube connection |
 //!
-//! The store calls [`admit_namespace`], [`admit_create`] and [`admit_update`]. They find the
-//! request's user and the server's [`Admission`] in a task-local [`RequestContext`] that the
-//! HTTP layer sets around each request ([`scope`], installed by the server as a middleware after
-//! authentication). Writes without a context — the server's own controllers writing through the
-//! store — are not admitted: they act as the server itself.
+//! [`Admission`] implements the store's [`Admit`] hook. The HTTP layer attaches it to each
+//! authenticated request as a [`Requester::Client`] ([`scope`], a middleware after
+//! authentication); the handlers pass that requester explicitly with every write, and a write
+//! request without one is refused (500), never admitted by default. The server's own writes
+//! (controllers, start-up) say [`Requester::Server`] in their options.
 //!
 //! Without a kube connection (standalone mode without `--kubeconfig`) the server serves its own
 //! namespaces and namespace lifecycle checks those; quota is off; the virtual verbs are still decided by the configured authorizer (AlwaysAllow
 //! in plain standalone mode).
 
-use std::future::Future;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use cozyplane_apis::KindInfo;
 use cozyplane_authz::{Authorizer, AuthorizerExt, Decision, UserInfo};
 
-use crate::errors::{ApiError, Reason, Result};
+use crate::errors::{ApiError, Result};
+use crate::registry::hooks::{Admit, Requester};
 
 pub mod namespace;
 pub mod quota;
 
-/// A virtual-verb check a strategy asks for: may the requesting user `verb` the `resource` of
-/// `sdn.cozystack.io` named `name` in `namespace`?
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerbCheck {
-    /// The verb, e.g. `export`.
-    pub verb: &'static str,
-    /// The resource, e.g. `vpcs`.
-    pub resource: &'static str,
-    /// Namespace of the checked object.
-    pub namespace: String,
-    /// Name of the checked object.
-    pub name: String,
-}
+pub use crate::registry::hooks::VerbCheck;
 
 /// The server-wide admission configuration.
 pub struct Admission {
@@ -94,53 +83,19 @@ impl Admission {
     }
 }
 
-/// What admission knows about the request being served.
-#[derive(Clone)]
-pub struct RequestContext {
-    /// The authenticated user.
-    pub user: UserInfo,
-    /// The server's admission.
-    pub admission: Arc<Admission>,
-}
-
-tokio::task_local! {
-    static REQUEST: RequestContext;
-}
-
-/// Runs `f` with `user` as the requesting user of every store write it makes.
-pub async fn with_user<F: Future>(admission: Arc<Admission>, user: UserInfo, f: F) -> F::Output {
-    REQUEST.scope(RequestContext { user, admission }, f).await
-}
-
-/// Axum middleware: scopes each request that carries a [`UserInfo`] (inserted by the
-/// authentication layer) so that the store's admission hooks see its user.
-pub async fn scope(State(admission): State<Arc<Admission>>, req: Request, next: Next) -> Response {
-    match req.extensions().get::<UserInfo>().cloned() {
-        Some(user) => with_user(admission, user, next.run(req)).await,
-        None => next.run(req).await,
+/// Axum middleware: gives each request that carries a [`UserInfo`] (inserted by the
+/// authentication layer) its [`Requester`], which the handlers pass to the store.
+pub async fn scope(State(admission): State<Arc<Admission>>, mut req: Request, next: Next) -> Response {
+    if let Some(user) = req.extensions().get::<UserInfo>().cloned() {
+        let requester = Requester::Client { user, admission };
+        req.extensions_mut().insert(requester);
     }
-}
-
-fn current() -> Option<RequestContext> {
-    REQUEST.try_with(Clone::clone).ok()
-}
-
-fn group_resource(info: &KindInfo) -> String {
-    if info.group.is_empty() {
-        info.plural.to_string()
-    } else {
-        format!("{}.{}", info.plural, info.group)
-    }
+    next.run(req).await
 }
 
 /// A Kubernetes `Forbidden` for an object of `info` named `name` (empty: the collection).
 pub fn forbidden(info: &KindInfo, name: &str, why: &str) -> ApiError {
-    let message = if name.is_empty() {
-        format!("{} is forbidden: {why}", group_resource(info))
-    } else {
-        format!("{} \"{name}\" is forbidden: {why}", group_resource(info))
-    };
-    ApiError::new(403, Reason::Forbidden, message).with_details(crate::errors::details(info, name))
+    ApiError::forbidden(info, name, why)
 }
 
 /// `User "alice" cannot export resource "vpcs" in API group "sdn.cozystack.io" in the namespace "t2"`.
@@ -158,13 +113,18 @@ pub fn cannot(user: &str, check: &VerbCheck) -> String {
     )
 }
 
-async fn run_checks(ctx: &RequestContext, info: &KindInfo, name: &str, checks: &[VerbCheck]) -> Result<()> {
+async fn run_checks(
+    adm: &Admission,
+    user: &UserInfo,
+    info: &KindInfo,
+    name: &str,
+    checks: &[VerbCheck],
+) -> Result<()> {
     for c in checks {
-        let decision = ctx
-            .admission
+        let decision = adm
             .authorizer
             .check(
-                &ctx.user,
+                user,
                 c.verb,
                 cozyplane_apis::GROUP,
                 c.resource,
@@ -175,7 +135,7 @@ async fn run_checks(ctx: &RequestContext, info: &KindInfo, name: &str, checks: &
         match decision {
             Ok(Decision::Allow) => {}
             Ok(Decision::Deny { reason }) => {
-                let mut why = cannot(&ctx.user.name, c);
+                let mut why = cannot(&user.name, c);
                 if !reason.is_empty() {
                     why = format!("{why}: {reason}");
                 }
@@ -184,10 +144,7 @@ async fn run_checks(ctx: &RequestContext, info: &KindInfo, name: &str, checks: &
             Err(e) => {
                 // Fail closed: no decision is a refusal.
                 tracing::warn!(error = %e, verb = c.verb, "virtual verb check failed");
-                let why = format!(
-                    "{}: the authorizer could not be reached",
-                    cannot(&ctx.user.name, c)
-                );
+                let why = format!("{}: the authorizer could not be reached", cannot(&user.name, c));
                 return Err(forbidden(info, name, &why));
             }
         }
@@ -195,48 +152,37 @@ async fn run_checks(ctx: &RequestContext, info: &KindInfo, name: &str, checks: &
     Ok(())
 }
 
-/// Namespace lifecycle for a create in `ns` (namespaced kinds only): refuses a missing or
-/// terminating namespace as Kubernetes' NamespaceLifecycle plugin does.
-pub async fn admit_namespace(info: &KindInfo, ns: Option<&str>, name: &str) -> Result<()> {
-    let (Some(ctx), Some(ns)) = (current(), ns) else {
-        return Ok(());
-    };
-    if !info.namespaced || ns.is_empty() {
-        return Ok(());
+#[async_trait]
+impl Admit for Admission {
+    /// Refuses a missing or terminating namespace as Kubernetes' NamespaceLifecycle plugin does.
+    async fn namespace(&self, _user: &UserInfo, info: &KindInfo, ns: &str, name: &str) -> Result<()> {
+        match &self.namespaces {
+            Some(l) => l.check(info, ns, name).await,
+            None => Ok(()),
+        }
     }
-    match &ctx.admission.namespaces {
-        Some(l) => l.check(info, ns, name).await,
-        None => Ok(()),
-    }
-}
 
-/// Validating admission of a create: the strategy's virtual verbs, then quota (charged unless
-/// `dry_run`). `name` is the object's name (the generateName prefix for generated names).
-pub async fn admit_create(
-    info: &KindInfo,
-    ns: Option<&str>,
-    name: &str,
-    checks: &[VerbCheck],
-    dry_run: bool,
-) -> Result<()> {
-    let Some(ctx) = current() else {
-        return Ok(());
-    };
-    run_checks(&ctx, info, name, checks).await?;
-    if let (Some(q), Some(ns)) = (&ctx.admission.quota, ns)
-        && info.namespaced
-    {
-        q.charge(info, ns, name, dry_run).await?;
+    async fn create(
+        &self,
+        user: &UserInfo,
+        info: &KindInfo,
+        ns: Option<&str>,
+        name: &str,
+        checks: &[VerbCheck],
+        dry_run: bool,
+    ) -> Result<()> {
+        run_checks(self, user, info, name, checks).await?;
+        if let (Some(q), Some(ns)) = (&self.quota, ns)
+            && info.namespaced
+        {
+            q.charge(info, ns, name, dry_run).await?;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Validating admission of an update: the strategy's virtual verbs.
-pub async fn admit_update(info: &KindInfo, name: &str, checks: &[VerbCheck]) -> Result<()> {
-    let Some(ctx) = current() else {
-        return Ok(());
-    };
-    run_checks(&ctx, info, name, checks).await
+    async fn update(&self, user: &UserInfo, info: &KindInfo, name: &str, checks: &[VerbCheck]) -> Result<()> {
+        run_checks(self, user, info, name, checks).await
+    }
 }
 
 #[cfg(test)]
@@ -262,7 +208,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn writes_without_a_request_context_are_not_admitted() {
+    async fn the_servers_own_writes_are_not_admitted_and_clients_are() {
         let info = <cozyplane_apis::v1alpha1::VPCBinding as cozyplane_apis::ApiKind>::INFO;
         let c = VerbCheck {
             verb: "export",
@@ -270,7 +216,25 @@ mod tests {
             namespace: "t2".into(),
             name: "v".into(),
         };
-        assert!(admit_create(&info, Some("t1"), "b", &[c], false).await.is_ok());
+        let server = Requester::Server;
+        assert!(
+            server
+                .admit_create(&info, Some("t1"), "b", std::slice::from_ref(&c), false)
+                .await
+                .is_ok()
+        );
+        let client = Requester::Client {
+            user: UserInfo::new("bob", ["g"]),
+            admission: Arc::new(Admission::new(Arc::new(Deny))),
+        };
+        assert_eq!(
+            client
+                .admit_create(&info, Some("t1"), "b", &[c], false)
+                .await
+                .unwrap_err()
+                .code,
+            403
+        );
     }
 
     #[derive(Debug)]
@@ -297,12 +261,11 @@ mod tests {
             namespace: "t1".into(),
             name: "v".into(),
         };
-        let adm = Arc::new(Admission::new(Arc::new(Deny)));
-        let r = with_user(adm, UserInfo::new("bob", ["g"]), async {
-            admit_create(&info, Some("t1"), "p", &[c], false).await
-        })
-        .await;
-        let e = r.unwrap_err();
+        let adm = Admission::new(Arc::new(Deny));
+        let e = adm
+            .create(&UserInfo::new("bob", ["g"]), &info, Some("t1"), "p", &[c], false)
+            .await
+            .unwrap_err();
         assert_eq!(
             e.message,
             "vpcpeerings.sdn.cozystack.io \"p\" is forbidden: User \"bob\" cannot peer resource \"vpcs\" in API group \"sdn.cozystack.io\" in the namespace \"t1\""

@@ -224,7 +224,7 @@ impl KubeLoops {
                     Ok(cur)
                 };
                 match pr
-                    .patch(None, &name, &strip, false, &WriteOptions::default())
+                    .patch(None, &name, &strip, false, &WriteOptions::server())
                     .await
                 {
                     Ok(_) => {}
@@ -297,7 +297,7 @@ impl KubeLoops {
                 cur["status"]["groups"] = json!(want.clone());
                 Ok(cur)
             };
-            match pr.patch(None, &name, &set, true, &WriteOptions::default()).await {
+            match pr.patch(None, &name, &set, true, &WriteOptions::server()).await {
                 Ok(_) => {}
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),

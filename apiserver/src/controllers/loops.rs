@@ -318,7 +318,7 @@ async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value
         Ok(cur)
     };
     match r
-        .patch(Some(ns), name, &apply, true, &WriteOptions::default())
+        .patch(Some(ns), name, &apply, true, &WriteOptions::server())
         .await
     {
         Err(e) if e.code == 404 => Ok(()),
@@ -344,7 +344,7 @@ async fn edit_finalizers(
         Ok(cur)
     };
     match r
-        .patch(Some(ns), name, &apply, false, &WriteOptions::default())
+        .patch(Some(ns), name, &apply, false, &WriteOptions::server())
         .await
     {
         Err(e) if e.code == 404 => Ok(()),

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::errors::{ApiError, Result};
 use crate::registry::Resource;
 use crate::registry::cache::WatchCache;
+use crate::registry::hooks::Requester;
 use crate::registry::selector::{FieldSelector, LabelSelector};
 use crate::registry::store::{DeleteOptions, Deleted, ListParams, WriteOptions};
 use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
@@ -37,6 +38,8 @@ pub struct Target {
     pub name: Option<String>,
     /// `/status`.
     pub status: bool,
+    /// Who asks (set by the HTTP layer after authentication); a write without one is refused.
+    pub requester: Option<Requester>,
 }
 
 fn json_response(code: StatusCode, v: &Value, warnings: &[String]) -> Response {
@@ -308,7 +311,7 @@ pub async fn create(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = write_options(&q, headers, "CreateOptions")?;
+    let o = write_options(&t, &q, headers, "CreateOptions")?;
     let mut sent = body_json(&*t.resource, headers, &body)?;
     let mode = validation_mode(&q)?;
     // Decoding comes first, as in Go: Strict refuses before anything is validated or written.
@@ -321,8 +324,20 @@ pub async fn create(
 
 /// The options every write takes from its query and headers; `kind` names the Kubernetes
 /// options type in error messages (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
-fn write_options(q: &HashMap<String, String>, headers: &HeaderMap, kind: &str) -> Result<WriteOptions> {
+fn write_options(
+    t: &Target,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    kind: &str,
+) -> Result<WriteOptions> {
+    // Fail closed: a write that reached a handler without a requester is a wiring bug, and
+    // admitting it as the server would skip every admission check.
+    let requester = t
+        .requester
+        .clone()
+        .ok_or_else(|| ApiError::internal("a write request carries no requester"))?;
     Ok(WriteOptions {
+        requester,
         dry_run: dry_run(q, kind)?,
         manager: apply::field_manager(q, headers, kind)?,
         applied: false,
@@ -336,7 +351,7 @@ pub async fn update(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = write_options(&q, headers, "UpdateOptions")?;
+    let o = write_options(&t, &q, headers, "UpdateOptions")?;
     let mut sent = body_json(&*t.resource, headers, &body)?;
     let name = t.name.as_deref().unwrap_or_default();
     let mode = validation_mode(&q)?;
@@ -357,7 +372,7 @@ pub async fn patch(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response> {
-    let o = write_options(&q, headers, "PatchOptions")?;
+    let o = write_options(&t, &q, headers, "PatchOptions")?;
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -9,6 +9,7 @@ use cozyplane_storage::Storage;
 
 pub mod cache;
 pub mod condition;
+pub mod hooks;
 pub mod selector;
 pub mod store;
 pub mod strategy;

@@ -102,12 +102,12 @@ pub trait Strategy: Send + Sync + 'static {
 
     /// Virtual-verb checks admission runs for the requesting user on create (e.g. `export`
     /// on a referenced VPC); none by default.
-    fn create_checks(&self, _obj: &Self::Object) -> Vec<crate::admission::VerbCheck> {
+    fn create_checks(&self, _obj: &Self::Object) -> Vec<super::hooks::VerbCheck> {
         Vec::new()
     }
 
     /// Virtual-verb checks admission runs on a main-resource update; none by default.
-    fn update_checks(&self, _new: &Self::Object, _old: &Self::Object) -> Vec<crate::admission::VerbCheck> {
+    fn update_checks(&self, _new: &Self::Object, _old: &Self::Object) -> Vec<super::hooks::VerbCheck> {
         Vec::new()
     }
 }

@@ -8,11 +8,11 @@
 use cozyplane_apis::v1alpha1::VPCBinding;
 use kube_core::Resource as _;
 
+use super::hooks::VerbCheck;
 use super::strategy::{self, Column};
 use super::validate::{
     default_vpc_binding, field::FieldErrors, validate_vpc_binding, validate_vpc_binding_update,
 };
-use crate::admission::VerbCheck;
 
 /// The finalizer every binding carries from its create on: deleting the binding reaps the Ports
 /// it authorized before the binding goes.

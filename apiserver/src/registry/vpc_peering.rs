@@ -11,9 +11,9 @@ use cozyplane_apis::v1alpha1::{VPC, VPCPeering, VPCPeeringStatus};
 
 use super::condition::condition;
 
+use super::hooks::VerbCheck;
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_vpc_peering, validate_vpc_peering_update};
-use crate::admission::VerbCheck;
 
 /// Create/update policy of `VPCPeering`.
 pub struct Strategy;

@@ -17,6 +17,7 @@ use crate::errors::{ApiError, Result};
 use crate::handlers::{self, Target};
 use crate::registry::Resource;
 use crate::registry::cache::WatchCache;
+use crate::registry::hooks::Requester;
 
 /// Default largest request body accepted (kube-apiserver's limit, 3 MiB); see
 /// `--max-request-body-bytes`.
@@ -215,7 +216,8 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
         }
         // The core kinds of a standalone server (namespaces).
         ["api", "v1", rest @ ..] if !st.core.is_empty() => {
-            let target = resolve(&st.core, rest)?;
+            let mut target = resolve(&st.core, rest)?;
+            target.requester = parts.extensions.get::<Requester>().cloned();
             let body = read_body(body, st.max_body).await?;
             return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
         }
@@ -278,7 +280,8 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
             ));
         }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
-            let target = resolve(&st.caches, rest)?;
+            let mut target = resolve(&st.caches, rest)?;
+            target.requester = parts.extensions.get::<Requester>().cloned();
             let body = read_body(body, st.max_body).await?;
             return handlers::dispatch(target, &method, query(Some(&q)), &headers, body).await;
         }
@@ -317,6 +320,7 @@ fn resolve(caches: &[Arc<WatchCache>], rest: &[&str]) -> Result<Target> {
         namespace: ns.map(str::to_string),
         name: name.map(str::to_string),
         status,
+        requester: None,
     };
     match rest {
         ["namespaces", ns, plural, tail @ ..] => {

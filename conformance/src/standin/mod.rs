@@ -324,7 +324,7 @@ fn b64(s: &str) -> String {
 }
 
 async fn seed(reg: &Registry, pki: &pki::StandInPki) -> Result<()> {
-    let o = WriteOptions::default();
+    let o = WriteOptions::server();
     for ns in ["default", "kube-system", "kube-public"] {
         reg.store("namespaces")
             .create(None, json!({ "metadata": { "name": ns } }), &o)
@@ -495,7 +495,7 @@ pub async fn apiservice_controller_once(st: &Shared) {
         let _ = st
             .reg
             .store("apiservices")
-            .update(None, &name, next, true, &WriteOptions::default())
+            .update(None, &name, next, true, &WriteOptions::server())
             .await;
     }
 }
@@ -692,7 +692,7 @@ impl StandIn {
         self.shared
             .reg
             .store(plural)
-            .create(ns, obj, &WriteOptions::default())
+            .create(ns, obj, &WriteOptions::server())
             .await
     }
 

@@ -303,7 +303,7 @@ pub async fn aggregate_once(reg: &Registry) {
             next["rules"] = json!(rules);
             let _ = reg
                 .store("clusterroles")
-                .update(None, me, next, false, &WriteOptions::default())
+                .update(None, me, next, false, &WriteOptions::server())
                 .await;
         }
     }

@@ -345,6 +345,8 @@ async fn serve(
         },
         name: (!a.name.is_empty()).then(|| a.name.clone()),
         status,
+        // The stand-in does its own admission (namespace existence above); ours is not its.
+        requester: Some(cozyplane_apiserver::registry::hooks::Requester::Server),
     };
     handlers::dispatch(target, &parts.method, q, &parts.headers, body).await
 }

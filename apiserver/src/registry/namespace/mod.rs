@@ -131,7 +131,7 @@ pub async fn create_initial(store: &dyn super::Resource) -> Result<(), crate::op
         let body =
             serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
         match store
-            .create(None, body, &super::store::WriteOptions::default())
+            .create(None, body, &super::store::WriteOptions::server())
             .await
         {
             Ok(_) => {}

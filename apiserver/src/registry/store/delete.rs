@@ -42,7 +42,7 @@ impl<S: Strategy> Store<S> {
     ) -> Result<Deleted> {
         let (mut obj, rev) = self.read(ns, name).await?;
         if let Some(why) = self.strategy.delete_forbidden(&obj) {
-            return Err(crate::admission::forbidden(&self.info, name, why));
+            return Err(ApiError::forbidden(&self.info, name, why));
         }
         let uid = obj.meta().uid.clone().unwrap_or_default();
         if let Some(want) = &o.uid

@@ -15,6 +15,7 @@ use kube_core::Resource as _;
 use rand::Rng;
 use serde_json::{Value, json};
 
+use super::hooks::Requester;
 use super::strategy::{Column, StatusStrategy, Strategy};
 use super::validate;
 use crate::errors::{ApiError, ConflictKind, Result};
@@ -30,9 +31,12 @@ pub use managed::merge_schema;
 /// The storage root of every key this server writes.
 pub const KEY_PREFIX: &str = "registry";
 
-/// Options of a write (`dryRun`).
-#[derive(Clone, Debug, Default)]
+/// Options of a write: who makes it, `dryRun`, the field manager. There is no default: a write
+/// names its [`Requester`] ([`WriteOptions::server`] for the server's own writes).
+#[derive(Clone, Debug)]
 pub struct WriteOptions {
+    /// Who writes; a client's write passes its admission.
+    pub requester: Requester,
     /// `dryRun=All`: run the whole flow, persist nothing.
     pub dry_run: bool,
     /// The field manager recorded in `metadata.managedFields` (`fieldManager`, else the
@@ -41,6 +45,23 @@ pub struct WriteOptions {
     /// The body is the result of server-side apply and already carries its `managedFields`;
     /// the Update bookkeeping is skipped.
     pub applied: bool,
+}
+
+impl WriteOptions {
+    /// A write by the server itself (controllers, start-up), recorded as [`DEFAULT_MANAGER`].
+    pub fn server() -> Self {
+        Self::by(Requester::Server)
+    }
+
+    /// A write by `requester`, not a dry run, recorded as [`DEFAULT_MANAGER`].
+    pub fn by(requester: Requester) -> Self {
+        Self {
+            requester,
+            dry_run: false,
+            manager: None,
+            applied: false,
+        }
+    }
 }
 
 /// The manager of writes that name none (in-process controllers).
@@ -274,7 +295,7 @@ impl<S: Strategy> Store<S> {
         }
         if !status {
             let checks = self.strategy.update_checks(&new, &old);
-            crate::admission::admit_update(&self.info, name, &checks).await?;
+            o.requester.admit_update(&self.info, name, &checks).await?;
         }
         self.strategy.canonicalize(&mut new);
         if !status {
@@ -343,8 +364,10 @@ impl<S: Strategy> Store<S> {
             self.strategy.canonicalize(&mut cand);
             self.strategy.derive_status(&mut cand);
             let checks = self.strategy.create_checks(&cand);
-            if let Err(e) =
-                crate::admission::admit_create(&self.info, ns, admitted_name, &checks, o.dry_run).await
+            if let Err(e) = o
+                .requester
+                .admit_create(&self.info, ns, admitted_name, &checks, o.dry_run)
+                .await
             {
                 a.finish(false, &[]);
                 return Err(e);
@@ -485,7 +508,9 @@ impl<S: Strategy> Resource for Store<S> {
         let name = obj.meta().name.clone().unwrap_or_default();
         // Admission names a generated object by its prefix, as Kubernetes does.
         let admitted_name = generated.clone().unwrap_or_else(|| name.clone());
-        crate::admission::admit_namespace(&self.info, ns, &admitted_name).await?;
+        o.requester
+            .admit_namespace(&self.info, ns, &admitted_name)
+            .await?;
         if let Some(alloc) = self.strategy.allocator() {
             return self
                 .create_allocated(alloc, ns, obj, generated.as_deref(), &admitted_name, o)
@@ -499,7 +524,9 @@ impl<S: Strategy> Resource for Store<S> {
         self.strategy.canonicalize(&mut obj);
         self.strategy.derive_status(&mut obj);
         let checks = self.strategy.create_checks(&obj);
-        crate::admission::admit_create(&self.info, ns, &admitted_name, &checks, o.dry_run).await?;
+        o.requester
+            .admit_create(&self.info, ns, &admitted_name, &checks, o.dry_run)
+            .await?;
         let (bytes, v) = self.encode(&obj)?;
         if o.dry_run {
             return Ok(v);
