@@ -178,6 +178,11 @@ impl ApiError {
             .unwrap_or_default()
     }
 
+    /// Whether the object (or path) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.reason == Reason::NotFound
+    }
+
     /// Whether this is a 409 that re-reading and writing again may resolve.
     pub fn is_stale(&self) -> bool {
         self.conflict == Some(ConflictKind::Stale)

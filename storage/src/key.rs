@@ -1,6 +1,7 @@
 /// The storage key of one object: `/<prefix>/<group>/<resource>/<namespace>/<name>`.
 ///
-/// Cluster-scoped kinds have no namespace segment. Every part is used verbatim; the API server
+/// Cluster-scoped kinds have no namespace segment; the core group (empty name) has no group
+/// segment, as Kubernetes stores `/registry/namespaces/<name>`. Every part is used verbatim; the API server
 /// validates names and namespaces before they get here, so no part contains `/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectKey<'a> {
@@ -25,7 +26,11 @@ impl<'a> ObjectKey<'a> {
     /// The prefix that lists every object of the resource in the namespace, or in every
     /// namespace when `namespace` is `None`. Ends in `/`.
     pub fn list_prefix(&self) -> String {
-        let mut k = format!("/{}/{}/{}/", self.prefix, self.group, self.resource);
+        let mut k = if self.group.is_empty() {
+            format!("/{}/{}/", self.prefix, self.resource)
+        } else {
+            format!("/{}/{}/{}/", self.prefix, self.group, self.resource)
+        };
         if let Some(ns) = self.namespace {
             k.push_str(ns);
             k.push('/');

@@ -117,7 +117,7 @@ impl Lifecycle {
             // The store, not the watch cache: a namespace created a moment ago is seen.
             Source::Local(r) => match r.get(None, ns).await {
                 Ok(v) => Ok(Some(crate::registry::namespace::is_terminating(&v))),
-                Err(e) if e.code == 404 => Ok(None),
+                Err(e) if e.is_not_found() => Ok(None),
                 Err(e) => Err(e),
             },
         }

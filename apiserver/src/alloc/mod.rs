@@ -26,13 +26,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use cozyplane_apis::KindInfo;
-use cozyplane_storage::{Compare, KeyValue, ObjectKey, Op, Revision, Storage, Txn};
+use cozyplane_storage::{Compare, KeyValue, Op, Revision, Storage, Txn};
 
 use crate::errors::{ApiError, ConflictKind, Reason, Result};
-use crate::registry::store::KEY_PREFIX;
 
-/// Where claim keys live: beside the objects, under a resource name no kind uses.
-pub const CLAIMS: &str = "/registry/sdn.cozystack.io/_claims/";
+pub use crate::registry::keys::CLAIMS;
 
 /// How many times a create re-runs its allocation after losing a race.
 pub const MAX_ATTEMPTS: u32 = 64;
@@ -77,13 +75,7 @@ pub mod keys {
 
 /// The storage key of an object of kind `info`.
 pub fn object_key(info: &KindInfo, ns: Option<&str>, name: &str) -> String {
-    ObjectKey {
-        prefix: KEY_PREFIX,
-        group: info.group,
-        resource: info.plural,
-        namespace: if info.namespaced { ns } else { None },
-    }
-    .object(name)
+    crate::registry::keys::object(info, ns, name)
 }
 
 /// One key an object claims in its create transaction.
@@ -202,8 +194,7 @@ impl Allocation {
 
 /// `Port v100.10-0-0-5` from `/registry/sdn.cozystack.io/ports/v100.10-0-0-5`.
 pub fn describe_owner(key: &str) -> String {
-    let rest = key.strip_prefix("/registry/sdn.cozystack.io/").unwrap_or(key);
-    let (res, name) = rest.split_once('/').unwrap_or((rest, ""));
+    let (res, name) = crate::registry::keys::split(key).unwrap_or((key, ""));
     let kind = match res {
         "ports" => "Port",
         "servicevips" => "ServiceVIP",

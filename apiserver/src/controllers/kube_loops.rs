@@ -213,7 +213,7 @@ impl KubeLoops {
                 match pr.delete(None, &name, &DeleteOptions::default()).await {
                     Ok(Deleted::Gone(_)) => continue,
                     Ok(Deleted::Marked(v)) => v,
-                    Err(e) if e.code == 404 => continue,
+                    Err(e) if e.is_not_found() => continue,
                     Err(e) => return Err(e),
                 }
             };
@@ -228,7 +228,7 @@ impl KubeLoops {
                     .await
                 {
                     Ok(_) => {}
-                    Err(e) if e.code == 404 => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -299,7 +299,7 @@ impl KubeLoops {
             };
             match pr.patch(None, &name, &set, true, &WriteOptions::server()).await {
                 Ok(_) => {}
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
         }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use cozyplane_storage::{Compare, Storage, Txn};
 
 /// The lease key.
-pub const LEASE_KEY: &str = "/registry/sdn.cozystack.io/_leader/controllers";
+pub const LEASE_KEY: &str = crate::registry::keys::LEASE;
 /// How long a lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(10);
 /// How often the holder renews (and a candidate retries).

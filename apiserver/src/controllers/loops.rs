@@ -303,7 +303,7 @@ impl Reconciler {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -321,7 +321,7 @@ async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value
         .patch(Some(ns), name, &apply, true, &WriteOptions::server())
         .await
     {
-        Err(e) if e.code == 404 => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     }
 }
@@ -347,7 +347,7 @@ async fn edit_finalizers(
         .patch(Some(ns), name, &apply, false, &WriteOptions::server())
         .await
     {
-        Err(e) if e.code == 404 => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     }
 }

@@ -107,7 +107,7 @@ impl Drop for AbortOnDrop {
 }
 
 async fn watch_changes(storage: Arc<dyn Storage>, dirty: Arc<Notify>, watched: Vec<&'static str>) {
-    let prefix = "/registry/sdn.cozystack.io/";
+    let prefix = crate::registry::keys::GROUP_PREFIX;
     let mut after = None;
     loop {
         let opts = WatchOptions {
@@ -142,6 +142,6 @@ async fn watch_changes(storage: Arc<dyn Storage>, dirty: Arc<Notify>, watched: V
 }
 
 fn is_watched(watched: &[&str], key: &str) -> bool {
-    key.strip_prefix("/registry/sdn.cozystack.io/")
+    key.strip_prefix(crate::registry::keys::GROUP_PREFIX)
         .is_some_and(|rest| watched.iter().any(|w| rest.starts_with(w)))
 }

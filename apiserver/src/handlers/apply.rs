@@ -224,7 +224,7 @@ pub(super) async fn apply_patch(
     for _ in 0..3 {
         match r.patch(ns, &name, &|cur| run(Some(&cur)), t.status, &o).await {
             Ok(v) => return Ok(json_response(StatusCode::OK, &v, &warnings)),
-            Err(e) if e.code == 404 && !t.status => {}
+            Err(e) if e.is_not_found() && !t.status => {}
             Err(e) => return Err(e),
         }
         match r.create(ns, run(None)?, &o).await {

@@ -547,7 +547,7 @@ pub async fn delete_collection(t: Target, q: HashMap<String, String>, body: Byte
         let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
         match r.delete(ns, name, &o).await {
             Ok(Deleted::Gone(v) | Deleted::Marked(v)) => items.push(v),
-            Err(e) if e.code == 404 => {}
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }

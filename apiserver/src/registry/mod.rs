@@ -10,6 +10,7 @@ use cozyplane_storage::Storage;
 pub mod cache;
 pub mod condition;
 pub mod hooks;
+pub mod keys;
 pub mod selector;
 pub mod store;
 pub mod strategy;

@@ -319,7 +319,7 @@ async fn serve(
     }
     if a.verb == "create" && def.namespaced {
         match st.reg.store("namespaces").get(None, &a.namespace).await {
-            Err(e) if e.code == 404 => {
+            Err(e) if e.is_not_found() => {
                 return Err(cozyplane_apiserver::admission::namespace::not_found(&a.namespace));
             }
             Ok(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {

@@ -108,7 +108,7 @@ async fn empty(ns: &str, kinds: &[Arc<dyn Resource>]) -> Result<bool> {
             match kind.delete(Some(ns), name, &DeleteOptions::default()).await {
                 Ok(Deleted::Gone(_)) => {}
                 Ok(Deleted::Marked(_)) => left = true,
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
         }

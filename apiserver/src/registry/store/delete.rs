@@ -167,7 +167,7 @@ impl<S: Strategy> Store<S> {
         for _ in 0..8 {
             let (old, rev) = match self.read(ns, name).await {
                 Ok(found) => found,
-                Err(e) if e.code == 404 => return Ok(false),
+                Err(e) if e.is_not_found() => return Ok(false),
                 Err(e) => return Err(e),
             };
             let mut new = old.clone();

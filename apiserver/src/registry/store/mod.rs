@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use cozyplane_apis::{HasSpecStatus, KindInfo};
-use cozyplane_storage::{ObjectKey, Revision, Storage, WatchOptions, WatchStream};
+use cozyplane_storage::{Revision, Storage, WatchOptions, WatchStream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube_core::Resource as _;
@@ -28,8 +28,8 @@ pub use delete::{DeleteOptions, Deleted};
 pub use list::{ListPage, ListParams, list_from_storage};
 pub use managed::merge_schema;
 
-/// The storage root of every key this server writes.
-pub const KEY_PREFIX: &str = "registry";
+/// The storage root of every key this server writes ([`super::keys`] owns the layout).
+pub const KEY_PREFIX: &str = super::keys::ROOT;
 
 /// Options of a write: who makes it, `dryRun`, the field manager. There is no default: a write
 /// names its [`Requester`] ([`WriteOptions::server`] for the server's own writes).
@@ -132,16 +132,7 @@ impl<S: Strategy> Store<S> {
     }
 
     fn key(&self, ns: Option<&str>, name: &str) -> String {
-        self.object_key(ns).object(name)
-    }
-
-    fn object_key<'a>(&'a self, ns: Option<&'a str>) -> ObjectKey<'a> {
-        ObjectKey {
-            prefix: KEY_PREFIX,
-            group: self.info.group,
-            resource: self.info.plural,
-            namespace: if self.info.namespaced { ns } else { None },
-        }
+        super::keys::object(&self.info, ns, name)
     }
 
     fn invalid(&self, name: &str, errs: &validate::field::FieldErrors) -> ApiError {
@@ -448,7 +439,7 @@ impl<S: Strategy> Resource for Store<S> {
     }
 
     fn prefix(&self, ns: Option<&str>) -> String {
-        self.object_key(ns).list_prefix()
+        super::keys::prefix(&self.info, ns)
     }
 
     fn storage(&self) -> &Arc<dyn Storage> {
