@@ -16,10 +16,13 @@
 //!   connection instead, announced with `Connection: close` on the answer.
 //!
 //! Headers: Go's HTTP server, kube-apiserver's, accepts up to 1 MiB of request line and headers
-//! ([`MAX_HEADER_BYTES`]); beyond that this edge answers `431` with a `Status`. hyper's own
-//! limits sit above it ([`TRANSPORT_HEADER_BYTES`]), where hyper answers a bare `431` itself.
-//! One limit is the `http` crate's and cannot be raised: a request target of 64 KiB or more is
-//! no `Uri`, so hyper answers HTTP/1.1 with a bare `414` and h2 resets the HTTP/2 stream.
+//! ([`MAX_HEADER_BYTES`]); beyond that this edge answers `431` with a `Status`, up to hyper's
+//! HTTP/1.1 read buffer ([`H1_MAX_BUF`]), where hyper answers a bare `431` itself. One limit is
+//! the `http` crate's and cannot be raised: a request target of 64 KiB or more is no `Uri`.
+//! Over HTTP/1.1 hyper answers it with a bare `414`; over HTTP/2 h2 could only reset the stream
+//! with PROTOCOL_ERROR, which Go clients retry without end. So HTTP/2 advertises a header list
+//! of at most [`H2_MAX_HEADER_LIST`] (64 KiB): Go clients refuse a larger request themselves
+//! ("request header list larger than peer's advertised limit"), other clients get h2's `431`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,9 +44,14 @@ use crate::errors::ApiError;
 /// limit of kube-apiserver. Each header counts its name, its value and 4 bytes (`: `, CRLF).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
-/// hyper's limits (HTTP/1.1 read buffer, HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`): above
-/// [`MAX_HEADER_BYTES`] so that the edge, not hyper, answers the first megabyte beyond it.
-pub const TRANSPORT_HEADER_BYTES: usize = 2 << 20;
+/// hyper's HTTP/1.1 read buffer: above [`MAX_HEADER_BYTES`] so that the edge, not hyper,
+/// answers the first megabyte beyond it.
+pub const H1_MAX_BUF: usize = 2 << 20;
+
+/// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`: a header list holding a `:path` the `http` crate
+/// cannot represent (65 535 bytes and more, counted with RFC 7541's 32 bytes per field) is over
+/// it, so it is refused as too large (by Go clients before sending) rather than reset.
+pub const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 
 /// Header fields per HTTP/1.1 request (hyper's default is 100; the front proxy sends one
 /// `X-Remote-Group` per group of the user).
