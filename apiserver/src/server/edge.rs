@@ -7,9 +7,10 @@
 //! client, still sending, often sees it closed instead of the answer). So the route's body is a
 //! [`Guarded`] one that *parks* itself when dropped unread, and once the answer exists:
 //!
-//! - HTTP/2: the unread body is kept until the response has been sent completely, and dropped
-//!   then; h2 resets the stream with `NO_ERROR`, as RFC 9113 §8.1 provides for a complete
-//!   response to an incomplete request.
+//! - HTTP/2: the unread body is dropped. h2 then discards (and gives back the flow-control window
+//!   of) whatever else arrives for the stream, and since hyper holds the stream until the
+//!   response is sent, the stream ends with the complete response followed by `RST_STREAM`
+//!   `NO_ERROR`, as RFC 9113 §8.1 provides for a complete response to an incomplete request.
 //! - HTTP/1.1: the rest of the body is read and discarded (up to [`Edge::drain_limit`] bytes,
 //!   within [`DRAIN_TIME`]) so the connection carries the next request. A body announced larger
 //!   than that, or one the client only sends after a `100 Continue` it never got, ends the
@@ -128,11 +129,8 @@ impl Edge {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        let mut keep = None;
-        if let Some(u) = unread {
-            if version == Version::HTTP_2 {
-                keep = Some(u.body);
-            } else if (expects_continue && !u.polled) || u.body.size_hint().lower() > self.drain_limit {
+        if let Some(u) = unread.filter(|_| version != Version::HTTP_2) {
+            if (expects_continue && !u.polled) || u.body.size_hint().lower() > self.drain_limit {
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             } else {
@@ -145,13 +143,7 @@ impl Edge {
                 let _ = rx.wait_for(|s| *s).await;
             }) as Pin<Box<dyn Future<Output = ()> + Send>>
         });
-        Ok(resp.map(|inner| {
-            Body::new(Finish {
-                inner,
-                _request: keep,
-                stop,
-            })
-        }))
+        Ok(resp.map(|inner| Body::new(Finish { inner, stop })))
     }
 }
 
@@ -243,12 +235,10 @@ impl Drop for Guarded {
     }
 }
 
-/// The response body as hyper sees it: holds an unread HTTP/2 request body until the response
-/// is sent, and ends a long-running response (a watch) cleanly, between two events, when the
-/// server stops.
+/// The response body as hyper sees it: ends a long-running response (a watch) cleanly, between
+/// two events, when the server stops.
 struct Finish {
     inner: Body,
-    _request: Option<Incoming>,
     stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
