@@ -7,7 +7,8 @@
 //!   connection serves the next request;
 //! - headers up to 1 MiB are served, beyond that `431` with a `Status`;
 //! - SIGTERM drains the real binary: `/readyz` fails first, then new connections are refused,
-//!   watches end cleanly, requests in flight finish and the process exits 0.
+//!   watches end cleanly, requests in flight finish and the process exits 0; the grace period
+//!   bounds the drain, and a second signal ends the process at once.
 //!
 //! The SIGTERM test runs `cozyplane-apiserver` as a child process, found next to the test
 //! executable (`cargo build --bin cozyplane-apiserver`; `make test-unit` does) or through
@@ -568,4 +569,47 @@ async fn edge_04_sigterm_drains_and_exits_zero() {
 
     let st = p.exit().await;
     assert_eq!(st.code(), Some(0), "exit status {st}: {}", p.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_05_the_grace_period_bounds_the_drain() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut p, t) = Proc::start(dir.path(), &["--shutdown-grace-period=1s"]).await;
+    // A request that never finishes: its body is never completed.
+    let held = hold_post(&t, Proto::H1, "never").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!held.answer.is_finished(), "a held POST was answered early");
+    p.signal("TERM");
+    let st = p.exit().await;
+    assert_eq!(st.code(), Some(0), "exit status {st}: {}", p.log());
+    let r = guard("held POST", held.answer).await.expect("task");
+    assert!(r.is_err(), "the cut request has no answer: {r:?}");
+    drop(held.tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_06_a_second_signal_exits_at_once_with_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut p, t) = Proc::start(dir.path(), &["--shutdown-grace-period=10m"]).await;
+    let held = hold_post(&t, Proto::H2, "never").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p.signal("TERM");
+    // The drain has begun once new connections are refused; the held request keeps it going.
+    guard("new connections refused", async {
+        loop {
+            match tokio::net::TcpStream::connect(&t.addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await;
+    assert!(
+        p.child.try_wait().expect("wait").is_none(),
+        "exited before the second signal"
+    );
+    p.signal("INT");
+    let st = p.exit().await;
+    assert_eq!(st.code(), Some(1), "exit status {st}: {}", p.log());
+    drop(held);
 }
