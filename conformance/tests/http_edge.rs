@@ -590,7 +590,7 @@ async fn edge_05_the_grace_period_bounds_the_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_06_a_second_signal_exits_at_once_with_1() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut p, t) = Proc::start(dir.path(), &["--shutdown-grace-period=10m"]).await;
+    let (mut p, t) = Proc::start(dir.path(), &[]).await;
     let held = hold_post(&t, Proto::H2, "never").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     p.signal("TERM");
