@@ -21,9 +21,9 @@
 //! HTTP/1.1 read buffer ([`H1_MAX_BUF`]), where hyper answers a bare `431` itself. One limit is
 //! the `http` crate's and cannot be raised: a request target of 64 KiB or more is no `Uri`.
 //! Over HTTP/1.1 hyper answers it with a bare `414`; over HTTP/2 h2 could only reset the stream
-//! with PROTOCOL_ERROR, which Go clients retry without end. So HTTP/2 advertises a header list
-//! of at most [`H2_MAX_HEADER_LIST`] (64 KiB): Go clients refuse a larger request themselves
-//! ("request header list larger than peer's advertised limit"), other clients get h2's `431`.
+//! with PROTOCOL_ERROR, which Go clients retry without end (kubectl loops). So HTTP/2 advertises
+//! a header list of at most [`H2_MAX_HEADER_LIST`] (64 KiB), and a larger one gets h2's own
+//! `431` (kubectl: "the server responded with the status code 431").
 
 use std::future::Future;
 use std::pin::Pin;
@@ -51,7 +51,7 @@ pub const H1_MAX_BUF: usize = 2 << 20;
 
 /// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`: a header list holding a `:path` the `http` crate
 /// cannot represent (65 535 bytes and more, counted with RFC 7541's 32 bytes per field) is over
-/// it, so it is refused as too large (by Go clients before sending) rather than reset.
+/// it, so it is answered `431` rather than reset.
 pub const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 
 /// Header fields per HTTP/1.1 request (hyper's default is 100; the front proxy sends one
