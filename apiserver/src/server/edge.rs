@@ -7,19 +7,23 @@
 //! client, still sending, often sees it closed instead of the answer). So the route's body is a
 //! [`Guarded`] one that *parks* itself when dropped unread, and once the answer exists:
 //!
-//! - HTTP/2: the unread body is kept until the response has been sent completely, and dropped
-//!   then; h2 resets the stream with `NO_ERROR`, as RFC 9113 §8.1 provides for a complete
-//!   response to an incomplete request.
+//! - HTTP/2: the unread body is dropped. h2 then discards (and gives back the flow-control window
+//!   of) whatever else arrives for the stream, and since hyper holds the stream until the
+//!   response is sent, the stream ends with the complete response followed by `RST_STREAM`
+//!   `NO_ERROR`, as RFC 9113 §8.1 provides for a complete response to an incomplete request.
 //! - HTTP/1.1: the rest of the body is read and discarded (up to [`Edge::drain_limit`] bytes,
 //!   within [`DRAIN_TIME`]) so the connection carries the next request. A body announced larger
 //!   than that, or one the client only sends after a `100 Continue` it never got, ends the
 //!   connection instead, announced with `Connection: close` on the answer.
 //!
 //! Headers: Go's HTTP server, kube-apiserver's, accepts up to 1 MiB of request line and headers
-//! ([`MAX_HEADER_BYTES`]); beyond that this edge answers `431` with a `Status`. hyper's own
-//! limits sit above it ([`TRANSPORT_HEADER_BYTES`]), where hyper answers a bare `431` itself.
-//! One limit is the `http` crate's and cannot be raised: a request target of 64 KiB or more is
-//! no `Uri`, so hyper answers HTTP/1.1 with a bare `414` and h2 resets the HTTP/2 stream.
+//! ([`MAX_HEADER_BYTES`]); beyond that this edge answers `431` with a `Status`, up to hyper's
+//! HTTP/1.1 read buffer ([`H1_MAX_BUF`]), where hyper answers a bare `431` itself. One limit is
+//! the `http` crate's and cannot be raised: a request target of 64 KiB or more is no `Uri`.
+//! Over HTTP/1.1 hyper answers it with a bare `414`; over HTTP/2 h2 could only reset the stream
+//! with PROTOCOL_ERROR, which Go clients retry without end (kubectl loops). So HTTP/2 advertises
+//! a header list of at most [`H2_MAX_HEADER_LIST`] (64 KiB), and a larger one gets h2's own
+//! `431` (kubectl: "the server responded with the status code 431").
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,9 +45,14 @@ use crate::errors::ApiError;
 /// limit of kube-apiserver. Each header counts its name, its value and 4 bytes (`: `, CRLF).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
-/// hyper's limits (HTTP/1.1 read buffer, HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`): above
-/// [`MAX_HEADER_BYTES`] so that the edge, not hyper, answers the first megabyte beyond it.
-pub const TRANSPORT_HEADER_BYTES: usize = 2 << 20;
+/// hyper's HTTP/1.1 read buffer: above [`MAX_HEADER_BYTES`] so that the edge, not hyper,
+/// answers the first megabyte beyond it.
+pub const H1_MAX_BUF: usize = 2 << 20;
+
+/// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`: a header list holding a `:path` the `http` crate
+/// cannot represent (65 535 bytes and more, counted with RFC 7541's 32 bytes per field) is over
+/// it, so it is answered `431` rather than reset.
+pub const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 
 /// Header fields per HTTP/1.1 request (hyper's default is 100; the front proxy sends one
 /// `X-Remote-Group` per group of the user).
@@ -120,11 +129,8 @@ impl Edge {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        let mut keep = None;
-        if let Some(u) = unread {
-            if version == Version::HTTP_2 {
-                keep = Some(u.body);
-            } else if (expects_continue && !u.polled) || u.body.size_hint().lower() > self.drain_limit {
+        if let Some(u) = unread.filter(|_| version != Version::HTTP_2) {
+            if (expects_continue && !u.polled) || u.body.size_hint().lower() > self.drain_limit {
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             } else {
@@ -137,13 +143,7 @@ impl Edge {
                 let _ = rx.wait_for(|s| *s).await;
             }) as Pin<Box<dyn Future<Output = ()> + Send>>
         });
-        Ok(resp.map(|inner| {
-            Body::new(Finish {
-                inner,
-                _request: keep,
-                stop,
-            })
-        }))
+        Ok(resp.map(|inner| Body::new(Finish { inner, stop })))
     }
 }
 
@@ -235,12 +235,10 @@ impl Drop for Guarded {
     }
 }
 
-/// The response body as hyper sees it: holds an unread HTTP/2 request body until the response
-/// is sent, and ends a long-running response (a watch) cleanly, between two events, when the
-/// server stops.
+/// The response body as hyper sees it: ends a long-running response (a watch) cleanly, between
+/// two events, when the server stops.
 struct Finish {
     inner: Body,
-    _request: Option<Incoming>,
     stop: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 

@@ -159,12 +159,12 @@ where
             });
             let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             b.http1()
-                .max_buf_size(edge::TRANSPORT_HEADER_BYTES)
+                .max_buf_size(edge::H1_MAX_BUF)
                 .max_headers(edge::MAX_H1_HEADERS);
             // Watches are long-lived streams; the aggregator multiplexes many per connection.
             b.http2()
                 .max_concurrent_streams(1000)
-                .max_header_list_size(u32::try_from(edge::TRANSPORT_HEADER_BYTES).unwrap_or(u32::MAX));
+                .max_header_list_size(edge::H2_MAX_HEADER_LIST);
             let conn = b.serve_connection(TokioIo::new(tls), svc);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
