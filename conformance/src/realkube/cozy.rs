@@ -148,8 +148,6 @@ impl ControlPlane {
         self.ok(&self.admin, &["create", "namespace", chart::RELEASE_NAMESPACE])
             .await;
         self.apply(&rbac).await;
-        let port = free_port();
-        self.apply(&service_yaml(port)).await;
         let token = self
             .ok(
                 &self.admin,
@@ -160,14 +158,28 @@ impl ControlPlane {
         let dir = self.dir.path().join("cozyplane");
         std::fs::create_dir_all(&dir).expect("cozyplane dir");
         let mut c = Cozyplane {
-            port,
+            port: 0,
             kubeconfig,
             data_dir: dir.join("data"),
             log: dir.join("server.log"),
             proc: None,
             extra: extra.iter().map(|s| (*s).to_string()).collect(),
         };
-        c.start();
+        // A port found free can be taken before the server binds it: then it exits at once,
+        // and another port (and EndpointSlice) is tried.
+        for attempt in 1.. {
+            c.port = free_port();
+            self.apply(&service_yaml(c.port)).await;
+            c.start();
+            // It logs this line once it listens.
+            while c.running() && !c.tail().contains("serving sdn.cozystack.io") {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            if c.running() || attempt == 3 || !c.tail().contains("in use") {
+                break;
+            }
+            c.kill();
+        }
         self.wait_available(&mut c, "True").await;
         c
     }

@@ -122,7 +122,7 @@ pub fn required() -> bool {
 /// can mistake for a pass.
 pub fn not_run(why: &str) {
     let msg = format!(
-        "the real-control-plane tier DID NOT RUN: {why}\n(set KUBE_BIN_DIR to the folder holding kube-apiserver.xz and kube-controller-manager.xz; default {})",
+        "the real-control-plane tier DID NOT RUN: {why}\n(looked in {}: set KUBE_BIN_DIR to the folder holding kube-apiserver.xz and kube-controller-manager.xz; default <repo>/../shared/kube)",
         bin_dir().display()
     );
     assert!(!required(), "{msg}");
@@ -210,6 +210,7 @@ pub struct ControlPlane {
     kcm: Proc,
     apiserver: Proc,
     _etcd: EtcdServer,
+    _etcd_dir: tempfile::TempDir,
     /// `https://127.0.0.1:<port>` of kube-apiserver.
     pub url: String,
     /// kubeconfig of `kubernetes-admin` (`system:masters`).
@@ -236,7 +237,19 @@ impl ControlPlane {
             .disable_cleanup(std::env::var_os("REALKUBE_KEEP").is_some())
             .tempdir()
             .expect("temp dir");
-        let etcd = tokio::task::spawn_blocking(EtcdServer::start)
+        // etcd fsyncs every write: on a disk shared with compilers, kube-apiserver's bootstrap
+        // (hundreds of writes) took 85 s with etcd timeouts. The data is thrown away, so it lives
+        // in memory where there is a tmpfs (the later `--data-dir` wins over the helper's own).
+        let etcd_dir = tempfile::Builder::new()
+            .prefix("realkube-etcd-")
+            .tempdir_in(if Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            })
+            .expect("etcd data dir");
+        let data = format!("--data-dir={}", etcd_dir.path().join("data").display());
+        let etcd = tokio::task::spawn_blocking(move || EtcdServer::start_with(vec![data], "http"))
             .await
             .expect("etcd starts");
         let pki = pki::Pki::mint().expect("PKI");
@@ -329,6 +342,7 @@ impl ControlPlane {
             kcm,
             apiserver,
             _etcd: etcd,
+            _etcd_dir: etcd_dir,
             url,
             admin,
             audit_log,
