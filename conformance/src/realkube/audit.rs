@@ -87,6 +87,8 @@ pub struct Watches {
     pub open: usize,
     /// Ended watches that were open when the server was stopped on purpose.
     pub excused: usize,
+    /// Ended watches that lasted their whole `timeoutSeconds`.
+    pub full: usize,
     /// Ended watches shorter than their `timeoutSeconds` (or without one), described.
     pub short: Vec<String>,
 }
@@ -118,7 +120,7 @@ pub fn watches(events: &[Event], user: &str, stops: &[Timestamp], slack: SignedD
             continue;
         }
         match timeout_seconds(&end.uri) {
-            Some(t) if lasted + slack >= SignedDuration::from_secs(t) => {}
+            Some(t) if lasted + slack >= SignedDuration::from_secs(t) => w.full += 1,
             t => w.short.push(format!(
                 "{} lasted {lasted:#} of timeoutSeconds={t:?} (code {:?}, {} → {})",
                 end.uri, end.code, end.received, end.at
@@ -162,7 +164,7 @@ mod tests {
             ev("c", "RequestReceived", uri, t0, t0),
         ];
         let w = watches(&events, "u", &[], SignedDuration::ZERO);
-        assert_eq!((w.complete, w.open, w.short.len()), (2, 1, 1), "{w:?}");
+        assert_eq!((w.complete, w.open, w.full, w.short.len()), (2, 1, 1, 1), "{w:?}");
         let stop: Timestamp = "2026-01-01T00:00:09.000000Z".parse().unwrap();
         let w = watches(&events, "u", &[stop], SignedDuration::ZERO);
         assert_eq!((w.excused, w.short.len()), (1, 0), "{w:?}");
