@@ -6,12 +6,15 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/cozyplane/target
 CARGO ?= cargo
 RUN_DIR ?= $(CURDIR)/.run
+# The real kube-apiserver and kube-controller-manager (xz) for the tier in
+# conformance/tests/realkube.rs; decompressed into $(CARGO_TARGET_DIR)/kube, never into the repo.
+export KUBE_BIN_DIR ?= $(abspath $(CURDIR)/../shared/kube)
 
 # Debian packages the build and the tests need: binary -> package.
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
         bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
-        /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux
+        /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils
 
 .PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
 
