@@ -219,7 +219,9 @@ impl Options {
                 registry::namespace::Strategy,
                 storage.clone(),
             ));
-            registry::namespace::create_initial(&*store).await?;
+            registry::namespace::create_initial(&*store)
+                .await
+                .map_err(|e| Error::Namespaces(e.message))?;
             Some(store)
         } else {
             None

@@ -16,15 +16,19 @@
 //!   without the pod they come from the Port's `sdn.cozystack.io/pod-labels` annotation; with
 //!   neither the Port is left as it is.
 //!
-//! Nodes and Pods are watched into caches by [informers](crate::informer) (see there for
-//! backoff, `/readyz` and metrics); every change wakes the controllers. What they read is
-//! declared in the RBAC table ([`crate::rbac::server`]).
+//! Both are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
+//! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
+//! there for backoff, `/readyz` and metrics). Indexes by node, by pod and by VPC turn each
+//! change into the few Ports it affects: a Node going away queues the GC of its Ports, a Pod's
+//! labels changing queues its Ports' membership, a SecurityGroup changing queues the Ports of
+//! its VPC. What the loops read is declared in the RBAC table ([`crate::rbac::server`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cozyplane_apis::v1alpha1::{Port, SecurityGroup};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -32,19 +36,28 @@ use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
-use super::loops::{all, find, s};
-use crate::errors::Result;
+use super::informer::{Changed, Mirror};
+use super::loops::{AbortOnDrop, edit_finalizers, find};
+use super::queue::Queue;
+use crate::errors::{ApiError, Result};
 use crate::informer::KubeConnection;
 use crate::rbac::server as rbac;
 use crate::registry::Resource;
+use crate::registry::cache::WatchCache;
 use crate::registry::store::{DeleteOptions, Deleted, WriteOptions};
 
 /// The agent's finalizer on Ports.
 pub const SEVER: &str = "sdn.cozystack.io/sever";
 /// The default grace before a Port on a never-seen node is collected.
 pub const DEFAULT_PORT_GC_GRACE: Duration = Duration::from_secs(30);
+/// How long a failed reconcile waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// The label naming the uid of a Port's pod.
+const POD_UID: &str = "sdn.cozystack.io/pod-uid";
+/// The annotation carrying a Port's pod labels (when the pod is not watched).
+const POD_LABELS: &str = "sdn.cozystack.io/pod-labels";
 
 /// What the kube-backed loops need.
 #[derive(Clone)]
@@ -55,263 +68,427 @@ pub struct KubeConfig {
     pub port_gc_grace: Duration,
 }
 
-/// The running caches of the kube-backed loops; the watches stop when this is dropped.
-pub struct KubeLoops {
+/// One Port to look at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Work {
+    /// Port GC of the named Port.
+    Gc(String),
+    /// SecurityGroup membership of the named Port.
+    Groups(String),
+}
+
+type Index<K> = Mutex<HashMap<K, BTreeSet<String>>>;
+
+fn index_set<K: std::hash::Hash + Eq>(ix: &Index<K>, key: K, port: &str, present: bool) {
+    let mut m = ix.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if present {
+        m.entry(key).or_default().insert(port.to_string());
+    } else if let Some(set) = m.get_mut(&key) {
+        set.remove(port);
+        if set.is_empty() {
+            m.remove(&key);
+        }
+    }
+}
+
+fn index_get<K: std::hash::Hash + Eq>(ix: &Index<K>, key: &K) -> Vec<String> {
+    ix.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(key)
+        .map(|s| s.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// What the handlers and the worker share.
+struct Shared {
     nodes_api: Api<Node>,
     nodes: reflector::Store<Node>,
     pods: reflector::Store<Pod>,
-    nodes_ready: Arc<AtomicBool>,
-    pods_ready: Arc<AtomicBool>,
-    seen_nodes: Arc<Mutex<HashSet<String>>>,
+    nodes_ready: AtomicBool,
+    pods_ready: AtomicBool,
+    seen_nodes: Mutex<HashSet<String>>,
     grace: Duration,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    ports: Arc<Mirror<Port>>,
+    groups: Arc<Mirror<SecurityGroup>>,
+    by_node: Index<String>,
+    by_pod: Index<(String, String)>,
+    by_vpc: Index<(String, String)>,
+    queue: Arc<Queue<Work>>,
 }
 
-impl Drop for KubeLoops {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+fn pod_of(p: &Port) -> Option<(String, String)> {
+    (!p.spec.pod_namespace.is_empty() && !p.spec.pod_name.is_empty())
+        .then(|| (p.spec.pod_namespace.clone(), p.spec.pod_name.clone()))
+}
+
+fn vpc_of(p: &Port) -> (String, String) {
+    (p.spec.vpc_ref.namespace.clone(), p.spec.vpc_ref.name.clone())
+}
+
+impl Shared {
+    fn index(&self, p: &Port, present: bool) {
+        let name = p.metadata.name.as_deref().unwrap_or_default();
+        if !p.spec.node.is_empty() {
+            index_set(&self.by_node, p.spec.node.clone(), name, present);
+        }
+        if let Some(pod) = pod_of(p) {
+            index_set(&self.by_pod, pod, name, present);
+        }
+        index_set(&self.by_vpc, vpc_of(p), name, present);
+    }
+
+    fn on_port(&self, c: &Changed<'_, Port>) {
+        if let Some(o) = c.old {
+            self.index(o, false);
+        }
+        let Some(p) = c.new else { return };
+        self.index(p, true);
+        let name = p.metadata.name.clone().unwrap_or_default();
+        // Our own status write (groups) changes nothing either loop looks at.
+        if let Some(o) = c.old
+            && o.spec == p.spec
+            && o.metadata.labels == p.metadata.labels
+            && o.metadata.annotations == p.metadata.annotations
+            && o.metadata.deletion_timestamp == p.metadata.deletion_timestamp
+            && o.metadata.finalizers == p.metadata.finalizers
+        {
+            return;
+        }
+        if !p.spec.node.is_empty() {
+            self.queue.add(Work::Gc(name.clone()));
+        }
+        if pod_of(p).is_some() {
+            self.queue.add(Work::Groups(name));
         }
     }
-}
 
-/// Feeds an informer's events into `writer`, waking the loops on changes once synced.
-fn spawn_cache<K>(
-    mut events: BoxStream<'static, watcher::Event<K>>,
-    mut writer: reflector::store::Writer<K>,
-    ready: Arc<AtomicBool>,
-    dirty: Arc<Notify>,
-    seen: Option<Arc<Mutex<HashSet<String>>>>,
-) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    tokio::spawn(async move {
-        while let Some(ev) = events.next().await {
-            writer.apply_watcher_event(&ev);
-            match ev {
-                watcher::Event::InitDone => {
-                    ready.store(true, Ordering::SeqCst);
-                    dirty.notify_one();
+    fn on_group(&self, c: &Changed<'_, SecurityGroup>) {
+        let id = |g: &SecurityGroup| g.status.as_ref().map_or(0, |s| s.id);
+        if let (Some(o), Some(n)) = (c.old, c.new)
+            && o.spec == n.spec
+            && id(o) == id(n)
+            && o.metadata.deletion_timestamp == n.metadata.deletion_timestamp
+        {
+            return;
+        }
+        for g in [c.old, c.new].into_iter().flatten() {
+            let vpc = (
+                g.metadata.namespace.clone().unwrap_or_default(),
+                g.spec.vpc_ref.name.clone(),
+            );
+            for port in index_get(&self.by_vpc, &vpc) {
+                self.queue.add(Work::Groups(port));
+            }
+        }
+    }
+
+    fn on_node(&self, ev: &watcher::Event<Node>) {
+        match ev {
+            watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
+                if let Some(name) = n.metadata.name.clone() {
+                    self.seen_nodes
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(name);
                 }
-                watcher::Event::Init => {}
-                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                    if let (Some(seen), Some(name)) = (&seen, o.meta().name.clone()) {
-                        seen.lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .insert(name);
+            }
+            watcher::Event::Delete(n) => {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                for port in index_get(&self.by_node, &name) {
+                    self.queue.add(Work::Gc(port));
+                }
+            }
+            watcher::Event::InitDone => {
+                self.nodes_ready.store(true, Ordering::SeqCst);
+                for p in self.ports.all() {
+                    if !p.spec.node.is_empty() {
+                        self.queue
+                            .add(Work::Gc(p.metadata.name.clone().unwrap_or_default()));
                     }
-                    if ready.load(Ordering::SeqCst) {
-                        dirty.notify_one();
+                }
+            }
+            watcher::Event::Init => {}
+        }
+    }
+
+    fn on_pod(&self, ev: &watcher::Event<Pod>) {
+        match ev {
+            watcher::Event::InitApply(_) | watcher::Event::Init => {}
+            watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
+                let key = (
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                );
+                for port in index_get(&self.by_pod, &key) {
+                    self.queue.add(Work::Groups(port));
+                }
+            }
+            watcher::Event::InitDone => {
+                self.pods_ready.store(true, Ordering::SeqCst);
+                for p in self.ports.all() {
+                    if pod_of(&p).is_some() {
+                        self.queue
+                            .add(Work::Groups(p.metadata.name.clone().unwrap_or_default()));
                     }
                 }
-                watcher::Event::Delete(_) => dirty.notify_one(),
             }
         }
-    })
-}
-
-impl KubeLoops {
-    /// Starts the Node and Pod informers; their changes notify `dirty`.
-    pub fn start(cfg: &KubeConfig, dirty: Arc<Notify>) -> Self {
-        let nodes_api: Api<Node> = rbac::NODES.uses("get").api_all(cfg.kube.client.clone());
-        let (nodes, nw) = reflector::store();
-        let (pods, pw) = reflector::store();
-        let nodes_ready = Arc::new(AtomicBool::new(false));
-        let pods_ready = Arc::new(AtomicBool::new(false));
-        let seen_nodes = Arc::new(Mutex::new(HashSet::new()));
-        let tasks = vec![
-            spawn_cache(
-                cfg.kube
-                    .watch_all::<Node>(&rbac::NODES, watcher::Config::default()),
-                nw,
-                nodes_ready.clone(),
-                dirty.clone(),
-                Some(seen_nodes.clone()),
-            ),
-            spawn_cache(
-                cfg.kube.watch_all::<Pod>(&rbac::PODS, watcher::Config::default()),
-                pw,
-                pods_ready.clone(),
-                dirty,
-                None,
-            ),
-        ];
-        Self {
-            nodes_api,
-            nodes,
-            pods,
-            nodes_ready,
-            pods_ready,
-            seen_nodes,
-            grace: cfg.port_gc_grace,
-            tasks,
-        }
-    }
-
-    /// One pass of both loops; returns when the next pass is due at the latest (a Port waiting
-    /// out its grace).
-    pub async fn pass(&self, kinds: &[Arc<dyn Resource>]) -> Result<Option<Duration>> {
-        let mut wake = None;
-        if self.nodes_ready.load(Ordering::SeqCst) {
-            wake = self.port_gc(kinds).await?;
-        }
-        if self.pods_ready.load(Ordering::SeqCst) {
-            self.membership(kinds).await?;
-        }
-        Ok(wake)
-    }
-
-    async fn port_gc(&self, kinds: &[Arc<dyn Resource>]) -> Result<Option<Duration>> {
-        let Some(pr) = find(kinds, "ports") else {
-            return Ok(None);
-        };
-        let nodes: HashSet<String> = self
-            .nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        let now_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-        let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
-        let mut wake: Option<Duration> = None;
-        for p in all(kinds, "ports").await? {
-            let node = s(&p, "/spec/node");
-            if node.is_empty() || nodes.contains(node) {
-                continue;
-            }
-            let deleting = p.pointer("/metadata/deletionTimestamp").is_some();
-            if !deleting {
-                let seen = self
-                    .seen_nodes
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .contains(node);
-                let age_ms = s(&p, "/metadata/creationTimestamp")
-                    .parse::<k8s_openapi::jiff::Timestamp>()
-                    .map_or(i64::MAX, |t| now_ms - t.as_millisecond());
-                if !seen && age_ms < grace_ms {
-                    let left = Duration::from_millis(u64::try_from(grace_ms - age_ms).unwrap_or(0))
-                        + Duration::from_millis(100);
-                    wake = Some(wake.map_or(left, |w: Duration| w.min(left)));
-                    continue;
-                }
-            }
-            match self.nodes_api.get_opt(node).await {
-                Ok(None) => {}
-                Ok(Some(_)) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, node, "port GC: looking up the node");
-                    continue;
-                }
-            }
-            let name = s(&p, "/metadata/name").to_string();
-            let current = if deleting {
-                p.clone()
-            } else {
-                tracing::info!(port = %name, node, "deleting a Port whose node does not exist");
-                match pr.delete(None, &name, &DeleteOptions::default()).await {
-                    Ok(Deleted::Gone(_)) => continue,
-                    Ok(Deleted::Marked(v)) => v,
-                    Err(e) if e.is_not_found() => continue,
-                    Err(e) => return Err(e),
-                }
-            };
-            if finalizers(&current).iter().any(|f| f == SEVER) {
-                let strip = |mut cur: Value| -> Result<Value> {
-                    let kept: Vec<String> = finalizers(&cur).into_iter().filter(|f| f != SEVER).collect();
-                    cur["metadata"]["finalizers"] = json!(kept);
-                    Ok(cur)
-                };
-                match pr
-                    .patch(None, &name, &strip, false, &WriteOptions::server())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(wake)
     }
 
     /// The labels of the Port's pod: the watched pod, else the `pod-labels` annotation.
-    fn pod_labels(&self, port: &Value) -> Option<BTreeMap<String, String>> {
-        let (ns, name) = (s(port, "/spec/podNamespace"), s(port, "/spec/podName"));
-        let uid = s(port, "/metadata/labels/sdn.cozystack.io~1pod-uid");
-        if let Some(pod) = self.pods.get(&ObjectRef::new(name).within(ns))
+    fn pod_labels(&self, p: &Port) -> Option<BTreeMap<String, String>> {
+        let (ns, name) = pod_of(p)?;
+        let uid = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(POD_UID))
+            .map(String::as_str)
+            .unwrap_or_default();
+        if let Some(pod) = self.pods.get(&ObjectRef::new(&name).within(&ns))
             && (uid.is_empty() || pod.metadata.uid.as_deref() == Some(uid))
         {
             return Some(pod.metadata.labels.clone().unwrap_or_default());
         }
-        let ann = s(port, "/metadata/annotations/sdn.cozystack.io~1pod-labels");
+        let ann = p.metadata.annotations.as_ref()?.get(POD_LABELS)?;
         serde_json::from_str(ann).ok()
-    }
-
-    async fn membership(&self, kinds: &[Arc<dyn Resource>]) -> Result<()> {
-        let Some(pr) = find(kinds, "ports") else {
-            return Ok(());
-        };
-        let mut groups: HashMap<(String, String), Vec<(i64, Value)>> = HashMap::new();
-        for g in all(kinds, "securitygroups").await? {
-            let id = g.pointer("/status/id").and_then(Value::as_i64).unwrap_or(0);
-            if id == 0 || g.pointer("/metadata/deletionTimestamp").is_some() {
-                continue;
-            }
-            let key = (
-                s(&g, "/metadata/namespace").to_string(),
-                s(&g, "/spec/vpcRef/name").to_string(),
-            );
-            let sel = g.pointer("/spec/podSelector").cloned().unwrap_or(Value::Null);
-            groups.entry(key).or_default().push((id, sel));
-        }
-        for p in all(kinds, "ports").await? {
-            if s(&p, "/spec/podNamespace").is_empty()
-                || s(&p, "/spec/podName").is_empty()
-                || p.pointer("/metadata/deletionTimestamp").is_some()
-            {
-                continue;
-            }
-            let Some(labels) = self.pod_labels(&p) else {
-                continue;
-            };
-            let key = (
-                s(&p, "/spec/vpcRef/namespace").to_string(),
-                s(&p, "/spec/vpcRef/name").to_string(),
-            );
-            let want = member_ids(groups.get(&key).map_or(&[][..], Vec::as_slice), &labels);
-            let have: Vec<i64> = p
-                .pointer("/status/groups")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_i64).collect())
-                .unwrap_or_default();
-            if have == want {
-                continue;
-            }
-            let name = s(&p, "/metadata/name").to_string();
-            let set = |mut cur: Value| -> Result<Value> {
-                if !cur.get("status").is_some_and(Value::is_object) {
-                    cur["status"] = json!({});
-                }
-                cur["status"]["groups"] = json!(want.clone());
-                Ok(cur)
-            };
-            match pr.patch(None, &name, &set, true, &WriteOptions::server()).await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 }
 
-fn finalizers(v: &Value) -> Vec<String> {
-    v.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(String::from)).collect())
-        .unwrap_or_default()
+/// The reconcilers.
+struct Reconciler {
+    shared: Arc<Shared>,
+    ports: Arc<dyn Resource>,
+}
+
+impl Reconciler {
+    async fn reconcile(&self, w: &Work) -> Result<()> {
+        match w {
+            Work::Gc(name) => self.port_gc(name).await,
+            Work::Groups(name) => self.membership(name).await,
+        }
+    }
+
+    async fn port_gc(&self, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        if !sh.nodes_ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Some(p) = sh.ports.get("", name) else {
+            return Ok(());
+        };
+        let node = p.spec.node.as_str();
+        if node.is_empty() || sh.nodes.get(&ObjectRef::new(node)).is_some() {
+            return Ok(());
+        }
+        let deleting = p.metadata.deletion_timestamp.is_some();
+        if !deleting {
+            let seen = sh
+                .seen_nodes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(node);
+            let age = p.metadata.creation_timestamp.as_ref().map_or(Duration::MAX, |t| {
+                let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond();
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+            });
+            if !seen && age < sh.grace {
+                // Not yet: the node may still be registering. Look again when the grace is over.
+                let left = sh.grace - age + Duration::from_millis(100);
+                sh.queue.add_after(Work::Gc(name.to_string()), left);
+                return Ok(());
+            }
+        }
+        match sh.nodes_api.get_opt(node).await {
+            Ok(None) => {}
+            Ok(Some(_)) => return Ok(()),
+            Err(e) => {
+                return Err(ApiError::unavailable(format!(
+                    "port GC: looking up node {node}: {e}"
+                )));
+            }
+        }
+        let finalizers = if deleting {
+            p.metadata.finalizers.clone().unwrap_or_default()
+        } else {
+            tracing::info!(port = %name, node, "deleting a Port whose node does not exist");
+            match self.ports.delete(None, name, &DeleteOptions::default()).await {
+                Ok(Deleted::Gone(_)) => return Ok(()),
+                Ok(Deleted::Marked(v)) => {
+                    serde_json::from_value(v["metadata"]["finalizers"].clone()).unwrap_or_default()
+                }
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        };
+        if finalizers.iter().any(|f: &String| f == SEVER) {
+            edit_finalizers(&self.ports, "", name, |f| f.retain(|x| x != SEVER)).await?;
+        }
+        Ok(())
+    }
+
+    async fn membership(&self, name: &str) -> Result<()> {
+        let sh = &self.shared;
+        if !sh.pods_ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Some(p) = sh.ports.get("", name) else {
+            return Ok(());
+        };
+        if p.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let Some(labels) = sh.pod_labels(&p) else {
+            return Ok(());
+        };
+        let (vpc_ns, vpc) = vpc_of(&p);
+        let groups: Vec<(i64, Value)> = sh
+            .groups
+            .in_namespace(&vpc_ns)
+            .iter()
+            .filter(|g| g.spec.vpc_ref.name == vpc && g.metadata.deletion_timestamp.is_none())
+            .filter_map(|g| {
+                let id = g.status.as_ref().map_or(0, |s| s.id);
+                (id != 0).then(|| (i64::from(id), json!(g.spec.pod_selector)))
+            })
+            .collect();
+        let want = member_ids(&groups, &labels);
+        let have: Vec<i64> = p
+            .status
+            .as_ref()
+            .map(|s| s.groups.iter().map(|g| i64::from(*g)).collect())
+            .unwrap_or_default();
+        if have == want {
+            return Ok(());
+        }
+        let set = move |mut cur: Value| -> Result<Value> {
+            if !cur.get("status").is_some_and(Value::is_object) {
+                cur["status"] = json!({});
+            }
+            cur["status"]["groups"] = json!(want.clone());
+            Ok(cur)
+        };
+        match self
+            .ports
+            .patch(None, name, &set, true, &WriteOptions::server())
+            .await
+        {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+/// Feeds an informer's events into `writer`, then to `on_event`.
+fn spawn_cache<K, F>(
+    mut events: BoxStream<'static, watcher::Event<K>>,
+    mut writer: reflector::store::Writer<K>,
+    on_event: F,
+) -> AbortOnDrop
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    F: Fn(&watcher::Event<K>) + Send + 'static,
+{
+    AbortOnDrop(tokio::spawn(async move {
+        while let Some(ev) = events.next().await {
+            writer.apply_watcher_event(&ev);
+            on_event(&ev);
+        }
+    }))
+}
+
+/// The running kube-backed loops; everything stops when this is dropped.
+pub struct KubeLoops {
+    _tasks: Vec<AbortOnDrop>,
+}
+
+impl std::fmt::Debug for KubeLoops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeLoops").finish_non_exhaustive()
+    }
+}
+
+impl KubeLoops {
+    /// Starts the Node and Pod informers, the Port and SecurityGroup mirrors and the worker,
+    /// which works while `leader` says this replica leads.
+    pub fn start(
+        cfg: &KubeConfig,
+        kinds: &[Arc<dyn Resource>],
+        caches: &[Arc<WatchCache>],
+        mut leader: watch::Receiver<bool>,
+    ) -> Self {
+        let cache = |plural: &str| {
+            caches
+                .iter()
+                .find(|c| c.resource().info().plural == plural)
+                .cloned()
+        };
+        let (Some(ports_c), Some(groups_c), Some(ports)) =
+            (cache("ports"), cache("securitygroups"), find(kinds, "ports"))
+        else {
+            tracing::error!("the kube-backed loops need the ports and securitygroups kinds");
+            return Self { _tasks: Vec::new() };
+        };
+        let (nodes, nw) = reflector::store();
+        let (pods, pw) = reflector::store();
+        let (queue, mut rx) = Queue::new();
+        let shared = Arc::new(Shared {
+            nodes_api: rbac::NODES.uses("get").api_all(cfg.kube.client.clone()),
+            nodes,
+            pods,
+            nodes_ready: AtomicBool::new(false),
+            pods_ready: AtomicBool::new(false),
+            seen_nodes: Mutex::default(),
+            grace: cfg.port_gc_grace,
+            ports: Arc::default(),
+            groups: Arc::default(),
+            by_node: Mutex::default(),
+            by_pod: Mutex::default(),
+            by_vpc: Mutex::default(),
+            queue: Arc::new(queue),
+        });
+        let mut tasks = Vec::new();
+        let sh = shared.clone();
+        tasks.push(AbortOnDrop(shared.ports.follow(ports_c, move |c| sh.on_port(&c))));
+        let sh = shared.clone();
+        tasks.push(AbortOnDrop(
+            shared.groups.follow(groups_c, move |c| sh.on_group(&c)),
+        ));
+        let sh = shared.clone();
+        tasks.push(spawn_cache(
+            cfg.kube
+                .watch_all::<Node>(&rbac::NODES, watcher::Config::default()),
+            nw,
+            move |ev| sh.on_node(ev),
+        ));
+        let sh = shared.clone();
+        tasks.push(spawn_cache(
+            cfg.kube.watch_all::<Pod>(&rbac::PODS, watcher::Config::default()),
+            pw,
+            move |ev| sh.on_pod(ev),
+        ));
+        let r = Reconciler {
+            shared,
+            ports: ports.clone(),
+        };
+        tasks.push(AbortOnDrop(tokio::spawn(async move {
+            while let Some(w) = rx.recv().await {
+                if leader.wait_for(|l| *l).await.is_err() {
+                    return;
+                }
+                r.shared.queue.taken(&w);
+                if let Err(e) = r.reconcile(&w).await {
+                    if e.is_stale() {
+                        r.shared.queue.add(w);
+                        continue;
+                    }
+                    tracing::warn!(work = ?w, error = %e.message, "kube controller failed; retrying");
+                    r.shared.queue.add_after(w, RETRY);
+                }
+            }
+        })));
+        Self { _tasks: tasks }
+    }
 }
 
 /// The sorted, distinct ids of `groups` (`(id, podSelector)`) whose selector matches `labels`.
@@ -361,14 +538,6 @@ pub fn selector_matches(sel: &Value, labels: &BTreeMap<String, String>) -> bool 
             _ => false,
         }
     })
-}
-
-impl std::fmt::Debug for KubeLoops {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeLoops")
-            .field("grace", &self.grace)
-            .finish_non_exhaustive()
-    }
 }
 
 #[cfg(test)]

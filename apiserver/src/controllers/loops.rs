@@ -9,15 +9,15 @@
 //! object of a kind gets (the binding's finalizer, the VPC's status) is set inside its write by
 //! the kind's strategy, so no controller writes after a create.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::{VPC, VPCBinding, VPCGateway, VPCPeering};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::informer::{Changed, Key, Mirror};
+use super::queue::Queue;
 use crate::errors::{ApiError, Result};
 use crate::registry::cache::WatchCache;
 use crate::registry::store::{DeleteOptions, ListParams, WriteOptions};
@@ -34,13 +34,6 @@ pub(crate) fn find<'a>(kinds: &'a [Arc<dyn Resource>], plural: &str) -> Option<&
     kinds.iter().find(|k| k.info().plural == plural)
 }
 
-pub(crate) async fn all(kinds: &[Arc<dyn Resource>], plural: &str) -> Result<Vec<Value>> {
-    match find(kinds, plural) {
-        Some(r) => Ok(r.list(None, &ListParams::default()).await?.items),
-        None => Ok(Vec::new()),
-    }
-}
-
 pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
@@ -51,32 +44,6 @@ enum Work {
     Peering(Key),
     Gateway(Key),
     Binding(Key),
-}
-
-/// A de-duplicating work queue: an object queued twice before its turn is reconciled once.
-struct Queue {
-    tx: mpsc::UnboundedSender<Work>,
-    pending: Mutex<HashSet<Work>>,
-}
-
-impl Queue {
-    fn add(&self, w: Work) {
-        let fresh = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(w.clone());
-        if fresh {
-            let _ = self.tx.send(w);
-        }
-    }
-
-    fn taken(&self, w: &Work) {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(w);
-    }
 }
 
 fn key<K: kube_core::Resource>(o: &K) -> Key {
@@ -93,7 +60,7 @@ struct Shared {
     peerings: Arc<Mirror<VPCPeering>>,
     gateways: Arc<Mirror<VPCGateway>>,
     bindings: Arc<Mirror<VPCBinding>>,
-    queue: Queue,
+    queue: Arc<Queue<Work>>,
 }
 
 impl Shared {
@@ -327,7 +294,7 @@ async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value
 }
 
 /// Edits the stored finalizers of `ns`/`name` (not a copy read earlier).
-async fn edit_finalizers(
+pub(crate) async fn edit_finalizers(
     r: &Arc<dyn Resource>,
     ns: &str,
     name: &str,
@@ -352,7 +319,7 @@ async fn edit_finalizers(
     }
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -384,16 +351,13 @@ pub async fn run(
         );
         return;
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (queue, mut rx) = Queue::new();
     let shared = Arc::new(Shared {
         vpcs: Arc::default(),
         peerings: Arc::default(),
         gateways: Arc::default(),
         bindings: Arc::default(),
-        queue: Queue {
-            tx,
-            pending: Mutex::default(),
-        },
+        queue: Arc::new(queue),
     });
     let follow = |h| AbortOnDrop(h);
     let sh = shared.clone();
@@ -423,11 +387,7 @@ pub async fn run(
                 continue;
             }
             tracing::warn!(work = ?w, error = %e.message, "reconcile failed; retrying");
-            let sh = r.shared.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(RETRY).await;
-                sh.queue.add(w);
-            });
+            r.shared.queue.add_after(w, RETRY);
         }
     }
 }

@@ -19,7 +19,7 @@
 //! * VPCBinding reap: deleting a binding deletes the Ports it authorized unless another live
 //!   binding in the namespace grants the same VPC, then removes the finalizer.
 //!
-//! With a kube connection also ([`kube_loops`], level-triggered passes over the kube caches):
+//! With a kube connection also ([`kube_loops`], the same pattern with the Node and Pod informers):
 //! Port GC for Ports whose Node does not exist,
 //! and SecurityGroup membership (`Port.status.groups` from pod labels). Without one (plain
 //! `--standalone`) those two are off.
@@ -32,22 +32,16 @@ pub mod informer;
 pub mod kube_loops;
 pub mod leader;
 pub mod loops;
+pub mod queue;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use cozyplane_storage::{Event, Storage, WatchOptions};
-use futures::StreamExt;
-use tokio::sync::{Notify, watch};
+use cozyplane_storage::Storage;
+use tokio::sync::watch;
 
 use crate::registry::Resource;
 use crate::registry::cache::WatchCache;
-
-/// How often the kube-backed passes run without any event.
-pub const RESYNC: Duration = Duration::from_secs(30);
-
-/// Watched for the kube-backed passes (Port GC and membership).
-const WATCHED_KUBE: &[&str] = &["ports/", "securitygroups/"];
+use loops::AbortOnDrop;
 
 /// Starts the loops for the served `kinds`, fed by their watch `caches` (plus the kube-backed
 /// ones when `kube` is given); they stop when the task is aborted.
@@ -58,7 +52,7 @@ pub fn start(
     kube: Option<kube_loops::KubeConfig>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let (leading, mut leader) = watch::channel(false);
+        let (leading, leader) = watch::channel(false);
         let elector = leader::Elector::new(storage.clone());
         let _lease = AbortOnDrop(tokio::spawn(async move {
             loop {
@@ -66,82 +60,12 @@ pub fn start(
                 tokio::time::sleep(leader::RENEW).await;
             }
         }));
-        let _own = AbortOnDrop(tokio::spawn(loops::run(kinds.clone(), caches, leader.clone())));
-        let Some(kube) = kube else {
-            return std::future::pending().await;
-        };
-        let dirty = Arc::new(Notify::new());
-        let watcher = AbortOnDrop(tokio::spawn(watch_changes(
-            storage.clone(),
-            dirty.clone(),
-            WATCHED_KUBE.to_vec(),
+        let _own = AbortOnDrop(tokio::spawn(loops::run(
+            kinds.clone(),
+            caches.clone(),
+            leader.clone(),
         )));
-        let kube = kube_loops::KubeLoops::start(&kube, dirty.clone());
-        loop {
-            if leader.wait_for(|l| *l).await.is_err() {
-                return;
-            }
-            let mut next = RESYNC;
-            match kube.pass(&kinds).await {
-                Ok(Some(due)) => next = next.min(due),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e.message, "kube controller pass failed"),
-            }
-            tokio::select! {
-                () = dirty.notified() => {}
-                () = tokio::time::sleep(next) => {}
-            }
-            if watcher.0.is_finished() {
-                return;
-            }
-        }
+        let _kube = kube.map(|k| kube_loops::KubeLoops::start(&k, &kinds, &caches, leader.clone()));
+        std::future::pending::<()>().await;
     })
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-async fn watch_changes(storage: Arc<dyn Storage>, dirty: Arc<Notify>, watched: Vec<&'static str>) {
-    let prefix = crate::registry::keys::GROUP_PREFIX;
-    let mut after = None;
-    loop {
-        let opts = WatchOptions {
-            revision: after,
-            prefix: true,
-            progress_interval: None,
-        };
-        let Ok(mut w) = storage.watch(prefix, opts).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        while let Some(ev) = w.next().await {
-            let Ok(ev) = ev else {
-                after = None;
-                dirty.notify_one();
-                break;
-            };
-            after = Some(ev.revision());
-            if let Event::Put { kv, .. } = &ev
-                && is_watched(&watched, &kv.key)
-            {
-                dirty.notify_one();
-            }
-            if let Event::Delete { key, .. } = &ev
-                && is_watched(&watched, key)
-            {
-                dirty.notify_one();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn is_watched(watched: &[&str], key: &str) -> bool {
-    key.strip_prefix(crate::registry::keys::GROUP_PREFIX)
-        .is_some_and(|rest| watched.iter().any(|w| rest.starts_with(w)))
 }

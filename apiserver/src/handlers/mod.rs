@@ -9,6 +9,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use self::table::Repr;
+use self::watch::WatchRequest;
 use crate::errors::{ApiError, Result};
 use crate::registry::Resource;
 use crate::registry::cache::WatchCache;
@@ -16,13 +18,21 @@ use crate::registry::hooks::Requester;
 use crate::registry::selector::{FieldSelector, LabelSelector};
 use crate::registry::store::{DeleteOptions, Deleted, ListParams, WriteOptions};
 use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
-use crate::server::table::{self, Repr};
-use crate::server::watch::{self, WatchRequest};
 
 mod apply;
 mod body;
 mod fields;
 mod protobuf;
+pub mod table;
+pub mod watch;
+
+/// Patch types accepted by the server.
+pub const PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+];
 
 use body::{body_json, dedup_owner_references, field_validation, is_protobuf, validation_mode};
 
@@ -381,10 +391,10 @@ pub async fn patch(
     if ct == "application/apply-patch+yaml" {
         return apply::apply_patch(t, q, body, o).await;
     }
-    if !crate::server::openapi::PATCH_TYPES.contains(&ct.as_str()) {
+    if !PATCH_TYPES.contains(&ct.as_str()) {
         return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: {} (got {ct:?})",
-            crate::server::openapi::PATCH_TYPES.join(", ")
+            PATCH_TYPES.join(", ")
         )));
     }
     apply::check_force(&q)?;
@@ -415,7 +425,7 @@ pub async fn patch(
         other => {
             return Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: {} (got {other:?})",
-                crate::server::openapi::PATCH_TYPES.join(", ")
+                PATCH_TYPES.join(", ")
             )));
         }
     };

@@ -9,6 +9,4 @@ pub mod metrics;
 pub mod openapi;
 pub mod router;
 pub mod serve;
-pub mod table;
 pub mod tls;
-pub mod watch;

@@ -13,14 +13,6 @@ use sha2::{Digest, Sha512};
 
 use crate::registry::Resource;
 
-/// Patch types accepted by the server.
-pub const PATCH_TYPES: &[&str] = &[
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/strategic-merge-patch+json",
-    "application/apply-patch+yaml",
-];
-
 /// Prefix of our definition names, so they never collide in an aggregated document.
 const DEF_PREFIX: &str = "io.cozystack.sdn.v1alpha1.";
 
@@ -258,7 +250,7 @@ fn paths(kinds: &[Arc<dyn Resource>], roots: &[String], v3: bool) -> Map<String,
         let item = json!({
             "get": op(&format!("read{kind}"), kind, "get", &obj_ref, v3, None),
             "put": op(&format!("replace{kind}"), kind, "put", &obj_ref, v3, Some(&["application/json"])),
-            "patch": op(&format!("patch{kind}"), kind, "patch", &obj_ref, v3, Some(PATCH_TYPES)),
+            "patch": op(&format!("patch{kind}"), kind, "patch", &obj_ref, v3, Some(crate::handlers::PATCH_TYPES)),
             "delete": op(&format!("delete{kind}"), kind, "delete", &obj_ref, v3, None),
             "parameters": item_params.clone(),
         });
@@ -267,7 +259,7 @@ fn paths(kinds: &[Arc<dyn Resource>], roots: &[String], v3: bool) -> Map<String,
             paths.insert(format!("{coll}/{{name}}/status"), json!({
                 "get": op(&format!("read{kind}Status"), kind, "get", &obj_ref, v3, None),
                 "put": op(&format!("replace{kind}Status"), kind, "put", &obj_ref, v3, Some(&["application/json"])),
-                "patch": op(&format!("patch{kind}Status"), kind, "patch", &obj_ref, v3, Some(PATCH_TYPES)),
+                "patch": op(&format!("patch{kind}Status"), kind, "patch", &obj_ref, v3, Some(crate::handlers::PATCH_TYPES)),
                 "parameters": item_params,
             }));
         }

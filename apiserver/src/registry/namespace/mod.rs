@@ -126,7 +126,7 @@ impl Namespace {
 }
 
 /// Creates the [`INITIAL`] namespaces that do not exist yet.
-pub async fn create_initial(store: &dyn super::Resource) -> Result<(), crate::options::Error> {
+pub async fn create_initial(store: &dyn super::Resource) -> crate::errors::Result<()> {
     for name in INITIAL {
         let body =
             serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
@@ -136,7 +136,7 @@ pub async fn create_initial(store: &dyn super::Resource) -> Result<(), crate::op
         {
             Ok(_) => {}
             Err(e) if e.reason == crate::errors::Reason::AlreadyExists => {}
-            Err(e) => return Err(crate::options::Error::Namespaces(e.message)),
+            Err(e) => return Err(e),
         }
     }
     Ok(())

@@ -324,20 +324,24 @@ impl<S: Strategy> Store<S> {
 }
 
 impl<S: Strategy> Store<S> {
-    /// Create with server-side allocation: allocate → validate → admit → one transaction with
-    /// the object and its claims; a lost race re-allocates (bounded), avoiding what was lost.
-    async fn create_allocated(
+    /// The one create flow, for every kind: allocate (kinds with an allocator) → validate →
+    /// admit → one transaction storing the object (absent before) with its claims. A lost race
+    /// re-allocates (bounded), avoiding what was lost; a generated name that is taken is
+    /// generated again.
+    async fn create_stored(
         &self,
-        alloc: &dyn crate::alloc::Allocator<S::Object>,
         ns: Option<&str>,
         mut obj: S::Object,
         generated: Option<&str>,
         admitted_name: &str,
         o: &WriteOptions,
     ) -> Result<Value> {
-        use crate::alloc::{Cx, MAX_ATTEMPTS, Outcome, failed_compares};
+        use crate::alloc::{Allocation, Cx, MAX_ATTEMPTS, Outcome, failed_compares};
+        /// How many generated names are tried before giving up (Kubernetes' number).
+        const NAME_TRIES: u32 = 8;
         let mut avoid = std::collections::HashSet::new();
         let name_generated = generated.is_some() || obj.meta().name.as_deref().unwrap_or_default().is_empty();
+        let mut names_taken = 0;
         for _ in 0..MAX_ATTEMPTS {
             let mut cand = obj.clone();
             let cx = Cx {
@@ -345,7 +349,10 @@ impl<S: Strategy> Store<S> {
                 avoid: &avoid,
                 name_generated,
             };
-            let mut a = alloc.allocate(&mut cand, &cx).await?;
+            let mut a = match self.strategy.allocator() {
+                Some(alloc) => alloc.allocate(&mut cand, &cx).await?,
+                None => Allocation::default(),
+            };
             let name = cand.meta().name.clone().unwrap_or_default();
             let errs = self.strategy.validate(&cand);
             if !errs.is_empty() {
@@ -387,9 +394,16 @@ impl<S: Strategy> Store<S> {
             match a.resolve(&key, &failed) {
                 Outcome::Retry => avoid.extend(lost.into_iter().filter(|k| *k != key)),
                 Outcome::Fail(e) => return Err(e),
-                Outcome::NameTaken if generated.is_some() => {
+                Outcome::NameTaken if generated.is_some() && names_taken + 1 < NAME_TRIES => {
+                    names_taken += 1;
                     let n = generate_name(generated.unwrap_or_default());
                     obj.meta_mut().name = Some(n);
+                }
+                Outcome::NameTaken if generated.is_some() => {
+                    let mut e = ApiError::already_exists(&self.info, &name);
+                    e.message
+                        .push_str(", the server was not able to generate a unique name for the object");
+                    return Err(e);
                 }
                 Outcome::NameTaken => return Err(ApiError::already_exists(&self.info, &name)),
             }
@@ -502,48 +516,8 @@ impl<S: Strategy> Resource for Store<S> {
         o.requester
             .admit_namespace(&self.info, ns, &admitted_name)
             .await?;
-        if let Some(alloc) = self.strategy.allocator() {
-            return self
-                .create_allocated(alloc, ns, obj, generated.as_deref(), &admitted_name, o)
-                .await;
-        }
-        // The kind validators include the object metadata rules.
-        let errs = self.strategy.validate(&obj);
-        if !errs.is_empty() {
-            return Err(self.invalid(&name, &errs));
-        }
-        self.strategy.canonicalize(&mut obj);
-        self.strategy.derive_status(&mut obj);
-        let checks = self.strategy.create_checks(&obj);
-        o.requester
-            .admit_create(&self.info, ns, &admitted_name, &checks, o.dry_run)
-            .await?;
-        let (bytes, v) = self.encode(&obj)?;
-        if o.dry_run {
-            return Ok(v);
-        }
-        let mut attempt = 0;
-        let mut key = self.key(ns, &name);
-        let mut bytes = bytes;
-        loop {
-            match self.storage.create(&key, bytes.clone()).await {
-                Ok(kv) => return self.with_rv(&obj, kv.mod_revision),
-                Err(cozyplane_storage::Error::AlreadyExists { .. }) if generated.is_some() && attempt < 7 => {
-                    attempt += 1;
-                    let n = generate_name(generated.as_deref().unwrap_or_default());
-                    obj.meta_mut().name = Some(n.clone());
-                    key = self.key(ns, &n);
-                    bytes = self.encode(&obj)?.0;
-                }
-                Err(cozyplane_storage::Error::AlreadyExists { .. }) if generated.is_some() => {
-                    let mut e = ApiError::already_exists(&self.info, &name);
-                    e.message
-                        .push_str(", the server was not able to generate a unique name for the object");
-                    return Err(e);
-                }
-                Err(e) => return Err(ApiError::from_storage(&self.info, &name, e)),
-            }
-        }
+        self.create_stored(ns, obj, generated.as_deref(), &admitted_name, o)
+            .await
     }
 
     async fn update(
