@@ -22,9 +22,12 @@ map_wrapper!(
     XnetAllowMap, HashMap<XnetPair, XnetStats>
 );
 
+/// An allowed direction: `(source net, destination net)`.
+pub type Pair = (u32, u32);
+
 impl<T: Borrow<MapData>> XnetAllowMap<T> {
     /// Every allowed pair `(src, dst)` with its counters.
-    pub fn entries(&self) -> Result<Vec<((u32, u32), XnetStats)>, MapError> {
+    pub fn entries(&self) -> Result<Vec<(Pair, XnetStats)>, MapError> {
         self.0
             .iter()
             .map(|r| r.map(|(k, v)| ((k.src, k.dst), v)))
