@@ -488,6 +488,22 @@ async fn body(lab: &mut Lab) {
     assert!(b1.ns.ping(ic2, 2, 2), "b-c is untouched by the a-b cut");
     eprintln!("PASS deleting a half cuts established TCP streams in both directions within 1 s");
 
+    // --- A CIDR change that makes b and c overlap (c grows to 10.16.0.0/12, which holds
+    // b's range) removes their path on every node.
+    let patch = json!({"spec": {"cidrs": ["10.16.0.0/12"]}});
+    Api::<VPC>::namespaced(cp.sdn.clone(), "team-a")
+        .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for n in &lab.nodes {
+        let pins = n.scratch.pins();
+        wait(&format!("{} removes b-c", n.name), || {
+            !allows(&pins, vb, vc) && !allows(&pins, vc, vb)
+        });
+    }
+    assert!(!b1.ns.ping(ic2, 2, 1), "b1 -> c2 once c overlaps b");
+    eprintln!("PASS a CIDR change that makes a peered pair overlap removes the path");
+
     // --- Overlay hygiene: VXLAN from the control namespace (on the underlay, but no node)
     // under a's VNI, addressed to a1: dropped on n1 and counted, never delivered.
     let src0 = n1.drops(DropReason::OverlaySource);
