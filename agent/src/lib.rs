@@ -18,7 +18,9 @@ pub mod config;
 pub mod datapath;
 pub mod ipam;
 pub mod metrics;
+pub mod peering;
 pub mod prepare;
+pub mod tunnel_sources;
 pub mod watch;
 
 use std::sync::Arc;
@@ -146,6 +148,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             net0_vni: cfg.net0_vni,
             own_block: block,
         };
+        tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());

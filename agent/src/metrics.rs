@@ -6,6 +6,9 @@
 //! - `cozyplane_drops_packets_total{reason}`, `cozyplane_drops_bytes_total{reason}`;
 //! - `cozyplane_net_packets_total{net,direction}`, `cozyplane_net_bytes_total{net,direction}`
 //!   (per VPC; net 0 is the default network);
+//! - `cozyplane_xnet_packets_total{from,to}`, `cozyplane_xnet_bytes_total{from,to}`: VPC
+//!   peering crossings this node let through (from `sdn_xnet_allow`; a pair's counters
+//!   start over when its peering is re-created);
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
 //! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram).
@@ -13,7 +16,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cozyplane_bpf::maps::{self, drops::DropsMap, net_stats::NetStatsMap};
+use cozyplane_bpf::maps::{self, drops::DropsMap, net_stats::NetStatsMap, xnet_allow::XnetAllowMap};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -207,6 +210,26 @@ impl Collector for MapCollector {
                 &by,
             )?;
         }
+
+        if let Ok(allow) = XnetAllowMap::from_pin(&self.pin_dir)
+            && let Ok(all) = allow.entries()
+        {
+            let l = |(s, t): (u32, u32)| vec![("from", s.to_string()), ("to", t.to_string())];
+            let pk: Vec<_> = all.iter().map(|(k, v)| (l(*k), v.packets)).collect();
+            let by: Vec<_> = all.iter().map(|(k, v)| (l(*k), v.bytes)).collect();
+            counter_family(
+                &mut enc,
+                "cozyplane_xnet_packets",
+                "Packets this node let across a VPC peering, by source and destination net",
+                &pk,
+            )?;
+            counter_family(
+                &mut enc,
+                "cozyplane_xnet_bytes",
+                "Bytes this node let across a VPC peering, by source and destination net",
+                &by,
+            )?;
+        }
         Ok(())
     }
 }
@@ -216,7 +239,8 @@ impl Collector for MapCollector {
 fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     use cozyplane_bpf::maps::{
         bridges::BridgesMap, ct_fwd::CtFwdMap, ct_rev::CtRevMap, dnat::DnatMap, endpoints::EndpointsMap,
-        node_blocks::NodeBlocksMap, ports::PortsMap, remotes::RemotesMap,
+        node_blocks::NodeBlocksMap, nodes::NodesMap, ports::PortsMap, remotes::RemotesMap,
+        xnet_routes::XnetRoutesMap,
     };
     let mut out = Vec::new();
     if let Ok(m) = PortsMap::from_pin(dir) {
@@ -242,6 +266,15 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     }
     if let Ok(m) = DnatMap::from_pin(dir) {
         out.push((maps::dnat::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = XnetRoutesMap::from_pin(dir) {
+        out.push((maps::xnet_routes::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = XnetAllowMap::from_pin(dir) {
+        out.push((maps::xnet_allow::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = NodesMap::from_pin(dir) {
+        out.push((maps::nodes::NAME, m.inner().keys().count()));
     }
     out
 }

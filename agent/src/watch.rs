@@ -14,6 +14,8 @@
 //! * **VPC nets** from our API: every Port on another node (watched with the field
 //!   selector `spec.node!=<this node>`) becomes `sdn_remotes[{vni, spec.ip}] →
 //!   spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are the CNI path's own.
+//! * **Overlay sources** from the same Nodes: every other node's tunnel address into
+//!   `sdn_nodes` ([`crate::tunnel_sources`]).
 //! * **The CNI path's caches**: this node's Pods (field selector `spec.nodeName=<node>`)
 //!   for the `sdn.cozystack.io/vpc` annotation; VPCBindings and VPCs (VNI, MTU) for the
 //!   grant ([`crate::api::Grants`]).
@@ -51,7 +53,7 @@ enum Ev {
 }
 
 /// Whether an event can change the live cache (a list's items land only at `InitDone`).
-fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
+pub(crate) fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
     matches!(r, Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)))
 }
 
@@ -70,14 +72,14 @@ struct PortRow {
 }
 
 /// A cache fed by list+watch: `Init` starts a new list, `InitDone` swaps it in.
-struct Cache<K, V> {
-    live: HashMap<K, V>,
+pub(crate) struct Cache<K, V> {
+    pub(crate) live: HashMap<K, V>,
     pending: Option<HashMap<K, V>>,
-    synced: bool,
+    pub(crate) synced: bool,
 }
 
 impl<K: std::hash::Hash + Eq, V> Cache<K, V> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             live: HashMap::new(),
             pending: None,
@@ -85,7 +87,12 @@ impl<K: std::hash::Hash + Eq, V> Cache<K, V> {
         }
     }
 
-    fn apply<O>(&mut self, ev: Event<O>, row: impl Fn(&O) -> Option<(K, V)>, key: impl Fn(&O) -> K) {
+    pub(crate) fn apply<O>(
+        &mut self,
+        ev: Event<O>,
+        row: impl Fn(&O) -> Option<(K, V)>,
+        key: impl Fn(&O) -> K,
+    ) {
         match ev {
             Event::Init => self.pending = Some(HashMap::new()),
             Event::InitApply(o) => {
@@ -114,7 +121,7 @@ impl<K: std::hash::Hash + Eq, V> Cache<K, V> {
     }
 }
 
-fn name_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+pub(crate) fn name_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
     (
         m.namespace.clone().unwrap_or_default(),
         m.name.clone().unwrap_or_default(),
@@ -300,6 +307,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned_remotes(&pin_dir);
     let mut applied_blocks = pinned_blocks(&pin_dir);
+    let mut applied_sources = crate::tunnel_sources::pinned(&pin_dir);
     // Host routes this process knows of. Seeded with the adopted blocks under an
     // unspecified node, so every wanted one is replaced once and stale ones are removed.
     let mut routed: HashMap<Block, Ipv4Addr> = applied_blocks
@@ -359,6 +367,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         }
         let want_blocks = desired_blocks(&api.node, mine, &node_cache.live);
         sync_blocks(&pin_dir, &want_blocks, &mut applied_blocks, node_cache.synced);
+        let want_sources =
+            crate::tunnel_sources::desired(&api.node, node_cache.live.iter().map(|(n, r)| (n, r.ip)));
+        crate::tunnel_sources::sync(&pin_dir, &want_sources, &mut applied_sources, node_cache.synced);
         // Net-0 exact entries are no longer written (blocks replaced them); ones an older
         // agent left behind go with the Node list.
         let want = desired_remotes(&api.node, &vpc_cache.live, &port_cache.live);
@@ -391,7 +402,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
 
 /// What turns `applied` into `want`: the entries to write (new or changed) and the ones to
 /// remove, which only `prunable` keys are (an owner's list has not completed otherwise).
-fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
+pub(crate) fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
     want: &HashMap<K, V>,
     applied: &HashMap<K, V>,
     prunable: impl Fn(&K) -> bool,

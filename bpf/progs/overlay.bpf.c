@@ -1,28 +1,38 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The hook on the node's collect-metadata tunnel device. */
 #include "../lib/common.h"
+#include "../lib/crossnet.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
 
+/* Reads the tunnel key and the outer source as an sdn_addr; < 0 without a key. */
 static __always_inline int get_tunnel_key(struct __sk_buff *skb,
-					  struct bpf_tunnel_key *key)
+					  struct bpf_tunnel_key *key,
+					  struct sdn_addr *src)
 {
 	/* The helper insists the caller names the underlay family. */
-	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0))
+	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0)) {
+		/* remote_ipv4 is in host byte order. */
+		sdn_addr_from_v4(src, bpf_htonl(key->remote_ipv4));
 		return 0;
-	return bpf_skb_get_tunnel_key(skb, key, sizeof(*key),
-				      BPF_F_TUNINFO_IPV6);
+	}
+	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6))
+		return -1;
+	__builtin_memcpy(src->b, key->remote_ipv6, 16);
+	return 0;
 }
 
 /*
  * Attached at tc ingress (a TCX link) of the overlay device (VXLAN or Geneve in
  * external/collect_md mode): it sees decapsulated frames with the tunnel key
- * readable. The VNI names the net of the inner addresses: net 0 goes to the
- * host stack; a VPC pod of this node that is the endpoint {net, dst} gets the
- * packet straight into its netns (sdn_deliver_local); any other VPC packet is
- * dropped, since inner VPC addresses mean nothing without their net.
+ * readable. The outer source must be a known node (sdn_nodes). The VNI names
+ * the net of the inner source: net 0 goes to the host stack; a VPC pod of this
+ * node that is the endpoint {net, dst}, or {peer net, dst} of an allowed
+ * peering, gets the packet straight into its netns (sdn_deliver_local); any
+ * other VPC packet is dropped, since inner VPC addresses mean nothing without
+ * their net.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -30,12 +40,18 @@ int sdn_from_overlay(struct __sk_buff *skb)
 {
 	struct bpf_tunnel_key key = {};
 	struct sdn_endpoint *ep;
+	struct sdn_addr outer;
 	struct sdn_pkt p;
-	__u32 net;
+	__u32 net, to;
 	int ret;
 
-	if (get_tunnel_key(skb, &key) < 0)
+	if (get_tunnel_key(skb, &key, &outer) < 0)
 		return sdn_drop(skb, DROP_NO_TUNNEL_KEY);
+	/* Only the other nodes (the agent writes their tunnel addresses) may
+	 * inject into a net: a VNI is no credential.
+	 */
+	if (!bpf_map_lookup_elem(&sdn_nodes, &outer))
+		return sdn_drop(skb, DROP_OVERLAY_SOURCE);
 	net = sdn_vni_to_net(key.tunnel_id);
 	/* Net 0 is the host stack's: a reply of a flow kube-proxy NATed on this
 	 * node must meet its conntrack entry before it reaches the pod.
@@ -49,10 +65,21 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	if (!p.family)
 		return sdn_drop(skb, DROP_UNKNOWN_L3);
 
+	to = net;
 	ep = sdn_endpoint_lookup(net, &p.dst);
-	if (!ep)
-		return sdn_drop(skb, DROP_NO_ENDPOINT);
-	ret = sdn_deliver_local(skb, net, ep);
+	if (!ep) {
+		/* A peered net's pod: the sender decided too, but the peering
+		 * may be gone here already.
+		 */
+		ret = sdn_xnet_resolve(skb, net, &p.dst, &to);
+		if (ret)
+			return sdn_drop(skb, ret == DROP_VPC_ISOLATION ?
+						     DROP_NO_ENDPOINT : ret);
+		ep = sdn_endpoint_lookup(to, &p.dst);
+		if (!ep)
+			return sdn_drop(skb, DROP_NO_ENDPOINT);
+	}
+	ret = sdn_deliver_local(skb, to, ep);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }
 

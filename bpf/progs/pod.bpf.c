@@ -6,6 +6,7 @@
 #include "../lib/common.h"
 #include "../lib/arp.h"
 #include "../lib/bridge.h"
+#include "../lib/crossnet.h"
 #include "../lib/dnat.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
@@ -34,10 +35,43 @@ static __always_inline int from_pod_net0(struct __sk_buff *skb,
 }
 
 /*
- * A VPC pod reaches its own net and nothing else: a destination that is not
- * an endpoint of the source's net is dropped, whatever it is (the node, net
- * 0, another VPC, the Internet). The one exception is a reply through the
- * fabric bridge, recognised by its conntrack entry.
+ * A destination outside the pod's own net: allowed only into a peered net,
+ * with the addresses unchanged. Across nodes the packet travels under the
+ * source net's VNI, so the receiver decides again (sdn_from_overlay).
+ */
+static __always_inline int from_pod_peer(struct __sk_buff *skb,
+					 const struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_endpoint *ep;
+	struct sdn_remote *r;
+	__u32 to = 0;
+	int ret;
+
+	ret = sdn_xnet_resolve(skb, net, &p->dst, &to);
+	if (ret)
+		return sdn_drop(skb, ret);
+	ep = sdn_endpoint_lookup(to, &p->dst);
+	if (ep) {
+		sdn_count_tx(skb, net);
+		ret = sdn_deliver_local(skb, to, ep);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
+	}
+	r = sdn_remote_lookup(to, &p->dst);
+	if (!r)
+		return sdn_drop(skb, DROP_NO_ENDPOINT);
+	ret = sdn_encap(skb, net, r);
+	if (ret < 0)
+		return sdn_drop(skb, ret);
+	sdn_count_tx(skb, net);
+	return ret;
+}
+
+/*
+ * A VPC pod reaches its own net and the nets it is peered with, nothing else:
+ * a destination that is neither an endpoint of the source's net nor allowed by
+ * the cross-net maps (lib/crossnet.h) is dropped, whatever it is (the node,
+ * net 0, an unpeered VPC, the Internet). The one exception is a reply through
+ * the fabric bridge, recognised by its conntrack entry.
  */
 static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 					struct sdn_pkt *p, __u32 net,
@@ -70,7 +104,7 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 		sdn_count_tx(skb, net);
 		return ret;
 	}
-	return sdn_drop(skb, DROP_VPC_ISOLATION);
+	return from_pod_peer(skb, p, net);
 }
 
 /*

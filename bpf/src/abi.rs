@@ -262,6 +262,58 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// `struct sdn_xnet_key`: key of `sdn_xnet_routes`. The map wrapper hands aya its
+    /// `lpm_trie::Key<EpKey>`, which has this layout (checked in `maps::xnet_routes`).
+    pub struct XnetKey = "sdn_xnet_key" {
+        /// Bits after this field that must match: 32 (the net) + the address prefix.
+        pub prefixlen: u32,
+        /// The source net (VNI), host byte order.
+        pub net: u32,
+        /// The destination prefix.
+        pub ip: Addr,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_xnet_route`, value of `sdn_xnet_routes`.
+    pub struct XnetRoute = "sdn_xnet_route" {
+        /// The net (VNI) the destination belongs to.
+        pub net: u32,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_xnet_pair`: key of `sdn_xnet_allow`.
+    pub struct XnetPair = "sdn_xnet_pair" {
+        /// The source net (VNI).
+        pub src: u32,
+        /// The destination net (VNI).
+        pub dst: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_xnet_stats`, value of `sdn_xnet_allow`: presence allows, the counters
+    /// count the crossings this node decided.
+    pub struct XnetStats = "sdn_xnet_stats" {
+        /// Packets let across.
+        pub packets: u64,
+        /// Bytes let across.
+        pub bytes: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_node`, value of `sdn_nodes` (key: a node's tunnel address).
+    pub struct NodeEntry = "sdn_node" {
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
 /// Every ABI struct, for the layout check.
 pub const LAYOUTS: &[StructLayout] = &[
     Addr::LAYOUT,
@@ -280,6 +332,11 @@ pub const LAYOUTS: &[StructLayout] = &[
     Dnat::LAYOUT,
     DropStats::LAYOUT,
     NetStats::LAYOUT,
+    XnetKey::LAYOUT,
+    XnetRoute::LAYOUT,
+    XnetPair::LAYOUT,
+    XnetStats::LAYOUT,
+    NodeEntry::LAYOUT,
 ];
 
 // === impl NetStats / DropStats ===

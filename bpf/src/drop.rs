@@ -38,6 +38,10 @@ pub enum DropReason {
     Encap = -15,
     /// `DROP_UNSUPPORTED`: a path not implemented yet.
     Unsupported = -16,
+    /// `DROP_XNET_DENIED`: destination in a peer net, but the peering is not allowed.
+    XnetDenied = -17,
+    /// `DROP_OVERLAY_SOURCE`: decapsulated packet whose outer source is no known node.
+    OverlaySource = -18,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -45,7 +49,7 @@ pub const DROP_MAX: u32 = 64;
 
 impl DropReason {
     /// Every reason, in value order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 18] = [
         Self::Invalid,
         Self::UnknownL3,
         Self::NoPort,
@@ -62,6 +66,8 @@ impl DropReason {
         Self::Rewrite,
         Self::Encap,
         Self::Unsupported,
+        Self::XnetDenied,
+        Self::OverlaySource,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -83,6 +89,8 @@ impl DropReason {
             Self::Rewrite => "DROP_REWRITE",
             Self::Encap => "DROP_ENCAP",
             Self::Unsupported => "DROP_UNSUPPORTED",
+            Self::XnetDenied => "DROP_XNET_DENIED",
+            Self::OverlaySource => "DROP_OVERLAY_SOURCE",
         }
     }
 

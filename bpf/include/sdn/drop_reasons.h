@@ -29,6 +29,8 @@
 #define DROP_REWRITE		-14	/* a header/checksum rewrite helper failed */
 #define DROP_ENCAP		-15	/* tunnel key could not be set or no tunnel device */
 #define DROP_UNSUPPORTED	-16	/* a path not implemented yet (see docs/datapath.md) */
+#define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
+#define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -152,6 +152,55 @@ struct sdn_dnat {
 };
 _Static_assert(sizeof(struct sdn_dnat) == 4, "ABI: sdn_dnat");
 
+/* Key of sdn_xnet_routes, an LPM trie over {source net, destination}: "from
+ * net S, destination D belongs to which net?". prefixlen counts the bits after
+ * itself: the whole net (32) plus the destination prefix in the 128-bit
+ * address (an IPv4 /24 is 32 + 96 + 24 = 152). net is in host byte order and
+ * always matched whole, so its byte order does not matter to the trie.
+ */
+struct sdn_xnet_key {
+	__u32 prefixlen;
+	__u32 net;		/* source net (VNI) */
+	struct sdn_addr ip;	/* destination prefix */
+};
+_Static_assert(sizeof(struct sdn_xnet_key) == 24, "ABI: sdn_xnet_key");
+
+/* sdn_xnet_routes value: the net the destination belongs to. Written by the
+ * agent: for a programmed peering S-T, every CIDR of T under S and every CIDR
+ * of S under T. Not a permission by itself: sdn_xnet_allow decides.
+ */
+struct sdn_xnet_route {
+	__u32 net;		/* target net (VNI) */
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_xnet_route) == 8, "ABI: sdn_xnet_route");
+
+/* Key of sdn_xnet_allow: "may net src talk to net dst?" */
+struct sdn_xnet_pair {
+	__u32 src;
+	__u32 dst;
+};
+_Static_assert(sizeof(struct sdn_xnet_pair) == 8, "ABI: sdn_xnet_pair");
+
+/* sdn_xnet_allow value: presence is the permission (written by the agent, both
+ * directions of a peering, removed first when the peering goes); the counters
+ * are the crossings this node decided (written by the datapath, atomically).
+ */
+struct sdn_xnet_stats {
+	__u64 packets;
+	__u64 bytes;
+};
+_Static_assert(sizeof(struct sdn_xnet_stats) == 16, "ABI: sdn_xnet_stats");
+
+/* sdn_nodes: the tunnel (underlay) address of every other node -> struct
+ * sdn_node. Written by the agent from Nodes. sdn_from_overlay drops a packet
+ * whose outer source is not in it: the underlay is not trusted blindly.
+ */
+struct sdn_node {
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_node) == 4, "ABI: sdn_node");
+
 /* sdn_drops: per-CPU array indexed by -DROP_* (see drop_reasons.h). */
 struct sdn_drop_stats {
 	__u64 packets;
@@ -180,6 +229,9 @@ _Static_assert(sizeof(struct sdn_net_stats) == 32, "ABI: sdn_net_stats");
 #define SDN_CT_MAX		65536
 #define SDN_DNAT_MAX		65536
 #define SDN_NET_STATS_MAX	4096
+#define SDN_XNET_ROUTES_MAX	16384
+#define SDN_XNET_ALLOW_MAX	16384
+#define SDN_NODES_MAX		16384
 
 /*
  * The map definitions themselves. Every object includes all of them, so each
@@ -272,4 +324,31 @@ struct {
 	__type(value, struct sdn_net_stats);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_net_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, SDN_XNET_ROUTES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_xnet_key);
+	__type(value, struct sdn_xnet_route);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_xnet_routes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_XNET_ALLOW_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_xnet_pair);
+	__type(value, struct sdn_xnet_stats);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_xnet_allow SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_NODES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_addr);
+	__type(value, struct sdn_node);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_nodes SEC(".maps");
 #endif /* __bpf__ */

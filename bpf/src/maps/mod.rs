@@ -16,11 +16,14 @@ pub mod drops;
 pub mod endpoints;
 pub mod net_stats;
 pub mod node_blocks;
+pub mod nodes;
 pub mod ports;
 pub mod remotes;
+pub mod xnet_allow;
+pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 13] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -31,6 +34,9 @@ pub const ALL: [&str; 10] = [
     dnat::NAME,
     drops::NAME,
     net_stats::NAME,
+    xnet_routes::NAME,
+    xnet_allow::NAME,
+    nodes::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -100,7 +106,7 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        NetStats, Port, Remote,
+        NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -129,7 +135,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 10] = [
+        let expect: [(&str, usize, usize); 13] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -140,6 +146,9 @@ mod tests {
             (dnat::NAME, size_of::<DnatKey>(), size_of::<Dnat>()),
             (drops::NAME, size_of::<u32>(), size_of::<DropStats>()),
             (net_stats::NAME, size_of::<u32>(), size_of::<NetStats>()),
+            (xnet_routes::NAME, size_of::<XnetKey>(), size_of::<XnetRoute>()),
+            (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
+            (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
