@@ -1,0 +1,807 @@
+//! The generic REST contract, run for every kind of the table on the in-process tier
+//! (`cozyplane_conformance::inproc`): create, get, list, label selectors, update with a current
+//! and a stale resourceVersion, merge/JSON patch, server-side apply, `/status`, watch, dryRun,
+//! delete, deletecollection and scope. The only per-kind data is [`FIXTURES`], one row per kind;
+//! [`fixtures_cover_every_kind`] fails when a kind of `KINDS` has no row.
+//!
+//! All kinds run concurrently on one server, each in a namespace of its own; a failing case is
+//! recorded as (kind, case, what happened) and the test reports every failure at the end.
+//! Failures the server is known to have are listed, with the reason, in [`KNOWN_FAILURES`]; a
+//! listed case that passes fails the test too, so the list cannot go stale.
+
+use std::time::Duration;
+
+use cozyplane_apis::KindInfo;
+use cozyplane_apis::v1alpha1::KINDS;
+use cozyplane_conformance::inproc::InProc;
+use serde_json::{Value, json};
+
+const BASE: &str = "/apis/sdn.cozystack.io/v1alpha1";
+const MERGE: &str = "application/merge-patch+json";
+const JSON_PATCH: &str = "application/json-patch+json";
+const APPLY: &str = "application/apply-patch+yaml";
+/// Hang guard for what controllers finish asynchronously (finalizers) and for watch events.
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A field (JSON pointer) and a value for it.
+type Field = (&'static str, fn() -> Value);
+
+/// One kind's test data.
+struct Fixture {
+    /// The kind's resource (its row in `KINDS`).
+    plural: &'static str,
+    /// Objects that must exist first, created in the kind's namespace `ns`: (resource, body).
+    needs: fn(ns: &str) -> Vec<(&'static str, Value)>,
+    /// A minimal valid object named `name` in namespace `ns` (labels are added by the suite).
+    /// Kinds the server names (claims `v<vni>.<ip>`) leave the name out and ignore `name`.
+    object: fn(ns: &str, name: &str) -> Value,
+    /// A spec field (JSON pointer) and a new value for it.
+    spec_change: Field,
+    /// Whether that change is allowed on update; `false`: it is refused with 422.
+    spec_mutable: bool,
+    /// For kinds with status: a status field (JSON pointer) and a value `/status` accepts.
+    status: Option<Field>,
+}
+
+fn vpc(name: &str, cidr: &str) -> (&'static str, Value) {
+    (
+        "vpcs",
+        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
+               "metadata": {"name": name}, "spec": {"cidrs": [cidr]}}),
+    )
+}
+
+fn obj(kind: &str, name: &str, spec: Value) -> Value {
+    let mut meta = json!({});
+    if !name.is_empty() {
+        meta["name"] = name.into();
+    }
+    let mut o = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": kind, "metadata": meta});
+    o["spec"] = spec;
+    o
+}
+
+fn net(_: &str) -> Vec<(&'static str, Value)> {
+    vec![vpc("net", "10.0.0.0/24")]
+}
+
+/// THE fixture table: one row per kind of `KINDS` (docs/apiserver.md, "How to add a kind").
+const FIXTURES: &[Fixture] = &[
+    Fixture {
+        plural: "vpcs",
+        needs: |_| Vec::new(),
+        object: |_, name| obj("VPC", name, json!({"cidrs": ["10.9.0.0/24"]})),
+        spec_change: ("/spec/mtu", || json!(1400)),
+        spec_mutable: true,
+        status: Some(("/status/phase", || json!("Pending"))),
+    },
+    Fixture {
+        plural: "vpcbindings",
+        needs: |_| vec![vpc("net", "10.0.0.0/24"), vpc("peer", "10.1.0.0/24")],
+        object: |ns, name| {
+            obj(
+                "VPCBinding",
+                name,
+                json!({"vpcRef": {"namespace": ns, "name": "net"}}),
+            )
+        },
+        spec_change: ("/spec/vpcRef/name", || json!("peer")),
+        spec_mutable: true,
+        status: None,
+    },
+    Fixture {
+        plural: "vpcpeerings",
+        needs: |_| vec![vpc("net", "10.0.0.0/24"), vpc("peer", "10.1.0.0/24")],
+        object: |ns, name| {
+            obj(
+                "VPCPeering",
+                name,
+                json!({"vpcRef": {"name": "net"}, "peerRef": {"namespace": ns, "name": "peer"}}),
+            )
+        },
+        spec_change: ("/spec/peerRef/name", || json!("elsewhere")),
+        spec_mutable: false,
+        status: Some(("/status/phase", || json!("Pending"))),
+    },
+    Fixture {
+        plural: "vpcgateways",
+        needs: net,
+        object: |_, name| obj("VPCGateway", name, json!({"vpcRef": {"name": "net"}})),
+        spec_change: ("/spec/loadBalancerClass", || json!("example.com/lb")),
+        spec_mutable: true,
+        status: Some(("/status/natAddress", || json!("203.0.113.7"))),
+    },
+    Fixture {
+        plural: "ports",
+        needs: net,
+        object: |ns, _| {
+            obj(
+                "Port",
+                "",
+                json!({"vpcRef": {"namespace": ns, "name": "net"}, "node": "n1", "nodeIP": "192.168.0.1"}),
+            )
+        },
+        spec_change: ("/spec/node", || json!("n2")),
+        spec_mutable: true,
+        status: Some(("/status/groups", || json!([7]))),
+    },
+    Fixture {
+        plural: "floatingips",
+        needs: net,
+        object: |_, name| {
+            obj(
+                "FloatingIP",
+                name,
+                json!({"vpcRef": {"name": "net"}, "target": "10.0.0.5"}),
+            )
+        },
+        spec_change: ("/spec/target", || json!("10.0.0.6")),
+        spec_mutable: true,
+        status: Some(("/status/address", || json!("203.0.113.8"))),
+    },
+    Fixture {
+        plural: "servicevips",
+        needs: net,
+        object: |ns, _| {
+            obj(
+                "ServiceVIP",
+                "",
+                json!({"vpcRef": {"namespace": ns, "name": "net"},
+                       "serviceRef": {"namespace": ns, "name": "svc"},
+                       "ports": [{"protocol": "TCP", "port": 80}]}),
+            )
+        },
+        spec_change: ("/spec/sessionAffinity", || json!("ClientIP")),
+        spec_mutable: true,
+        status: Some(("/status/phase", || json!("Pending"))),
+    },
+    Fixture {
+        plural: "securitygroups",
+        needs: net,
+        object: |_, name| obj("SecurityGroup", name, json!({"vpcRef": {"name": "net"}})),
+        spec_change: (
+            "/spec/ingress",
+            || json!([{"from": {"cidr": "10.1.0.0/16"}, "ports": [{"protocol": "TCP", "port": 80}]}]),
+        ),
+        spec_mutable: true,
+        status: Some(("/status/phase", || json!("Pending"))),
+    },
+    Fixture {
+        plural: "hostfirewalls",
+        needs: |_| Vec::new(),
+        object: |_, name| obj("HostFirewall", name, json!({})),
+        spec_change: ("/spec/policyTypes", || json!(["Ingress"])),
+        spec_mutable: true,
+        status: Some(("/status/conditions", || {
+            json!([{"type": "Applied", "status": "True", "reason": "Test", "message": "set by the suite",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        })),
+    },
+];
+
+/// Cases the server is known to fail: (resource, case, why). Each must still fail; fix the
+/// server and remove the row.
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
+
+#[test]
+fn fixtures_cover_every_kind() {
+    let kinds: Vec<&str> = KINDS.iter().map(|k| k.plural).collect();
+    let rows: Vec<&str> = FIXTURES.iter().map(|f| f.plural).collect();
+    for k in &kinds {
+        assert_eq!(
+            rows.iter().filter(|r| *r == k).count(),
+            1,
+            "kind {k} needs exactly one row in FIXTURES (conformance/tests/inproc_rest.rs)"
+        );
+    }
+    for r in &rows {
+        assert!(kinds.contains(r), "FIXTURES row {r} is not a kind of KINDS");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_contract_of_every_kind() {
+    let s = InProc::start().await;
+    let runs = FIXTURES.iter().map(|f| {
+        let info = KINDS
+            .iter()
+            .find(|k| k.plural == f.plural)
+            .unwrap_or_else(|| panic!("{} is not in KINDS", f.plural));
+        let c = Ctx {
+            s: &s,
+            f,
+            info,
+            ns: format!("rest-{}", f.plural),
+        };
+        async move {
+            let mut r = Report::default();
+            c.run(&mut r).await;
+            r.0.into_iter()
+                .map(|(case, why)| (f.plural, case, why))
+                .collect::<Vec<_>>()
+        }
+    });
+    let failures: Vec<_> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let known = |k: &str, c: &str| KNOWN_FAILURES.iter().any(|(kk, cc, _)| *kk == k && *cc == c);
+    let mut problems: Vec<String> = failures
+        .iter()
+        .filter(|(k, c, _)| !known(k, c))
+        .map(|(k, c, why)| format!("{k} / {c}: {why}"))
+        .collect();
+    for (k, c, why) in KNOWN_FAILURES {
+        if !failures.iter().any(|(fk, fc, _)| fk == k && fc == c) {
+            problems.push(format!(
+                "{k} / {c}: listed as a known failure ({why}) but passes; remove it from KNOWN_FAILURES"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} failing (kind / case):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// Failed cases of one kind: (case, what happened).
+#[derive(Default)]
+struct Report(Vec<(&'static str, String)>);
+
+impl Report {
+    fn case<T>(&mut self, case: &'static str, r: Result<T, String>) -> Option<T> {
+        r.map_err(|e| self.0.push((case, e))).ok()
+    }
+}
+
+/// `Err(format!(…))` unless `cond`.
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+fn s(v: &Value, ptr: &str) -> String {
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Sets `ptr` in `v`, creating the objects on the way.
+fn set(v: &mut Value, ptr: &str, val: Value) {
+    let mut cur = v;
+    let keys: Vec<&str> = ptr.split('/').skip(1).collect();
+    for k in &keys[..keys.len() - 1] {
+        if !cur.get(*k).is_some_and(Value::is_object) {
+            cur[*k] = json!({});
+        }
+        cur = &mut cur[*k];
+    }
+    cur[keys[keys.len() - 1]] = val;
+}
+
+fn expect(what: &str, got: (u16, Value), code: u16) -> Result<Value, String> {
+    ensure!(got.0 == code, "{what}: expected {code}, got {} {}", got.0, got.1);
+    Ok(got.1)
+}
+
+struct Ctx<'a> {
+    s: &'a InProc,
+    f: &'a Fixture,
+    info: &'static KindInfo,
+    ns: String,
+}
+
+impl Ctx<'_> {
+    fn coll(&self) -> String {
+        if self.info.namespaced {
+            format!("{BASE}/namespaces/{}/{}", self.ns, self.info.plural)
+        } else {
+            format!("{BASE}/{}", self.info.plural)
+        }
+    }
+
+    fn item(&self, name: &str) -> String {
+        format!("{}/{name}", self.coll())
+    }
+
+    /// The fixture object named `name` (unless server-named), labelled `case=<case>`.
+    fn object(&self, name: &str, case: &str) -> Value {
+        let mut o = (self.f.object)(&self.ns, &format!("{}-{name}", self.info.singular));
+        o["metadata"]["labels"] = json!({ "case": case });
+        o
+    }
+
+    /// Creates the fixture object; returns it as stored.
+    async fn create(&self, name: &str, case: &str) -> Result<Value, String> {
+        let o = self.object(name, case);
+        expect("create", self.s.post(&self.coll(), &o).await, 201)
+    }
+
+    async fn list(&self, query: &str) -> Result<Value, String> {
+        expect("list", self.s.get(&format!("{}?{query}", self.coll())).await, 200)
+    }
+
+    /// GET `path`, change it with `f`, PUT it back; retried when a controller wrote in
+    /// between (409). Returns (status, response, object before).
+    async fn rmw(&self, path: &str, f: impl Fn(&mut Value)) -> Result<(u16, Value, Value), String> {
+        for _ in 0..10 {
+            let before = expect("get", self.s.get(path).await, 200)?;
+            let mut o = before.clone();
+            f(&mut o);
+            let (code, v) = self.s.put(path, &o).await;
+            if code == 409 && s(&v, "/reason") == "Conflict" {
+                continue;
+            }
+            return Ok((code, v, before));
+        }
+        Err(format!("PUT {path}: still 409 Conflict after 10 attempts"))
+    }
+
+    /// Polls until GET `name` is 404 (finalizers are removed by controllers).
+    async fn gone(&self, name: &str) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (code, v) = self.s.get(&self.item(name)).await;
+            if code == 404 {
+                return Ok(());
+            }
+            ensure!(code == 200, "get after delete: {code} {v}");
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "still there {WAIT:?} after delete: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn setup(&self) -> Result<(), String> {
+        self.s.namespace(&self.ns).await;
+        for (plural, body) in (self.f.needs)(&self.ns) {
+            let path = format!("{BASE}/namespaces/{}/{plural}", self.ns);
+            expect(
+                &format!("creating {plural} dependency"),
+                self.s.post(&path, &body).await,
+                201,
+            )?;
+        }
+        Ok(())
+    }
+
+    async fn run(&self, r: &mut Report) {
+        if r.case("setup", self.setup().await).is_none() {
+            return;
+        }
+        let Some(created) = r.case("create", self.create_checked().await) else {
+            return;
+        };
+        let name = s(&created, "/metadata/name");
+        r.case("get", self.get_same(&name, &created).await);
+        r.case("get missing", self.get_missing().await);
+        r.case("list", self.list_has(&name).await);
+        r.case("list label selector", self.label_selector(&name).await);
+        r.case("scope", self.scope(&name).await);
+        r.case("update", self.update(&name).await);
+        r.case("update stale resourceVersion", self.stale(&created).await);
+        r.case("merge patch", self.merge_patch(&name).await);
+        r.case("json patch", self.json_patch(&name).await);
+        r.case("apply", self.apply(&name).await);
+        r.case("apply create", self.apply_create().await);
+        if self.info.has_status {
+            r.case("status get", self.status_get(&name).await);
+            r.case("main update keeps status", self.main_keeps_status(&name).await);
+            r.case("status update keeps spec", self.status_keeps_spec(&name).await);
+        }
+        r.case("delete", self.delete(&name).await);
+        r.case("watch", self.watch().await);
+        r.case("dry run", self.dry_run().await);
+        r.case("deletecollection", self.delete_collection().await);
+    }
+
+    async fn create_checked(&self) -> Result<Value, String> {
+        let o = self.create("a", "crud").await?;
+        ensure!(s(&o, "/kind") == self.info.kind, "kind: {o}");
+        ensure!(
+            s(&o, "/apiVersion") == "sdn.cozystack.io/v1alpha1",
+            "apiVersion: {o}"
+        );
+        ensure!(!s(&o, "/metadata/name").is_empty(), "no name: {o}");
+        ensure!(!s(&o, "/metadata/uid").is_empty(), "no uid: {o}");
+        ensure!(
+            !s(&o, "/metadata/creationTimestamp").is_empty(),
+            "no creationTimestamp: {o}"
+        );
+        ensure!(
+            !s(&o, "/metadata/resourceVersion").is_empty(),
+            "no resourceVersion: {o}"
+        );
+        ensure!(
+            o.pointer("/metadata/generation") == Some(&json!(1)),
+            "generation is not 1: {o}"
+        );
+        let want_ns = if self.info.namespaced {
+            self.ns.as_str()
+        } else {
+            ""
+        };
+        ensure!(s(&o, "/metadata/namespace") == want_ns, "namespace: {o}");
+        Ok(o)
+    }
+
+    async fn get_same(&self, name: &str, created: &Value) -> Result<(), String> {
+        let o = expect("get", self.s.get(&self.item(name)).await, 200)?;
+        // A controller may have written the status since; then only identity and spec agree.
+        if o.pointer("/metadata/resourceVersion") == created.pointer("/metadata/resourceVersion") {
+            ensure!(o == *created, "get differs from create:\n{o}\n{created}");
+        } else {
+            ensure!(o["metadata"]["uid"] == created["metadata"]["uid"], "uid: {o}");
+            ensure!(o["spec"] == created["spec"], "spec: {o}");
+        }
+        Ok(())
+    }
+
+    async fn get_missing(&self) -> Result<(), String> {
+        let v = expect("get missing", self.s.get(&self.item("missing-one")).await, 404)?;
+        ensure!(
+            s(&v, "/kind") == "Status" && s(&v, "/reason") == "NotFound",
+            "{v}"
+        );
+        ensure!(s(&v, "/details/kind") == self.info.plural, "details.kind: {v}");
+        ensure!(s(&v, "/details/name") == "missing-one", "details.name: {v}");
+        ensure!(
+            s(&v, "/details/group") == "sdn.cozystack.io",
+            "details.group: {v}"
+        );
+        let msg = format!("{}.sdn.cozystack.io \"missing-one\" not found", self.info.plural);
+        ensure!(s(&v, "/message") == msg, "message: {v}");
+        Ok(())
+    }
+
+    async fn list_has(&self, name: &str) -> Result<(), String> {
+        let l = self.list("").await?;
+        ensure!(s(&l, "/kind") == self.info.list_kind, "kind: {}", l["kind"]);
+        ensure!(
+            s(&l, "/apiVersion") == "sdn.cozystack.io/v1alpha1",
+            "apiVersion: {}",
+            l["apiVersion"]
+        );
+        ensure!(
+            !s(&l, "/metadata/resourceVersion").is_empty(),
+            "no resourceVersion: {}",
+            l["metadata"]
+        );
+        ensure!(
+            names(&l).contains(&name.to_string()),
+            "{name} not listed: {:?}",
+            names(&l)
+        );
+        Ok(())
+    }
+
+    async fn label_selector(&self, name: &str) -> Result<(), String> {
+        let other = s(&self.create("b", "other").await?, "/metadata/name");
+        let l = self.list("labelSelector=case%3Dcrud").await?;
+        ensure!(names(&l) == [name], "case=crud lists {:?}", names(&l));
+        let l = self.list("labelSelector=case%21%3Dcrud").await?;
+        ensure!(
+            names(&l).contains(&other) && !names(&l).contains(&name.to_string()),
+            "case!=crud lists {:?}",
+            names(&l)
+        );
+        Ok(())
+    }
+
+    async fn scope(&self, name: &str) -> Result<(), String> {
+        let plural = self.info.plural;
+        if self.info.namespaced {
+            let l = expect(
+                "list across namespaces",
+                self.s.get(&format!("{BASE}/{plural}")).await,
+                200,
+            )?;
+            ensure!(
+                names(&l).contains(&name.to_string()),
+                "not listed across namespaces"
+            );
+            expect(
+                "get without namespace",
+                self.s.get(&format!("{BASE}/{plural}/{name}")).await,
+                404,
+            )?;
+        } else {
+            let under = format!("{BASE}/namespaces/{}/{plural}", self.ns);
+            expect("list under a namespace", self.s.get(&under).await, 404)?;
+            expect(
+                "get under a namespace",
+                self.s.get(&format!("{under}/{name}")).await,
+                404,
+            )?;
+            let o = self.object("ns", "scope");
+            expect("create under a namespace", self.s.post(&under, &o).await, 404)?;
+        }
+        Ok(())
+    }
+
+    async fn update(&self, name: &str) -> Result<(), String> {
+        let (ptr, val) = (self.f.spec_change.0, (self.f.spec_change.1)());
+        let path = self.item(name);
+        // Metadata only: the generation stays.
+        let (code, o, before) = self
+            .rmw(&path, |o| o["metadata"]["labels"]["touched"] = "yes".into())
+            .await?;
+        ensure!(code == 200, "label update: {code} {o}");
+        ensure!(
+            o["metadata"]["generation"] == before["metadata"]["generation"],
+            "label update bumped the generation: {o}"
+        );
+        ensure!(
+            o["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"],
+            "label update kept the resourceVersion"
+        );
+        let (code, o, before) = self.rmw(&path, |o| set(o, ptr, val.clone())).await?;
+        if self.f.spec_mutable {
+            ensure!(code == 200, "spec update: {code} {o}");
+            ensure!(o.pointer(ptr) == Some(&val), "{ptr} not updated: {o}");
+            let gen_of = |v: &Value| v["metadata"]["generation"].as_i64().unwrap_or_default();
+            ensure!(
+                gen_of(&o) == gen_of(&before) + 1,
+                "generation {} after {}",
+                o["metadata"]["generation"],
+                before["metadata"]["generation"]
+            );
+        } else {
+            ensure!(
+                code == 422 && s(&o, "/reason") == "Invalid",
+                "immutable spec update: {code} {o}"
+            );
+        }
+        Ok(())
+    }
+
+    async fn stale(&self, created: &Value) -> Result<(), String> {
+        let mut o = created.clone();
+        o["metadata"]["labels"]["stale"] = "yes".into();
+        let v = expect(
+            "stale update",
+            self.s.put(&self.item(&s(created, "/metadata/name")), &o).await,
+            409,
+        )?;
+        ensure!(s(&v, "/reason") == "Conflict", "{v}");
+        Ok(())
+    }
+
+    async fn merge_patch(&self, name: &str) -> Result<(), String> {
+        let p = json!({"metadata": {"labels": {"merge": "yes"}}});
+        let o = expect(
+            "merge patch",
+            self.s.patch(&self.item(name), MERGE, &p).await,
+            200,
+        )?;
+        ensure!(
+            s(&o, "/metadata/labels/merge") == "yes" && s(&o, "/metadata/labels/case") == "crud",
+            "{o}"
+        );
+        Ok(())
+    }
+
+    async fn json_patch(&self, name: &str) -> Result<(), String> {
+        let p = json!([{"op": "add", "path": "/metadata/labels/json", "value": "yes"}]);
+        let o = expect(
+            "json patch",
+            self.s.patch(&self.item(name), JSON_PATCH, &p).await,
+            200,
+        )?;
+        ensure!(s(&o, "/metadata/labels/json") == "yes", "{o}");
+        Ok(())
+    }
+
+    async fn apply(&self, name: &str) -> Result<(), String> {
+        let cur = expect("get", self.s.get(&self.item(name)).await, 200)?;
+        let mut meta = json!({"name": name, "labels": {"applied": "yes"}});
+        if self.info.namespaced {
+            meta["namespace"] = self.ns.clone().into();
+        }
+        let body = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": self.info.kind, "metadata": meta, "spec": cur["spec"]});
+        let path = format!("{}?fieldManager=inproc-suite", self.item(name));
+        let o = expect("apply", self.s.patch(&path, APPLY, &body).await, 200)?;
+        ensure!(s(&o, "/metadata/labels/applied") == "yes", "{o}");
+        ensure!(o["spec"] == cur["spec"], "apply of the same spec changed it: {o}");
+        let managers: Vec<String> = o["metadata"]["managedFields"]
+            .as_array()
+            .map(|a| a.iter().map(|m| s(m, "/manager")).collect())
+            .unwrap_or_default();
+        ensure!(
+            managers.iter().any(|m| m == "inproc-suite"),
+            "managedFields: {managers:?}"
+        );
+        Ok(())
+    }
+
+    /// Server-side apply of an object that does not exist creates it (201), for kinds whose
+    /// clients choose the name.
+    async fn apply_create(&self) -> Result<(), String> {
+        let mut o = self.object("applied", "apply");
+        let name = s(&o, "/metadata/name");
+        if name.is_empty() {
+            return Ok(()); // the server names this kind's objects; apply needs a name
+        }
+        if self.info.namespaced {
+            o["metadata"]["namespace"] = self.ns.clone().into();
+        }
+        let path = format!("{}?fieldManager=inproc-suite", self.item(&name));
+        let v = expect("apply create", self.s.patch(&path, APPLY, &o).await, 201)?;
+        ensure!(
+            o["spec"]
+                .as_object()
+                .is_none_or(|spec| spec.iter().all(|(k, x)| v["spec"][k] == *x)),
+            "applied spec {} not stored: {v}",
+            o["spec"]
+        );
+        expect("get after apply create", self.s.get(&self.item(&name)).await, 200)?;
+        Ok(())
+    }
+
+    async fn status_get(&self, name: &str) -> Result<(), String> {
+        let o = expect(
+            "get status",
+            self.s.get(&format!("{}/status", self.item(name))).await,
+            200,
+        )?;
+        ensure!(
+            s(&o, "/kind") == self.info.kind && s(&o, "/metadata/name") == name,
+            "{o}"
+        );
+        Ok(())
+    }
+
+    async fn main_keeps_status(&self, name: &str) -> Result<(), String> {
+        let Some((ptr, val)) = self.f.status else {
+            return Err("the kind has status but its fixture no status field".into());
+        };
+        let (code, o, before) = self
+            .rmw(&self.item(name), |o| {
+                o["metadata"]["labels"]["main"] = "yes".into();
+                set(o, ptr, val());
+            })
+            .await?;
+        ensure!(code == 200, "{code} {o}");
+        ensure!(
+            o["status"] == before["status"],
+            "main update changed status to {}",
+            o["status"]
+        );
+        Ok(())
+    }
+
+    async fn status_keeps_spec(&self, name: &str) -> Result<(), String> {
+        let Some((ptr, val)) = self.f.status else {
+            return Err("the kind has status but its fixture no status field".into());
+        };
+        let path = format!("{}/status", self.item(name));
+        let (code, o, before) = self
+            .rmw(&path, |o| {
+                o["spec"] = json!({});
+                o["metadata"]["labels"]["status"] = "yes".into();
+                set(o, ptr, val());
+            })
+            .await?;
+        ensure!(code == 200, "{code} {o}");
+        ensure!(o.pointer(ptr) == Some(&val()), "{ptr} not set by /status: {o}");
+        ensure!(
+            o["spec"] == before["spec"],
+            "/status changed spec to {}",
+            o["spec"]
+        );
+        ensure!(
+            o["metadata"]["labels"] == before["metadata"]["labels"],
+            "/status changed labels to {}",
+            o["metadata"]["labels"]
+        );
+        ensure!(
+            o["metadata"]["generation"] == before["metadata"]["generation"],
+            "/status bumped the generation"
+        );
+        Ok(())
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), String> {
+        expect("delete", self.s.delete(&self.item(name)).await, 200)?;
+        self.gone(name).await?;
+        let v = expect("get after delete", self.s.get(&self.item(name)).await, 404)?;
+        ensure!(s(&v, "/reason") == "NotFound", "{v}");
+        Ok(())
+    }
+
+    async fn watch(&self) -> Result<(), String> {
+        let rv = s(
+            &self.list("labelSelector=case%3Dwatch").await?,
+            "/metadata/resourceVersion",
+        );
+        let mut w = self
+            .s
+            .watch(&format!(
+                "{}?watch=true&resourceVersion={rv}&labelSelector=case%3Dwatch",
+                self.coll()
+            ))
+            .await;
+        let name = s(&self.create("w", "watch").await?, "/metadata/name");
+        let p = json!({"metadata": {"labels": {"step": "two"}}});
+        expect("patch", self.s.patch(&self.item(&name), MERGE, &p).await, 200)?;
+        expect("delete", self.s.delete(&self.item(&name)).await, 200)?;
+        let mut seen = Vec::new();
+        while let Some(e) = w.next(WAIT).await {
+            let (ty, n) = (s(&e, "/type"), s(&e, "/object/metadata/name"));
+            ensure!(n == name, "event of another object: {e}");
+            seen.push(ty.clone());
+            if ty == "DELETED" {
+                break;
+            }
+        }
+        let ok = seen.first().map(String::as_str) == Some("ADDED")
+            && seen.last().map(String::as_str) == Some("DELETED")
+            && seen.len() >= 3
+            && seen[1..seen.len() - 1].iter().all(|t| t == "MODIFIED");
+        ensure!(ok, "events {seen:?}, want ADDED, MODIFIED…, DELETED");
+        Ok(())
+    }
+
+    async fn dry_run(&self) -> Result<(), String> {
+        let o = self.object("dry", "dry");
+        let v = expect(
+            "dry-run create",
+            self.s.post(&format!("{}?dryRun=All", self.coll()), &o).await,
+            201,
+        )?;
+        let name = s(&v, "/metadata/name");
+        ensure!(!name.is_empty(), "dry-run create named nothing: {v}");
+        expect("get after dry run", self.s.get(&self.item(&name)).await, 404)?;
+        let l = self.list("labelSelector=case%3Ddry").await?;
+        ensure!(names(&l).is_empty(), "dry run stored {:?}", names(&l));
+        Ok(())
+    }
+
+    async fn delete_collection(&self) -> Result<(), String> {
+        for n in ["c1", "c2"] {
+            self.create(n, "dc").await?;
+        }
+        let keep = s(&self.create("c3", "keep").await?, "/metadata/name");
+        expect(
+            "deletecollection",
+            self.s
+                .delete(&format!("{}?labelSelector=case%3Ddc", self.coll()))
+                .await,
+            200,
+        )?;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let left = names(&self.list("labelSelector=case%3Ddc").await?);
+            if left.is_empty() {
+                break;
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "still there {WAIT:?} after deletecollection: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        expect(
+            "get of an object the selector spared",
+            self.s.get(&self.item(&keep)).await,
+            200,
+        )?;
+        Ok(())
+    }
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .map(|a| a.iter().map(|o| s(o, "/metadata/name")).collect())
+        .unwrap_or_default()
+}
