@@ -718,36 +718,26 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A watch from the resourceVersion before a create sees the object's life in order, live
+    /// and again when it is replayed from the watch cache's history afterwards.
     async fn watch(&self) -> Result<(), String> {
         let rv = s(
             &self.list("labelSelector=case%3Dwatch").await?,
             "/metadata/resourceVersion",
         );
-        let mut w = self
-            .s
-            .watch(&format!(
-                "{}?watch=true&resourceVersion={rv}&labelSelector=case%3Dwatch",
-                self.coll()
-            ))
-            .await;
+        let path = format!(
+            "{}?watch=true&resourceVersion={rv}&labelSelector=case%3Dwatch",
+            self.coll()
+        );
+        let mut live = self.s.watch(&path).await;
         let name = s(&self.create("w", "watch").await?, "/metadata/name");
         let p = json!({"metadata": {"labels": {"step": "two"}}});
         expect("patch", self.s.patch(&self.item(&name), MERGE, &p).await, 200)?;
         expect("delete", self.s.delete(&self.item(&name)).await, 200)?;
-        let mut seen = Vec::new();
-        while let Some(e) = w.next(WAIT).await {
-            let (ty, n) = (s(&e, "/type"), s(&e, "/object/metadata/name"));
-            ensure!(n == name, "event of another object: {e}");
-            seen.push(ty.clone());
-            if ty == "DELETED" {
-                break;
-            }
-        }
-        let ok = seen.first().map(String::as_str) == Some("ADDED")
-            && seen.last().map(String::as_str) == Some("DELETED")
-            && seen.len() >= 3
-            && seen[1..seen.len() - 1].iter().all(|t| t == "MODIFIED");
-        ensure!(ok, "events {seen:?}, want ADDED, MODIFIED…, DELETED");
+        let seen = life(&mut live, &name).await?;
+        let mut replay = self.s.watch(&path).await;
+        let again = life(&mut replay, &name).await?;
+        ensure!(again == seen, "replayed {again:?}, live {seen:?}");
         Ok(())
     }
 
@@ -797,6 +787,32 @@ impl Ctx<'_> {
         )?;
         Ok(())
     }
+}
+
+/// The event types a watch delivers for `name` up to its `DELETED`; they must be `ADDED`, one or
+/// more `MODIFIED`, `DELETED`, with rising resourceVersions.
+async fn life(w: &mut cozyplane_conformance::inproc::Watch, name: &str) -> Result<Vec<String>, String> {
+    let mut seen = Vec::new();
+    let mut last_rv = 0u64;
+    while let Some(e) = w.next(WAIT).await {
+        let (ty, n) = (s(&e, "/type"), s(&e, "/object/metadata/name"));
+        ensure!(n == name, "event of another object: {e}");
+        let rv: u64 = s(&e, "/object/metadata/resourceVersion")
+            .parse()
+            .unwrap_or_default();
+        ensure!(rv > last_rv, "resourceVersion {rv} after {last_rv}: {e}");
+        last_rv = rv;
+        seen.push(ty.clone());
+        if ty == "DELETED" {
+            break;
+        }
+    }
+    let ok = seen.first().map(String::as_str) == Some("ADDED")
+        && seen.last().map(String::as_str) == Some("DELETED")
+        && seen.len() >= 3
+        && seen[1..seen.len() - 1].iter().all(|t| t == "MODIFIED");
+    ensure!(ok, "events {seen:?}, want ADDED, MODIFIED…, DELETED");
+    Ok(seen)
 }
 
 fn names(list: &Value) -> Vec<String> {
