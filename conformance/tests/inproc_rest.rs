@@ -23,6 +23,17 @@ const APPLY: &str = "application/apply-patch+yaml";
 /// Hang guard for what controllers finish asynchronously (finalizers) and for watch events.
 const WAIT: Duration = Duration::from_secs(15);
 
+/// What an update of the spec gets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spec {
+    /// The change is stored and the generation bumped.
+    Mutable,
+    /// The change is refused: 422 `Invalid`.
+    Immutable,
+    /// The update succeeds but the spec is the server's (a namespace's): kept as it was.
+    Ignored,
+}
+
 /// A field (JSON pointer) and a value for it.
 type Field = (&'static str, fn() -> Value);
 
@@ -37,8 +48,8 @@ struct Fixture {
     object: fn(ns: &str, name: &str) -> Value,
     /// A spec field (JSON pointer) and a new value for it.
     spec_change: Field,
-    /// Whether that change is allowed on update; `false`: it is refused with 422.
-    spec_mutable: bool,
+    /// What an update making that change gets.
+    spec: Spec,
     /// For kinds with status: a status field (JSON pointer) and a value `/status` accepts.
     status: Option<Field>,
 }
@@ -72,7 +83,7 @@ const FIXTURES: &[Fixture] = &[
         needs: |_| Vec::new(),
         object: |_, name| obj("VPC", name, json!({"cidrs": ["10.9.0.0/24"]})),
         spec_change: ("/spec/mtu", || json!(1400)),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
     },
     Fixture {
@@ -86,7 +97,7 @@ const FIXTURES: &[Fixture] = &[
             )
         },
         spec_change: ("/spec/vpcRef/name", || json!("peer")),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: None,
     },
     Fixture {
@@ -100,7 +111,7 @@ const FIXTURES: &[Fixture] = &[
             )
         },
         spec_change: ("/spec/peerRef/name", || json!("elsewhere")),
-        spec_mutable: false,
+        spec: Spec::Immutable,
         status: Some(("/status/phase", || json!("Pending"))),
     },
     Fixture {
@@ -108,7 +119,7 @@ const FIXTURES: &[Fixture] = &[
         needs: net,
         object: |_, name| obj("VPCGateway", name, json!({"vpcRef": {"name": "net"}})),
         spec_change: ("/spec/loadBalancerClass", || json!("example.com/lb")),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/natAddress", || json!("203.0.113.7"))),
     },
     Fixture {
@@ -122,7 +133,7 @@ const FIXTURES: &[Fixture] = &[
             )
         },
         spec_change: ("/spec/node", || json!("n2")),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/groups", || json!([7]))),
     },
     Fixture {
@@ -136,7 +147,7 @@ const FIXTURES: &[Fixture] = &[
             )
         },
         spec_change: ("/spec/target", || json!("10.0.0.6")),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/address", || json!("203.0.113.8"))),
     },
     Fixture {
@@ -152,7 +163,7 @@ const FIXTURES: &[Fixture] = &[
             )
         },
         spec_change: ("/spec/sessionAffinity", || json!("ClientIP")),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
     },
     Fixture {
@@ -163,7 +174,7 @@ const FIXTURES: &[Fixture] = &[
             "/spec/ingress",
             || json!([{"from": {"cidr": "10.1.0.0/16"}, "ports": [{"protocol": "TCP", "port": 80}]}]),
         ),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
     },
     Fixture {
@@ -171,13 +182,33 @@ const FIXTURES: &[Fixture] = &[
         needs: |_| Vec::new(),
         object: |_, name| obj("HostFirewall", name, json!({})),
         spec_change: ("/spec/policyTypes", || json!(["Ingress"])),
-        spec_mutable: true,
+        spec: Spec::Mutable,
         status: Some(("/status/conditions", || {
             json!([{"type": "Applied", "status": "True", "reason": "Test", "message": "set by the suite",
                     "lastTransitionTime": "2026-01-01T00:00:00Z"}])
         })),
     },
+    // Core v1, served by a standalone server (registry::namespace).
+    Fixture {
+        plural: "namespaces",
+        needs: |_| Vec::new(),
+        object: |_, name| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        spec_change: ("/spec/finalizers", || json!(["example.com/other"])),
+        spec: Spec::Ignored,
+        status: Some(("/status/conditions", || {
+            json!([{"type": "NamespaceDeletionContentFailure", "status": "False", "reason": "Test",
+                    "message": "set by the suite", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        })),
+    },
 ];
+
+/// Every kind the suite must cover: the table of `sdn.cozystack.io` and the core kinds a
+/// standalone server serves.
+fn all_kinds() -> Vec<KindInfo> {
+    let mut k = KINDS.to_vec();
+    k.push(<cozyplane_apiserver::registry::namespace::Namespace as cozyplane_apis::ApiKind>::INFO);
+    k
+}
 
 /// Cases the server is known to fail: (resource, case, why). Each must still fail; fix the
 /// server and remove the row.
@@ -185,7 +216,7 @@ const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn fixtures_cover_every_kind() {
-    let kinds: Vec<&str> = KINDS.iter().map(|k| k.plural).collect();
+    let kinds: Vec<&str> = all_kinds().iter().map(|k| k.plural).collect();
     let rows: Vec<&str> = FIXTURES.iter().map(|f| f.plural).collect();
     for k in &kinds {
         assert_eq!(
@@ -202,8 +233,9 @@ fn fixtures_cover_every_kind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_contract_of_every_kind() {
     let s = InProc::start().await;
+    let kinds = all_kinds();
     let runs = FIXTURES.iter().map(|f| {
-        let info = KINDS
+        let info = kinds
             .iter()
             .find(|k| k.plural == f.plural)
             .unwrap_or_else(|| panic!("{} is not in KINDS", f.plural));
@@ -294,16 +326,39 @@ fn expect(what: &str, got: (u16, Value), code: u16) -> Result<Value, String> {
 struct Ctx<'a> {
     s: &'a InProc,
     f: &'a Fixture,
-    info: &'static KindInfo,
+    info: &'a KindInfo,
     ns: String,
 }
 
 impl Ctx<'_> {
-    fn coll(&self) -> String {
-        if self.info.namespaced {
-            format!("{BASE}/namespaces/{}/{}", self.ns, self.info.plural)
+    /// The root of the kind's group-version: `/apis/<group>/<version>` or `/api/v1`.
+    fn base(&self) -> String {
+        if self.info.group.is_empty() {
+            format!("/api/{}", self.info.version)
         } else {
-            format!("{BASE}/{}", self.info.plural)
+            format!("/apis/{}/{}", self.info.group, self.info.version)
+        }
+    }
+
+    fn api_version(&self) -> String {
+        cozyplane_apiserver::registry::api_version(self.info)
+    }
+
+    /// `<plural>.<group>`, or the plural alone for the core group, as error messages say it.
+    fn qualified(&self) -> String {
+        if self.info.group.is_empty() {
+            self.info.plural.to_string()
+        } else {
+            format!("{}.{}", self.info.plural, self.info.group)
+        }
+    }
+
+    fn coll(&self) -> String {
+        let base = self.base();
+        if self.info.namespaced {
+            format!("{base}/namespaces/{}/{}", self.ns, self.info.plural)
+        } else {
+            format!("{base}/{}", self.info.plural)
         }
     }
 
@@ -407,10 +462,7 @@ impl Ctx<'_> {
     async fn create_checked(&self) -> Result<Value, String> {
         let o = self.create("a", "crud").await?;
         ensure!(s(&o, "/kind") == self.info.kind, "kind: {o}");
-        ensure!(
-            s(&o, "/apiVersion") == "sdn.cozystack.io/v1alpha1",
-            "apiVersion: {o}"
-        );
+        ensure!(s(&o, "/apiVersion") == self.api_version(), "apiVersion: {o}");
         ensure!(!s(&o, "/metadata/name").is_empty(), "no name: {o}");
         ensure!(!s(&o, "/metadata/uid").is_empty(), "no uid: {o}");
         ensure!(
@@ -454,11 +506,8 @@ impl Ctx<'_> {
         );
         ensure!(s(&v, "/details/kind") == self.info.plural, "details.kind: {v}");
         ensure!(s(&v, "/details/name") == "missing-one", "details.name: {v}");
-        ensure!(
-            s(&v, "/details/group") == "sdn.cozystack.io",
-            "details.group: {v}"
-        );
-        let msg = format!("{}.sdn.cozystack.io \"missing-one\" not found", self.info.plural);
+        ensure!(s(&v, "/details/group") == self.info.group, "details.group: {v}");
+        let msg = format!("{} \"missing-one\" not found", self.qualified());
         ensure!(s(&v, "/message") == msg, "message: {v}");
         Ok(())
     }
@@ -467,7 +516,7 @@ impl Ctx<'_> {
         let l = self.list("").await?;
         ensure!(s(&l, "/kind") == self.info.list_kind, "kind: {}", l["kind"]);
         ensure!(
-            s(&l, "/apiVersion") == "sdn.cozystack.io/v1alpha1",
+            s(&l, "/apiVersion") == self.api_version(),
             "apiVersion: {}",
             l["apiVersion"]
         );
@@ -498,11 +547,11 @@ impl Ctx<'_> {
     }
 
     async fn scope(&self, name: &str) -> Result<(), String> {
-        let plural = self.info.plural;
+        let (plural, base) = (self.info.plural, self.base());
         if self.info.namespaced {
             let l = expect(
                 "list across namespaces",
-                self.s.get(&format!("{BASE}/{plural}")).await,
+                self.s.get(&format!("{base}/{plural}")).await,
                 200,
             )?;
             ensure!(
@@ -511,11 +560,11 @@ impl Ctx<'_> {
             );
             expect(
                 "get without namespace",
-                self.s.get(&format!("{BASE}/{plural}/{name}")).await,
+                self.s.get(&format!("{base}/{plural}/{name}")).await,
                 404,
             )?;
         } else {
-            let under = format!("{BASE}/namespaces/{}/{plural}", self.ns);
+            let under = format!("{base}/namespaces/{}/{plural}", self.ns);
             expect("list under a namespace", self.s.get(&under).await, 404)?;
             expect(
                 "get under a namespace",
@@ -545,7 +594,14 @@ impl Ctx<'_> {
             "label update kept the resourceVersion"
         );
         let (code, o, before) = self.rmw(&path, |o| set(o, ptr, val.clone())).await?;
-        if self.f.spec_mutable {
+        if self.f.spec == Spec::Ignored {
+            ensure!(code == 200, "spec update: {code} {o}");
+            ensure!(o["spec"] == before["spec"], "the server's spec was changed: {o}");
+            ensure!(
+                o["metadata"]["generation"] == before["metadata"]["generation"],
+                "an ignored spec change bumped the generation: {o}"
+            );
+        } else if self.f.spec == Spec::Mutable {
             ensure!(code == 200, "spec update: {code} {o}");
             ensure!(o.pointer(ptr) == Some(&val), "{ptr} not updated: {o}");
             let gen_of = |v: &Value| v["metadata"]["generation"].as_i64().unwrap_or_default();
@@ -607,7 +663,7 @@ impl Ctx<'_> {
         if self.info.namespaced {
             meta["namespace"] = self.ns.clone().into();
         }
-        let body = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": self.info.kind, "metadata": meta, "spec": cur["spec"]});
+        let body = json!({"apiVersion": self.api_version(), "kind": self.info.kind, "metadata": meta, "spec": cur["spec"]});
         let path = format!("{}?fieldManager=inproc-suite", self.item(name));
         let o = expect("apply", self.s.patch(&path, APPLY, &body).await, 200)?;
         ensure!(s(&o, "/metadata/labels/applied") == "yes", "{o}");
