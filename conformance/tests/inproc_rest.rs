@@ -442,6 +442,16 @@ impl Ctx<'_> {
         r.case("list", self.list_has(&name).await);
         r.case("list label selector", self.label_selector(&name).await);
         r.case("scope", self.scope(&name).await);
+        r.case("create existing", self.create_existing(&created).await);
+        r.case("update missing", self.update_missing(&created).await);
+        r.case("field selector", self.field_selector(&name).await);
+        r.case("table", self.table().await);
+        r.case("paging", self.paging().await);
+        r.case("generateName", self.generate_name().await);
+        r.case("strict unknown field", self.strict_unknown_field().await);
+        if self.info.namespaced {
+            r.case("namespace mismatch", self.namespace_mismatch().await);
+        }
         r.case("update", self.update(&name).await);
         r.case("update stale resourceVersion", self.stale(&created).await);
         r.case("merge patch", self.merge_patch(&name).await);
@@ -574,6 +584,157 @@ impl Ctx<'_> {
             let o = self.object("ns", "scope");
             expect("create under a namespace", self.s.post(&under, &o).await, 404)?;
         }
+        Ok(())
+    }
+
+    async fn create_existing(&self, created: &Value) -> Result<(), String> {
+        let mut o = created.clone();
+        let m = o["metadata"].as_object_mut().ok_or("no metadata")?;
+        m.retain(|k, _| k == "name" || k == "namespace" || k == "labels");
+        let v = expect("second create", self.s.post(&self.coll(), &o).await, 409)?;
+        ensure!(s(&v, "/reason") == "AlreadyExists", "{v}");
+        Ok(())
+    }
+
+    /// A PUT of a name that does not exist: these kinds are not created by update (404).
+    async fn update_missing(&self, created: &Value) -> Result<(), String> {
+        let mut o = created.clone();
+        let m = o["metadata"].as_object_mut().ok_or("no metadata")?;
+        m.retain(|k, _| k == "namespace" || k == "labels");
+        m.insert("name".into(), "missing-two".into());
+        let v = expect(
+            "update of a missing object",
+            self.s.put(&self.item("missing-two"), &o).await,
+            404,
+        )?;
+        ensure!(s(&v, "/reason") == "NotFound", "{v}");
+        Ok(())
+    }
+
+    async fn field_selector(&self, name: &str) -> Result<(), String> {
+        let l = self
+            .list(&format!("fieldSelector=metadata.name%3D{name}"))
+            .await?;
+        ensure!(names(&l) == [name], "metadata.name={name} lists {:?}", names(&l));
+        let l = self
+            .list(&format!("fieldSelector=metadata.name%21%3D{name}"))
+            .await?;
+        ensure!(
+            !names(&l).contains(&name.to_string()),
+            "metadata.name!={name} lists it"
+        );
+        Ok(())
+    }
+
+    /// `kubectl get`'s Table: a row per object, `Name` first.
+    async fn table(&self) -> Result<(), String> {
+        let req = http::Request::builder()
+            .uri(self.coll())
+            .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+            .body(axum::body::Body::empty())
+            .map_err(|e| e.to_string())?;
+        let r = self.s.send(req).await;
+        ensure!(r.status() == 200, "table: {}", r.status());
+        let bytes = http_body_util::BodyExt::collect(r.into_body())
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let t: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        ensure!(s(&t, "/kind") == "Table", "{t}");
+        ensure!(
+            s(&t, "/columnDefinitions/0/name") == "Name",
+            "columns: {}",
+            t["columnDefinitions"]
+        );
+        let rows = t["rows"].as_array().map_or(0, Vec::len);
+        let items = names(&self.list("").await?).len();
+        ensure!(rows == items, "{rows} rows for {items} objects");
+        let width = t["columnDefinitions"].as_array().map_or(0, Vec::len);
+        ensure!(
+            t["rows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|r| r["cells"].as_array().map_or(0, Vec::len) == width),
+            "a row's cells do not match the {width} columns: {t}"
+        );
+        Ok(())
+    }
+
+    /// `limit` pages the list with `continue` tokens; the pages together are the whole list.
+    async fn paging(&self) -> Result<(), String> {
+        let all = names(&self.list("").await?);
+        ensure!(all.len() >= 2, "paging needs two objects, there are {all:?}");
+        let mut got = Vec::new();
+        let mut query = "limit=1".to_string();
+        for _ in 0..=all.len() {
+            let l = self.list(&query).await?;
+            let page = names(&l);
+            ensure!(page.len() <= 1, "limit=1 gave {page:?}");
+            got.extend(page);
+            let cont = s(&l, "/metadata/continue");
+            if cont.is_empty() {
+                break;
+            }
+            query = format!(
+                "limit=1&continue={}",
+                form_urlencoded::byte_serialize(cont.as_bytes()).collect::<String>()
+            );
+        }
+        ensure!(got == all, "pages {got:?}, list {all:?}");
+        Ok(())
+    }
+
+    /// `metadata.generateName` for kinds whose clients name objects.
+    async fn generate_name(&self) -> Result<(), String> {
+        let mut o = self.object("gen", "gen");
+        let Some(m) = o["metadata"].as_object_mut() else {
+            return Err("no metadata".into());
+        };
+        if m.remove("name").is_none() {
+            return Ok(()); // the server names this kind's objects
+        }
+        let prefix = format!("{}-", self.info.singular);
+        m.insert("generateName".into(), prefix.clone().into());
+        let v = expect(
+            "create with generateName",
+            self.s.post(&self.coll(), &o).await,
+            201,
+        )?;
+        let name = s(&v, "/metadata/name");
+        ensure!(
+            name.starts_with(&prefix) && name.len() == prefix.len() + 5,
+            "generated name {name:?}"
+        );
+        Ok(())
+    }
+
+    async fn strict_unknown_field(&self) -> Result<(), String> {
+        let mut o = self.object("strict", "strict");
+        o["spec"]["notAField"] = json!(1);
+        let v = expect(
+            "create with an unknown field, fieldValidation=Strict",
+            self.s
+                .post(&format!("{}?fieldValidation=Strict", self.coll()), &o)
+                .await,
+            400,
+        )?;
+        ensure!(
+            v.to_string().contains("notAField"),
+            "the error does not name the field: {v}"
+        );
+        Ok(())
+    }
+
+    /// A body naming another namespace than the URL: 400.
+    async fn namespace_mismatch(&self) -> Result<(), String> {
+        let mut o = self.object("elsewhere", "mismatch");
+        o["metadata"]["namespace"] = "some-other".into();
+        expect(
+            "create with another namespace",
+            self.s.post(&self.coll(), &o).await,
+            400,
+        )?;
         Ok(())
     }
 
