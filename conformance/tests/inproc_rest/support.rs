@@ -143,7 +143,6 @@ impl Ctx<'_> {
     }
 
     pub(crate) async fn setup(&self) -> Result<(), String> {
-        self.s.namespace(&self.ns).await;
         for (plural, body) in (self.f.needs)(&self.ns) {
             let path = format!("{BASE}/namespaces/{}/{plural}", self.ns);
             expect(
