@@ -66,6 +66,8 @@ struct Fixture {
     spec: Spec,
     /// For kinds with status: a status field (JSON pointer) and a value `/status` accepts.
     status: Option<Field>,
+    /// For kinds with status: a status field and a value `/status` must refuse (422).
+    bad_status: Option<Field>,
 }
 
 fn vpc(name: &str, cidr: &str) -> (&'static str, Value) {
@@ -99,6 +101,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/mtu", || json!(1400)),
         spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
+        bad_status: Some(("/status/phase", || json!("Bogus"))),
     },
     Fixture {
         plural: "vpcbindings",
@@ -113,6 +116,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/vpcRef/name", || json!("peer")),
         spec: Spec::Mutable,
         status: None,
+        bad_status: None,
     },
     Fixture {
         plural: "vpcpeerings",
@@ -127,6 +131,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/peerRef/name", || json!("elsewhere")),
         spec: Spec::Immutable,
         status: Some(("/status/phase", || json!("Pending"))),
+        bad_status: Some(("/status/phase", || json!("Bogus"))),
     },
     Fixture {
         plural: "vpcgateways",
@@ -135,6 +140,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/loadBalancerClass", || json!("example.com/lb")),
         spec: Spec::Mutable,
         status: Some(("/status/natAddress", || json!("203.0.113.7"))),
+        bad_status: Some(("/status/natAddress", || json!("not-an-ip"))),
     },
     Fixture {
         plural: "ports",
@@ -149,6 +155,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/node", || json!("n2")),
         spec: Spec::Mutable,
         status: Some(("/status/groups", || json!([7]))),
+        bad_status: Some(("/status/groups", || json!([-5]))),
     },
     Fixture {
         plural: "floatingips",
@@ -163,6 +170,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/target", || json!("10.0.0.6")),
         spec: Spec::Mutable,
         status: Some(("/status/address", || json!("203.0.113.8"))),
+        bad_status: Some(("/status/address", || json!("not-an-ip"))),
     },
     Fixture {
         plural: "servicevips",
@@ -179,6 +187,7 @@ const FIXTURES: &[Fixture] = &[
         spec_change: ("/spec/sessionAffinity", || json!("ClientIP")),
         spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
+        bad_status: Some(("/status/phase", || json!("Bogus"))),
     },
     Fixture {
         plural: "securitygroups",
@@ -190,6 +199,7 @@ const FIXTURES: &[Fixture] = &[
         ),
         spec: Spec::Mutable,
         status: Some(("/status/phase", || json!("Pending"))),
+        bad_status: Some(("/status/phase", || json!("Bogus"))),
     },
     Fixture {
         plural: "hostfirewalls",
@@ -199,6 +209,10 @@ const FIXTURES: &[Fixture] = &[
         spec: Spec::Mutable,
         status: Some(("/status/conditions", || {
             json!([{"type": "Applied", "status": "True", "reason": "Test", "message": "set by the suite",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        })),
+        bad_status: Some(("/status/conditions", || {
+            json!([{"type": "Applied", "status": "Maybe", "reason": "Test", "message": "",
                     "lastTransitionTime": "2026-01-01T00:00:00Z"}])
         })),
     },
@@ -213,6 +227,7 @@ const FIXTURES: &[Fixture] = &[
             json!([{"type": "NamespaceDeletionContentFailure", "status": "False", "reason": "Test",
                     "message": "set by the suite", "lastTransitionTime": "2026-01-01T00:00:00Z"}])
         })),
+        bad_status: Some(("/status/phase", || json!("Bogus"))),
     },
 ];
 
@@ -231,7 +246,27 @@ fn namespace_of(f: &Fixture) -> String {
 
 /// Cases the server is known to fail: (resource, case, why). Each must still fail; fix the
 /// server and remove the row.
-const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[
+    ("vpcs", "status refuses an invalid value", NO_STATUS_RULES),
+    ("vpcpeerings", "status refuses an invalid value", NO_STATUS_RULES),
+    ("vpcgateways", "status refuses an invalid value", NO_STATUS_RULES),
+    ("ports", "status refuses an invalid value", NO_STATUS_RULES),
+    ("floatingips", "status refuses an invalid value", NO_STATUS_RULES),
+    (
+        "securitygroups",
+        "status refuses an invalid value",
+        NO_STATUS_RULES,
+    ),
+    (
+        "hostfirewalls",
+        "status refuses an invalid value",
+        NO_STATUS_RULES,
+    ),
+];
+
+/// Why `/status` takes any well-typed value for most kinds.
+const NO_STATUS_RULES: &str = "the kind's strategy has no status rules (Strategy::validate_status_update checks only the \
+     allocated vni/id, or nothing); only ServiceVIP (and the core Namespace) validate what /status writes";
 
 #[test]
 fn fixtures_cover_every_kind() {

@@ -46,6 +46,10 @@ impl Ctx<'_> {
             r.case("status get", self.status_get(&name).await);
             r.case("main update keeps status", self.main_keeps_status(&name).await);
             r.case("status update keeps spec", self.status_keeps_spec(&name).await);
+            r.case(
+                "status refuses an invalid value",
+                self.status_refuses_bad(&name).await,
+            );
         }
         r.case("delete", self.delete(&name).await);
         r.case("watch", self.watch().await);
@@ -476,6 +480,21 @@ impl Ctx<'_> {
             o["status"] == before["status"],
             "main update changed status to {}",
             o["status"]
+        );
+        Ok(())
+    }
+
+    async fn status_refuses_bad(&self, name: &str) -> Result<(), String> {
+        let Some((ptr, val)) = self.f.bad_status else {
+            return Err("the kind has status but its fixture no bad_status field".into());
+        };
+        let path = format!("{}/status", self.item(name));
+        let (code, o, _) = self.rmw(&path, |o| set(o, ptr, val())).await?;
+        ensure!(
+            code == 422 && s(&o, "/reason") == "Invalid",
+            "/status with {ptr}={}: expected 422 Invalid, got {code} {}",
+            val(),
+            o.pointer(ptr).map_or_else(|| o.to_string(), ToString::to_string)
         );
         Ok(())
     }
