@@ -10,6 +10,7 @@ use super::{Spec, WAIT};
 const MERGE: &str = "application/merge-patch+json";
 const JSON_PATCH: &str = "application/json-patch+json";
 const APPLY: &str = "application/apply-patch+yaml";
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
 
 impl Ctx<'_> {
     /// Runs every case, recording failures in `r`.
@@ -40,6 +41,10 @@ impl Ctx<'_> {
         r.case("update stale resourceVersion", self.stale(&created).await);
         r.case("merge patch", self.merge_patch(&name).await);
         r.case("json patch", self.json_patch(&name).await);
+        r.case("strategic merge patch", self.strategic_patch(&name).await);
+        r.case("writes to a missing name", self.missing_writes().await);
+        r.case("dry-run update and delete", self.dry_run_writes(&name).await);
+        r.case("delete precondition", self.delete_precondition(&name).await);
         r.case("apply", self.apply(&name).await);
         r.case("apply create", self.apply_create().await);
         if self.info.has_status {
@@ -527,6 +532,94 @@ impl Ctx<'_> {
             o["metadata"]["generation"] == before["metadata"]["generation"],
             "/status bumped the generation"
         );
+        Ok(())
+    }
+
+    async fn strategic_patch(&self, name: &str) -> Result<(), String> {
+        let p = json!({"metadata": {"labels": {"strategic": "yes"}}});
+        let o = expect(
+            "strategic merge patch",
+            self.s.patch(&self.item(name), STRATEGIC, &p).await,
+            200,
+        )?;
+        ensure!(
+            s(&o, "/metadata/labels/strategic") == "yes" && s(&o, "/metadata/labels/case") == "crud",
+            "{o}"
+        );
+        Ok(())
+    }
+
+    /// PATCH and DELETE of a name that does not exist: 404 naming it.
+    async fn missing_writes(&self) -> Result<(), String> {
+        let path = self.item("missing-three");
+        let p = json!({"metadata": {"labels": {"x": "y"}}});
+        for (what, got) in [
+            ("patch", self.s.patch(&path, MERGE, &p).await),
+            ("delete", self.s.delete(&path).await),
+        ] {
+            let v = expect(&format!("{what} of a missing object"), got, 404)?;
+            ensure!(
+                s(&v, "/reason") == "NotFound" && s(&v, "/details/name") == "missing-three",
+                "{what}: {v}"
+            );
+        }
+        Ok(())
+    }
+
+    /// `dryRun=All` on update, patch and delete answers as the write would and stores nothing.
+    async fn dry_run_writes(&self, name: &str) -> Result<(), String> {
+        let path = self.item(name);
+        let before = expect("get", self.s.get(&path).await, 200)?;
+        let mut o = before.clone();
+        o["metadata"]["labels"]["dry"] = "put".into();
+        let v = expect(
+            "dry-run update",
+            self.s.put(&format!("{path}?dryRun=All"), &o).await,
+            200,
+        )?;
+        ensure!(
+            s(&v, "/metadata/labels/dry") == "put",
+            "dry-run update answered {v}"
+        );
+        let p = json!({"metadata": {"labels": {"dry": "patch"}}});
+        expect(
+            "dry-run patch",
+            self.s.patch(&format!("{path}?dryRun=All"), MERGE, &p).await,
+            200,
+        )?;
+        expect(
+            "dry-run delete",
+            self.s.delete(&format!("{path}?dryRun=All")).await,
+            200,
+        )?;
+        let after = expect("get after the dry runs", self.s.get(&path).await, 200)?;
+        // A controller may write the status meanwhile; metadata and spec are the dry runs' test.
+        ensure!(
+            after["metadata"]["labels"] == before["metadata"]["labels"]
+                && after["spec"] == before["spec"]
+                && after["metadata"].get("deletionTimestamp").is_none(),
+            "dry runs changed the object: {after}"
+        );
+        Ok(())
+    }
+
+    /// A delete whose `preconditions.uid` names another object: 409 Conflict, nothing deleted.
+    async fn delete_precondition(&self, name: &str) -> Result<(), String> {
+        let body = json!({"apiVersion": "v1", "kind": "DeleteOptions",
+                          "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}});
+        let v = expect(
+            "delete with a wrong uid precondition",
+            self.s
+                .request("DELETE", &self.item(name), "application/json", Some(&body))
+                .await,
+            409,
+        )?;
+        ensure!(s(&v, "/reason") == "Conflict", "{v}");
+        expect(
+            "get after a refused delete",
+            self.s.get(&self.item(name)).await,
+            200,
+        )?;
         Ok(())
     }
 
