@@ -1,6 +1,6 @@
 //! The generic REST contract, run for every kind of the table (and the core `namespaces` a
 //! standalone server serves) on the in-process tier (`cozyplane_conformance::inproc`). The cases
-//! are in `inproc_rest/cases.rs` (create, get, list, selectors, Table, paging, update with a
+//! are in `inproc_rest/cases.rs` and `writes.rs` (create, get, list, selectors, Table, paging, update with a
 //! current and a stale resourceVersion, patches, server-side apply, `/status`, watch, dryRun,
 //! delete, deletecollection, scope, …). The only per-kind data is [`FIXTURES`], one row per kind;
 //! [`fixtures_cover_every_kind`] fails when a kind has no row.
@@ -32,6 +32,8 @@ macro_rules! ensure {
 mod cases;
 #[path = "inproc_rest/support.rs"]
 mod support;
+#[path = "inproc_rest/writes.rs"]
+mod writes;
 
 const BASE: &str = "/apis/sdn.cozystack.io/v1alpha1";
 /// Hang guard for what controllers finish asynchronously (finalizers) and for watch events.
