@@ -1,9 +1,9 @@
 //! The generic REST contract, run for every kind of the table (and the core `namespaces` a
 //! standalone server serves) on the in-process tier (`cozyplane_conformance::inproc`). The cases
-//! are in `inproc_rest/cases.rs` and `writes.rs` (create, get, list, selectors, Table, paging, update with a
-//! current and a stale resourceVersion, patches, server-side apply, `/status`, watch, dryRun,
-//! delete, deletecollection, scope, …). The only per-kind data is [`FIXTURES`], one row per kind;
-//! [`fixtures_cover_every_kind`] fails when a kind has no row.
+//! are in `inproc_rest/cases.rs` and `inproc_rest/writes.rs` (create, get, list, selectors, Table,
+//! paging, update with a current and a stale resourceVersion, patches, server-side apply,
+//! `/status`, watch, dryRun, delete, deletecollection, scope, …). The only per-kind data is
+//! [`FIXTURES`], one row per kind; [`fixtures_cover_every_kind`] fails when a kind has no row.
 //!
 //! All kinds run concurrently on one server, each in a namespace of its own; a failing case is
 //! recorded as (kind, case, what happened) and the test reports every failure at the end.
