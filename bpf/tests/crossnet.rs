@@ -7,63 +7,21 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 
-use common::pkt::{self, UDP};
-use common::{Datapath, LO, TC_ACT_REDIRECT, TC_ACT_SHOT};
-use cozyplane_bpf::DatapathConfig;
+use common::fixtures::*;
+use common::pkt;
+use common::{Datapath, LO, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::{
-    drops::{self, DropsMap},
-    endpoints::{self, EndpointsMap},
     net_stats::{self, NetStatsMap},
-    ports::{self, PortsMap},
     remotes::{self, RemotesMap},
     xnet_allow::{self, XnetAllowMap},
     xnet_routes::{self, XnetRoutesMap},
 };
 
-const FROM_POD: &str = "sdn_from_pod";
-
-const VPC_A: u32 = 100;
-const VPC_B: u32 = 200;
 const VPC_C: u32 = 300;
-
-const MAC_A1: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xa1];
-const MAC_B1: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xb1];
 const MAC_C1: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xc1];
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn cfg() -> DatapathConfig {
-    DatapathConfig {
-        tunnel_ifindex: LO,
-        ..DatapathConfig::default()
-    }
-}
-
-fn udp4(src_mac: [u8; 6], src: &str, dst: &str) -> Vec<u8> {
-    let v4 = |s: &str| s.parse::<Ipv4Addr>().unwrap();
-    pkt::ipv4(src_mac, cfg().gw_mac, v4(src), v4(dst), UDP, 5000, 53, 0)
-}
-
-/// A pod of `net` on this node, sending on lo.
-fn sender(dp: &mut Datapath, net: u32, addr: &str, mac: [u8; 6]) {
-    PortsMap::try_from(dp.map_mut(ports::NAME))
-        .unwrap()
-        .set(LO, net)
-        .unwrap();
-    endpoint(dp, net, addr, LO, mac);
-}
-
-fn endpoint(dp: &mut Datapath, net: u32, addr: &str, ifindex: u32, mac: [u8; 6]) {
-    EndpointsMap::try_from(dp.map_mut(endpoints::NAME))
-        .unwrap()
-        .upsert(net, ip(addr), ifindex, mac)
-        .unwrap();
-}
 
 /// From `from`, `cidr` belongs to `to`.
 fn route(dp: &mut Datapath, from: u32, cidr: (&str, u8), to: u32) {
@@ -80,39 +38,6 @@ fn allow(dp: &mut Datapath, from: u32, to: u32) {
         .unwrap();
 }
 
-/// Both halves of a peering as the agent writes them.
-fn peer(dp: &mut Datapath, a: (u32, &str), b: (u32, &str)) {
-    route(dp, a.0, (b.1, 24), b.0);
-    route(dp, b.0, (a.1, 24), a.0);
-    allow(dp, a.0, b.0);
-    allow(dp, b.0, a.0);
-}
-
-fn drops_of(dp: &Datapath, reason: DropReason) -> u64 {
-    DropsMap::try_from(dp.map(drops::NAME))
-        .unwrap()
-        .get(reason)
-        .unwrap()
-        .packets
-}
-
-fn total_drops(dp: &Datapath) -> u64 {
-    DropsMap::try_from(dp.map(drops::NAME))
-        .unwrap()
-        .all()
-        .unwrap()
-        .iter()
-        .map(|(_, s)| s.packets)
-        .sum()
-}
-
-#[track_caller]
-fn assert_dropped(dp: &Datapath, verdict: u32, reason: DropReason) {
-    assert_eq!(verdict, TC_ACT_SHOT, "expected a drop for {reason:?}");
-    assert_eq!(drops_of(dp, reason), 1, "{reason:?} counted once");
-    assert_eq!(total_drops(dp), 1, "no other reason counted");
-}
-
 fn crossings(dp: &Datapath, from: u32, to: u32) -> u64 {
     XnetAllowMap::try_from(dp.map(xnet_allow::NAME))
         .unwrap()
@@ -125,10 +50,17 @@ fn crossings(dp: &Datapath, from: u32, to: u32) -> u64 {
 
 // A peered pod of this node gets the packet straight into its netns, addresses native
 // (no NAT), counted as tx of the source net, rx of the target net and one crossing.
+fn peer(dp: &mut Datapath, a: (u32, &str), b: (u32, &str)) {
+    route(dp, a.0, (b.1, 24), b.0);
+    route(dp, b.0, (a.1, 24), a.0);
+    allow(dp, a.0, b.0);
+    allow(dp, b.0, a.0);
+}
+
 #[test]
 fn a_peered_pod_on_this_node_is_delivered_unchanged() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     peer(&mut dp, (VPC_A, "10.0.0.0"), (VPC_B, "10.1.0.0"));
 
@@ -154,7 +86,7 @@ fn a_peered_pod_on_this_node_is_delivered_unchanged() {
 #[test]
 fn a_peered_pod_on_another_node_is_encapsulated() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     RemotesMap::try_from(dp.map_mut(remotes::NAME))
         .unwrap()
         .upsert(VPC_B, ip("10.1.0.9"), ip("192.168.10.2"))
@@ -177,7 +109,7 @@ fn a_peered_pod_on_another_node_is_encapsulated() {
 #[test]
 fn a_route_without_an_allowed_pair_is_denied() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     route(&mut dp, VPC_A, ("10.1.0.0", 24), VPC_B);
     allow(&mut dp, VPC_B, VPC_A);
@@ -190,7 +122,7 @@ fn a_route_without_an_allowed_pair_is_denied() {
 #[test]
 fn an_allowed_pair_without_a_route_stays_isolated() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     allow(&mut dp, VPC_A, VPC_B);
 
@@ -202,7 +134,7 @@ fn an_allowed_pair_without_a_route_stays_isolated() {
 #[test]
 fn peering_is_not_transitive() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     endpoint(&mut dp, VPC_C, "10.2.0.7", 8, MAC_C1);
     peer(&mut dp, (VPC_A, "10.0.0.0"), (VPC_B, "10.1.0.0"));
@@ -219,7 +151,7 @@ fn peering_is_not_transitive() {
 #[test]
 fn overlapping_peers_of_different_nets_stay_apart() {
     let mut dp = Datapath::load(&cfg());
-    sender(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
+    vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     endpoint(&mut dp, VPC_C, "10.1.0.7", 8, MAC_C1);
     peer(&mut dp, (VPC_A, "10.0.0.0"), (VPC_B, "10.1.0.0"));

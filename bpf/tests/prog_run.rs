@@ -9,101 +9,27 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 
+use common::fixtures::*;
 use common::pkt::{self, ICMP, TCP, UDP};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_REDIRECT, TC_ACT_SHOT};
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::{
     bridges::{self, BridgesMap},
-    drops::{self, DropsMap},
-    endpoints::{self, EndpointsMap},
     net_stats::{self, NetStatsMap},
     node_blocks::{self, NodeBlocksMap},
     ports::{self, PortsMap},
     remotes::{self, RemotesMap},
 };
 
-const FROM_POD: &str = "sdn_from_pod";
 const TO_POD: &str = "sdn_to_pod";
 const FROM_OVERLAY: &str = "sdn_from_overlay";
 
-const VPC_A: u32 = 100;
-const VPC_B: u32 = 200;
-
-const MAC_A1: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xa1];
 const MAC_A2: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xa2];
-const MAC_B1: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xb1];
 const MAC_B2: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xb2];
 const MAC_OTHER: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xee];
-
-fn v4(s: &str) -> Ipv4Addr {
-    s.parse().unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn cfg() -> DatapathConfig {
-    // The tunnel "device" is lo too: a redirect target is not validated by a test run.
-    DatapathConfig {
-        tunnel_ifindex: LO,
-        ..DatapathConfig::default()
-    }
-}
-
-/// `ifindex` belongs to `net`.
-fn port(dp: &mut Datapath, ifindex: u32, net: u32) {
-    PortsMap::try_from(dp.map_mut(ports::NAME))
-        .unwrap()
-        .set(ifindex, net)
-        .unwrap();
-}
-
-fn endpoint(dp: &mut Datapath, net: u32, addr: &str, ifindex: u32, mac: [u8; 6]) {
-    EndpointsMap::try_from(dp.map_mut(endpoints::NAME))
-        .unwrap()
-        .upsert(net, ip(addr), ifindex, mac)
-        .unwrap();
-}
-
-fn drops_of(dp: &Datapath, reason: DropReason) -> u64 {
-    DropsMap::try_from(dp.map(drops::NAME))
-        .unwrap()
-        .get(reason)
-        .unwrap()
-        .packets
-}
-
-/// Sum of all drop counters: a test that expects one drop reason also proves no other.
-fn total_drops(dp: &Datapath) -> u64 {
-    DropsMap::try_from(dp.map(drops::NAME))
-        .unwrap()
-        .all()
-        .unwrap()
-        .iter()
-        .map(|(_, s)| s.packets)
-        .sum()
-}
-
-fn udp4(src_mac: [u8; 6], src: &str, dst: &str) -> Vec<u8> {
-    pkt::ipv4(src_mac, cfg().gw_mac, v4(src), v4(dst), UDP, 5000, 53, 0)
-}
-
-#[track_caller]
-fn assert_dropped(dp: &Datapath, verdict: u32, reason: DropReason) {
-    assert_eq!(verdict, TC_ACT_SHOT, "expected a drop for {reason:?}");
-    assert_eq!(drops_of(dp, reason), 1, "{reason:?} counted once");
-    assert_eq!(total_drops(dp), 1, "no other reason counted");
-}
-
-/// A VPC pod on this node: port on lo, endpoint on lo.
-fn vpc_pod(dp: &mut Datapath, net: u32, addr: &str, mac: [u8; 6]) {
-    port(dp, LO, net);
-    endpoint(dp, net, addr, LO, mac);
-}
 
 // Same VPC, same node: sdn_from_pod delivers straight into the destination pod (peer
 // redirect) with the destination pod's MAC, and counts both directions.

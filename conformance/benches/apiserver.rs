@@ -160,25 +160,6 @@ struct Server {
     _etcd: Option<EtcdServer>,
 }
 
-fn server_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("COZYPLANE_APISERVER") {
-        return p.into();
-    }
-    // <target>/release/deps/apiserver-<hash> → <target>/release/cozyplane-apiserver
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("cozyplane-apiserver");
-    assert!(
-        bin.exists(),
-        "{} missing: cargo build --release -p cozyplane-apiserver",
-        bin.display()
-    );
-    bin
-}
-
 impl Server {
     async fn start(bin: &Path, etcd: bool) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -523,7 +504,7 @@ async fn main() {
     // `cargo bench` passes `--bench`; ignore arguments.
     let total = env_count("BENCH_STORED", 100_000);
     let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "embedded,etcd".into());
-    let bin = server_binary();
+    let bin = cozyplane_conformance::server_binary();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -208,3 +208,25 @@ impl Drop for TestServer {
         self.task.abort();
     }
 }
+
+/// The `cozyplane-apiserver` binary for tests that run it as a child process:
+/// `COZYPLANE_APISERVER`, else the one next to the test executable, built with the same profile
+/// (`cargo build --bin cozyplane-apiserver`, which `make test-unit` runs).
+pub fn server_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("COZYPLANE_APISERVER") {
+        return p.into();
+    }
+    // <target>/<profile>/deps/<test>-<hash> → <target>/<profile>/cozyplane-apiserver
+    let exe = std::env::current_exe().expect("current exe");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("cozyplane-apiserver");
+    assert!(
+        bin.exists(),
+        "{} missing: cargo build --bin cozyplane-apiserver (with this test's profile)",
+        bin.display()
+    );
+    bin
+}

@@ -24,25 +24,6 @@ use cozyplane_storage::{Config, Storage, embedded, etcd};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 
-fn server_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("COZYPLANE_APISERVER") {
-        return p.into();
-    }
-    // <target>/debug/deps/alloc_procs-<hash> → <target>/debug/cozyplane-apiserver
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("cozyplane-apiserver");
-    assert!(
-        bin.exists(),
-        "{} missing: cargo build --bin cozyplane-apiserver (make test-unit does)",
-        bin.display()
-    );
-    bin
-}
-
 /// One `cozyplane-apiserver --standalone` child process; killed by PID when dropped.
 struct Proc {
     child: Child,
@@ -63,7 +44,7 @@ impl Proc {
             .append(true)
             .open(dir.join("server.log"))
             .expect("log file");
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(cozyplane_conformance::server_binary());
         cmd.arg("--secure-port=0")
             .arg("--standalone")
             .arg(format!("--write-kubeconfig={}", kubeconfig.display()))

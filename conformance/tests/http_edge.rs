@@ -333,25 +333,6 @@ async fn edge_03_headers_up_to_1_mib_over_http1_and_64_kib_over_http2_beyond_is_
 
 // === SIGTERM: the real binary ===
 
-fn server_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("COZYPLANE_APISERVER") {
-        return p.into();
-    }
-    // <target>/debug/deps/http_edge-<hash> → <target>/debug/cozyplane-apiserver
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("cozyplane-apiserver");
-    assert!(
-        bin.exists(),
-        "{} missing: cargo build --bin cozyplane-apiserver (make test-unit does)",
-        bin.display()
-    );
-    bin
-}
-
 /// One `cozyplane-apiserver --standalone` child process; killed by PID when dropped.
 struct Proc {
     child: Child,
@@ -363,7 +344,7 @@ impl Proc {
         let kubeconfig = dir.join("kubeconfig");
         let log = dir.join("server.log");
         let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(server_binary())
+        let child = Command::new(cozyplane_conformance::server_binary())
             .arg("--secure-port=0")
             .arg("--standalone")
             .arg(format!("--write-kubeconfig={}", kubeconfig.display()))

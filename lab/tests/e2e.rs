@@ -4,81 +4,15 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
+use cozyplane_apis::v1alpha1::{Port, VPC};
 use cozyplane_bpf::DropReason;
-use cozyplane_conformance::standin::{Options, StandIn};
-use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{
-    Lab, LabPod, Netns, add_network, capture, del_network, invoke_cni, invoke_plugin, result_ip, run_in,
-};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, del_network, invoke_cni, invoke_plugin, run_in};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
-struct Cp {
-    kube: kube::Client,
-    sdn: kube::Client,
-}
-
-async fn create_pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> Pod {
-    let mut ann = serde_json::Map::new();
-    if let Some(v) = vpc {
-        ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
-    }
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": name, "namespace": ns, "annotations": ann },
-        "spec": { "nodeName": lab.nodes[node].name, "containers": [{ "name": "c", "image": "pause" }] }
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(cp.kube.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-}
-
-/// Pod object + netns + CNI ADD + status (as kubelet). Panics if ADD fails.
-async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> LabPod {
-    pod_with(cp, lab, (node, ns, name, vpc), &json!({})).await
-}
-
-/// [`pod`] with the runtime's capability arguments (`portMappings` for hostPorts): ADD runs
-/// the node's whole conflist, as installed by the chart's installer, each plugin found by
-/// its `type` in the node's CNI_PATH.
-async fn pod_with(
-    cp: &Cp,
-    lab: &Lab,
-    (node, ns, name, vpc): (usize, &str, &str, Option<&str>),
-    runtime: &serde_json::Value,
-) -> LabPod {
-    let uid = create_pod(cp, lab, node, ns, name, vpc)
-        .await
-        .metadata
-        .uid
-        .unwrap_or_default();
-    let pns = Netns::new("p");
-    let cid = format!("{ns}-{name}");
-    let n = &lab.nodes[node];
-    let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
-    assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
-    let fabric = result_ip(&result).unwrap();
-    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
-        "hostIP": n.ip.to_string(), "phase": "Running" } });
-    Api::<Pod>::namespaced(cp.kube.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
-    LabPod {
-        name: name.into(),
-        namespace: ns.into(),
-        node,
-        cid,
-        uid,
-        result,
-        fabric,
-        ns: pns,
-    }
-}
+mod common;
+use common::{Cp, create_pod, metric, pod, pod_with, tenant, vpc_ip, wait};
 
 /// `hostPort` -> `containerPort` (TCP), as kubelet passes a pod's ports to the conflist's
 /// `portMappings` capability.
@@ -154,16 +88,6 @@ fn map_entries(node: &cozyplane_lab::Node) -> std::collections::BTreeMap<String,
         .collect()
 }
 
-async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
-    let pod = Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
-        .get(&p.name)
-        .await
-        .unwrap();
-    let ann = pod.metadata.annotations.unwrap_or_default();
-    assert!(ann.contains_key("sdn.cozystack.io/vpc-mac"), "{ann:?}");
-    ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
-}
-
 /// A VPC pod on n1 whose ADD must fail: the CNI error, once checked that nothing was wired.
 async fn refused_add(cp: &Cp, lab: &Lab, (ns, name): (&str, &str), vpc: &str) -> serde_json::Value {
     let uid = create_pod(cp, lab, 0, ns, name, Some(vpc))
@@ -190,13 +114,6 @@ async fn refused_add(cp: &Cp, lab: &Lab, (ns, name): (&str, &str), vpc: &str) ->
     v
 }
 
-/// The value of one sample (`name{labels}` exactly as exposed) in Prometheus text; 0 if absent.
-fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.trim().split(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// `ip netns del`: what a runtime does to a sandbox, here before the test's own drop.
 fn sh_netns_del(ns: &Netns) {
     let out = std::process::Command::new("ip")
@@ -204,43 +121,6 @@ fn sh_netns_del(ns: &Netns) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
-    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
-    .unwrap();
-    Api::<VPC>::namespaced(cp.sdn.clone(), ns)
-        .create(&PostParams::default(), &v)
-        .await
-        .unwrap();
-    let b: VPCBinding = serde_json::from_value(
-        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCBinding",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"vpcRef": {"namespace": ns, "name": vpc}}}),
-    )
-    .unwrap();
-    Api::<VPCBinding>::namespaced(cp.sdn.clone(), ns)
-        .create(&PostParams::default(), &b)
-        .await
-        .unwrap();
 }
 
 #[test]
@@ -259,29 +139,9 @@ fn lab_e2e() {
 }
 
 async fn body(lab: &mut Lab) {
-    let standin = StandIn::start(Options::default()).await;
-    let server = TestServer::start(Backend::Embedded).await;
-    let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-    lab.expose(port(&standin.url));
-    lab.expose(port(&server.url));
-    let kube_kc = standin.admin_kubeconfig();
-    let sdn_kc = server.kubeconfig.clone();
-    let cp = Cp {
-        kube: kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&kube_kc).unwrap(),
-                &Default::default(),
-            )
-            .await
-            .unwrap(),
-        )
-        .unwrap(),
-        sdn: server.client().await,
-    };
-    for n in &lab.nodes {
-        n.register(&cp.kube).await;
-        n.start_agent(&kube_kc, &sdn_kc);
-    }
+    let cp = Cp::start(lab).await;
+    let kube_kc = cp.standin.admin_kubeconfig();
+    let sdn_kc = cp.server.kubeconfig.clone();
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
 
@@ -627,8 +487,8 @@ async fn body(lab: &mut Lab) {
     // its CNI-path calls share a connection per API server. At most one per request that raced
     // the first handshake at start-up (three); over HTTP/1.1 this agent held 8 and 6 here.
     {
-        for (what, url) in [("our API", &server.url), ("the kube API", &standin.url)] {
-            let p = port(url);
+        for (what, url) in [("our API", &cp.server.url), ("the kube API", &cp.standin.url)] {
+            let p = url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
             let out = n1
                 .ns
                 .exec(&["ss", "-Htn", "state", "established", &format!("( dport = :{p} )")]);
@@ -941,8 +801,8 @@ async fn body(lab: &mut Lab) {
     // across nodes, keeps the VPC pods it has, and refuses a new VPC pod as retryable.
     {
         let text = std::fs::read_to_string(&sdn_kc).unwrap();
-        let dead = text.replace(&server.url, "https://127.0.0.1:1");
-        assert_ne!(dead, text, "the kubeconfig names {}", server.url);
+        let dead = text.replace(&cp.server.url, "https://127.0.0.1:1");
+        assert_ne!(dead, text, "the kubeconfig names {}", cp.server.url);
         let dead_kc = sdn_kc.with_file_name("unreachable.kubeconfig");
         std::fs::write(&dead_kc, dead).unwrap();
         n1.start_agent(&kube_kc, &dead_kc);
@@ -966,6 +826,5 @@ async fn body(lab: &mut Lab) {
             v["msg"]
         );
     }
-    drop(standin);
-    drop(server);
+    drop(cp);
 }

@@ -1,7 +1,6 @@
 //! `make e2e`, three nodes: VPC peering and overlay hygiene with real packets (issue 11,
 //! items 1, 2 and 7). Needs root, ping, tcpdump, iperf3, and the agent and CNI binaries
-//! built. The control-plane helpers repeat a few of `e2e.rs`'s (test files are separate
-//! crates).
+//! built. The control-plane helpers are shared with `e2e.rs` (`common/`).
 //!
 //! Layout: VPC a (10.20.0.0/24) with a1 on n1 and a2 on n2; b (10.21.0.0/24) with b1 on n1
 //! and b3 on n3; c (10.22.0.0/24) with c2 on n2; d (10.20.0.0/24, a's range) with d3 on n3.
@@ -14,107 +13,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cozyplane_apis::v1alpha1::{VPC, VPCBinding, VPCPeering};
+use cozyplane_apis::v1alpha1::{VPC, VPCPeering};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
-use cozyplane_conformance::standin::{Options, StandIn};
-use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, add_network, capture, result_ip, run_in};
-use k8s_openapi::api::core::v1::Pod;
+use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, run_in};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-struct Cp {
-    kube: kube::Client,
-    sdn: kube::Client,
-}
-
-/// Pod object + netns + the node's conflist ADD + status, as kubelet does.
-async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: &str) -> LabPod {
-    let n = &lab.nodes[node];
-    let obj: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": name, "namespace": ns, "annotations": { "sdn.cozystack.io/vpc": vpc } },
-        "spec": { "nodeName": n.name, "containers": [{ "name": "c", "image": "pause" }] }
-    }))
-    .unwrap();
-    let pods = Api::<Pod>::namespaced(cp.kube.clone(), ns);
-    let uid = pods
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap_or_default();
-    let pns = Netns::new("p");
-    let cid = format!("{ns}-{name}");
-    let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), &json!({}));
-    assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
-    let fabric = result_ip(&result).unwrap();
-    let status =
-        json!({ "status": { "podIP": fabric.to_string(), "hostIP": n.ip.to_string(), "phase": "Running" } });
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
-    LabPod {
-        name: name.into(),
-        namespace: ns.into(),
-        node,
-        cid,
-        uid,
-        result,
-        fabric,
-        ns: pns,
-    }
-}
-
-async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
-    let pod = Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
-        .get(&p.name)
-        .await
-        .unwrap();
-    pod.metadata.annotations.unwrap_or_default()["sdn.cozystack.io/vpc-ip"]
-        .parse()
-        .unwrap()
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A namespace with one VPC and its VPCBinding.
-async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
-    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
-    .unwrap();
-    Api::<VPC>::namespaced(cp.sdn.clone(), ns)
-        .create(&PostParams::default(), &v)
-        .await
-        .unwrap();
-    let b: VPCBinding = serde_json::from_value(
-        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCBinding",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"vpcRef": {"namespace": ns, "name": vpc}}}),
-    )
-    .unwrap();
-    Api::<VPCBinding>::namespaced(cp.sdn.clone(), ns)
-        .create(&PostParams::default(), &b)
-        .await
-        .unwrap();
-}
+mod common;
+use common::{Cp, metric, pod, tenant, vpc_ip, wait};
 
 /// The half of a peering owned by `ns`: its VPC `vpc` (named like the namespace's tenant)
 /// towards `peer_ns/peer`.
@@ -170,14 +77,6 @@ async fn phase(cp: &Cp, ns: &str, name: &str) -> String {
     }
 }
 
-/// The value of one sample (`name{labels}` exactly as exposed) in Prometheus text; 0 if absent.
-fn metric(text: &str, sample: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.trim().split(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// Whether `node`'s datapath allows net `s` to reach net `t` (`sdn_xnet_allow`).
 fn allows(pins: &Path, s: u32, t: u32) -> bool {
     XnetAllowMap::from_pin(pins)
         .and_then(|m| m.entries())
@@ -261,29 +160,7 @@ fn lab_peering() {
 }
 
 async fn body(lab: &mut Lab) {
-    let standin = StandIn::start(Options::default()).await;
-    let server = TestServer::start(Backend::Embedded).await;
-    let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-    lab.expose(port(&standin.url));
-    lab.expose(port(&server.url));
-    let kube_kc = standin.admin_kubeconfig();
-    let sdn_kc = server.kubeconfig.clone();
-    let cp = Cp {
-        kube: kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&kube_kc).unwrap(),
-                &Default::default(),
-            )
-            .await
-            .unwrap(),
-        )
-        .unwrap(),
-        sdn: server.client().await,
-    };
-    for n in &lab.nodes {
-        n.register(&cp.kube).await;
-        n.start_agent(&kube_kc, &sdn_kc);
-    }
+    let cp = Cp::start(lab).await;
     let lab = &*lab;
     let (n1, n2, n3) = (&lab.nodes[0], &lab.nodes[1], &lab.nodes[2]);
 
@@ -297,12 +174,12 @@ async fn body(lab: &mut Lab) {
         vni(&cp, "team-a", "c").await,
         vni(&cp, "team-b", "d").await,
     );
-    let a1 = pod(&cp, lab, 0, "t1", "a1", "a").await;
-    let a2 = pod(&cp, lab, 1, "t1", "a2", "a").await;
-    let b1 = pod(&cp, lab, 0, "t2", "b1", "b").await;
-    let b3 = pod(&cp, lab, 2, "t2", "b3", "b").await;
-    let c2 = pod(&cp, lab, 1, "team-a", "c2", "c").await;
-    let d3 = pod(&cp, lab, 2, "team-b", "d3", "d").await;
+    let a1 = pod(&cp, lab, 0, "t1", "a1", Some("a")).await;
+    let a2 = pod(&cp, lab, 1, "t1", "a2", Some("a")).await;
+    let b1 = pod(&cp, lab, 0, "t2", "b1", Some("b")).await;
+    let b3 = pod(&cp, lab, 2, "t2", "b3", Some("b")).await;
+    let c2 = pod(&cp, lab, 1, "team-a", "c2", Some("c")).await;
+    let d3 = pod(&cp, lab, 2, "team-b", "d3", Some("d")).await;
     let (ia1, ia2, ib1, ib3, ic2, id3) = (
         vpc_ip(&cp, &a1).await,
         vpc_ip(&cp, &a2).await,

@@ -261,14 +261,17 @@ struct Reconciler {
     ports: Arc<dyn Resource>,
 }
 
-impl Reconciler {
+#[async_trait::async_trait]
+impl super::queue::Reconcile<Work> for Reconciler {
     async fn reconcile(&self, w: &Work) -> Result<()> {
         match w {
             Work::Gc(name) => self.port_gc(name).await,
             Work::Groups(name) => self.membership(name).await,
         }
     }
+}
 
+impl Reconciler {
     async fn port_gc(&self, name: &str) -> Result<()> {
         let sh = &self.shared;
         if !sh.nodes_ready.load(Ordering::SeqCst) {
@@ -415,7 +418,7 @@ impl KubeLoops {
         cfg: &KubeConfig,
         kinds: &[Arc<dyn Resource>],
         caches: &[Arc<WatchCache>],
-        mut leader: watch::Receiver<bool>,
+        leader: watch::Receiver<bool>,
     ) -> Self {
         let cache = |plural: &str| {
             caches
@@ -431,7 +434,7 @@ impl KubeLoops {
         };
         let (nodes, nw) = reflector::store();
         let (pods, pw) = reflector::store();
-        let (queue, mut rx) = Queue::new();
+        let (queue, rx) = Queue::new();
         let shared = Arc::new(Shared {
             nodes_api: rbac::NODES.uses("get").api_all(cfg.kube.client.clone()),
             nodes,
@@ -472,20 +475,8 @@ impl KubeLoops {
             ports: ports.clone(),
         };
         tasks.push(AbortOnDrop(tokio::spawn(async move {
-            while let Some(w) = rx.recv().await {
-                if leader.wait_for(|l| *l).await.is_err() {
-                    return;
-                }
-                r.shared.queue.taken(&w);
-                if let Err(e) = r.reconcile(&w).await {
-                    if e.is_stale() {
-                        r.shared.queue.add(w);
-                        continue;
-                    }
-                    tracing::warn!(work = ?w, error = %e.message, "kube controller failed; retrying");
-                    r.shared.queue.add_after(w, RETRY);
-                }
-            }
+            let queue = r.shared.queue.clone();
+            super::queue::work(&queue, rx, leader, &r, RETRY).await;
         })));
         Self { _tasks: tasks }
     }

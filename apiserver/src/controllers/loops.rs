@@ -169,17 +169,20 @@ struct Reconciler {
     kinds: Vec<Arc<dyn Resource>>,
 }
 
-impl Reconciler {
-    fn kind(&self, plural: &str) -> Result<&Arc<dyn Resource>> {
-        find(&self.kinds, plural).ok_or_else(|| ApiError::internal(format!("no kind {plural}")))
-    }
-
+#[async_trait::async_trait]
+impl super::queue::Reconcile<Work> for Reconciler {
     async fn reconcile(&self, w: &Work) -> Result<()> {
         match w {
             Work::Peering((ns, name)) => self.peering(ns, name).await,
             Work::Gateway((ns, name)) => self.gateway(ns, name).await,
             Work::Binding((ns, name)) => self.binding(ns, name).await,
         }
+    }
+}
+
+impl Reconciler {
+    fn kind(&self, plural: &str) -> Result<&Arc<dyn Resource>> {
+        find(&self.kinds, plural).ok_or_else(|| ApiError::internal(format!("no kind {plural}")))
     }
 
     async fn peering(&self, ns: &str, name: &str) -> Result<()> {
@@ -329,11 +332,7 @@ impl Drop for AbortOnDrop {
 
 /// Runs the reconcilers of `kinds` fed by their `caches` while `leader` says this replica leads;
 /// returns only if a cache is missing.
-pub async fn run(
-    kinds: Vec<Arc<dyn Resource>>,
-    caches: Vec<Arc<WatchCache>>,
-    mut leader: watch::Receiver<bool>,
-) {
+pub async fn run(kinds: Vec<Arc<dyn Resource>>, caches: Vec<Arc<WatchCache>>, leader: watch::Receiver<bool>) {
     let cache = |plural: &str| {
         caches
             .iter()
@@ -351,7 +350,7 @@ pub async fn run(
         );
         return;
     };
-    let (queue, mut rx) = Queue::new();
+    let (queue, rx) = Queue::new();
     let shared = Arc::new(Shared {
         vpcs: Arc::default(),
         peerings: Arc::default(),
@@ -375,19 +374,7 @@ pub async fn run(
             sh.resync();
         }
     }));
+    let queue = shared.queue.clone();
     let r = Reconciler { shared, kinds };
-    while let Some(w) = rx.recv().await {
-        if leader.wait_for(|l| *l).await.is_err() {
-            return;
-        }
-        r.shared.queue.taken(&w);
-        if let Err(e) = r.reconcile(&w).await {
-            if e.is_stale() {
-                r.shared.queue.add(w);
-                continue;
-            }
-            tracing::warn!(work = ?w, error = %e.message, "reconcile failed; retrying");
-            r.shared.queue.add_after(w, RETRY);
-        }
-    }
+    super::queue::work(&queue, rx, leader, &r, RETRY).await;
 }

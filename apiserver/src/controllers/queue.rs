@@ -5,7 +5,17 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use crate::errors::Result;
+
+/// What a controller does with one queued item.
+#[async_trait]
+pub trait Reconcile<W>: Send + Sync {
+    /// Brings the object `w` names to its desired state.
+    async fn reconcile(&self, w: &W) -> Result<()>;
+}
 
 /// The sending side, shared by the event handlers.
 pub struct Queue<W> {
@@ -56,5 +66,34 @@ impl<W: Clone + Eq + Hash + Send + 'static> Queue<W> {
             tokio::time::sleep(delay).await;
             q.add(w);
         });
+    }
+}
+
+/// Works `queue` one item at a time while `leader` says this replica leads: a stale read is
+/// queued again at once, any other failure after `retry`. Returns when the queue or the leader
+/// channel closes.
+pub async fn work<W, R>(
+    queue: &std::sync::Arc<Queue<W>>,
+    mut rx: mpsc::UnboundedReceiver<W>,
+    mut leader: watch::Receiver<bool>,
+    r: &R,
+    retry: Duration,
+) where
+    W: Clone + Eq + Hash + Send + Sync + std::fmt::Debug + 'static,
+    R: Reconcile<W>,
+{
+    while let Some(w) = rx.recv().await {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        queue.taken(&w);
+        if let Err(e) = r.reconcile(&w).await {
+            if e.is_stale() {
+                queue.add(w);
+                continue;
+            }
+            tracing::warn!(work = ?w, error = %e.message, "reconcile failed; retrying");
+            queue.add_after(w, retry);
+        }
     }
 }

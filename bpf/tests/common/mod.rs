@@ -8,6 +8,7 @@
     reason = "each test binary uses a different subset"
 )]
 
+pub mod fixtures;
 pub mod pkt;
 
 use std::path::PathBuf;

@@ -23,26 +23,6 @@ pub fn service_account_user() -> String {
     format!("system:serviceaccount:{RELEASE_NAMESPACE}:{NAME}")
 }
 
-/// The server binary: `COZYPLANE_APISERVER`, else next to the test executable
-/// (`cargo build --bin cozyplane-apiserver`; `make test-unit` builds it).
-pub fn server_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("COZYPLANE_APISERVER") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("cozyplane-apiserver");
-    assert!(
-        bin.exists(),
-        "{} missing: cargo build --bin cozyplane-apiserver (make test-unit does)",
-        bin.display()
-    );
-    bin
-}
-
 /// The installed server: one process at a time on a fixed port (the EndpointSlice's).
 pub struct Cozyplane {
     /// The loopback port it serves on.
@@ -81,7 +61,7 @@ impl Cozyplane {
     /// Starts the process (again).
     pub fn start(&mut self) {
         assert!(self.proc.is_none(), "cozyplane is already running");
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = Command::new(crate::server_binary());
         cmd.args(self.args()).env("RUST_LOG", "info");
         self.proc = Some(Proc::spawn("cozyplane-apiserver", cmd, &self.log));
     }

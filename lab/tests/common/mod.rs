@@ -1,0 +1,183 @@
+//! The control plane of the lab runs (`e2e.rs`, `peering.rs`): the kube stand-in and
+//! cozyplane-apiserver, pods created and wired as kubelet does, tenants. Test files are separate
+//! crates, so each includes this module; a helper one of them does not call is not dead code.
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use cozyplane_apis::v1alpha1::{VPC, VPCBinding};
+use cozyplane_conformance::standin::{Options, StandIn};
+use cozyplane_conformance::{Backend, TestServer};
+use cozyplane_lab::{Lab, LabPod, Netns, add_network, result_ip};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// Clients of the two API servers, and the servers themselves (stopped when dropped).
+pub(crate) struct Cp {
+    /// The kube stand-in (Nodes, Pods, namespaces).
+    pub(crate) kube: kube::Client,
+    /// cozyplane-apiserver.
+    pub(crate) sdn: kube::Client,
+    pub(crate) standin: StandIn,
+    pub(crate) server: TestServer,
+}
+
+impl Cp {
+    /// Starts both servers, exposes them to the lab's nodes, registers every node and starts
+    /// its agent.
+    pub(crate) async fn start(lab: &mut Lab) -> Self {
+        let standin = StandIn::start(Options::default()).await;
+        let server = TestServer::start(Backend::Embedded).await;
+        let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+        lab.expose(port(&standin.url));
+        lab.expose(port(&server.url));
+        let kube_kc = standin.admin_kubeconfig();
+        let kube = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(&kube_kc).unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap(),
+        )
+        .unwrap();
+        let sdn = server.client().await;
+        for n in &lab.nodes {
+            n.register(&kube).await;
+            n.start_agent(&kube_kc, &server.kubeconfig);
+        }
+        Self {
+            kube,
+            sdn,
+            standin,
+            server,
+        }
+    }
+}
+
+/// The Pod object, as the scheduler leaves it bound to `node`.
+pub(crate) async fn create_pod(
+    cp: &Cp,
+    lab: &Lab,
+    node: usize,
+    ns: &str,
+    name: &str,
+    vpc: Option<&str>,
+) -> Pod {
+    let mut ann = serde_json::Map::new();
+    if let Some(v) = vpc {
+        ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "annotations": ann },
+        "spec": { "nodeName": lab.nodes[node].name, "containers": [{ "name": "c", "image": "pause" }] }
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(cp.kube.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+}
+
+/// Pod object + netns + CNI ADD + status (as kubelet). Panics if ADD fails.
+pub(crate) async fn pod(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> LabPod {
+    pod_with(cp, lab, (node, ns, name, vpc), &json!({})).await
+}
+
+/// [`pod`] with the runtime's capability arguments (`portMappings` for hostPorts): ADD runs
+/// the node's whole conflist, as installed by the chart's installer, each plugin found by
+/// its `type` in the node's CNI_PATH.
+pub(crate) async fn pod_with(
+    cp: &Cp,
+    lab: &Lab,
+    (node, ns, name, vpc): (usize, &str, &str, Option<&str>),
+    runtime: &serde_json::Value,
+) -> LabPod {
+    let uid = create_pod(cp, lab, node, ns, name, vpc)
+        .await
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let pns = Netns::new("p");
+    let cid = format!("{ns}-{name}");
+    let n = &lab.nodes[node];
+    let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
+    assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
+    let fabric = result_ip(&result).unwrap();
+    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
+        "hostIP": n.ip.to_string(), "phase": "Running" } });
+    Api::<Pod>::namespaced(cp.kube.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    LabPod {
+        name: name.into(),
+        namespace: ns.into(),
+        node,
+        cid,
+        uid,
+        result,
+        fabric,
+        ns: pns,
+    }
+}
+
+/// The VPC address the agent stamped on a VPC pod.
+pub(crate) async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
+    let pod = Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
+        .get(&p.name)
+        .await
+        .unwrap();
+    let ann = pod.metadata.annotations.unwrap_or_default();
+    assert!(ann.contains_key("sdn.cozystack.io/vpc-mac"), "{ann:?}");
+    ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
+}
+
+/// A namespace (at the stand-in) with one VPC and its VPCBinding.
+pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
+    .unwrap();
+    Api::<VPC>::namespaced(cp.sdn.clone(), ns)
+        .create(&PostParams::default(), &v)
+        .await
+        .unwrap();
+    let b: VPCBinding = serde_json::from_value(
+        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCBinding",
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"vpcRef": {"namespace": ns, "name": vpc}}}),
+    )
+    .unwrap();
+    Api::<VPCBinding>::namespaced(cp.sdn.clone(), ns)
+        .create(&PostParams::default(), &b)
+        .await
+        .unwrap();
+}
+
+/// The value of one sample (`name{labels}` exactly as exposed) in Prometheus text; 0 if absent.
+pub(crate) fn metric(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().split(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls `f` every 100 ms until it holds; fails the test after 20 s (a hang guard).
+pub(crate) fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
