@@ -248,27 +248,7 @@ fn namespace_of(f: &Fixture) -> String {
 
 /// Cases the server is known to fail: (resource, case, why). Each must still fail; fix the
 /// server and remove the row.
-const KNOWN_FAILURES: &[(&str, &str, &str)] = &[
-    ("vpcs", "status refuses an invalid value", NO_STATUS_RULES),
-    ("vpcpeerings", "status refuses an invalid value", NO_STATUS_RULES),
-    ("vpcgateways", "status refuses an invalid value", NO_STATUS_RULES),
-    ("ports", "status refuses an invalid value", NO_STATUS_RULES),
-    ("floatingips", "status refuses an invalid value", NO_STATUS_RULES),
-    (
-        "securitygroups",
-        "status refuses an invalid value",
-        NO_STATUS_RULES,
-    ),
-    (
-        "hostfirewalls",
-        "status refuses an invalid value",
-        NO_STATUS_RULES,
-    ),
-];
-
-/// Why `/status` takes any well-typed value for most kinds.
-const NO_STATUS_RULES: &str = "the kind's strategy has no status rules (Strategy::validate_status_update checks only the \
-     allocated vni/id, or nothing); only ServiceVIP (and the core Namespace) validate what /status writes";
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn fixtures_cover_every_kind() {

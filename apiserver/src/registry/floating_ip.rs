@@ -49,4 +49,15 @@ impl strategy::Strategy for Strategy {
     fn validate_update(&self, new: &FloatingIP, old: &FloatingIP) -> FieldErrors {
         validate_floating_ip_update(new, old)
     }
+
+    fn validate_status_update(&self, new: &FloatingIP, _old: &FloatingIP) -> FieldErrors {
+        use super::validate::status;
+        let mut errs = FieldErrors::new();
+        if let Some(st) = &new.status {
+            status::phase(&mut errs, &st.phase, status::PHASES);
+            status::conditions(&mut errs, &st.conditions);
+            status::address(&mut errs, "address", &st.address, None);
+        }
+        errs
+    }
 }

@@ -32,4 +32,12 @@ impl strategy::Strategy for Strategy {
     fn validate_update(&self, new: &HostFirewall, old: &HostFirewall) -> FieldErrors {
         validate_host_firewall_update(new, old)
     }
+
+    fn validate_status_update(&self, new: &HostFirewall, _old: &HostFirewall) -> FieldErrors {
+        let mut errs = FieldErrors::new();
+        if let Some(st) = &new.status {
+            super::validate::status::conditions(&mut errs, &st.conditions);
+        }
+        errs
+    }
 }

@@ -98,6 +98,28 @@ impl strategy::Strategy for Strategy {
         errs
     }
 
+    fn validate_status_update(&self, new: &Port, _old: &Port) -> FieldErrors {
+        // `status.groups`: the SecurityGroup ids the Port's pod belongs to (ids start at 1).
+        let mut errs = FieldErrors::new();
+        let path = super::validate::FieldPath::new("status").child("groups");
+        let mut seen = std::collections::HashSet::new();
+        for (i, g) in new.status.iter().flat_map(|s| s.groups.iter()).enumerate() {
+            if *g < 1 {
+                errs.push(super::validate::FieldError::invalid_int(
+                    path.index(i),
+                    i64::from(*g),
+                    "must be a SecurityGroup id (1 or more)",
+                ));
+            } else if !seen.insert(*g) {
+                errs.push(super::validate::FieldError::duplicate(
+                    path.index(i),
+                    &g.to_string(),
+                ));
+            }
+        }
+        errs
+    }
+
     fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<Port>> {
         Some(&crate::alloc::kinds::PortAllocator)
     }

@@ -63,6 +63,10 @@ impl strategy::Strategy for Strategy {
                 "is allocated by the server and immutable",
             ));
         }
+        if let Some(st) = &new.status {
+            super::validate::status::phase(&mut errs, &st.phase, super::validate::status::PHASES);
+            super::validate::status::conditions(&mut errs, &st.conditions);
+        }
         errs
     }
 

@@ -51,6 +51,18 @@ impl strategy::Strategy for Strategy {
     fn validate_update(&self, new: &VPCGateway, old: &VPCGateway) -> FieldErrors {
         validate_vpc_gateway_update(new, old)
     }
+
+    fn validate_status_update(&self, new: &VPCGateway, _old: &VPCGateway) -> FieldErrors {
+        use super::validate::status;
+        let mut errs = FieldErrors::new();
+        if let Some(st) = &new.status {
+            status::phase(&mut errs, &st.phase, status::PHASES);
+            status::conditions(&mut errs, &st.conditions);
+            status::address(&mut errs, "natAddress", &st.nat_address, Some(false));
+            status::address(&mut errs, "natAddress6", &st.nat_address6, Some(true));
+        }
+        errs
+    }
 }
 
 /// The effective gateway among `gateways` of one VPC: the oldest that is not being deleted

@@ -67,6 +67,23 @@ impl strategy::Strategy for Strategy {
         validate_vpc_peering_update(new, old)
     }
 
+    fn validate_status_update(&self, new: &VPCPeering, _old: &VPCPeering) -> FieldErrors {
+        use super::validate::{FieldError, FieldPath, status};
+        let mut errs = FieldErrors::new();
+        if let Some(st) = &new.status {
+            status::phase(&mut errs, &st.phase, status::PHASES);
+            status::conditions(&mut errs, &st.conditions);
+            if !(0..=0x00ff_ffff).contains(&st.peer_vni) {
+                errs.push(FieldError::invalid_int(
+                    FieldPath::new("status").child("peerVNI"),
+                    i64::from(st.peer_vni),
+                    "must be a VNI (0 to 16777215)",
+                ));
+            }
+        }
+        errs
+    }
+
     fn create_checks(&self, obj: &VPCPeering) -> Vec<VerbCheck> {
         vec![peer(obj)]
     }

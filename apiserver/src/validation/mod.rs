@@ -50,6 +50,7 @@ pub mod format;
 pub mod meta;
 
 mod common;
+pub mod status;
 #[cfg(test)]
 mod test_util;
 
