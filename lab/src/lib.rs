@@ -871,11 +871,9 @@ pub fn result_ip(v: &Value) -> Option<Ipv4Addr> {
     v["ips"][0]["address"].as_str()?.split('/').next()?.parse().ok()
 }
 
-/// Captures on `dev` inside `ns` while `f` runs; returns the number of packets matching
-/// `filter` (tcpdump syntax) that were seen.
-pub fn capture(ns: &Netns, dev: &str, filter: &str, f: impl FnOnce()) -> usize {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("cap.pcap");
+/// A tcpdump inside `ns` writing packets on `dev` that match `filter` (tcpdump syntax) to
+/// `file`; returns once it listens. Stop it with [`stop_tcpdump`].
+pub fn start_tcpdump(ns: &Netns, dev: &str, filter: &str, file: &Path) -> Proc {
     // -Z root: tcpdump would drop to its own user, which cannot write into our 0700 tempdir.
     let mut args = vec![
         "tcpdump",
@@ -890,7 +888,7 @@ pub fn capture(ns: &Netns, dev: &str, filter: &str, f: impl FnOnce()) -> usize {
         file.to_str().unwrap_or_default(),
     ];
     args.extend(filter.split_whitespace());
-    let mut p = Proc(
+    let p = Proc(
         Command::new("nsenter")
             .arg(format!("--net={}", ns.path()))
             .args(&args)
@@ -901,16 +899,30 @@ pub fn capture(ns: &Netns, dev: &str, filter: &str, f: impl FnOnce()) -> usize {
     );
     // tcpdump writes the pcap header once it listens.
     let t = std::time::Instant::now();
-    while std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed().as_secs() < 5 {
+    while std::fs::metadata(file).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed().as_secs() < 5 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    f();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    p
+}
+
+/// Stops a [`start_tcpdump`] capture so that its file is complete (SIGINT flushes it).
+pub fn stop_tcpdump(mut p: Proc) {
     if let Ok(pid) = i32::try_from(p.0.id()) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
     }
     let _ = p.0.wait();
+}
+
+/// Captures on `dev` inside `ns` while `f` runs; returns the number of packets matching
+/// `filter` (tcpdump syntax) that were seen.
+pub fn capture(ns: &Netns, dev: &str, filter: &str, f: impl FnOnce()) -> usize {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cap.pcap");
+    let p = start_tcpdump(ns, dev, filter, &file);
+    f();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stop_tcpdump(p);
     let out = sh(&["tcpdump", "-n", "-r", file.to_str().unwrap_or_default()]);
     String::from_utf8_lossy(&out.stdout).lines().count()
 }

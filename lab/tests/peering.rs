@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cozyplane_apis::v1alpha1::{VPC, VPCPeering};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
-use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, run_in};
+use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, run_in, start_tcpdump, stop_tcpdump};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -85,47 +85,6 @@ fn allows(pins: &Path, s: u32, t: u32) -> bool {
         .any(|(k, _)| *k == (s, t))
 }
 
-/// A tcpdump writing `filter` on `dev` of `ns` to `file`, stopped (SIGINT) by [`stop`].
-fn start_capture(ns: &Netns, dev: &str, filter: &str, file: &Path) -> Proc {
-    let mut args = vec![
-        "tcpdump",
-        "--immediate-mode",
-        "-Z",
-        "root",
-        "-n",
-        "-U",
-        "-i",
-        dev,
-        "-w",
-    ];
-    let f = file.to_str().unwrap();
-    args.push(f);
-    args.extend(filter.split_whitespace());
-    let p = Proc(
-        Command::new("nsenter")
-            .arg(format!("--net={}", ns.path()))
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tcpdump"),
-    );
-    let t = Instant::now();
-    while std::fs::metadata(file).map(|m| m.len()).unwrap_or(0) == 0 && t.elapsed().as_secs() < 5 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    p
-}
-
-fn stop(mut p: Proc) {
-    if let Ok(pid) = i32::try_from(p.0.id()) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
-    }
-    let _ = p.0.wait();
-}
-
-/// Arrival times (seconds since the epoch, the kernel's clock) of the captured packets.
 fn stamps(file: &Path) -> Vec<f64> {
     let out = Command::new("tcpdump")
         .args(["-tt", "-n", "-r", file.to_str().unwrap()])
@@ -296,7 +255,7 @@ async fn body(lab: &mut Lab) {
         .enumerate()
         .map(|(i, (_, p, f))| {
             let file = dir.path().join(format!("{i}.pcap"));
-            (start_capture(&p.ns, "eth0", f, &file), file)
+            (start_tcpdump(&p.ns, "eth0", f, &file), file)
         })
         .collect();
     let stream = |from: &LabPod, to: Ipv4Addr, port: u16| {
@@ -337,7 +296,7 @@ async fn body(lab: &mut Lab) {
     drop((cli1, cli2, srv_b3, srv_a1));
     let mut report = Vec::new();
     for ((what, _, _), (p, file)) in flows.iter().zip(caps) {
-        stop(p);
+        stop_tcpdump(p);
         let ts = stamps(&file);
         let before = ts.iter().filter(|t| **t < cut).count();
         let last = ts.iter().copied().fold(f64::MIN, f64::max);
