@@ -225,23 +225,33 @@ pub(crate) fn discovery_and_openapi(env: &Arc<Env>) {
             "{ours}"
         );
 
-        // OpenAPI: the aggregator fetches our documents (asynchronously after registration).
-        cp.eventually("our group in kube-apiserver's OpenAPI v3 index", || async {
-            let out = cp.kubectl(&cp.admin, &["get", "--raw", "/openapi/v3"]).await;
-            String::from_utf8_lossy(&out.stdout).contains("apis/sdn.cozystack.io/v1alpha1")
-        })
-        .await;
-        let v3: Value = serde_json::from_str(
-            &cp.ok(
-                &cp.admin,
-                &["get", "--raw", "/openapi/v3/apis/sdn.cozystack.io/v1alpha1"],
-            )
-            .await,
+        // OpenAPI: the aggregator fetches our documents asynchronously, and not only after
+        // registration. kube-aggregator's OpenAPI v3 controller drops an APIService's entry from
+        // its `/openapi/v3` index on *every* update of the APIService (the availability
+        // controller's status flips after the kill-and-restart test are updates) and fetches it
+        // again only on its next periodic sync, up to a minute later. A client such as `kubectl
+        // explain` sees the same gap, so every read below waits for the document the way a
+        // retrying client would, and the last answer is kept for the assertion.
+        let v3_doc = "/openapi/v3/apis/sdn.cozystack.io/v1alpha1";
+        let last_v3 = std::sync::Mutex::new(Value::Null);
+        let v3 = &last_v3;
+        cp.eventually(
+            "our group in kube-apiserver's OpenAPI v3 index and document",
+            || async move {
+                let index = cp.kubectl(&cp.admin, &["get", "--raw", "/openapi/v3"]).await;
+                if !String::from_utf8_lossy(&index.stdout).contains("apis/sdn.cozystack.io/v1alpha1") {
+                    return false;
+                }
+                let doc = cp.kubectl(&cp.admin, &["get", "--raw", v3_doc]).await;
+                *v3.lock().expect("v3") = serde_json::from_slice(&doc.stdout).unwrap_or(Value::Null);
+                doc.status.success()
+            },
         )
-        .expect("OpenAPI v3 JSON");
+        .await;
+        let v3 = last_v3.into_inner().expect("v3");
         let schemas = v3["components"]["schemas"]
             .as_object()
-            .expect("components.schemas");
+            .unwrap_or_else(|| panic!("components.schemas in {v3:.2000}"));
         assert!(
             schemas.keys().any(|k| k.ends_with(".VPC")),
             "no VPC schema in {:?}",
@@ -256,7 +266,21 @@ pub(crate) fn discovery_and_openapi(env: &Arc<Env>) {
             })
         })
         .await;
-        let explain = cp.ok(&cp.admin, &["explain", "vpcs.sdn.cozystack.io.spec"]).await;
+        let last_explain = std::sync::Mutex::new(String::new());
+        let explain = &last_explain;
+        cp.eventually("kubectl explain vpcs.sdn.cozystack.io.spec", || async move {
+            let out = cp
+                .kubectl(&cp.admin, &["explain", "vpcs.sdn.cozystack.io.spec"])
+                .await;
+            *explain.lock().expect("explain") = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.status.success()
+        })
+        .await;
+        let explain = last_explain.into_inner().expect("explain");
         assert!(explain.contains("cidrs"), "{explain}");
     });
 }
