@@ -13,12 +13,14 @@ pub mod abi;
 pub mod addr;
 pub mod config;
 pub mod drop;
+pub mod layout;
 pub mod maps;
 pub mod programs;
 
 pub use abi::Addr;
 pub use config::DatapathConfig;
 pub use drop::DropReason;
+pub use layout::MapLayout;
 
 /// `obj/pod.o`: `sdn_from_pod` and `sdn_to_pod`.
 static POD_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/pod.o");

@@ -519,6 +519,12 @@ impl Node {
         }
     }
 
+    /// Stops the agent (SIGKILL by PID, as a crash or a rolling update would); the datapath
+    /// stays, pinned.
+    pub fn stop_agent(&self) {
+        self.agent.lock().expect("agent lock").take();
+    }
+
     /// The agent's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

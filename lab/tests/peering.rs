@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, metric, pod, tenant, vpc_ip, wait};
+use common::{Cp, metric, pod, tenant, vni, vpc_ip, wait};
 
 /// The half of a peering owned by `ns`: its VPC `vpc` (named like the namespace's tenant)
 /// towards `peer_ns/peer`.
@@ -36,25 +36,6 @@ async fn half(cp: &Cp, (ns, vpc): (&str, &str), (peer_ns, peer): (&str, &str)) -
         .await
         .unwrap();
     name
-}
-
-async fn vni(cp: &Cp, ns: &str, name: &str) -> u32 {
-    let t = Instant::now();
-    loop {
-        let v = Api::<VPC>::namespaced(cp.sdn.clone(), ns)
-            .get(name)
-            .await
-            .unwrap();
-        let vni = v.status.map_or(0, |s| s.vni);
-        if vni > 0 {
-            return u32::try_from(vni).unwrap();
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "VPC {ns}/{name} got no VNI"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// `status.phase` of a peering half once the status loop has written one.

@@ -210,6 +210,7 @@ impl AgentState {
         let mut datapath = Datapath::load(&cfg.bpffs_dir, &dp_cfg)?;
         tracing::info!(
             reused_maps = datapath.reused_maps,
+            rebuilt_maps = ?datapath.rebuilt_maps.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
             pin_dir = %cfg.bpffs_dir.display(),
             tunnel = %cfg.tunnel_dev,
             underlay_mtu = underlay,

@@ -12,8 +12,10 @@
 //!   program is replaced in place (a filter change at the same priority and handle).
 //!
 //! The maps are pinned by name by aya (one file per `maps::*::NAME`); on start the loader
-//! reuses them (aya opens an existing pin instead of creating a map). No packet ever sees
-//! an unattached device.
+//! reuses them (aya opens an existing pin instead of creating a map), except a map whose
+//! pinned definition differs from the objects' ([`super::upgrade`]): that one is created
+//! afresh and refilled by the start-up reconciliation. No packet ever sees an unattached
+//! device.
 
 use std::path::{Path, PathBuf};
 
@@ -83,6 +85,8 @@ pub struct Datapath {
     overlay: Ebpf,
     /// How many maps were already pinned when this process loaded them.
     pub reused_maps: usize,
+    /// Pinned maps whose layout had changed: created afresh by this load.
+    pub rebuilt_maps: Vec<super::upgrade::Retired>,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -103,6 +107,12 @@ impl Datapath {
             .map_err(|e| io(format!("statfs {}", pin_dir.display()))(std::io::Error::from(e)))?;
         if fs.filesystem_type().0 as i64 != BPF_FS_MAGIC {
             return Err(LoadError::NotBpffs(pin_dir.to_path_buf()));
+        }
+        let rebuilt_maps = super::upgrade::retire_incompatible_pins(pin_dir)
+            .map_err(io(format!("retire changed maps in {}", pin_dir.display())))?;
+        for r in &rebuilt_maps {
+            tracing::warn!(map = %r.name, pinned = ?r.pinned, wanted = ?r.wanted,
+                "pinned map has another layout than this agent's: rebuilding it from its sources");
         }
         let reused_maps = maps::ALL.iter().filter(|m| pin_dir.join(m).exists()).count();
 
@@ -131,6 +141,7 @@ impl Datapath {
             pod,
             overlay,
             reused_maps,
+            rebuilt_maps,
         })
     }
 

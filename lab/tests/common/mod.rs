@@ -136,6 +136,26 @@ pub(crate) async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
     ann["sdn.cozystack.io/vpc-ip"].parse().unwrap()
 }
 
+/// The VNI the server allocated to VPC `ns/name`, once it has.
+pub(crate) async fn vni(cp: &Cp, ns: &str, name: &str) -> u32 {
+    let t = Instant::now();
+    loop {
+        let v = Api::<VPC>::namespaced(cp.sdn.clone(), ns)
+            .get(name)
+            .await
+            .unwrap();
+        let vni = v.status.map_or(0, |s| s.vni);
+        if vni > 0 {
+            return u32::try_from(vni).unwrap();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "VPC {ns}/{name} got no VNI"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A namespace (at the stand-in) with one VPC and its VPCBinding.
 pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
