@@ -2,15 +2,17 @@
 //! (issue 11, items 6 and 7). Needs root, ping, tracepath, tcpdump, iperf3, and the agent and
 //! CNI binaries built. The control-plane helpers are shared with `e2e.rs` (`common/`).
 //!
-//! Layout: two nodes; VPC a (10.30.0.0/24) with a1 on n1 and a2 on n2. Outside the cluster,
-//! a router namespace `rtr` hangs off n1 over a narrow link (MTU 1280, 198.51.100.0/24) and
-//! an outside host `ext` sits behind it (MTU 1500, 203.0.113.0/24; both RFC 5737 ranges).
+//! Layout: two nodes; VPC a (10.30.0.0/24) with a1 on n1 and a2 on n2. Outside the cluster
+//! (RFC 5737 ranges), a router `rtr` hangs off n1, a narrow link (MTU 1280) joins it to a second
+//! router `far`, and an outside host `ext` sits behind `far` on an ordinary link (MTU 1500).
 //! `ext` reaches the VPC pods only through their fabric addresses (the bridge), via n1 (and
-//! n1's overlay route for n2's block); the nodes route 203.0.113.0/24 back via n1.
+//! n1's overlay route for n2's block); the nodes route 203.0.113.0/24 back via n1. So the
+//! "fragmentation needed" a VPC pod's packets provoke comes from a router that is no node
+//! (`rtr`), and is forwarded by n1 to the pod's fabric address.
 //!
 //! ```text
-//!   ext 203.0.113.2 ─1500─ rtr ─1280─ n1 ─┬─ a1 (VPC a)
-//!                                          └─ underlay ─ n2 ─ a2 (VPC a)
+//!   ext ─1500─ far ─1280─ rtr ─1500─ n1 ─┬─ a1 (VPC a)
+//!   203.0.113.2   192.0.2.0/24   198.51.100.0/24 └─ underlay ─ n2 ─ a2 (VPC a)
 //! ```
 
 use cozyplane_lab::{Lab, LabPod, Netns, capture, run_in, sh_ok};
@@ -40,29 +42,30 @@ fn sysctl(ns: &Netns, kv: &str) {
     sh_ok(&["ip", "netns", "exec", &ns.0, "sysctl", "-qw", kv]);
 }
 
-/// `rtr` and `ext` as in the module doc; dropped (deleted) by the caller.
-fn outside(lab: &Lab) -> (Netns, Netns) {
+/// A veth pair `a` (in `x`) – `b` (in `y`) with these addresses (/24) and MTU.
+fn link(x: &Netns, a: &str, xa: &str, y: &Netns, b: &str, ya: &str, mtu: u32) {
+    let mtu = mtu.to_string();
+    x.ip_ok(&["link", "add", a, "type", "veth", "peer", "name", b, "netns", &y.0]);
+    x.ip_ok(&["link", "set", a, "mtu", &mtu, "up"]);
+    x.ip_ok(&["addr", "add", &format!("{xa}/24"), "dev", a]);
+    y.ip_ok(&["link", "set", b, "mtu", &mtu, "up"]);
+    y.ip_ok(&["addr", "add", &format!("{ya}/24"), "dev", b]);
+}
+
+/// `rtr`, `far` and `ext` as in the module doc; dropped (deleted) by the caller.
+fn outside(lab: &Lab) -> [Netns; 3] {
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
-    let rtr = Netns::new("rtr");
-    let ext = Netns::new("ext");
-    let mtu = NARROW_MTU.to_string();
-    n1.ns.ip_ok(&[
-        "link", "add", "nar0", "type", "veth", "peer", "name", "nar1", "netns", &rtr.0,
-    ]);
-    n1.ns.ip_ok(&["link", "set", "nar0", "mtu", &mtu, "up"]);
-    n1.ns.ip_ok(&["addr", "add", "198.51.100.1/24", "dev", "nar0"]);
-    rtr.ip_ok(&["link", "set", "nar1", "mtu", &mtu, "up"]);
-    rtr.ip_ok(&["addr", "add", "198.51.100.2/24", "dev", "nar1"]);
-    rtr.ip_ok(&[
-        "link", "add", "out0", "type", "veth", "peer", "name", "eth0", "netns", &ext.0,
-    ]);
-    rtr.ip_ok(&["link", "set", "out0", "up"]);
-    rtr.ip_ok(&["addr", "add", "203.0.113.1/24", "dev", "out0"]);
-    ext.ip_ok(&["link", "set", "eth0", "up"]);
-    ext.ip_ok(&["addr", "add", &format!("{EXT_IP}/24"), "dev", "eth0"]);
-    ext.ip_ok(&["route", "add", "default", "via", "203.0.113.1"]);
-    sysctl(&rtr, "net.ipv4.ip_forward=1");
+    let (rtr, far, ext) = (Netns::new("rtr"), Netns::new("far"), Netns::new("ext"));
+    link(&n1.ns, "out0", "198.51.100.1", &rtr, "in0", "198.51.100.2", 1500);
+    link(&rtr, "thin0", "192.0.2.1", &far, "thin1", "192.0.2.2", NARROW_MTU);
+    link(&far, "out0", "203.0.113.1", &ext, "eth0", EXT_IP, 1500);
+    for r in [&rtr, &far] {
+        sysctl(r, "net.ipv4.ip_forward=1");
+    }
     rtr.ip_ok(&["route", "add", "10.244.0.0/16", "via", "198.51.100.1"]);
+    rtr.ip_ok(&["route", "add", "203.0.113.0/24", "via", "192.0.2.2"]);
+    far.ip_ok(&["route", "add", "10.244.0.0/16", "via", "192.0.2.1"]);
+    ext.ip_ok(&["route", "add", "default", "via", "203.0.113.1"]);
     n1.ns
         .ip_ok(&["route", "add", "203.0.113.0/24", "via", "198.51.100.2"]);
     n2.ns
@@ -73,7 +76,7 @@ fn outside(lab: &Lab) -> (Netns, Netns) {
         sysctl(&n.ns, "net.ipv4.conf.all.rp_filter=0");
         sysctl(&n.ns, "net.ipv4.conf.ul0.rp_filter=0");
     }
-    (rtr, ext)
+    [rtr, far, ext]
 }
 
 fn out(o: &std::process::Output) -> String {
@@ -101,7 +104,7 @@ async fn body(lab: &mut Lab) {
     let a2: LabPod = pod(&cp, lab, 1, "t1", "a2", Some("a")).await;
     let (ia1, ia2) = (vpc_ip(&cp, &a1).await, vpc_ip(&cp, &a2).await);
     eprintln!("a1 {ia1} (fabric {}), a2 {ia2} (fabric {})", a1.fabric, a2.fabric);
-    let (_rtr, ext) = outside(lab);
+    let [_rtr, _far, ext] = outside(lab);
     wait("n1 routes n2's block over the tunnel", || {
         n1.ns
             .ip_ok(&["route", "show", &lab.nodes[1].block])
@@ -130,8 +133,8 @@ async fn body(lab: &mut Lab) {
     );
 
     // --- Path MTU discovery by the VPC pod: a1 sends a TCP stream (iperf3 -R) to ext in
-    // segments of its own MTU with DF; n1 cannot forward them over the narrow link and
-    // answers "fragmentation needed" to a1's fabric address. Only if the bridge translates
+    // segments of its own MTU with DF; rtr cannot forward them over the narrow link and
+    // answers "fragmentation needed" to a1's fabric address, which n1 routes to a1's veth. Only if the bridge translates
     // that error into a1's view does a1 learn the path MTU and the stream flow.
     // ext must not know the path MTU yet: a host that does advertises an MSS that fits,
     // and the pod never sends anything too big (tracepath, below, teaches it to ext).
