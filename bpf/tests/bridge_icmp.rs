@@ -174,7 +174,8 @@ fn errors_the_pod_sends_about_bridged_packets_reach_the_client_in_its_view() {
     assert_eq!(total_drops(&dp), 0);
 }
 
-// An error about a flow the bridge never saw tells the pod nothing it may know: dropped.
+// An error about a flow the bridge never saw tells the pod nothing it may know, and a pod's
+// error about one is no reply of any flow: both dropped.
 #[test]
 fn errors_about_unknown_flows_are_dropped() {
     let dp = setup();
@@ -182,6 +183,12 @@ fn errors_about_unknown_flows_are_dropped() {
     let err = pkt::icmp4_error(v4(ROUTER), v4(FABRIC), 3, 4, [0, 0, 5, 0], pkt::ip_of(&stranger));
     let out = dp.run(TO_POD, &pkt::frame(MAC_A1, HOST_MAC, &err), LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::BridgeNoCt);
+
+    let unknown = pkt::ipv4(HOST_MAC, MAC_A1, gw(), v4(VPC_IP), UDP, 40000, 33434, 0);
+    let err = pkt::icmp4_error(v4(VPC_IP), gw(), 3, 3, [0; 4], pkt::ip_of(&unknown));
+    let out = dp.run(FROM_POD, &pkt::frame(cfg().gw_mac, MAC_A1, &err), LO, 0);
+    assert_eq!(out.verdict, common::TC_ACT_SHOT);
+    assert_eq!(drops_of(&dp, DropReason::BridgeNoCt), 2, "both counted");
 }
 
 /// A UDP datagram of `len` payload bytes as `frag`-byte fragments.
