@@ -12,7 +12,7 @@ export KUBE_BIN_DIR ?= $(abspath $(CURDIR)/../shared/kube)
 
 # Debian packages the build and the tests need: binary -> package.
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
-        bpftool:bpftool ping:iputils-ping tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
+        bpftool:bpftool ping:iputils-ping tracepath:iputils-tracepath tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables
 
@@ -67,11 +67,11 @@ test-unit:
 	$(CARGO) test --workspace --doc
 	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast
 
-## e2e: the multi-node netns lab (lab/tests/e2e.rs, two nodes; lab/tests/peering.rs, three; root). Also part of test-unit.
+## e2e: the multi-node netns lab, every test file of lab/ (e2e.rs, upgrade.rs: two nodes; peering.rs: three; pmtu.rs: two and an outside router; root). Also part of test-unit.
 e2e: deps
 	$(CARGO) build --bin cozyplane-agent
 	$(CARGO) build $(CNI_PLUGIN)
-	$(CARGO) test -p cozyplane-lab --test e2e --test peering --test upgrade -- --nocapture
+	$(CARGO) test -p cozyplane-lab --tests -- --nocapture
 
 lint: verify-bpf
 	$(CARGO) fmt --all --check

@@ -1,6 +1,6 @@
 //! Command-line configuration.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::ipam::Block;
@@ -23,10 +23,18 @@ impl TunnelKind {
         }
     }
 
-    /// Bytes the encapsulation adds over an IPv4 underlay: outer IP 20 + UDP 8 + header 8
-    /// + inner Ethernet 14. Geneve options are not used, so both are 50.
-    pub fn overhead(self) -> u32 {
-        50
+    /// Bytes the encapsulation adds over an underlay of the family of `underlay` (this node's
+    /// tunnel address; IPv4 when unknown): the outer IP header (20, or 40 for IPv6), UDP 8,
+    /// the tunnel header 8 and the inner Ethernet header 14. Geneve options are not used, so
+    /// both kinds add 50 over IPv4 and 70 over IPv6. The pod MTU is the underlay's less this,
+    /// so that no encapsulated frame needs fragmenting and a pod's own MTU is its path MTU
+    /// inside its VPC.
+    pub fn overhead(self, underlay: Option<IpAddr>) -> u32 {
+        let outer_ip = match underlay {
+            Some(IpAddr::V6(_)) => 40,
+            _ => 20,
+        };
+        outer_ip + 8 + 8 + 14
     }
 }
 
@@ -133,5 +141,14 @@ mod tests {
         let c = AgentConfig::try_parse_from(["cozyplane-agent", "--dnat-mark", "0"]).unwrap();
         assert_eq!(c.dnat_mark, 0);
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dnat-mark", "0xzz"]).is_err());
+    }
+
+    #[test]
+    fn overhead_follows_the_underlay_family() {
+        for kind in [TunnelKind::Vxlan, TunnelKind::Geneve] {
+            assert_eq!(kind.overhead(None), 50);
+            assert_eq!(kind.overhead(Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)))), 50);
+            assert_eq!(kind.overhead(Some("2001:db8::1".parse().unwrap())), 70);
+        }
     }
 }

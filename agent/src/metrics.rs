@@ -239,7 +239,7 @@ impl Collector for MapCollector {
 fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     use cozyplane_bpf::maps::{
         bridges::BridgesMap, ct_fwd::CtFwdMap, ct_rev::CtRevMap, dnat::DnatMap, endpoints::EndpointsMap,
-        node_blocks::NodeBlocksMap, nodes::NodesMap, ports::PortsMap, remotes::RemotesMap,
+        frags::FragsMap, node_blocks::NodeBlocksMap, nodes::NodesMap, ports::PortsMap, remotes::RemotesMap,
         xnet_routes::XnetRoutesMap,
     };
     let mut out = Vec::new();
@@ -266,6 +266,9 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     }
     if let Ok(m) = DnatMap::from_pin(dir) {
         out.push((maps::dnat::NAME, m.inner().keys().count()));
+    }
+    if let Ok(m) = FragsMap::from_pin(dir) {
+        out.push((maps::frags::NAME, m.inner().keys().count()));
     }
     if let Ok(m) = XnetRoutesMap::from_pin(dir) {
         out.push((maps::xnet_routes::NAME, m.inner().keys().count()));

@@ -8,12 +8,15 @@
  * The client's address never enters the VPC, so a VPC that overlaps the
  * fabric cannot misroute the reply.
  *
- * Flows: TCP, UDP and ICMP echo over IPv4. ICMP errors, fragments and IPv6
- * are not translated (see docs/datapath.md).
+ * Flows: TCP, UDP and ICMP echo over IPv4, with their fragments (lib/frag.h)
+ * and the ICMP errors about them (lib/icmp_err.h). IPv6 is not translated (see
+ * docs/datapath.md).
  */
 #pragma once
 
 #include "common.h"
+#include "frag.h"
+#include "icmp_err.h"
 #include "nat.h"
 #include "parse.h"
 
@@ -21,8 +24,6 @@ static __always_inline int sdn_bridge_ports(const struct sdn_pkt *p, int fwd,
 					    __be16 *client_port,
 					    __be16 *pod_port)
 {
-	if (p->frag)
-		return DROP_FRAGMENT;
 	switch (p->proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
@@ -65,6 +66,7 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 {
 	struct sdn_ct_fwd_key fk = {};
 	struct sdn_ct_rev_key rk = {};
+	struct sdn_frag_key frk = {};
 	struct sdn_ct_rev rv = {};
 	struct sdn_ct_fwd fv = {};
 	struct sdn_ct_fwd *hit;
@@ -74,6 +76,11 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 
 	if (p->family != 4 || !sdn_addr_is_v4(&b->vpc_ip))
 		return DROP_UNSUPPORTED;
+	if (sdn_icmp4_is_error(p))
+		return sdn_icmp_err_forward(skb, p, b);
+	if (p->frag == SDN_FRAG_LATER)
+		return sdn_frag_follow(skb, p, b->net);
+	sdn_frag_key(&frk, p, b->net);
 	ret = sdn_bridge_ports(p, 1, &client_port, &pod_port);
 	if (ret)
 		return ret;
@@ -118,6 +125,11 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 
 	p->dst = b->vpc_ip;
 	sdn_addr_from_v4(&p->src, gw);
+	p->sport = fv.gw_port;
+	if (p->proto == IPPROTO_ICMP)
+		p->dport = fv.gw_port;
+	if (p->frag)
+		sdn_frag_note(&frk, p);
 	return 0;
 }
 
@@ -129,12 +141,18 @@ static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_ct_rev_key rk = {};
+	struct sdn_frag_key frk = {};
 	struct sdn_ct_rev *rv;
 	__be16 gw_port, pod_port;
 	int ret;
 
 	if (p->family != 4)
 		return DROP_UNSUPPORTED;
+	if (sdn_icmp4_is_error(p))
+		return sdn_icmp_err_reverse(skb, p, net);
+	if (p->frag == SDN_FRAG_LATER)
+		return sdn_frag_follow(skb, p, net);
+	sdn_frag_key(&frk, p, net);
 	ret = sdn_bridge_ports(p, 0, &gw_port, &pod_port);
 	if (ret)
 		return ret == DROP_UNSUPPORTED_L4 ? DROP_BRIDGE_NO_CT : ret;
@@ -160,5 +178,7 @@ static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 	p->dport = rv->client_port;
 	if (p->proto == IPPROTO_ICMP)
 		p->sport = rv->client_port;
+	if (p->frag)
+		sdn_frag_note(&frk, p);
 	return 0;
 }

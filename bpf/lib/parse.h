@@ -18,17 +18,24 @@
 #define SDN_IP_MF		0x2000
 #define SDN_IP_OFFSET		0x1fff
 
+/* sdn_pkt.frag: the first fragment carries the L4 header (parsed as usual),
+ * the later ones carry none (ports stay 0).
+ */
+#define SDN_FRAG_FIRST		1
+#define SDN_FRAG_LATER		2
+
 struct sdn_pkt {
 	__u8 dst_mac[6];
 	__u8 src_mac[6];
 	__u16 eth_proto;	/* host byte order */
 	__u8 family;		/* 4 or 6; 0 if not IP */
 	__u8 proto;		/* L4 protocol (IPv6: first next header) */
-	__u8 frag;		/* IPv4 fragment, or not the first one */
+	__u8 frag;		/* SDN_FRAG_*: 0 for a whole datagram */
 	__u8 icmp_type;
 	__u16 l4_off;
 	__be16 sport;		/* TCP/UDP ports; ICMP echo: id in both */
 	__be16 dport;
+	__u32 frag_id;		/* IPv4 identification (network order), for sdn_frags */
 	struct sdn_addr src;
 	struct sdn_addr dst;
 };
@@ -45,6 +52,7 @@ static __always_inline int sdn_parse(struct __sk_buff *skb, struct sdn_pkt *p)
 	p->eth_proto = bpf_ntohs(eth.h_proto);
 	p->family = 0;
 	p->frag = 0;
+	p->frag_id = 0;
 	p->proto = 0;
 	p->icmp_type = 0;
 	p->sport = 0;
@@ -60,7 +68,11 @@ static __always_inline int sdn_parse(struct __sk_buff *skb, struct sdn_pkt *p)
 		p->family = 4;
 		p->proto = ip.protocol;
 		p->l4_off = SDN_ETH_HLEN + ip.ihl * 4;
-		p->frag = !!(ip.frag_off & bpf_htons(SDN_IP_MF | SDN_IP_OFFSET));
+		if (ip.frag_off & bpf_htons(SDN_IP_OFFSET))
+			p->frag = SDN_FRAG_LATER;
+		else if (ip.frag_off & bpf_htons(SDN_IP_MF))
+			p->frag = SDN_FRAG_FIRST;
+		p->frag_id = ip.id;
 		sdn_addr_from_v4(&p->src, ip.saddr);
 		sdn_addr_from_v4(&p->dst, ip.daddr);
 	} else if (p->eth_proto == ETH_P_IPV6) {
@@ -80,7 +92,7 @@ static __always_inline int sdn_parse(struct __sk_buff *skb, struct sdn_pkt *p)
 		return 0;
 	}
 
-	if (p->frag)
+	if (p->frag == SDN_FRAG_LATER)
 		return 0;
 	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
 		__be16 ports[2];

@@ -239,6 +239,40 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `struct sdn_frag_key`: a bridged datagram's identity as its fragments arrive.
+    pub struct FragKey = "sdn_frag_key" {
+        /// The net of the port the fragments are seen on.
+        pub net: u32,
+        /// Source address before the bridge's rewrite.
+        pub src: Addr,
+        /// Destination address before the bridge's rewrite.
+        pub dst: Addr,
+        /// IPv4 identification (network order) in the low 16 bits.
+        pub id: u32,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_frag`, value of `sdn_frags`: what the first fragment became.
+    pub struct Frag = "sdn_frag" {
+        /// Source address after the rewrite.
+        pub src: Addr,
+        /// Destination address after the rewrite.
+        pub dst: Addr,
+        /// The first fragment's source port after the rewrite (network order).
+        pub sport: u16,
+        /// The first fragment's destination port after the rewrite (network order).
+        pub dport: u16,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
     /// `struct sdn_drop_stats`, per-CPU value of `sdn_drops`.
     pub struct DropStats = "sdn_drop_stats" {
         /// Dropped packets.
@@ -337,6 +371,8 @@ pub const LAYOUTS: &[StructLayout] = &[
     XnetPair::LAYOUT,
     XnetStats::LAYOUT,
     NodeEntry::LAYOUT,
+    FragKey::LAYOUT,
+    Frag::LAYOUT,
 ];
 
 // === impl NetStats / DropStats ===

@@ -28,7 +28,7 @@ pub enum DropReason {
     CtFull = -10,
     /// `DROP_BRIDGE_NO_CT`: VPC pod to the gateway without a bridge flow.
     BridgeNoCt = -11,
-    /// `DROP_FRAGMENT`: bridge NAT of an IP fragment.
+    /// `DROP_FRAGMENT`: bridge: a later IP fragment whose first fragment was not seen.
     Fragment = -12,
     /// `DROP_UNSUPPORTED_L4`: bridge NAT of a protocol it does not translate.
     UnsupportedL4 = -13,

@@ -184,7 +184,9 @@ impl AgentState {
         })?;
         let netdev = NetDev::new()?;
         let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
-        let mtu = underlay.saturating_sub(cfg.tunnel.overhead()).max(576);
+        // The tunnel's outer family is this node's tunnel address's.
+        let overhead = cfg.tunnel.overhead(cfg.node_ip.map(std::net::IpAddr::V4));
+        let mtu = underlay.saturating_sub(overhead).max(576);
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
             dnat_mark: cfg.dnat_mark,

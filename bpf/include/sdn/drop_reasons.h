@@ -24,7 +24,7 @@
 #define DROP_ARP		-9	/* ARP from a VPC port not asking for the gateway */
 #define DROP_CT_FULL		-10	/* bridge: no free gateway port for the flow */
 #define DROP_BRIDGE_NO_CT	-11	/* VPC pod to the gateway with no bridge flow */
-#define DROP_FRAGMENT		-12	/* bridge NAT of an IP fragment */
+#define DROP_FRAGMENT		-12	/* bridge: a later IP fragment whose first fragment was not seen */
 #define DROP_UNSUPPORTED_L4	-13	/* bridge NAT of a protocol it does not translate */
 #define DROP_REWRITE		-14	/* a header/checksum rewrite helper failed */
 #define DROP_ENCAP		-15	/* tunnel key could not be set or no tunnel device */

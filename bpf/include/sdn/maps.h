@@ -201,6 +201,34 @@ struct sdn_node {
 };
 _Static_assert(sizeof(struct sdn_node) == 4, "ABI: sdn_node");
 
+/* sdn_frags: a bridged flow's IP fragments, keyed as they arrive (before the
+ * bridge's rewrite) -> what the first fragment was rewritten to. Only the first
+ * fragment carries the ports the bridge translates by, so it decides and
+ * records; the later ones of the same datagram (same net, addresses, protocol
+ * and IP id) follow it. Written and read by the datapath (lib/frag.h); an LRU,
+ * so a datagram that never completes costs nothing lasting. id is the IPv4
+ * identification (network order) in the low 16 bits; 32 bits leave room for
+ * the IPv6 fragment header's.
+ */
+struct sdn_frag_key {
+	__u32 net;		/* the net of the port it is seen on */
+	struct sdn_addr src;
+	struct sdn_addr dst;
+	__u32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct sdn_frag_key) == 44, "ABI: sdn_frag_key");
+
+struct sdn_frag {
+	struct sdn_addr src;	/* addresses after the rewrite */
+	struct sdn_addr dst;
+	__be16 sport;		/* the first fragment's ports after the rewrite */
+	__be16 dport;
+	__u32 flags;		/* reserved, 0 */
+};
+_Static_assert(sizeof(struct sdn_frag) == 40, "ABI: sdn_frag");
+
 /* sdn_drops: per-CPU array indexed by -DROP_* (see drop_reasons.h). */
 struct sdn_drop_stats {
 	__u64 packets;
@@ -232,6 +260,7 @@ _Static_assert(sizeof(struct sdn_net_stats) == 32, "ABI: sdn_net_stats");
 #define SDN_XNET_ROUTES_MAX	16384
 #define SDN_XNET_ALLOW_MAX	16384
 #define SDN_NODES_MAX		16384
+#define SDN_FRAGS_MAX		8192
 
 /*
  * The map definitions themselves. Every object includes all of them, so each
@@ -307,6 +336,14 @@ struct {
 	__type(value, struct sdn_dnat);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_dnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SDN_FRAGS_MAX);
+	__type(key, struct sdn_frag_key);
+	__type(value, struct sdn_frag);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_frags SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

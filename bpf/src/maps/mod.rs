@@ -14,6 +14,7 @@ pub mod ct_rev;
 pub mod dnat;
 pub mod drops;
 pub mod endpoints;
+pub mod frags;
 pub mod net_stats;
 pub mod node_blocks;
 pub mod nodes;
@@ -23,7 +24,7 @@ pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -37,6 +38,7 @@ pub const ALL: [&str; 13] = [
     xnet_routes::NAME,
     xnet_allow::NAME,
     nodes::NAME,
+    frags::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -106,7 +108,7 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
+        Frag, FragKey, NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -135,7 +137,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 13] = [
+        let expect: [(&str, usize, usize); 14] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -149,6 +151,7 @@ mod tests {
             (xnet_routes::NAME, size_of::<XnetKey>(), size_of::<XnetRoute>()),
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
+            (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

@@ -90,3 +90,14 @@ pub fn assert_dropped(dp: &Datapath, verdict: u32, reason: DropReason) {
     assert_eq!(drops_of(dp, reason), 1, "{reason:?} counted once");
     assert_eq!(total_drops(dp), 1, "no other reason counted");
 }
+
+/// The sdn_to_pod program: what the host stack routes into a pod.
+pub const TO_POD: &str = "sdn_to_pod";
+
+/// The fabric IP `fabric` is bridged to the VPC address `vpc` of `net`.
+pub fn bridge(dp: &mut Datapath, fabric: &str, net: u32, vpc: &str) {
+    cozyplane_bpf::maps::bridges::BridgesMap::try_from(dp.map_mut(cozyplane_bpf::maps::bridges::NAME))
+        .unwrap()
+        .upsert(ip(fabric), net, ip(vpc))
+        .unwrap();
+}

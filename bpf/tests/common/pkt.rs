@@ -189,3 +189,116 @@ pub fn assert_v4_checksums(p: &[u8]) {
     }
     assert_eq!(fold(sum), 0, "L4 checksum (proto {proto})");
 }
+
+// === ICMP errors and fragments (bridge_icmp.rs) ===
+
+/// The one's complement checksum of `data`, as it would be written into a zeroed field.
+pub fn csum(data: &[u8]) -> u16 {
+    fold(sum16(data))
+}
+
+/// The TCP/UDP checksum of `seg` (its own checksum field included) under the IPv4
+/// pseudo-header: 0 when the segment verifies.
+pub fn l4_csum_v4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, seg: &[u8]) -> u16 {
+    fold(sum16(seg) + sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32)
+}
+
+/// A UDP segment with `payload` and a valid checksum.
+pub fn udp_seg(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut seg = Vec::with_capacity(8 + payload.len());
+    seg.extend_from_slice(&sport.to_be_bytes());
+    seg.extend_from_slice(&dport.to_be_bytes());
+    seg.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    seg.extend_from_slice(&[0, 0]);
+    seg.extend_from_slice(payload);
+    let c = l4_csum_v4(src, dst, UDP, &seg);
+    seg[6..8].copy_from_slice(&c.to_be_bytes());
+    seg
+}
+
+/// An IPv4 header (no options, valid checksum) followed by `payload`. `frag` is the
+/// flags/fragment-offset field (host order).
+pub fn ip4_raw(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, id: u16, frag: u16, payload: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0x45, 0];
+    ip.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&id.to_be_bytes());
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, proto, 0, 0]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    let c = csum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(payload);
+    ip
+}
+
+/// `ip` (an IPv4 packet) in an Ethernet frame.
+pub fn frame(dst_mac: [u8; 6], src_mac: [u8; 6], ip: &[u8]) -> Vec<u8> {
+    let mut p = eth(dst_mac, src_mac, ETH_IP);
+    p.extend_from_slice(ip);
+    p
+}
+
+/// An ICMPv4 error (`typ`/`code`, `rest` = the 4 bytes after the checksum, e.g. the next-hop
+/// MTU) quoting `quote`, from `src` to `dst`, with valid checksums.
+pub fn icmp4_error(src: Ipv4Addr, dst: Ipv4Addr, typ: u8, code: u8, rest: [u8; 4], quote: &[u8]) -> Vec<u8> {
+    let mut m = vec![typ, code, 0, 0];
+    m.extend_from_slice(&rest);
+    m.extend_from_slice(quote);
+    let c = csum(&m);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    ip4_raw(src, dst, ICMP, 7, 0, &m)
+}
+
+/// Splits the IPv4 packet `ip` (no options) into fragments carrying at most `chunk`
+/// bytes of payload each (a multiple of 8), as a router would.
+pub fn fragment(ip: &[u8], chunk: usize) -> Vec<Vec<u8>> {
+    assert_eq!(chunk % 8, 0);
+    let (hdr, payload) = ip.split_at(20);
+    let src = Ipv4Addr::new(hdr[12], hdr[13], hdr[14], hdr[15]);
+    let dst = Ipv4Addr::new(hdr[16], hdr[17], hdr[18], hdr[19]);
+    let id = u16::from_be_bytes([hdr[4], hdr[5]]);
+    let pieces: Vec<&[u8]> = payload.chunks(chunk).collect();
+    let n = pieces.len();
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(i, piece)| {
+            let more = if i + 1 < n { 0x2000 } else { 0 };
+            ip4_raw(src, dst, hdr[9], id, more | (i * chunk / 8) as u16, piece)
+        })
+        .collect()
+}
+
+/// The IPv4 packet of an Ethernet frame.
+pub fn ip_of(frame: &[u8]) -> &[u8] {
+    assert_eq!(u16::from_be_bytes([frame[12], frame[13]]), ETH_IP, "not IPv4");
+    &frame[14..]
+}
+
+/// Source and destination of an IPv4 packet.
+pub fn addrs(ip: &[u8]) -> (Ipv4Addr, Ipv4Addr) {
+    (
+        Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+    )
+}
+
+/// Reassembles fragments (each an IPv4 packet whose header checksum must verify) into
+/// the datagram's header fields (addresses, protocol) and payload.
+pub fn reassemble(frags: &[Vec<u8>]) -> (Ipv4Addr, Ipv4Addr, u8, Vec<u8>) {
+    let mut payload = Vec::new();
+    let (src, dst) = addrs(&frags[0]);
+    for f in frags {
+        assert_eq!(csum(&f[..20]), 0, "fragment header checksum");
+        assert_eq!(
+            addrs(f),
+            (src, dst),
+            "every fragment has the first one's addresses"
+        );
+        let off = usize::from(u16::from_be_bytes([f[6], f[7]]) & 0x1fff) * 8;
+        assert_eq!(off, payload.len(), "fragments in order");
+        payload.extend_from_slice(&f[20..]);
+    }
+    (src, dst, frags[0][9], payload)
+}
