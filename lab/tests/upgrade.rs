@@ -64,13 +64,15 @@ async fn body(lab: &mut Lab) {
     n1.stop_agent();
     // The previous version's sdn_remotes: 8 bytes more per value.
     let mut old = Object::Pod
-        .map_definition(maps::remotes::NAME)
+        .pinned_maps()
+        .into_iter()
+        .find(|m| m.name == maps::remotes::NAME)
         .expect("sdn_remotes definition");
-    let wanted_value = old.value_size();
-    old.set_value_size(wanted_value + 8);
+    let wanted_value = old.value_size;
+    old.value_size += 8;
     let pin = pins.join(maps::remotes::NAME);
     std::fs::remove_file(&pin).unwrap();
-    let old = MapData::create(old, maps::remotes::NAME, None).expect("create the old layout");
+    let old = MapData::create(old.definition(), maps::remotes::NAME, None).expect("create the old layout");
     old.pin(&pin).expect("pin the old layout");
     drop(old);
     let old_id = MapInfo::from_pin(&pin).unwrap().id();
