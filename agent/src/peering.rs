@@ -3,7 +3,8 @@
 //!
 //! Decided from the specs, not from the status loop's `status.phase` (which lags by a
 //! loop round): a peering is programmed when both reciprocal halves exist, both VPCs have
-//! a VNI, and no CIDR of one overlaps a CIDR of the other — the same rule the status loop
+//! a VNI, and no range of one overlaps a range of the other (every range of `spec.cidrs`,
+//! secondary ones included, is routed and compared) — the same rule the status loop
 //! calls `Ready`. Peering is not transitive: only the two VPCs of a pair of halves get
 //! entries for each other. A source net whose peers' ranges overlap one another could not
 //! tell them apart by destination, so every pair involved in such a clash is left out.
@@ -348,6 +349,28 @@ mod tests {
         assert!(!d.allow.contains(&(100, 300)) && !d.allow.contains(&(300, 100)));
         assert!(!d.routes.keys().any(|r| r.0 == 100 && d.routes[r] == 300));
         assert_eq!(d.allow.len(), 4);
+    }
+
+    #[test]
+    fn every_range_is_routed_and_checked_for_overlap() {
+        // Two ranges each: every range of the peer is a route, both ways.
+        let mut v = vpcs();
+        v.insert(key("ta", "a"), vpc(100, &["10.0.0.0/24", "10.30.0.0/24"]));
+        v.insert(key("tb", "b"), vpc(200, &["10.1.0.0/24", "10.31.0.0/24"]));
+        let h = [half(("ta", "a"), ("tb", "b")), half(("tb", "b"), ("ta", "a"))];
+        let d = desired(&v, &h);
+        assert_eq!(
+            d.routes,
+            HashMap::from([
+                (route(100, "10.1.0.0/24"), 200),
+                (route(100, "10.31.0.0/24"), 200),
+                (route(200, "10.0.0.0/24"), 100),
+                (route(200, "10.30.0.0/24"), 100),
+            ])
+        );
+        // b's second range overlapping a's second: nothing is programmed.
+        v.insert(key("tb", "b"), vpc(200, &["10.1.0.0/24", "10.30.0.128/25"]));
+        assert_eq!(desired(&v, &h), Desired::default());
     }
 
     #[test]

@@ -12,9 +12,10 @@ use crate::serde_util::is_zero;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VPCSpec {
-    /// Address ranges of the VPC (IPv4 and/or IPv6); may overlap other VPCs' ranges. Pod and
-    /// service addresses are allocated from the first entry, which is also the only one the
-    /// datapath programs; peering checks all entries for overlap.
+    /// Address ranges of the VPC: up to five IPv4 and five IPv6 ranges, which may overlap other
+    /// VPCs' ranges but not each other. Every range is routed; Pod and service addresses are
+    /// allocated from the ranges of a family in the listed order; peering checks all ranges
+    /// for overlap. A range that still holds addresses cannot be removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub cidrs: Vec<String>,

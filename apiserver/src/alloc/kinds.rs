@@ -160,6 +160,10 @@ impl Allocator<VPC> for VpcAllocator {
         Ok(a)
     }
 
+    async fn check_update(&self, new: &VPC, old: &VPC, storage: &Arc<dyn Storage>) -> Result<()> {
+        super::ranges::check_update(storage, new, old).await
+    }
+
     fn release(&self, vpc: &VPC) -> Vec<Op> {
         match vpc_vni(vpc) {
             0 => Vec::new(),
@@ -284,10 +288,9 @@ async fn allocate_address(
             Err(_) => return Ok(()), // validation reports spec.ip
         }
     }
-    let net = match family {
-        Some(f) => nets.iter().find(|n| IpFamily::of_net(n) == f).copied(),
-        None => nets.first().copied(),
-    };
+    // Several ranges per family: filled in the listed order; the gateway is the first's.
+    let ranges = super::ranges::in_order(&nets, family);
+    let net = ranges.first().copied();
     if exact.is_none() && gateway {
         exact = net.as_ref().map(addr::gateway);
     }
@@ -328,9 +331,6 @@ async fn allocate_address(
             ));
         };
         let f = IpFamily::of_net(&net);
-        let Some(range) = addr::host_range(&net) else {
-            return Err(exhausted(format!("{net} has no allocatable address")));
-        };
         let pool_name = format!("ip/{vni}/{f}");
         let prefix = keys::ip_prefix(vni);
         let parse = move |s: &str| {
@@ -340,12 +340,17 @@ async fn allocate_address(
         };
         let avoid = avoided(cx, &prefix, parse);
         pool::refresh(cx.storage, &pool_name, &prefix, parse).await?;
-        let Some((v, r)) = pool::pick(cx.storage, &pool_name, range, k.down, &avoid, |v| {
-            keys::ip(vni, addr::from_int(f, v))
+        let Some((v, r)) = ranges.iter().filter_map(addr::host_range).find_map(|range| {
+            pool::pick(cx.storage, &pool_name, range, k.down, &avoid, |v| {
+                keys::ip(vni, addr::from_int(f, v))
+            })
         }) else {
+            let listed: Vec<String> = ranges.iter().map(ToString::to_string).collect();
             return Err(exhausted(format!(
-                "no free address left in {net} of VPC {}/{} (VNI {vni})",
-                vref.namespace, vref.name
+                "no free address left in {} of VPC {}/{} (VNI {vni})",
+                listed.join(", "),
+                vref.namespace,
+                vref.name
             )));
         };
         a.reserve(r);

@@ -18,6 +18,7 @@ pub mod addr;
 pub mod kinds;
 pub mod pool;
 pub mod projection;
+pub mod ranges;
 pub mod scan;
 
 use std::collections::HashSet;
@@ -234,6 +235,12 @@ pub trait Allocator<O>: Send + Sync {
 
     /// The writes that release what `obj` holds, joined to the transaction deleting it.
     fn release(&self, obj: &O) -> Vec<Op>;
+
+    /// Refuses a main-resource update of `old` to `new` that would strand what is allocated
+    /// (a VPC range that still holds addresses). Runs after validation; allows by default.
+    async fn check_update(&self, _new: &O, _old: &O, _storage: &Arc<dyn Storage>) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// `507 Insufficient Storage`: a pool has no free value left.

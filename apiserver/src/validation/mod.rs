@@ -83,7 +83,8 @@ pub use service_vip::{
     validate_service_vip_status, validate_service_vip_status_update, validate_service_vip_update,
 };
 pub use vpc::{
-    MAX_IPV4_PREFIX, MAX_IPV6_PREFIX, MAX_MTU, MIN_MTU, validate_vpc, validate_vpc_spec, validate_vpc_update,
+    MAX_IPV4_PREFIX, MAX_IPV6_PREFIX, MAX_MTU, MAX_RANGES_PER_FAMILY, MIN_MTU, validate_vpc,
+    validate_vpc_ranges_in_use, validate_vpc_spec, validate_vpc_update,
 };
 pub use vpc_binding::{default_vpc_binding, validate_vpc_binding, validate_vpc_binding_update};
 pub use vpc_gateway::{validate_vpc_gateway, validate_vpc_gateway_update};

@@ -8,15 +8,20 @@
 //!   range is at most /30 and an IPv6 range at most /126 long (room for the network address,
 //!   the `.1` gateway leg and at least one Port); no range touches a reserved range (loopback,
 //!   link-local, multicast, the NAT64 prefix the datapath stores IPv4 in, …);
-//! - at most one range per family, because only the first range is programmed and allocated
-//!   from: a second range of a family would hold addresses nothing can use. A repeated or
-//!   overlapping range is reported as such;
+//! - at most [`MAX_RANGES_PER_FAMILY`] ranges per family (secondary ranges, as a public cloud's
+//!   secondary CIDR blocks): every range is routed, and Port IPAM fills them in the listed
+//!   order. No two ranges of one VPC repeat or overlap (an address must name one range);
+//! - on update, a range that still holds allocated addresses (Ports, ServiceVIPs) may not be
+//!   removed or shrunk so that they fall outside every range: [`validate_vpc_ranges_in_use`],
+//!   fed by the server with the VPC's address claims;
 //! - `spec.mtu` is 0 (the node's default) or between [`MIN_MTU`] and [`MAX_MTU`].
 //!
 //! The spec stays mutable, as in the Go server. Nothing is defaulted: `mtu: 0` means "the node
 //! default" and is resolved per node by the agent, so storing a number would be wrong.
 
-use cozyplane_apis::net::{IpFamily, IpNet, cidrs_overlap};
+use std::net::IpAddr;
+
+use cozyplane_apis::net::{IpFamily, IpNet, cidrs_overlap, parse_cidr};
 use cozyplane_apis::v1alpha1::{VPC, VPCSpec};
 
 use super::common;
@@ -31,6 +36,10 @@ pub const MAX_MTU: i32 = 9000;
 pub const MAX_IPV4_PREFIX: u8 = 30;
 /// The longest IPv6 prefix of a VPC range (4 addresses).
 pub const MAX_IPV6_PREFIX: u8 = 126;
+/// How many ranges of one family a VPC may hold.
+pub const MAX_RANGES_PER_FAMILY: usize = 5;
+/// Holders named in a "range in use" message; the rest are counted.
+const HOLDERS_NAMED: usize = 3;
 
 /// Validates a new VPC: metadata and spec.
 pub fn validate_vpc(vpc: &VPC) -> FieldErrors {
@@ -54,7 +63,7 @@ pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
     if spec.cidrs.is_empty() {
         errs.push(FieldError::required(
             cidrs_path.clone(),
-            "at least one address range (one IPv4 and/or one IPv6)",
+            "at least one address range (IPv4 and/or IPv6)",
         ));
     }
     let mut earlier: Vec<(usize, IpNet)> = Vec::new();
@@ -87,19 +96,27 @@ pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
                 text,
                 format!("overlaps {} ({other})", cidrs_path.index(*j)),
             ));
-        } else if let Some((j, _)) = earlier
-            .iter()
-            .find(|(_, other)| IpFamily::of_net(other) == family)
-        {
-            errs.push(FieldError::invalid(
-                p.clone(),
-                text,
-                format!(
-                    "a VPC has at most one {family} range, and {} is one: only the first range of a \
-                     family is routed and allocated from",
-                    cidrs_path.index(*j)
-                ),
-            ));
+        } else {
+            let same: Vec<usize> = earlier
+                .iter()
+                .filter(|(_, other)| IpFamily::of_net(other) == family)
+                .map(|(j, _)| *j)
+                .collect();
+            if same.len() >= MAX_RANGES_PER_FAMILY {
+                errs.push(FieldError::invalid(
+                    p.clone(),
+                    text,
+                    format!(
+                        "a VPC has at most {MAX_RANGES_PER_FAMILY} {family} ranges, and {} already hold \
+                         {MAX_RANGES_PER_FAMILY}",
+                        same.iter()
+                            .map(|j| cidrs_path.index(*j).to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+                continue; // one cause per extra range, each naming the first five
+            }
         }
         earlier.push((i, net));
     }
@@ -108,6 +125,47 @@ pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
             path.child("mtu"),
             spec.mtu.into(),
             format!("must be 0 (the node default) or between {MIN_MTU} and {MAX_MTU}, inclusive"),
+        ));
+    }
+    errs
+}
+
+/// The ranges of `old` that an update to `new` takes away from addresses still allocated in
+/// them: each such range is `Forbidden` at its index in `old` (`spec.cidrs[1]`), naming the
+/// holders. `held` are the VPC's address claims with their holders (`Port v100.10-1-0-2`). A
+/// range removed, or replaced by a smaller one, is fine as long as every held address of it
+/// stays inside some range of `new`; a reordering changes nothing.
+pub fn validate_vpc_ranges_in_use(new: &VPCSpec, old: &VPCSpec, held: &[(IpAddr, String)]) -> FieldErrors {
+    let mut errs = FieldErrors::new();
+    let kept: Vec<IpNet> = new.cidrs.iter().filter_map(|c| parse_cidr(c).ok()).collect();
+    let path = FieldPath::new("spec").child("cidrs");
+    for (i, text) in old.cidrs.iter().enumerate() {
+        let Ok(net) = parse_cidr(text) else { continue };
+        let mut orphans: Vec<&(IpAddr, String)> = held
+            .iter()
+            .filter(|(ip, _)| net.contains(ip) && !kept.iter().any(|k| k.contains(ip)))
+            .collect();
+        if orphans.is_empty() {
+            continue;
+        }
+        orphans.sort();
+        let mut named: Vec<String> = orphans
+            .iter()
+            .take(HOLDERS_NAMED)
+            .map(|(ip, holder)| format!("{holder} ({ip})"))
+            .collect();
+        if orphans.len() > HOLDERS_NAMED {
+            named.push(format!("{} more", orphans.len() - HOLDERS_NAMED));
+        }
+        errs.push(FieldError::forbidden(
+            path.index(i),
+            format!(
+                "range {text} still holds {} allocated address{} outside the new ranges: {}; delete \
+                 them before removing or shrinking the range",
+                orphans.len(),
+                if orphans.len() == 1 { "" } else { "es" },
+                named.join(", ")
+            ),
         ));
     }
     errs
@@ -197,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn one_range_per_family_without_repeats_or_overlap() {
+    fn ranges_may_not_repeat_or_overlap() {
         assert_errors(
             &validate_vpc(&vpc(&["10.0.0.0/24", "10.0.0.0/24"], 0)),
             &[("spec.cidrs[1]", ErrorType::Duplicate)],
@@ -211,15 +269,118 @@ mod tests {
                 .detail
                 .contains("overlaps spec.cidrs[0]")
         );
-        let errs = validate_vpc(&vpc(&["10.0.0.0/24", "fd00::/64", "10.1.0.0/24"], 0));
-        assert_errors(&errs, &[("spec.cidrs[2]", ErrorType::Invalid)]);
+        // The overlap is found whichever range comes first, and past other ranges.
+        let errs = validate_vpc(&vpc(
+            &["10.1.0.0/24", "fd00::/64", "10.0.1.0/24", "10.0.0.0/16"],
+            0,
+        ));
+        assert_errors(&errs, &[("spec.cidrs[3]", ErrorType::Invalid)]);
         assert!(
             errs.iter()
                 .next()
                 .unwrap()
                 .detail
-                .contains("at most one IPv4 range")
+                .contains("overlaps spec.cidrs[2]")
         );
+        assert_errors(
+            &validate_vpc(&vpc(&["fd00::/64", "fd00:0:0:0:8000::/65"], 0)),
+            &[("spec.cidrs[1]", ErrorType::Invalid)],
+        );
+    }
+
+    #[test]
+    fn up_to_five_ranges_per_family() {
+        let five4 = [
+            "10.0.0.0/24",
+            "10.1.0.0/24",
+            "10.2.0.0/24",
+            "10.3.0.0/24",
+            "10.4.0.0/24",
+        ];
+        let five6 = ["fd00::/64", "fd01::/64", "fd02::/64", "fd03::/64", "fd04::/64"];
+        let all: Vec<&str> = five4.iter().chain(five6.iter()).copied().collect();
+        assert_errors(&validate_vpc(&vpc(&all, 0)), &[]);
+        // A sixth of a family is refused at its own index; the other family is unaffected.
+        let mut six = all.clone();
+        six.insert(5, "10.5.0.0/24");
+        let errs = validate_vpc(&vpc(&six, 0));
+        assert_errors(&errs, &[("spec.cidrs[5]", ErrorType::Invalid)]);
+        let detail = &errs.iter().next().unwrap().detail;
+        assert!(detail.contains("at most 5 IPv4 ranges"), "{detail}");
+        assert!(detail.contains("spec.cidrs[0], spec.cidrs[1]"), "{detail}");
+        let mut six6 = five6.to_vec();
+        six6.push("fd05::/64");
+        six6.push("fd06::/64");
+        assert_errors(
+            &validate_vpc(&vpc(&six6, 0)),
+            &[
+                ("spec.cidrs[5]", ErrorType::Invalid),
+                ("spec.cidrs[6]", ErrorType::Invalid),
+            ],
+        );
+    }
+
+    fn held(entries: &[(&str, &str)]) -> Vec<(IpAddr, String)> {
+        entries
+            .iter()
+            .map(|(ip, who)| (ip.parse().unwrap(), (*who).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_used_range_cannot_be_removed() {
+        let old = vpc(&["10.0.0.0/30", "10.1.0.0/24", "fd00::/64"], 0).spec;
+        let h = held(&[
+            ("10.0.0.2", "Port v100.10-0-0-2"),
+            ("10.1.0.3", "Port v100.10-1-0-3"),
+            ("10.1.0.2", "Port v100.10-1-0-2"),
+        ]);
+        let new = vpc(&["10.0.0.0/30", "fd00::/64"], 0).spec;
+        let errs = validate_vpc_ranges_in_use(&new, &old, &h);
+        assert_errors(&errs, &[("spec.cidrs[1]", ErrorType::Forbidden)]);
+        let msg = errs.iter().next().unwrap().message();
+        assert!(
+            msg.contains("10.1.0.0/24 still holds 2 allocated addresses")
+                && msg.contains("Port v100.10-1-0-2 (10.1.0.2), Port v100.10-1-0-3 (10.1.0.3)"),
+            "{msg}"
+        );
+        // Shrinking a range past a held address is a removal of that part.
+        let new = vpc(&["10.0.0.0/30", "10.1.0.0/31", "fd00::/64"], 0).spec;
+        assert_errors(
+            &validate_vpc_ranges_in_use(&new, &old, &h),
+            &[("spec.cidrs[1]", ErrorType::Forbidden)],
+        );
+        // Both used ranges gone: both named, holders past the third counted.
+        let many = held(&[
+            ("10.0.0.2", "Port a"),
+            ("10.1.0.2", "Port b"),
+            ("10.1.0.3", "Port c"),
+            ("10.1.0.4", "ServiceVIP d"),
+            ("10.1.0.5", "Port e"),
+        ]);
+        let errs = validate_vpc_ranges_in_use(&vpc(&["fd00::/64"], 0).spec, &old, &many);
+        assert_errors(
+            &errs,
+            &[
+                ("spec.cidrs[0]", ErrorType::Forbidden),
+                ("spec.cidrs[1]", ErrorType::Forbidden),
+            ],
+        );
+        assert!(errs.iter().any(|e| e.detail.contains("1 more")));
+    }
+
+    #[test]
+    fn an_unused_range_can_be_removed_and_ranges_reordered() {
+        let old = vpc(&["10.0.0.0/30", "10.1.0.0/24", "10.2.0.0/24"], 0).spec;
+        let h = held(&[("10.0.0.2", "Port a"), ("10.1.0.2", "Port b")]);
+        let unused_gone = vpc(&["10.0.0.0/30", "10.1.0.0/24"], 0).spec;
+        assert_errors(&validate_vpc_ranges_in_use(&unused_gone, &old, &h), &[]);
+        let reordered = vpc(&["10.2.0.0/24", "10.1.0.0/24", "10.0.0.0/30"], 0).spec;
+        assert_errors(&validate_vpc_ranges_in_use(&reordered, &old, &h), &[]);
+        // A held address covered by a new, larger range stays valid.
+        let grown = vpc(&["10.0.0.0/8"], 0).spec;
+        assert_errors(&validate_vpc_ranges_in_use(&grown, &old, &h), &[]);
+        assert_errors(&validate_vpc_ranges_in_use(&old, &old, &h), &[]);
     }
 
     #[test]
@@ -241,7 +402,7 @@ mod tests {
 
     #[test]
     fn all_problems_are_reported() {
-        let mut v = vpc(&["10.0.0.1/24", "fd00::/64", "fd01::/64", "bogus"], 100);
+        let mut v = vpc(&["10.0.0.1/24", "fd00::/64", "fd00::/48", "bogus"], 100);
         v.metadata.namespace = None;
         assert_errors(
             &validate_vpc(&v),

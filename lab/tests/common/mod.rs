@@ -1,4 +1,4 @@
-//! The control plane of the lab runs (`e2e.rs`, `peering.rs`): the kube stand-in and
+//! The control plane of the lab runs (`e2e.rs`, `peering.rs`, `ranges.rs`): the kube stand-in and
 //! cozyplane-apiserver, pods created and wired as kubelet does, tenants. Test files are separate
 //! crates, so each includes this module; a helper one of them does not call is not dead code.
 #![allow(dead_code)]
@@ -158,6 +158,11 @@ pub(crate) async fn vni(cp: &Cp, ns: &str, name: &str) -> u32 {
 
 /// A namespace (at the stand-in) with one VPC and its VPCBinding.
 pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
+    tenant_ranges(cp, ns, vpc, &[cidr]).await;
+}
+
+/// [`tenant`] with a VPC of several ranges.
+pub(crate) async fn tenant_ranges(cp: &Cp, ns: &str, vpc: &str, cidrs: &[&str]) {
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
     nss.create(
         &PostParams::default(),
@@ -166,7 +171,7 @@ pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
     .await
     .unwrap();
     let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": cidrs}}))
     .unwrap();
     Api::<VPC>::namespaced(cp.sdn.clone(), ns)
         .create(&PostParams::default(), &v)

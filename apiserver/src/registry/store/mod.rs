@@ -284,6 +284,9 @@ impl<S: Strategy> Store<S> {
         if !errs.is_empty() {
             return Err(self.invalid(name, &errs));
         }
+        if !status && let Some(alloc) = self.strategy.allocator() {
+            alloc.check_update(&new, &old, &self.storage).await?;
+        }
         if !status {
             let checks = self.strategy.update_checks(&new, &old);
             o.requester.admit_update(&self.info, name, &checks).await?;
