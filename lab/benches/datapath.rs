@@ -19,7 +19,7 @@
 //!   between the same node namespaces, over a collect-metadata VXLAN device like ours (the
 //!   limit: the same kind of device) and over a fixed-remote VXLAN device; same-node pods
 //!   against the reference `bridge` CNI plugin with `host-local` IPAM. All pods use the MTU
-//!   our CNI gives pods.
+//!   our CNI gives pods. Cross-node pods of two peered VPCs (issue 11) run beside same-VPC ones.
 //!
 //! Figures are printed, never asserted. Results go to `docs/benchmarks.md`.
 
@@ -29,7 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cozyplane_apis::v1alpha1::{VPC, VPCBinding};
+use cozyplane_apis::v1alpha1::{VPC, VPCBinding, VPCPeering};
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
 use cozyplane_lab::{Lab, Netns, Node, bin_dir, enter, exec_plugin, invoke_cni, result_ip, run_in};
@@ -219,6 +219,22 @@ impl Cp {
                 .await
                 .expect("create VPCBinding");
         });
+    }
+}
+
+impl Cp {
+    /// Both halves of a peering between `a` and `b` (`(namespace, vpc)` each).
+    fn peer(&self, a: (&str, &str), b: (&str, &str)) {
+        for ((ns, vpc), (peer_ns, peer)) in [(a, b), (b, a)] {
+            let p: VPCPeering = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
+                "kind": "VPCPeering", "metadata": {"name": format!("{vpc}-to-{peer}"), "namespace": ns},
+                "spec": {"vpcRef": {"name": vpc}, "peerRef": {"namespace": peer_ns, "name": peer}}}))
+            .expect("peering");
+            self.block(
+                Api::<VPCPeering>::namespaced(self.sdn.clone(), ns).create(&PostParams::default(), &p),
+            )
+            .expect("create VPCPeering");
+        }
     }
 }
 
@@ -857,9 +873,13 @@ fn body(cp: &Cp, lab: &Lab) {
     let (v1, v1ip) = keep(cp, lab, 0, "bench", "peer-v1", Some("v"));
     let (v1b, v1bip) = keep(cp, lab, 0, "bench", "peer-v1b", Some("v"));
     let (v2, v2ip) = keep(cp, lab, 1, "bench", "peer-v2", Some("v"));
+    // A VPC peered with v (issue 11): its pod on node 2 is the peered throughput target.
+    cp.tenant("t2", "w", "10.21.0.0/16");
+    cp.peer(("bench", "v"), ("t2", "w"));
+    let (w2, w2ip) = keep(cp, lab, 1, "t2", "peer-w2", Some("w"));
     // Cross-node peers answer only once the other node learned the probing pod; make sure
     // the peers themselves are known everywhere before timing anything.
-    for (p, ip) in [(&d1, d2ip), (&d2, d1ip), (&v1, v2ip), (&v2, v1ip)] {
+    for (p, ip) in [(&d1, d2ip), (&d2, d1ip), (&v1, v2ip), (&v2, v1ip), (&v1, w2ip)] {
         let r = probe(&p.netns.path(), vec![ip], Instant::now());
         assert!(r[0].is_some(), "peer {} cannot reach {ip}", p.name);
     }
@@ -872,10 +892,14 @@ fn body(cp: &Cp, lab: &Lab) {
     }
     println!("load average after latency: {}", load().trim());
     if only.is_empty() || only == "throughput" {
-        throughput(lab, [&d1, &d1b, &d2, &v1, &v1b, &v2], [d1bip, d2ip, v1bip, v2ip]);
+        throughput(
+            lab,
+            [&d1, &d1b, &d2, &v1, &v1b, &v2, &w2],
+            [d1bip, d2ip, v1bip, v2ip, w2ip],
+        );
     }
     println!("load average at end: {}", load().trim());
-    drop((d1, d1b, d2, v1, v1b, v2));
+    drop((d1, d1b, d2, v1, v1b, v2, w2));
 }
 
 fn latency_table(
@@ -953,8 +977,8 @@ fn bpf_stats() -> std::collections::BTreeMap<String, (u64, u64)> {
     m
 }
 
-fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr; 4]) {
-    let [d1, d1b, d2, v1, v1b, v2] = pods;
+fn throughput(lab: &Lab, pods: [&BPod; 7], [d1bip, d2ip, v1bip, v2ip, w2ip]: [Ipv4Addr; 5]) {
+    let [d1, d1b, d2, v1, v1b, v2, w2] = pods;
     let mtu = mtu_of(&v1.netns);
     let (r1, r2) = plain_pair(lab, mtu, PlainVxlan::FixedRemote);
     let (m1, m2) = plain_pair(lab, mtu, PlainVxlan::External);
@@ -992,6 +1016,7 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
         ("same-node VPC pods (ours)", &v1b.netns, &v1.netns, v1bip),
         ("same-node net-0 pods (ours)", &d1b.netns, &d1.netns, d1bip),
         ("same-node bridge + host-local (reference)", &b2, &b1, b2ip),
+        ("cross-node peered VPC pods (ours)", &w2.netns, &v1.netns, w2ip),
     ];
     let mut got: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     let mut retrans: Vec<u64> = vec![0; runs.len()];
@@ -1042,6 +1067,11 @@ fn throughput(lab: &Lab, pods: [&BPod; 6], [d1bip, d2ip, v1bip, v2ip]: [Ipv4Addr
         100.0 * means[1] / means[3],
         100.0 * means[4] / means[6],
         100.0 * means[5] / means[6],
+    );
+    println!(
+        "peered VPC pods / same-VPC pods, cross-node: {:.0} % (against the collect-metadata limit {:.0} %)",
+        100.0 * means[7] / means[0],
+        100.0 * means[7] / means[3],
     );
     println!("\nprogram runs per path (one extra round with bpf_stats on; both nodes):\n");
     println!("| path | Gbit/s in that round | program | runs | avg ns | total ms |");
