@@ -588,6 +588,25 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// Runs `body` on a fresh lab of `nodes` nodes, from inside its control namespace (where
+    /// the control plane runs), on a two-thread runtime; the lab is torn down afterwards,
+    /// also when `body` panics.
+    pub fn run(nodes: usize, body: impl AsyncFnOnce(&mut Lab) + Send) {
+        let mut lab = Lab::new(nodes);
+        let ctl = Netns(lab.ctl.0.clone());
+        run_in(&ctl, || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(body(&mut lab));
+        });
+        std::mem::forget(ctl); // the Lab owns the namespace
+    }
+}
+
+impl Lab {
     /// `n` nodes and the control namespace on one underlay bridge.
     pub fn new(n: usize) -> Self {
         require_root();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{Port, VPC};
 use cozyplane_bpf::DropReason;
-use cozyplane_lab::{Lab, LabPod, Netns, capture, del_network, invoke_cni, invoke_plugin, run_in};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, del_network, invoke_cni, invoke_plugin};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -125,17 +125,7 @@ fn sh_netns_del(ns: &Netns) {
 
 #[test]
 fn lab_e2e() {
-    let mut lab = Lab::new(2);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(2, body);
 }
 
 async fn body(lab: &mut Lab) {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cozyplane_apis::v1alpha1::{VPC, VPCPeering};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
-use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, run_in, start_tcpdump, stop_tcpdump};
+use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, start_tcpdump, stop_tcpdump};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -86,17 +86,7 @@ fn now() -> f64 {
 
 #[test]
 fn lab_peering() {
-    let mut lab = Lab::new(3);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(3, body);
 }
 
 async fn body(lab: &mut Lab) {

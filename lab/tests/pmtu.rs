@@ -15,7 +15,7 @@
 //!   203.0.113.2   192.0.2.0/24   198.51.100.0/24 └─ underlay ─ n2 ─ a2 (VPC a)
 //! ```
 
-use cozyplane_lab::{Lab, LabPod, Netns, capture, run_in, sh_ok};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, sh_ok};
 
 mod common;
 use common::{Cp, pod, tenant, vpc_ip, wait};
@@ -25,17 +25,7 @@ const EXT_IP: &str = "203.0.113.2";
 
 #[test]
 fn lab_pmtu() {
-    let mut lab = Lab::new(2);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(2, body);
 }
 
 fn sysctl(ns: &Netns, kv: &str) {

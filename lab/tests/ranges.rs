@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use cozyplane_apis::v1alpha1::VPCPeering;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
-use cozyplane_lab::{Lab, Netns, capture, del_network, run_in};
+use cozyplane_lab::{Lab, capture, del_network};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -22,17 +22,7 @@ use common::{Cp, pod, tenant_ranges, vpc_ip, wait};
 
 #[test]
 fn lab_ranges() {
-    let mut lab = Lab::new(2);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(2, body);
 }
 
 /// A merge patch of VPC t1/m's ranges; the API error, if any.

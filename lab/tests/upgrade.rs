@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use aya::maps::{MapData, MapInfo};
 use cozyplane_bpf::{Object, maps};
-use cozyplane_lab::{Lab, Netns, received, run_in};
+use cozyplane_lab::{Lab, received};
 
 mod common;
 use common::{Cp, pod, tenant, vni, vpc_ip, wait};
@@ -32,17 +32,7 @@ fn ids(pins: &Path) -> BTreeMap<&'static str, u32> {
 
 #[test]
 fn lab_upgrade() {
-    let mut lab = Lab::new(2);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(2, body);
 }
 
 async fn body(lab: &mut Lab) {
