@@ -65,7 +65,8 @@ impl Cached {
             .collect();
         Ok(Self {
             key: key.into(),
-            json: json.into(),
+            // Exactly sized: the bytes live as long as the object stays cached.
+            json: json.into_boxed_slice().into(),
             rv,
             namespace: text(v, "/metadata/namespace"),
             name: text(v, "/metadata/name"),
