@@ -16,7 +16,7 @@ const WHOLE_UP_TO: usize = 1 << 20;
 const CHUNK: usize = 64 << 10;
 
 /// The `metadata` of a list page.
-pub(super) fn list_meta<T>(page: &ListPage<T>) -> Value {
+pub fn list_meta<T>(page: &ListPage<T>) -> Value {
     let mut meta = json!({ "resourceVersion": page.revision.to_string() });
     if let Some(c) = &page.continue_token {
         meta["continue"] = json!(c);
@@ -28,7 +28,7 @@ pub(super) fn list_meta<T>(page: &ListPage<T>) -> Value {
 }
 
 /// A list body: `kind`, `api_version`, `meta` and the encoded `items`.
-pub(super) struct ListBody {
+pub struct ListBody {
     head: Bytes,
     items: Vec<Bytes>,
     tail: Bytes,
@@ -36,7 +36,7 @@ pub(super) struct ListBody {
 
 impl ListBody {
     /// The body of a list of `items` (each one object's JSON).
-    pub(super) fn new(kind: &str, api_version: &str, meta: &Value, items: Vec<Bytes>) -> Self {
+    pub fn new(kind: &str, api_version: &str, meta: &Value, items: Vec<Bytes>) -> Self {
         let s = |v: &str| Value::from(v).to_string();
         Self {
             head: format!("{{\"apiVersion\":{},\"items\":[", s(api_version)).into(),
@@ -53,7 +53,7 @@ impl ListBody {
     }
 
     /// The whole body in one buffer.
-    pub(super) fn to_vec(&self) -> Vec<u8> {
+    pub fn to_vec(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len());
         out.extend_from_slice(&self.head);
         for (i, item) in self.items.iter().enumerate() {
@@ -68,7 +68,7 @@ impl ListBody {
 
     /// The HTTP body: whole when small, else streamed in chunks (each item's bytes are let go
     /// once copied into a chunk).
-    pub(super) fn into_body(self) -> Body {
+    pub fn into_body(self) -> Body {
         if self.len() <= WHOLE_UP_TO {
             return Body::from(self.to_vec());
         }

@@ -22,7 +22,7 @@ use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
 mod apply;
 mod body;
 mod fields;
-mod list_body;
+pub mod list_body;
 mod protobuf;
 pub mod table;
 pub mod watch;
