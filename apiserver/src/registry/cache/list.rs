@@ -82,11 +82,25 @@ impl WatchCache {
         }
     }
 
+    /// A list read from storage. An item the cache holds at the same revision is answered
+    /// with the cache's bytes and filtered on its compact form: a key at a revision has one
+    /// value, and the cache's bytes are exactly what decoding that value gives.
     async fn list_from_storage(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage<Bytes>> {
-        list_from_storage_as(&*self.resource, ns, p, |v| {
-            serde_json::to_vec(&v)
-                .map(Bytes::from)
-                .map_err(ApiError::internal)
+        let root = self.resource.prefix(None);
+        let selectable = self.resource.selectable_fields();
+        list_from_storage_as(&*self.resource, ns, p, |kv| {
+            let rel = kv.key.strip_prefix(&root).unwrap_or(&kv.key);
+            let known = self
+                .lock()
+                .objects
+                .get(rel)
+                .filter(|e| e.0.rv() == kv.mod_revision)
+                .map(|e| e.0.clone());
+            let obj = match known {
+                Some(o) => o,
+                None => self.cached(&kv.key, &kv.value, kv.mod_revision)?,
+            };
+            Ok(obj.matches(p, selectable).then(|| obj.json().clone()))
         })
         .await
     }

@@ -1,6 +1,6 @@
 //! Lists read from storage, with selectors applied and pages filled with matching items.
 
-use cozyplane_storage::{ListOptions, Revision};
+use cozyplane_storage::{KeyValue, ListOptions, Revision};
 use serde_json::Value;
 
 use super::Resource;
@@ -56,16 +56,21 @@ pub async fn list_from_storage<R: Resource + ?Sized>(
     ns: Option<&str>,
     p: &ListParams,
 ) -> Result<ListPage> {
-    list_from_storage_as(r, ns, p, Ok).await
+    list_from_storage_as(r, ns, p, |kv| {
+        let v = r.decode(&kv.value, kv.mod_revision)?;
+        Ok((p.labels.matches_object(&v) && p.fields.matches_object(&v)).then_some(v))
+    })
+    .await
 }
 
-/// [`list_from_storage`] with each matching item turned into a `T` by `each` as soon as it is
-/// read, so a list of encoded items never holds the JSON trees of all of them at once.
+/// [`list_from_storage`] with each stored item decoded and filtered by `each` as soon as it is
+/// read (`None`: it does not match `p`'s selectors), so a list of encoded items never holds the
+/// JSON trees of all of them at once, and the watch cache can answer with the bytes it keeps.
 pub async fn list_from_storage_as<R: Resource + ?Sized, T>(
     r: &R,
     ns: Option<&str>,
     p: &ListParams,
-    each: impl Fn(Value) -> Result<T>,
+    each: impl Fn(&KeyValue) -> Result<Option<T>>,
 ) -> Result<ListPage<T>> {
     let err = |e| ApiError::from_storage(r.info(), "", e);
     if let Some(min) = p.min_revision {
@@ -101,9 +106,8 @@ pub async fn list_from_storage_as<R: Resource + ?Sized, T>(
                     remaining: None,
                 });
             }
-            let v = r.decode(&kv.value, kv.mod_revision)?;
-            if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
-                items.push(each(v)?);
+            if let Some(item) = each(kv)? {
+                items.push(item);
             }
         }
         let full = limit.is_some_and(|l| items.len() as u64 >= l);
