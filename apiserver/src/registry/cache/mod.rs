@@ -2,11 +2,11 @@
 //! a bounded history of changes, from which lists and watches are served.
 //!
 //! Each object is kept as its JSON bytes, encoded once when the change arrives, with the compact
-//! form selectors read ([`Cached`]); lists and watch events are assembled from those bytes. Which
-//! lists the cache answers, and when storage does, is [`list`]'s concern. Watches replay the
-//! history after their start revision and then follow a broadcast; a start revision older than
-//! the history, or a watcher too slow for the broadcast, ends with `410 Gone` so the client
-//! relists.
+//! form selectors read ([`Cached`]); lists and watch events are assembled from those bytes.
+//! Which lists the cache answers, and when storage does, is `cache/list.rs`'s concern. Watches
+//! replay the history after their start revision and then follow a broadcast; a start revision
+//! older than the history, or a watcher too slow for the broadcast, ends with `410 Gone` so the
+//! client relists.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
