@@ -1,6 +1,7 @@
 //! Lists the watch cache answers: a continue page it serves after the collection changed shows
 //! the collection as it was at the first page's revision (what storage's Exact read at that
-//! revision shows), on both backends; a `resourceVersion=0` list equals storage's list.
+//! revision shows), on both backends; so does a list storage answers with the cache's bytes; a
+//! `resourceVersion=0` list equals storage's list.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,19 @@ async fn continue_pages_show_the_first_pages_revision(storage: Arc<dyn Storage>)
         .unwrap();
     assert_eq!(exact.items.len(), 8);
     assert_eq!(walked, exact.items);
+    // An Exact read goes to storage, which may answer with the cache's bytes only for objects
+    // unchanged since.
+    let via_cache = cache
+        .list(
+            Some("t"),
+            &ListParams {
+                revision: Some(rev),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(values(&via_cache.items), exact.items);
 
     // A list at any revision is the cache as it stands, equal to storage's list at its revision.
     let now = cache.list(Some("t"), &any(None)).await.unwrap();
