@@ -110,6 +110,12 @@ pub fn continue_after(prefix: &str, last_key: &str, revision: Revision) -> Strin
     token::encode(prefix, last_key, revision)
 }
 
+/// Where a continue token issued for `prefix` resumes: `(revision, first key)`, the key
+/// absolute and inclusive (for a caller that serves pages from a copy of its own).
+pub fn continue_position(prefix: &str, token: &str) -> Result<(Revision, String)> {
+    token::decode(prefix, token).map(|c| (c.revision, c.start))
+}
+
 /// Turns the response of a one-key guarded write into its item before the write, or the error
 /// a caller of `update`/`delete` expects.
 fn guarded_outcome(

@@ -9,10 +9,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::registry::cache::{Change, WatchCache};
+use crate::registry::cache::{Cached, Change, WatchCache};
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped kinds.
 pub type Key = (String, String);
@@ -38,14 +37,8 @@ impl<K> Default for Mirror<K> {
     }
 }
 
-fn key_of(v: &Value) -> Key {
-    let s = |p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    (s("/metadata/namespace"), s("/metadata/name"))
+fn key_of(o: &Cached) -> Key {
+    (o.namespace().to_string(), o.name().to_string())
 }
 
 impl<K: DeserializeOwned + Send + Sync + 'static> Mirror<K> {
@@ -127,7 +120,7 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Mirror<K> {
                 loop {
                     match rx.recv().await {
                         Ok(Change::Put { obj, .. }) => mirror.put(key_of(&obj), &obj, &on_change),
-                        Ok(Change::Delete { obj }) => {
+                        Ok(Change::Delete { obj, .. }) => {
                             if let Some(old) = mirror.apply(key_of(&obj), None) {
                                 on_change(Changed {
                                     old: Some(&old),
@@ -144,8 +137,8 @@ impl<K: DeserializeOwned + Send + Sync + 'static> Mirror<K> {
         })
     }
 
-    fn put<F: Fn(Changed<'_, K>)>(&self, key: Key, v: &Value, on_change: &F) {
-        let new = match serde_json::from_value::<K>(v.clone()) {
+    fn put<F: Fn(Changed<'_, K>)>(&self, key: Key, v: &Cached, on_change: &F) {
+        let new = match serde_json::from_slice::<K>(v.json()) {
             Ok(n) => Arc::new(n),
             Err(e) => {
                 tracing::warn!(?key, error = %e, "mirror skips an object it cannot decode");

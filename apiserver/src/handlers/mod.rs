@@ -22,6 +22,7 @@ use crate::registry::validate::{ErrorType, FieldError, FieldErrors, FieldPath};
 mod apply;
 mod body;
 mod fields;
+pub mod list_body;
 mod protobuf;
 pub mod table;
 pub mod watch;
@@ -33,6 +34,8 @@ pub const PATCH_TYPES: &[&str] = &[
     "application/strategic-merge-patch+json",
     "application/apply-patch+yaml",
 ];
+
+use list_body::ListBody;
 
 use body::{body_json, dedup_owner_references, field_validation, is_protobuf, validation_mode};
 
@@ -152,7 +155,10 @@ fn list_params(r: &dyn Resource, q: &HashMap<String, String>, watch: bool) -> Re
             ));
         }
         match m {
-            "NotOlderThan" => p.min_revision = rv_num.filter(|r| *r > 0),
+            "NotOlderThan" => {
+                p.min_revision = rv_num.filter(|r| *r > 0);
+                p.any_revision = rv_num == Some(0);
+            }
             "Exact" if !watch => {
                 if rv_num == Some(0) {
                     return Err(options_forbidden(
@@ -177,7 +183,8 @@ fn list_params(r: &dyn Resource, q: &HashMap<String, String>, watch: bool) -> Re
             // A paged list at X reads exactly X; otherwise X means "not older than X".
             Some(x) if x > 0 && p.limit.is_some_and(|l| l > 0) && cont.is_none() => p.revision = Some(x),
             Some(x) if x > 0 => p.min_revision = Some(x),
-            _ => {}
+            Some(_) => p.any_revision = true,
+            None => {}
         }
     }
     Ok(p)
@@ -194,24 +201,41 @@ pub async fn list(t: Target, q: HashMap<String, String>, headers: &HeaderMap) ->
         return start_watch(&t, &q, p, repr, include);
     }
     let page = t.cache.list(t.namespace.as_deref(), &p).await?;
-    let mut meta = json!({ "resourceVersion": page.revision.to_string() });
-    if let Some(c) = &page.continue_token {
-        meta["continue"] = json!(c);
-    }
-    if let Some(n) = page.remaining.filter(|n| *n > 0) {
-        meta["remainingItemCount"] = json!(n);
-    }
+    let meta = list_body::list_meta(&page);
     let i = r.info();
+    // Each item is parsed only for the representations that need its fields; no tree of the
+    // whole list is built.
+    let parsed = |b: &Bytes| serde_json::from_slice::<Value>(b).map_err(ApiError::internal);
     let body = match repr {
         Repr::Object => {
-            json!({ "kind": i.list_kind, "apiVersion": crate::registry::api_version(i), "metadata": meta, "items": page.items })
+            ListBody::new(i.list_kind, &crate::registry::api_version(i), &meta, page.items).into_body()
         }
         Repr::Metadata => {
-            json!({ "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": page.items.iter().map(table::partial).collect::<Vec<_>>() })
+            let items = page
+                .items
+                .iter()
+                .map(|b| {
+                    let partial = table::partial(&parsed(b)?);
+                    Ok(Bytes::from(
+                        serde_json::to_vec(&partial).map_err(ApiError::internal)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            ListBody::new("PartialObjectMetadataList", "meta.k8s.io/v1", &meta, items).into_body()
         }
-        Repr::Table => table::table(r, &page.items, &meta, include, true),
+        Repr::Table => {
+            let rows = page
+                .items
+                .iter()
+                .map(|b| Ok(table::row(r, &parsed(b)?, include)))
+                .collect::<Result<Vec<_>>>()?;
+            Body::from(table::table_of_rows(r, rows, &meta, true).to_string())
+        }
     };
-    Ok(json_response(StatusCode::OK, &body, &[]))
+    let mut resp = Response::new(body);
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(resp)
 }
 
 fn start_watch(

@@ -149,8 +149,14 @@ pub fn table(
     with_columns: bool,
 ) -> Value {
     let rows: Vec<Value> = items.iter().map(|o| row(r, o, inc)).collect();
-    let mut t =
-        json!({ "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "rows": rows });
+    table_of_rows(r, rows, list_meta, with_columns)
+}
+
+/// A Table of rows made by [`row`].
+pub fn table_of_rows(r: &dyn Resource, rows: Vec<Value>, list_meta: &Value, with_columns: bool) -> Value {
+    let mut t = json!({ "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta });
+    // Moved in, not serialized into a copy.
+    t["rows"] = Value::Array(rows);
     t["columnDefinitions"] = if with_columns {
         Value::Array(column_definitions(r))
     } else {

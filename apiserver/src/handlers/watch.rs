@@ -1,6 +1,9 @@
-//! Watch: chunked JSON, one event per line, flushed per event.
+//! Watch: chunked JSON, one event per line; the events pending for a connection go out in one
+//! write.
 //!
-//! Initial state (legacy `resourceVersion` unset/`0`, or `sendInitialEvents=true`) is a snapshot
+//! A plain-object event is the cached object's bytes between a fixed head and tail: it is built
+//! once per change and shared by every watcher (see [`EventLines`]); only Table and
+//! PartialObjectMetadata events are built per watcher. Initial state (legacy `resourceVersion` unset/`0`, or `sendInitialEvents=true`) is a snapshot
 //! of the watch cache; changes come from the cache's history and broadcast after the snapshot's
 //! revision, so nothing is missed or repeated. Selectors are applied server-side with ADDED/DELETED on
 //! transitions. Failures after the headers are sent become one ERROR event.
@@ -10,13 +13,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cozyplane_storage::Revision;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use serde_json::{Value, json};
 
 use super::table::{self, Include, Repr};
 use crate::errors::ApiError;
 use crate::registry::Resource;
-use crate::registry::cache::{Change, WatchCache};
+use crate::registry::cache::{Cached, Change, EventLines, WatchCache};
 use crate::registry::store::ListParams;
 
 /// A parsed watch request.
@@ -54,11 +57,36 @@ struct Enc {
     first_table: bool,
 }
 
+const TYPES: [&str; 3] = ["ADDED", "MODIFIED", "DELETED"];
+
+/// `{"object":<obj>,"type":"<ty>"}` and a newline: what serializing the event as a JSON tree
+/// gives (keys sorted), from the object's bytes.
+fn object_line(ty: &str, obj: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(obj.len() + 32);
+    b.extend_from_slice(b"{\"object\":");
+    b.extend_from_slice(obj);
+    b.extend_from_slice(b",\"type\":\"");
+    b.extend_from_slice(ty.as_bytes());
+    b.extend_from_slice(b"\"}\n");
+    b.into()
+}
+
 impl Enc {
-    fn event(&mut self, ty: &str, obj: &Value) -> Bytes {
+    /// The event `TYPES[ty]` of `obj`; `lines` shares plain-object events between watchers.
+    fn event(&mut self, ty: usize, obj: &Cached, lines: Option<&EventLines>) -> Bytes {
+        let name = TYPES[ty];
+        if self.repr == Repr::Object {
+            return match lines {
+                Some(l) => l.get(ty, || object_line(name, obj.json())),
+                None => object_line(name, obj.json()),
+            };
+        }
+        let obj = match obj.value() {
+            Ok(v) => v,
+            Err(e) => return error_event(&e),
+        };
         let o = match self.repr {
-            Repr::Object => obj.clone(),
-            Repr::Metadata => table::partial(obj),
+            Repr::Object | Repr::Metadata => table::partial(&obj),
             Repr::Table => {
                 let rv = obj
                     .pointer("/metadata/resourceVersion")
@@ -66,7 +94,7 @@ impl Enc {
                     .unwrap_or(json!(""));
                 let t = table::table(
                     &*self.r,
-                    std::slice::from_ref(obj),
+                    std::slice::from_ref(&obj),
                     &json!({"resourceVersion": rv}),
                     self.include,
                     self.first_table,
@@ -75,7 +103,7 @@ impl Enc {
                 t
             }
         };
-        line(&json!({ "type": ty, "object": o }))
+        line(&json!({ "type": name, "object": o }))
     }
 
     fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
@@ -102,25 +130,40 @@ fn error_event(e: &ApiError) -> Bytes {
     line(&json!({ "type": "ERROR", "object": e.to_status() }))
 }
 
-/// The event stream of a watch, served from the resource's watch cache.
+/// The most bytes of pending events sent in one write.
+const BATCH: usize = 256 << 10;
+
+/// The event stream of a watch, served from the resource's watch cache: each item is every
+/// event pending at the time, joined.
 pub fn stream(
     cache: Arc<WatchCache>,
     w: WatchRequest,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     let deadline = tokio::time::Instant::now() + w.timeout;
-    let s = event_stream(cache, w);
-    futures::stream::unfold((Box::pin(s), deadline), |(mut s, deadline)| async move {
-        tokio::select! {
-            item = s.next() => item.map(|b| (Ok(b), (s, deadline))),
-            _ = tokio::time::sleep_until(deadline) => None,
+    let rx = event_stream(cache, w);
+    futures::stream::unfold((rx, deadline), |(mut rx, deadline)| async move {
+        let first = tokio::select! {
+            item = rx.recv() => item?,
+            _ = tokio::time::sleep_until(deadline) => return None,
+        };
+        let Ok(next) = rx.try_recv() else {
+            return Some((Ok(first), (rx, deadline)));
+        };
+        let mut batch = bytes::BytesMut::with_capacity(first.len() + next.len());
+        batch.extend_from_slice(&first);
+        batch.extend_from_slice(&next);
+        while batch.len() < BATCH {
+            let Ok(more) = rx.try_recv() else { break };
+            batch.extend_from_slice(&more);
         }
+        Some((Ok(batch.freeze()), (rx, deadline)))
     })
 }
 
 /// Clients need bookmarks only now and then; the cache's progress ticks are far more frequent.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 
-fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = Bytes> + Send {
+fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> tokio::sync::mpsc::Receiver<Bytes> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         let r = cache.resource().clone();
@@ -131,10 +174,9 @@ fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = B
             first_table: true,
         };
         let ns = w.namespace.as_deref();
-        let in_ns =
-            |v: &Value| ns.is_none() || v.pointer("/metadata/namespace").and_then(Value::as_str) == ns;
+        let selectable = r.selectable_fields();
         let matches =
-            |v: &Value| in_ns(v) && w.params.labels.matches_object(v) && w.params.fields.matches_object(v);
+            |o: &Arc<Cached>| ns.is_none_or(|ns| o.namespace() == ns) && o.matches(&w.params, selectable);
         let (initial, start, replay, mut live) = match cache.subscribe(ns, w.start, w.initial).await {
             Ok(s) => s,
             Err(e) => {
@@ -143,7 +185,7 @@ fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = B
             }
         };
         for item in initial.iter().filter(|o| matches(o)) {
-            if tx.send(enc.event("ADDED", item)).await.is_err() {
+            if tx.send(enc.event(0, item, None)).await.is_err() {
                 return;
             }
         }
@@ -176,22 +218,23 @@ fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = B
                     last_bookmark = tokio::time::Instant::now();
                     enc.bookmark(*revision, false)
                 }
-                Change::Put { obj, prev } => {
-                    let rev = rv(obj);
+                Change::Put { obj, prev, lines } => {
+                    let rev = obj.rv();
                     if rev <= last {
                         continue;
                     }
                     last = rev;
                     let was = prev.as_ref().is_some_and(&matches);
-                    match (was, matches(obj)) {
-                        (false, true) => enc.event("ADDED", obj),
-                        (true, true) => enc.event("MODIFIED", obj),
-                        (true, false) => enc.event("DELETED", obj),
+                    let ty = match (was, matches(obj)) {
+                        (false, true) => 0,
+                        (true, true) => 1,
+                        (true, false) => 2,
                         (false, false) => continue,
-                    }
+                    };
+                    enc.event(ty, obj, Some(lines))
                 }
-                Change::Delete { obj } => {
-                    let rev = rv(obj);
+                Change::Delete { obj, lines, .. } => {
+                    let rev = obj.rv();
                     if rev <= last {
                         continue;
                     }
@@ -199,7 +242,7 @@ fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = B
                     if !matches(obj) {
                         continue;
                     }
-                    enc.event("DELETED", obj)
+                    enc.event(2, obj, Some(lines))
                 }
             };
             if tx.send(out).await.is_err() {
@@ -207,12 +250,5 @@ fn event_stream(cache: Arc<WatchCache>, w: WatchRequest) -> impl Stream<Item = B
             }
         }
     });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
-fn rv(obj: &Value) -> Revision {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    rx
 }

@@ -120,13 +120,19 @@ impl LabelSelector {
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the labels `label` looks up satisfy every requirement (the watch cache keeps
+    /// labels in a compact form of its own, not as a map).
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
-            Req::Eq(k, v) => labels.get(k) == Some(v),
-            Req::Ne(k, v) => labels.get(k) != Some(v),
-            Req::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Req::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Req::Exists(k) => labels.contains_key(k),
-            Req::NotExists(k) => !labels.contains_key(k),
+            Req::Eq(k, v) => label(k) == Some(v.as_str()),
+            Req::Ne(k, v) => label(k) != Some(v.as_str()),
+            Req::In(k, vs) => label(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+            Req::NotIn(k, vs) => label(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
+            Req::Exists(k) => label(k).is_some(),
+            Req::NotExists(k) => label(k).is_none(),
         })
     }
 
@@ -206,14 +212,25 @@ impl FieldSelector {
 
     /// Whether a JSON object satisfies every requirement; missing fields read as `""`.
     pub fn matches_object(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(p, v, eq)| {
-            let actual = match obj.pointer(p) {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            };
-            (actual == *v) == *eq
-        })
+        self.0
+            .iter()
+            .all(|(p, v, eq)| (field_text(obj.pointer(p)) == *v) == *eq)
+    }
+
+    /// Whether the field values `field` looks up by JSON pointer satisfy every requirement
+    /// (values as [`field_text`] renders them).
+    pub fn matches_with<'a>(&self, field: impl Fn(&str) -> &'a str) -> bool {
+        self.0.iter().all(|(p, v, eq)| (field(p) == v.as_str()) == *eq)
+    }
+}
+
+/// The text a field selector compares a field's value with: a string as is, anything else as
+/// its JSON, and a missing field or `null` as `""`.
+pub fn field_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Lists read from storage, with selectors applied and pages filled with matching items.
 
-use cozyplane_storage::{ListOptions, Revision};
+use cozyplane_storage::{KeyValue, ListOptions, Revision};
 use serde_json::Value;
 
 use super::Resource;
@@ -14,6 +14,8 @@ pub struct ListParams {
     pub revision: Option<Revision>,
     /// Require the store to have reached at least this revision (`NotOlderThan`).
     pub min_revision: Option<Revision>,
+    /// Any revision will do (`resourceVersion=0`): the watch cache answers as it stands.
+    pub any_revision: bool,
     /// Page size.
     pub limit: Option<u64>,
     /// Continue token.
@@ -24,11 +26,12 @@ pub struct ListParams {
     pub fields: FieldSelector,
 }
 
-/// One page of a list.
+/// One page of a list: objects as JSON trees, or (`ListPage<Bytes>`, what the HTTP layer
+/// sends) as their encoded JSON.
 #[derive(Clone, Debug)]
-pub struct ListPage {
+pub struct ListPage<T = Value> {
     /// Matching objects, with `resourceVersion` set.
-    pub items: Vec<Value>,
+    pub items: Vec<T>,
     /// Revision of the snapshot.
     pub revision: Revision,
     /// Next-page token.
@@ -53,6 +56,22 @@ pub async fn list_from_storage<R: Resource + ?Sized>(
     ns: Option<&str>,
     p: &ListParams,
 ) -> Result<ListPage> {
+    list_from_storage_as(r, ns, p, |kv| {
+        let v = r.decode(&kv.value, kv.mod_revision)?;
+        Ok((p.labels.matches_object(&v) && p.fields.matches_object(&v)).then_some(v))
+    })
+    .await
+}
+
+/// [`list_from_storage`] with each stored item decoded and filtered by `each` as soon as it is
+/// read (`None`: it does not match `p`'s selectors), so a list of encoded items never holds the
+/// JSON trees of all of them at once, and the watch cache can answer with the bytes it keeps.
+pub async fn list_from_storage_as<R: Resource + ?Sized, T>(
+    r: &R,
+    ns: Option<&str>,
+    p: &ListParams,
+    each: impl Fn(&KeyValue) -> Result<Option<T>>,
+) -> Result<ListPage<T>> {
     let err = |e| ApiError::from_storage(r.info(), "", e);
     if let Some(min) = p.min_revision {
         let cur = r.storage().current_revision().await.map_err(err)?;
@@ -87,9 +106,8 @@ pub async fn list_from_storage<R: Resource + ?Sized>(
                     remaining: None,
                 });
             }
-            let v = r.decode(&kv.value, kv.mod_revision)?;
-            if p.labels.matches_object(&v) && p.fields.matches_object(&v) {
-                items.push(v);
+            if let Some(item) = each(kv)? {
+                items.push(item);
             }
         }
         let full = limit.is_some_and(|l| items.len() as u64 >= l);

@@ -25,7 +25,7 @@ mod list;
 mod managed;
 
 pub use delete::{DeleteOptions, Deleted};
-pub use list::{ListPage, ListParams, list_from_storage};
+pub use list::{ListPage, ListParams, list_from_storage, list_from_storage_as};
 pub use managed::merge_schema;
 
 /// The storage root of every key this server writes ([`super::keys`] owns the layout).

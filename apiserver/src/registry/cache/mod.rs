@@ -1,42 +1,68 @@
 //! The watch cache: one storage watch per resource feeds an in-memory copy of every object and
 //! a bounded history of changes, from which lists and watches are served.
 //!
-//! Lists without paging state read the cache once it has caught up with the store's current
-//! revision (a consistent read, as Go's cacher does since 1.31), and fall back to storage
-//! otherwise. Watches replay the history after their start revision and then follow a broadcast;
-//! a start revision older than the history, or a watcher too slow for the broadcast, ends with
-//! `410 Gone` so the client relists.
+//! Each object is kept as its JSON bytes, encoded once when the change arrives, with the compact
+//! form selectors read ([`Cached`]); lists and watch events are assembled from those bytes.
+//! Which lists the cache answers, and when storage does, is `cache/list.rs`'s concern. Watches
+//! replay the history after their start revision and then follow a broadcast; a start revision
+//! older than the history, or a watcher too slow for the broadcast, ends with `410 Gone` so the
+//! client relists.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use cozyplane_storage::{Event, ListOptions, Revision};
 use futures::StreamExt;
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use super::Resource;
-use super::store::{ListPage, ListParams};
 use crate::errors::{ApiError, Result};
 
-/// How many changes a cache remembers for watches that start in the past.
+mod list;
+mod object;
+
+pub use object::Cached;
+use object::Entry;
+
+/// How many changes a cache remembers for watches that start in the past (and for continue
+/// pages it serves at a past revision).
 const HISTORY: usize = 1024;
 
-/// One change as the cache saw it.
+/// The watch event lines of one change, encoded on first use and shared by every watcher that
+/// sends the change as the plain object (`ADDED`, `MODIFIED`, `DELETED`).
+#[derive(Debug, Default)]
+pub struct EventLines([OnceLock<Bytes>; 3]);
+
+impl EventLines {
+    /// The line for event type `index` (0 `ADDED`, 1 `MODIFIED`, 2 `DELETED`), made by `make`
+    /// the first time it is asked for.
+    pub fn get(&self, index: usize, make: impl FnOnce() -> Bytes) -> Bytes {
+        self.0[index.min(2)].get_or_init(make).clone()
+    }
+}
+
+/// One change as the cache saw it. Cloning shares the objects and their encoded events.
 #[derive(Clone, Debug)]
 pub enum Change {
     /// An object was created or replaced: its new state and, if it existed, its old one.
     Put {
         /// New state, with `resourceVersion`.
-        obj: Value,
+        obj: Arc<Cached>,
         /// Previous state.
-        prev: Option<Value>,
+        prev: Option<Arc<Cached>>,
+        /// The change's watch events, encoded once.
+        lines: Arc<EventLines>,
     },
-    /// An object was deleted: its last state, with the deletion's `resourceVersion`.
+    /// An object was deleted.
     Delete {
-        /// Last state.
-        obj: Value,
+        /// Last state, with the deletion's `resourceVersion` (what a `DELETED` event carries).
+        obj: Arc<Cached>,
+        /// Last state as it was stored, with its own `resourceVersion`.
+        prev: Arc<Cached>,
+        /// The change's watch events, encoded once.
+        lines: Arc<EventLines>,
     },
     /// Everything up to `revision` has been delivered.
     Progress {
@@ -48,27 +74,30 @@ pub enum Change {
 impl Change {
     fn revision(&self) -> Revision {
         match self {
-            Change::Put { obj, .. } | Change::Delete { obj } => rv_of(obj),
+            Change::Put { obj, .. } | Change::Delete { obj, .. } => obj.rv(),
             Change::Progress { revision } => *revision,
+        }
+    }
+
+    /// The object's key and its state before the change (`None`: absent).
+    fn before(&self) -> Option<(&str, Option<&Arc<Cached>>)> {
+        match self {
+            Change::Put { obj, prev, .. } => Some((obj.key(), prev.as_ref())),
+            Change::Delete { obj, prev, .. } => Some((obj.key(), Some(prev))),
+            Change::Progress { .. } => None,
         }
     }
 }
 
-fn rv_of(obj: &Value) -> Revision {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-fn ns_of(obj: &Value) -> Option<&str> {
-    obj.pointer("/metadata/namespace").and_then(Value::as_str)
-}
-
 #[derive(Default)]
 struct State {
-    objects: BTreeMap<String, Value>,
+    objects: BTreeSet<Entry>,
+    /// The newest revision the cache has heard of (events and progress notifications).
     revision: Revision,
+    /// The newest revision the cache's contents are proven to reflect: every change of the
+    /// resource up to it has been applied. Progress notifications count only where the backend's
+    /// can be trusted (see [`WatchCache::run`]).
+    confirmed: Revision,
     /// Changes after `oldest`, in order.
     history: VecDeque<Change>,
     /// The history covers every change after this revision.
@@ -82,15 +111,6 @@ pub struct WatchCache {
     state: Mutex<State>,
     events: broadcast::Sender<Change>,
     revision: watch::Sender<Revision>,
-}
-
-fn key_of(obj: &Value) -> String {
-    let ns = ns_of(obj).unwrap_or_default();
-    let name = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    format!("{ns}/{name}")
 }
 
 impl WatchCache {
@@ -124,11 +144,19 @@ impl WatchCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn cached(&self, key: &str, value: &[u8], rev: Revision) -> Result<Arc<Cached>> {
+        Cached::decode(&*self.resource, key, value, rev).map(Arc::new)
+    }
+
     /// One list-then-watch cycle; returns when the storage watch ends.
     async fn run(&self) -> Result<()> {
         let prefix = self.resource.prefix(None);
         let storage = self.resource.storage().clone();
-        let mut objects = BTreeMap::new();
+        // etcd before 3.4.25 / 3.5.8 may send a progress notification before the events it
+        // vouches for (etcd-io/etcd#15220; Debian ships 3.4.23): there only events prove what
+        // the cache holds. The embedded store's notifications follow its events.
+        let trust_progress = storage.backend() != "etcd";
+        let mut objects = BTreeSet::new();
         let mut opts = ListOptions {
             limit: Some(500),
             ..Default::default()
@@ -139,8 +167,7 @@ impl WatchCache {
                 .await
                 .map_err(|e| ApiError::from_storage(self.resource.info(), "", e))?;
             for kv in &page.items {
-                let v = self.resource.decode(&kv.value, kv.mod_revision)?;
-                objects.insert(key_of(&v), v);
+                objects.insert(Entry(self.cached(&kv.key, &kv.value, kv.mod_revision)?));
             }
             match page.continue_token {
                 Some(t) => opts.continue_token = Some(t),
@@ -154,6 +181,7 @@ impl WatchCache {
             *st = State {
                 objects,
                 revision,
+                confirmed: revision,
                 history: VecDeque::new(),
                 oldest: revision,
                 ready: true,
@@ -163,20 +191,39 @@ impl WatchCache {
         let mut stream = self.resource.watch(None, Some(revision)).await?;
         while let Some(ev) = stream.next().await {
             let ev = ev.map_err(|e| ApiError::from_storage(self.resource.info(), "", e))?;
+            // Decoding and encoding happen here, once per change, outside the lock.
             let change = match ev {
-                Event::Put { kv, prev } => Change::Put {
-                    obj: self.resource.decode(&kv.value, kv.mod_revision)?,
-                    prev: prev
-                        .map(|p| self.resource.decode(&p.value, p.mod_revision))
-                        .transpose()?,
-                },
+                Event::Put { kv, prev } => {
+                    let obj = self.cached(&kv.key, &kv.value, kv.mod_revision)?;
+                    let known = self.lock().objects.get(obj.key()).map(|e| e.0.clone());
+                    let prev = match (known, prev) {
+                        (Some(k), _) => Some(k),
+                        (None, Some(p)) => Some(self.cached(&p.key, &p.value, p.mod_revision)?),
+                        (None, None) => None,
+                    };
+                    Change::Put {
+                        obj,
+                        prev,
+                        lines: Arc::default(),
+                    }
+                }
                 Event::Delete {
+                    key,
                     revision,
                     prev: Some(p),
-                    ..
-                } => Change::Delete {
-                    obj: self.resource.decode(&p.value, revision)?,
-                },
+                } => {
+                    let obj = self.cached(&key, &p.value, revision)?;
+                    let known = self.lock().objects.get(obj.key()).map(|e| e.0.clone());
+                    let prev = match known {
+                        Some(k) => k,
+                        None => self.cached(&key, &p.value, p.mod_revision)?,
+                    };
+                    Change::Delete {
+                        obj,
+                        prev,
+                        lines: Arc::default(),
+                    }
+                }
                 Event::Delete {
                     revision, prev: None, ..
                 } => Change::Progress { revision },
@@ -187,14 +234,17 @@ impl WatchCache {
                 let mut st = self.lock();
                 match &change {
                     Change::Put { obj, .. } => {
-                        st.objects.insert(key_of(obj), obj.clone());
+                        st.objects.replace(Entry(obj.clone()));
                     }
-                    Change::Delete { obj } => {
-                        st.objects.remove(&key_of(obj));
+                    Change::Delete { obj, .. } => {
+                        st.objects.remove(obj.key());
                     }
                     Change::Progress { .. } => {}
                 }
                 st.revision = st.revision.max(rev);
+                if trust_progress || !matches!(change, Change::Progress { .. }) {
+                    st.confirmed = st.confirmed.max(rev);
+                }
                 if !matches!(change, Change::Progress { .. }) {
                     st.history.push_back(change.clone());
                     if st.history.len() > HISTORY
@@ -212,7 +262,7 @@ impl WatchCache {
         Ok(())
     }
 
-    /// Waits until the cache has seen `rev` (at most `wait`); `false` if it has not.
+    /// Waits until the cache has heard of `rev` (at most `wait`); `false` if it has not.
     async fn caught_up(&self, rev: Revision, wait: Duration) -> bool {
         let mut rx = self.revision.subscribe();
         tokio::time::timeout(wait, rx.wait_for(|r| *r >= rev))
@@ -221,64 +271,20 @@ impl WatchCache {
             && self.lock().ready
     }
 
-    /// Lists from memory when possible, else from storage.
-    pub async fn list(&self, ns: Option<&str>, p: &ListParams) -> Result<ListPage> {
-        // On etcd the cache's freshness rests on etcd's progress notifications, which etcd before
-        // 3.4.25 / 3.5.8 may send before the events they vouch for (etcd-io/etcd#15220): a list
-        // is read from etcd there, as Kubernetes does on such versions. Watches stay on the cache.
-        if p.continue_token.is_some() || p.revision.is_some() || self.resource.storage().backend() == "etcd" {
-            return self.resource.list(ns, p).await;
-        }
-        let target = match p.min_revision {
-            Some(r) => r,
-            None => self
-                .resource
-                .storage()
-                .current_revision()
-                .await
-                .map_err(|e| ApiError::from_storage(self.resource.info(), "", e))?,
-        };
-        // Storage answers at once; waiting longer than a progress tick buys nothing.
-        if !self.caught_up(target, Duration::from_millis(300)).await {
-            return self.resource.list(ns, p).await;
-        }
-        // The guard must not live across an await (the future has to be Send).
-        let page = {
-            let st = self.lock();
-            let matching = || {
-                st.objects
-                    .values()
-                    .filter(|o| ns.is_none() || ns_of(o) == ns)
-                    .filter(|o| p.labels.matches_object(o) && p.fields.matches_object(o))
-            };
-            // Paging needs storage's continue tokens: decide before copying anything, so a
-            // paged list of a large collection costs one scan here, not a copy of all of it.
-            let fits = match p.limit.filter(|l| *l > 0) {
-                Some(l) => matching().nth(usize::try_from(l).unwrap_or(usize::MAX)).is_none(),
-                None => true,
-            };
-            fits.then(|| ListPage {
-                items: matching().cloned().collect(),
-                revision: st.revision,
-                continue_token: None,
-                remaining: None,
-            })
-        };
-        match page {
-            Some(page) => Ok(page),
-            None => self.resource.list(ns, p).await,
-        }
-    }
-
     /// Subscribes from `from` (exclusive) or, with `initial`, from a snapshot: returns the
-    /// snapshot objects (empty without `initial`), its revision, the replayed history and the
-    /// live receiver.
+    /// snapshot objects of namespace `ns` (empty without `initial`), its revision, the replayed
+    /// history and the live receiver.
     pub async fn subscribe(
         &self,
         ns: Option<&str>,
         from: Option<Revision>,
         initial: bool,
-    ) -> Result<(Vec<Value>, Revision, Vec<Change>, broadcast::Receiver<Change>)> {
+    ) -> Result<(
+        Vec<Arc<Cached>>,
+        Revision,
+        Vec<Change>,
+        broadcast::Receiver<Change>,
+    )> {
         let target = match from {
             Some(r) if r > 0 => r,
             _ => self
@@ -296,9 +302,9 @@ impl WatchCache {
         if initial {
             let items = st
                 .objects
-                .values()
-                .filter(|o| ns.is_none() || ns_of(o) == ns)
-                .cloned()
+                .iter()
+                .filter(|e| ns.is_none_or(|ns| e.0.namespace() == ns))
+                .map(|e| e.0.clone())
                 .collect();
             return Ok((items, st.revision, Vec::new(), rx));
         }
