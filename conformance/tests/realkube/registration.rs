@@ -33,11 +33,15 @@ pub(crate) fn soak(env: &Arc<Env>) {
         tokio::time::sleep(Duration::from_secs(secs)).await;
         // A server restarted by a test opens its watches anew: the soak lasts until that
         // instance too has run `secs` (plus its start-up), so its first watches can run out.
-        let last_stop = env.cp.stops.lock().expect("stops").last().copied();
-        if let Some(stop) = last_stop {
+        // Asked again after each wait: on a loaded machine a test may restart the server after
+        // the soak's first `secs` (seen in CI), and that instance's watches must run out too.
+        loop {
+            let last_stop = env.cp.stops.lock().expect("stops").last().copied();
+            let Some(stop) = last_stop else { break };
             let until = stop + jiff::SignedDuration::from_secs(i64::try_from(secs).unwrap_or(0) + 20);
-            if let Ok(left) = Duration::try_from(until.duration_since(jiff::Timestamp::now())) {
-                tokio::time::sleep(left).await;
+            match Duration::try_from(until.duration_since(jiff::Timestamp::now())) {
+                Ok(left) if !left.is_zero() => tokio::time::sleep(left).await,
+                _ => break,
             }
         }
     });
