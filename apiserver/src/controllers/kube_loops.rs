@@ -49,7 +49,7 @@ use crate::registry::cache::WatchCache;
 use crate::registry::store::{DeleteOptions, Deleted, WriteOptions};
 
 /// The agent's finalizer on Ports.
-pub const SEVER: &str = "sdn.cozystack.io/sever";
+pub use crate::registry::port::SEVER;
 /// The default grace before a Port on a never-seen node is collected.
 pub const DEFAULT_PORT_GC_GRACE: Duration = Duration::from_secs(30);
 /// How long a failed reconcile waits before it is tried again.
