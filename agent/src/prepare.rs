@@ -199,7 +199,7 @@ impl ApiClients {
                 .await;
             if let Ok(port) = made {
                 let name = port.metadata.name.clone().unwrap_or_default();
-                if let Err(e) = this.delete_port(&name).await {
+                if let Err(e) = this.discard_port(&name).await {
                     tracing::warn!(port = %name, "deleting a Port nobody attached: {e}");
                 }
             }
@@ -241,7 +241,7 @@ impl ApiClients {
                     let stale = port.metadata.name.clone().unwrap_or_default();
                     tracing::warn!(port = %stale, pod = %format!("{ns}/{name}"), vpc = %format!("{}/{}", v.namespace, v.name),
                         "the Port made ahead is not this attachment's; making another");
-                    let _ = self.delete_port(&stale).await;
+                    let _ = self.discard_port(&stale).await;
                 }
                 // Made ahead with what the watch knew then (no binding yet, say): try now.
                 Err(_) => {}
