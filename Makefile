@@ -71,7 +71,7 @@ test-unit:
 e2e: deps
 	$(CARGO) build --bin cozyplane-agent
 	$(CARGO) build $(CNI_PLUGIN)
-	$(CARGO) test -p cozyplane-lab --test e2e --test peering -- --nocapture
+	$(CARGO) test -p cozyplane-lab --test e2e --test peering --test revocation -- --nocapture
 
 lint: verify-bpf
 	$(CARGO) fmt --all --check
