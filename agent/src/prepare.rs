@@ -15,8 +15,9 @@
 //! The stamp names the Port (`v<vni>.<ip>`), so an agent restarted between the two finds the
 //! prepared Port from the pod's annotations instead of making a second one.
 //!
-//! Not covered: a pod deleted while the agent is down, before its ADD, leaves its prepared
-//! Port behind (a window as long as the pod's time from scheduling to sandbox).
+//! A pod deleted while the agent is down, before its ADD, leaves its prepared Port to the
+//! server's Port claimant loop, which deletes it; [`crate::sever`] releases it when the agent
+//! is back.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};

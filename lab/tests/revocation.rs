@@ -48,7 +48,16 @@ fn now() -> f64 {
 fn pinger(from: &LabPod, to: Ipv4Addr, secs: u32) -> Proc {
     Proc(
         from.ns
-            .command(&["ping", "-n", "-q", "-i", "0.01", "-w", &secs.to_string(), &to.to_string()])
+            .command(&[
+                "ping",
+                "-n",
+                "-q",
+                "-i",
+                "0.01",
+                "-w",
+                &secs.to_string(),
+                &to.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -145,10 +154,26 @@ async fn body(lab: &mut Lab) {
     // receiving pods. The binding goes at `cut`.
     let dir = tempfile::tempdir().unwrap();
     let flows = [
-        ("v1 -> p2 (sent, same node)", &p2, format!("icmp and src host {iv1}")),
-        ("v1 -> p3 (sent, across nodes)", &p3, format!("icmp and src host {iv1}")),
-        ("p2 -> v1 (received, same node)", &v1, format!("icmp and src host {ip2}")),
-        ("p3 -> v1 (received, across nodes)", &v1, format!("icmp and src host {ip3}")),
+        (
+            "v1 -> p2 (sent, same node)",
+            &p2,
+            format!("icmp and src host {iv1}"),
+        ),
+        (
+            "v1 -> p3 (sent, across nodes)",
+            &p3,
+            format!("icmp and src host {iv1}"),
+        ),
+        (
+            "p2 -> v1 (received, same node)",
+            &v1,
+            format!("icmp and src host {ip2}"),
+        ),
+        (
+            "p3 -> v1 (received, across nodes)",
+            &v1,
+            format!("icmp and src host {ip3}"),
+        ),
     ];
     let caps: Vec<_> = flows
         .iter()
@@ -237,12 +262,17 @@ async fn body(lab: &mut Lab) {
         sev + iso >= 20,
         "p3's pings to v1 are dropped too: on n1 (severed) or, once the Port is gone, on n2 ({sev} + {iso})"
     );
-    eprintln!("PASS a revoked pod sends and receives nothing in its VPC ({sev} severed drops on n1, {iso} on n2)");
+    eprintln!(
+        "PASS a revoked pod sends and receives nothing in its VPC ({sev} severed drops on n1, {iso} on n2)"
+    );
 
     // --- The fabric address keeps the Kubernetes contract.
     assert!(n1.ns.ping(v1.fabric, 3, 3), "node -> v1's fabric address");
     let srv = v1.ns.iperf_server(5401);
-    assert!(tcp_probe(&n1.ns, v1.fabric, 5401), "TCP probe of v1's fabric address");
+    assert!(
+        tcp_probe(&n1.ns, v1.fabric, 5401),
+        "TCP probe of v1's fabric address"
+    );
     drop(srv);
     // The other pods of the VPC are untouched.
     assert!(p2.ns.ping(ip3, 3, 3), "p2 -> p3 after v1 was severed");
