@@ -38,6 +38,9 @@ pub const VPC_IP_ANNOTATION: &str = "sdn.cozystack.io/vpc-ip";
 pub const VPC_MAC_ANNOTATION: &str = "sdn.cozystack.io/vpc-mac";
 
 /// How long one API call of the CNI path may take (waiting for a turn included).
+/// The finalizer the server puts on every Port; this agent removes it from its node's Ports
+/// once it severed the pod ([`crate::sever`]).
+pub const SEVER_FINALIZER: &str = "sdn.cozystack.io/sever";
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Calls of the CNI path in flight per API server. Over HTTP/2 they share one connection
@@ -142,6 +145,8 @@ pub struct ApiClients {
     pub sdn_turns: Arc<tokio::sync::Semaphore>,
     /// Ports made ahead of ADD ([`crate::prepare`]).
     pub prepared: Arc<crate::prepare::Prepared>,
+    /// This node's Ports seen terminating or gone ([`crate::sever`]).
+    pub severed: Arc<crate::sever::Severed>,
 }
 
 /// What the watches know of VPCBindings and VPCs.
@@ -465,6 +470,49 @@ impl ApiClients {
             Ok(Err(e)) => Err(api_error(&format!("deleting Port {name} failed"), e)),
             Err(_) => Err(api_error(&format!("deleting Port {name} failed"), "timed out")),
         }
+    }
+
+    /// Deletes a Port nothing of this node uses (no attachment, or its local state already
+    /// removed) and releases it at once ([`Self::release_port`]).
+    pub async fn discard_port(&self, name: &str) -> Result<(), CniError> {
+        self.delete_port(name).await?;
+        self.release_port(name).await
+    }
+
+    /// Removes the agent's `sdn.cozystack.io/sever` finalizer from a Port, once nothing of the
+    /// pod on this node can use its address any more (severed, or torn down): the server then
+    /// finishes the delete and releases the claims. Gone already, or without the finalizer, is
+    /// fine. The write carries the resourceVersion it was computed from (another finalizer
+    /// changing meanwhile is a conflict, and the edit is made again).
+    pub async fn release_port(&self, name: &str) -> Result<(), CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        let what = format!("releasing Port {name} failed");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let Some(p) = self.get_port(name).await? else {
+                return Ok(());
+            };
+            let have = p.metadata.finalizers.unwrap_or_default();
+            if !have.iter().any(|f| f == SEVER_FINALIZER) {
+                return Ok(());
+            }
+            let rest: Vec<&String> = have.iter().filter(|f| *f != SEVER_FINALIZER).collect();
+            let patch = serde_json::json!({ "metadata": {
+                "resourceVersion": p.metadata.resource_version, "finalizers": rest } });
+            match tokio::time::timeout(
+                CALL_TIMEOUT,
+                ports.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) if is_status(&e, 404) => return Ok(()),
+                Ok(Err(e)) if is_status(&e, 409) => last = e.to_string(),
+                Ok(Err(e)) => return Err(api_error(&what, e)),
+                Err(_) => return Err(api_error(&what, "timed out")),
+            }
+        }
+        Err(api_error(&what, last))
     }
 
     /// Stamps the pod with its VPC address and MAC.

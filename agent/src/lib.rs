@@ -20,6 +20,7 @@ pub mod ipam;
 pub mod metrics;
 pub mod peering;
 pub mod prepare;
+pub mod sever;
 pub mod tunnel_sources;
 pub mod watch;
 
@@ -106,6 +107,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
                 kube_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
                 sdn_turns: Arc::new(tokio::sync::Semaphore::new(api::CALLS_IN_FLIGHT)),
                 prepared: Default::default(),
+                severed: Default::default(),
             })
         }
     };
@@ -149,6 +151,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             own_block: block,
         };
         tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
+        tokio::spawn(sever::run(api.clone(), state.clone()));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());

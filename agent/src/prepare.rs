@@ -15,8 +15,9 @@
 //! The stamp names the Port (`v<vni>.<ip>`), so an agent restarted between the two finds the
 //! prepared Port from the pod's annotations instead of making a second one.
 //!
-//! Not covered: a pod deleted while the agent is down, before its ADD, leaves its prepared
-//! Port behind (a window as long as the pod's time from scheduling to sandbox).
+//! A pod deleted while the agent is down, before its ADD, leaves its prepared Port to the
+//! server's Port claimant loop, which deletes it; [`crate::sever`] releases it when the agent
+//! is back.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -199,7 +200,7 @@ impl ApiClients {
                 .await;
             if let Ok(port) = made {
                 let name = port.metadata.name.clone().unwrap_or_default();
-                if let Err(e) = this.delete_port(&name).await {
+                if let Err(e) = this.discard_port(&name).await {
                     tracing::warn!(port = %name, "deleting a Port nobody attached: {e}");
                 }
             }
@@ -241,7 +242,7 @@ impl ApiClients {
                     let stale = port.metadata.name.clone().unwrap_or_default();
                     tracing::warn!(port = %stale, pod = %format!("{ns}/{name}"), vpc = %format!("{}/{}", v.namespace, v.name),
                         "the Port made ahead is not this attachment's; making another");
-                    let _ = self.delete_port(&stale).await;
+                    let _ = self.discard_port(&stale).await;
                 }
                 // Made ahead with what the watch knew then (no binding yet, say): try now.
                 Err(_) => {}

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "parse.h"
+#include "sever.h"
 #include "stats.h"
 
 static __always_inline struct sdn_endpoint *
@@ -39,10 +40,12 @@ sdn_net0_remote_lookup(const struct sdn_addr *ip)
 /*
  * A pod may only send from an address recorded for its own veth, with its own
  * MAC. Checking the record by {net, src} (not by ifindex) lets a port own
- * several addresses (dual stack) without a list in the port record.
+ * several addresses (dual stack) without a list in the port record. The
+ * record's flags go to *ep_flags (lib/sever.h).
  */
 static __always_inline int sdn_check_source(struct __sk_buff *skb,
-					    const struct sdn_pkt *p, __u32 net)
+					    const struct sdn_pkt *p, __u32 net,
+					    __u16 *ep_flags)
 {
 	struct sdn_endpoint *ep = sdn_endpoint_lookup(net, &p->src);
 
@@ -50,6 +53,7 @@ static __always_inline int sdn_check_source(struct __sk_buff *skb,
 		return DROP_SPOOF_IP;
 	if (!sdn_mac_eq(ep->mac, p->src_mac))
 		return DROP_SPOOF_MAC;
+	*ep_flags = ep->flags;
 	return 0;
 }
 
@@ -64,7 +68,8 @@ static __always_inline int sdn_check_source(struct __sk_buff *skb,
  * host end's egress (sdn_to_pod) and the per-CPU backlog queue a veth transmit
  * goes through. So the checks sdn_to_pod makes for such traffic are made here:
  * the endpoint was found by {net, dst}, and the CNI records a port's net with
- * its endpoints, so the port is of the packet's net. VPC traffic only: net 0
+ * its endpoints, so the port is of the packet's net; and a severed pod gets
+ * nothing (lib/sever.h). VPC traffic only: net 0
  * must pass the host's conntrack (kube-proxy's NAT). Only valid at tc ingress
  * (sdn_from_pod, sdn_from_overlay). Returns the verdict or a DROP_* reason.
  */
@@ -72,7 +77,10 @@ static __always_inline int sdn_deliver_local(struct __sk_buff *skb, __u32 net,
 					     const struct sdn_endpoint *ep)
 {
 	__u8 gw_mac[6];
+	int ret = sdn_sever_to_pod(ep);
 
+	if (ret)
+		return ret;
 	sdn_gw_mac(gw_mac);
 	if (sdn_set_macs(skb, ep->mac, gw_mac) < 0)
 		return DROP_REWRITE;

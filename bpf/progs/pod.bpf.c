@@ -12,6 +12,7 @@
 #include "../lib/endpoint.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
+#include "../lib/sever.h"
 #include "../lib/stats.h"
 
 /* Net 0: a pod in another node's fabric block goes over the overlay; the rest,
@@ -123,6 +124,7 @@ int sdn_from_pod(struct __sk_buff *skb)
 	struct sdn_port *port;
 	struct sdn_pkt p;
 	__u32 net, flags;
+	__u16 ep_flags = 0;
 	int ret;
 
 	port = bpf_map_lookup_elem(&sdn_ports, &ifindex);
@@ -153,7 +155,7 @@ int sdn_from_pod(struct __sk_buff *skb)
 	if (sdn_is_ndp(&p))
 		return sdn_to_host(skb);
 
-	ret = sdn_check_source(skb, &p, net);
+	ret = sdn_check_source(skb, &p, net, &ep_flags);
 	if (ret)
 		return sdn_drop(skb, ret);
 
@@ -161,6 +163,9 @@ int sdn_from_pod(struct __sk_buff *skb)
 		sdn_count_tx(skb, 0);
 		return from_pod_net0(skb, &p, flags);
 	}
+	ret = sdn_sever_from_pod(&p, ep_flags);
+	if (ret)
+		return sdn_drop(skb, ret);
 	return from_pod_vpc(skb, &p, net, flags);
 }
 

@@ -115,9 +115,15 @@ abi_struct! {
         pub ifindex: u32,
         /// MAC of the pod's interface (anti-spoofing and delivery).
         pub mac: [u8; 6],
-        /// Reserved, 0.
+        /// `SDN_EP_F_*`: [`Endpoint::F_SEVERED`], set by the agent; the CNI writes 0.
         pub flags: u16,
     }
+}
+
+impl Endpoint {
+    /// `SDN_EP_F_SEVERED`: the pod's Port is being deleted; its VPC traffic is dropped both
+    /// ways (`DROP_SEVERED`), the fabric bridge keeps working.
+    pub const F_SEVERED: u16 = 1 << 0;
 }
 
 abi_struct! {

@@ -42,6 +42,8 @@ pub enum DropReason {
     XnetDenied = -17,
     /// `DROP_OVERLAY_SOURCE`: decapsulated packet whose outer source is no known node.
     OverlaySource = -18,
+    /// `DROP_SEVERED`: VPC traffic from or to a pod whose Port was revoked.
+    Severed = -19,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -49,7 +51,7 @@ pub const DROP_MAX: u32 = 64;
 
 impl DropReason {
     /// Every reason, in value order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Invalid,
         Self::UnknownL3,
         Self::NoPort,
@@ -68,6 +70,7 @@ impl DropReason {
         Self::Unsupported,
         Self::XnetDenied,
         Self::OverlaySource,
+        Self::Severed,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -91,6 +94,7 @@ impl DropReason {
             Self::Unsupported => "DROP_UNSUPPORTED",
             Self::XnetDenied => "DROP_XNET_DENIED",
             Self::OverlaySource => "DROP_OVERLAY_SOURCE",
+            Self::Severed => "DROP_SEVERED",
         }
     }
 

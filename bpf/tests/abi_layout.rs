@@ -63,6 +63,12 @@ fn generated_asserts() -> String {
         cozyplane_bpf::abi::Port::F_DNAT
     )
     .unwrap();
+    writeln!(
+        c,
+        "_Static_assert(SDN_EP_F_SEVERED == {}, \"SDN_EP_F_SEVERED\");",
+        cozyplane_bpf::abi::Endpoint::F_SEVERED
+    )
+    .unwrap();
     for (name, size) in GLOBALS {
         writeln!(
             c,

@@ -108,9 +108,21 @@ async fn alloc_01_vni_and_port_ipam_basics() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), 507, "{e:?}");
-    // Deleting frees the address for the next create.
+    // Deleting frees the address for the next create, once the agent's sever finalizer (set by
+    // every Port's create) is gone: until then the deleted Port still holds it.
+    let gone = format!("v{va}.10-0-0-3");
+    ports.delete(&gone, &DeleteParams::default()).await.unwrap();
+    let e = ports
+        .create(&PostParams::default(), &port("a", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), 507, "a terminating Port keeps its address: {e:?}");
     ports
-        .delete(&format!("v{va}.10-0-0-3"), &DeleteParams::default())
+        .patch(
+            &gone,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .unwrap();
     let p = ports

@@ -229,6 +229,14 @@ fn attached_port(vpc_ns: &str, vpc: &str, pod_ns: &str) -> Port {
 }
 
 const REAP: &str = "sdn.cozystack.io/reap-ports";
+const SEVER: &str = "sdn.cozystack.io/sever";
+
+fn has_sever_finalizer(p: &Port) -> bool {
+    p.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == SEVER))
+}
 
 fn has_reap_finalizer(o: Option<&VPCBinding>) -> bool {
     o.and_then(|b| b.metadata.finalizers.as_ref())
@@ -285,6 +293,36 @@ async fn controllers_02_binding_reap() {
     wait_gone(&bindings, "b2", b2.metadata.uid.as_deref().unwrap()).await;
     for p in &ours {
         let name = p.metadata.name.as_deref().unwrap();
+        // Every Port carries the agent's sever finalizer from its create: the reap only marks
+        // it, and its address stays claimed until the node's agent severed the pod.
+        assert!(has_sever_finalizer(p), "{:?}", p.metadata.finalizers);
+        wait_for(&ports, name, "marked for deletion", |o: Option<&Port>| {
+            o.is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        })
+        .await;
+        let mut again = attached_port("tenant", "x", "elsewhere");
+        again.spec.ip.clone_from(&p.spec.ip);
+        let err = ports
+            .create(&pp, &again)
+            .await
+            .expect_err("the address is re-issued");
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 409),
+            "{name}: {err}"
+        );
+        // What the agent does once it severed the pod.
+        let remove = serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": SEVER},
+            {"op": "remove", "path": "/metadata/finalizers/0"}
+        ]);
+        ports
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Json::<()>(serde_json::from_value(remove).unwrap()),
+            )
+            .await
+            .unwrap();
         wait_gone(&ports, name, p.metadata.uid.as_deref().unwrap()).await;
     }
     assert!(ports.list(&lp).await.unwrap().items.is_empty());

@@ -227,6 +227,84 @@ async fn ports_of_missing_nodes_are_collected() {
     );
 }
 
+/// Issue 11: a pod deleted while its node's agent is down leaves its Port, which nothing else
+/// would ever delete. The server deletes a Port whose pod is gone (never existed: once older
+/// than the grace; deleted: at its delete event) or was recreated with another uid. The delete
+/// only marks it: the address stays claimed until the node's agent removes the sever finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ports_of_missing_pods_are_deleted_and_wait_for_their_node() {
+    let (s, cozy, client) = setup(&["--port-gc-grace=2s"]).await;
+    all_informers_synced(&cozy).await;
+    node(&client, "n1").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "t1");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "db-0"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}))
+    .unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let ports: Api<Port> = Api::all(client.clone());
+    let (live, _) = name_uid(&port(&client, "n1", Some("db-0")).await);
+    let (ghost, _) = name_uid(&port(&client, "n1", Some("never-was")).await);
+    // A Port labelled with an older pod of the same name.
+    let mut stale = port(&client, "n1", Some("db-0")).await;
+    let labels = json!({"metadata": {"labels": {"sdn.cozystack.io/pod-uid": "an-older-uid"}}});
+    stale = ports
+        .patch(
+            stale.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(&labels),
+        )
+        .await
+        .unwrap();
+    let marked = |o: Option<&Port>| o.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+    wait_for(&ports, &ghost, "marked (no such pod)", marked).await;
+    let stale_name = stale.metadata.name.clone().unwrap();
+    wait_for(&ports, &stale_name, "marked (another uid)", marked).await;
+    let p = ports.get(&live).await.unwrap();
+    assert!(p.metadata.deletion_timestamp.is_none(), "{p:?}");
+
+    // The pod goes while no agent runs on n1: its Port is marked, and stays claimed.
+    pods.delete("db-0", &DeleteParams::default()).await.unwrap();
+    wait_gone(&pods, "db-0", &uid).await;
+    let p = wait_for(&ports, &live, "marked (pod deleted)", marked).await;
+    assert_eq!(
+        p.metadata.finalizers.as_deref(),
+        Some(&["sdn.cozystack.io/sever".to_string()][..]),
+        "the node's agent releases it"
+    );
+    let report = scan(&cozy.storage).await.unwrap();
+    assert_eq!(
+        report.claims,
+        1 + 3 * 2,
+        "the VNI, and each Port's address and MAC: {report:?}"
+    );
+    // What the agent does once back.
+    for name in [&live, &ghost, &stale_name] {
+        let p = ports
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        wait_gone(&ports, name, p.metadata.uid.as_deref().unwrap()).await;
+    }
+    let report = scan(&cozy.storage).await.unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.claims, 1, "only the VNI: {report:?}");
+    assert_eq!(
+        s.forbidden_requests(),
+        0,
+        "the chart's role grants everything the server asks for"
+    );
+}
+
 fn sg(name: &str, selector: LabelSelector) -> SecurityGroup {
     let mut g = SecurityGroup::new(
         name,

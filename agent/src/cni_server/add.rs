@@ -88,11 +88,16 @@ impl AgentState {
         // The VPC side: the Port (reused on a retry), its address and MAC.
         let mut vpc_att: Option<VpcAttachment> = None;
         let mut vpc_mac: Option<[u8; 6]> = None;
+        let mut port_uid = String::new();
         let mut mtu = self.mtu;
         if let Some((api, v, p)) = &vpc {
             let claimed = async {
                 let existing = match &previous {
-                    Some(prev) if prev.vni == v.vni => api.get_port(&prev.port).await?,
+                    // A Port being deleted is revoked, not reused.
+                    Some(prev) if prev.vni == v.vni => api
+                        .get_port(&prev.port)
+                        .await?
+                        .filter(|p| p.metadata.deletion_timestamp.is_none()),
                     _ => None,
                 };
                 let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
@@ -117,13 +122,15 @@ impl AgentState {
                         vpc: format!("{}/{}", v.namespace, v.name),
                     },
                     mac,
+                    port.metadata.uid.unwrap_or_default(),
                 ))
             }
             .await;
             match claimed {
-                Ok((va, mac)) => {
+                Ok((va, mac, uid)) => {
                     vpc_att = Some(va);
                     vpc_mac = Some(mac);
+                    port_uid = uid;
                 }
                 Err(e) => {
                     self.ipam().release(&env.container_id, &env.ifname);
@@ -168,6 +175,16 @@ impl AgentState {
             steps.mark("maps");
             self.ipam()
                 .complete(ip, hl.index, &format_mac(pod_mac), vpc_att.clone());
+            // After the record: the sever task either finds it or is seen here (crate::sever).
+            if let (Some(va), Some(api)) = (&vpc_att, &self.api)
+                && api.severed.contains(&port_uid)
+            {
+                return Err(CniError::new(
+                    ErrorCode::VpcUnavailable,
+                    "the pod's VPC access was revoked",
+                    format!("Port {} is being deleted", va.port),
+                ));
+            }
             self.persist().await?;
             steps.mark("persist");
             Ok::<_, CniError>((hl, pod_mac))
@@ -185,7 +202,7 @@ impl AgentState {
                 self.ipam().release(&env.container_id, &env.ifname);
                 let _ = self.persist().await;
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
-                    let _ = api.delete_port(&va.port).await;
+                    let _ = api.discard_port(&va.port).await;
                 }
                 return Err(e);
             }

@@ -53,6 +53,11 @@ impl AgentState {
             .delete(&host)
             .await
             .map_err(|e| internal("deleting the pod veth failed", e))?;
+        // Nothing here uses the address any more: the server may release it. Before the record
+        // goes, so a failure is retried by the runtime's next DEL.
+        if let (Some(v), Some(api)) = (alloc.as_ref().and_then(|a| a.vpc.as_ref()), &self.api) {
+            api.release_port(&v.port).await?;
+        }
         self.ipam().release(container_id, ifname);
         self.persist().await
     }

@@ -28,6 +28,39 @@ impl AgentState {
         PortsMap::from_pin(&self.pin_dir)?.set(ifindex, net)
     }
 
+    /// Severs every attachment of this node whose record names Port `port` ([`crate::sever`]):
+    /// its VPC endpoint gets `SDN_EP_F_SEVERED`, if it is still that attachment's (same veth).
+    /// Returns how many were severed.
+    pub(crate) fn sever_port(&self, port: &str) -> Result<usize, aya::maps::MapError> {
+        let owned: Vec<(u32, u32, Ipv4Addr)> = self
+            .ipam()
+            .all()
+            .filter_map(|a| {
+                let v = a.vpc.as_ref().filter(|v| v.port == port)?;
+                Some((a.host_ifindex?, v.vni, v.ip))
+            })
+            .collect();
+        if owned.is_empty() {
+            return Ok(0);
+        }
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        let mut n = 0;
+        for (ifindex, vni, ip) in owned {
+            if eps.sever(vni, IpAddr::V4(ip), ifindex)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The Ports this node's attachment records name.
+    pub(crate) fn recorded_ports(&self) -> Vec<String> {
+        self.ipam()
+            .all()
+            .filter_map(|a| Some(a.vpc.as_ref()?.port.clone()))
+            .collect()
+    }
+
     /// Removes what [`Self::write_maps`] wrote (tolerates "already gone").
     pub(super) fn remove_maps(
         &self,

@@ -282,7 +282,7 @@ impl AgentState {
         self.datapath.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn sync_error(&self, op: &'static str) {
+    pub(crate) fn sync_error(&self, op: &'static str) {
         if let Some(m) = self.metrics.get() {
             m.sync_error(op);
         }

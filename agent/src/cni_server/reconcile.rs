@@ -89,7 +89,7 @@ impl AgentState {
                     let _ = self.netdev.delete(&host).await;
                     let _ = self.remove_maps(None, a.ip, a.vpc.as_ref());
                     if let (Some(v), Some(api)) = (&a.vpc, &self.api)
-                        && let Err(e) = api.delete_port(&v.port).await
+                        && let Err(e) = api.discard_port(&v.port).await
                     {
                         tracing::warn!(port = %v.port, "reconcile: {e}");
                     }

@@ -16,7 +16,13 @@
 //!   without the pod they come from the Port's `sdn.cozystack.io/pod-labels` annotation; with
 //!   neither the Port is left as it is.
 //!
-//! Both are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
+//! * **Port claimants** ([`claimant`]): a live Port naming a pod (`spec.podNamespace`/
+//!   `spec.podName`) whose pod does not exist, or exists with another uid than the Port's
+//!   `sdn.cozystack.io/pod-uid` label, is deleted. That closes the leak of a pod deleted while
+//!   its node's agent was down (its DEL never deleted the Port). The Port is then terminating:
+//!   the agent, back, severs and releases it; a node that never comes back is Port GC's.
+//!
+//! All are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
 //! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
 //! there for backoff, `/readyz` and metrics). Indexes by node, by pod and by VPC turn each
 //! change into the few Ports it affects: a Node going away queues the GC of its Ports, a Pod's
@@ -49,7 +55,7 @@ use crate::registry::cache::WatchCache;
 use crate::registry::store::{DeleteOptions, Deleted, WriteOptions};
 
 /// The agent's finalizer on Ports.
-pub const SEVER: &str = "sdn.cozystack.io/sever";
+pub use crate::registry::port::SEVER;
 /// The default grace before a Port on a never-seen node is collected.
 pub const DEFAULT_PORT_GC_GRACE: Duration = Duration::from_secs(30);
 /// How long a failed reconcile waits before it is tried again.
@@ -75,7 +81,11 @@ enum Work {
     Gc(String),
     /// SecurityGroup membership of the named Port.
     Groups(String),
+    /// Whether the named Port's pod still exists ([`claimant`]).
+    Claimant(String),
 }
+
+mod claimant;
 
 type Index<K> = Mutex<HashMap<K, BTreeSet<String>>>;
 
@@ -102,6 +112,8 @@ fn index_get<K: std::hash::Hash + Eq>(ix: &Index<K>, key: &K) -> Vec<String> {
 /// What the handlers and the worker share.
 struct Shared {
     nodes_api: Api<Node>,
+    /// For the live GET of a Port's pod ([`claimant`]).
+    kube: kube::Client,
     nodes: reflector::Store<Node>,
     pods: reflector::Store<Pod>,
     nodes_ready: AtomicBool,
@@ -158,7 +170,8 @@ impl Shared {
             self.queue.add(Work::Gc(name.clone()));
         }
         if pod_of(p).is_some() {
-            self.queue.add(Work::Groups(name));
+            self.queue.add(Work::Groups(name.clone()));
+            self.queue.add(Work::Claimant(name));
         }
     }
 
@@ -219,7 +232,11 @@ impl Shared {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default(),
                 );
+                let gone = matches!(ev, watcher::Event::Delete(_));
                 for port in index_get(&self.by_pod, &key) {
+                    if gone {
+                        self.queue.add(Work::Claimant(port.clone()));
+                    }
                     self.queue.add(Work::Groups(port));
                 }
             }
@@ -227,8 +244,9 @@ impl Shared {
                 self.pods_ready.store(true, Ordering::SeqCst);
                 for p in self.ports.all() {
                     if pod_of(&p).is_some() {
-                        self.queue
-                            .add(Work::Groups(p.metadata.name.clone().unwrap_or_default()));
+                        let name = p.metadata.name.clone().unwrap_or_default();
+                        self.queue.add(Work::Groups(name.clone()));
+                        self.queue.add(Work::Claimant(name));
                     }
                 }
             }
@@ -267,6 +285,7 @@ impl super::queue::Reconcile<Work> for Reconciler {
         match w {
             Work::Gc(name) => self.port_gc(name).await,
             Work::Groups(name) => self.membership(name).await,
+            Work::Claimant(name) => self.claimant(name).await,
         }
     }
 }
@@ -437,6 +456,7 @@ impl KubeLoops {
         let (queue, rx) = Queue::new();
         let shared = Arc::new(Shared {
             nodes_api: rbac::NODES.uses("get").api_all(cfg.kube.client.clone()),
+            kube: cfg.kube.client.clone(),
             nodes,
             pods,
             nodes_ready: AtomicBool::new(false),

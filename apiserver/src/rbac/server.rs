@@ -68,11 +68,11 @@ pub const NODES: Access = Access {
 pub const PODS: Access = Access {
     group: "",
     resource: "pods",
-    verbs: &["list", "watch"],
+    verbs: &["get", "list", "watch"],
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "SecurityGroup membership: the Pod watch (pod labels)",
+    why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone",
 };
 /// Namespace lifecycle admission.
 pub const NAMESPACES: Access = Access {
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "is not in the RBAC table")]
     fn an_undeclared_verb_panics_in_tests() {
-        PODS.uses("get");
+        PODS.uses("delete");
     }
 
     #[test]

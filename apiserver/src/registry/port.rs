@@ -1,10 +1,18 @@
-//! Registry policy of `Port`: validation from `crate::validation` and its printer columns.
+//! Registry policy of `Port`: validation from `crate::validation`, its printer columns and the
+//! agent's finalizer.
 
 use cozyplane_apis::HasSpecStatus;
 use cozyplane_apis::v1alpha1::Port;
+use kube_core::Resource as _;
 
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_port, validate_port_update};
+
+/// The finalizer every Port carries from its create on: only the agent of the Port's node (once
+/// it severed the pod, see `docs/datapath.md`) or the server's Port GC (the node is gone)
+/// removes it. Until then a deleted Port keeps its address and MAC claims, so neither is handed
+/// to another pod while the old one may still use them.
+pub const SEVER: &str = "sdn.cozystack.io/sever";
 
 /// Create/update policy of `Port`.
 pub struct Strategy;
@@ -69,6 +77,15 @@ impl strategy::Strategy for Strategy {
         ("spec.vpcRef.namespace", "/spec/vpcRef/namespace"),
         ("spec.vpcRef.name", "/spec/vpcRef/name"),
     ];
+
+    fn prepare_for_create(&self, obj: &mut Port) {
+        obj.reset_status();
+        // Inside the create, not by a controller afterwards: a Port is never without it.
+        let f = obj.meta_mut().finalizers.get_or_insert_with(Vec::new);
+        if !f.iter().any(|x| x == SEVER) {
+            f.push(SEVER.to_string());
+        }
+    }
 
     fn validate(&self, obj: &Port) -> FieldErrors {
         validate_port(obj)

@@ -48,9 +48,16 @@ _Static_assert(sizeof(struct sdn_ep_key) == 20, "ABI: sdn_ep_key");
 struct sdn_endpoint {
 	__u32 ifindex;		/* host-side veth */
 	__u8 mac[6];		/* pod interface MAC */
-	__u16 flags;		/* reserved, 0 */
+	__u16 flags;		/* SDN_EP_F_*; the CNI writes 0 */
 };
 _Static_assert(sizeof(struct sdn_endpoint) == 12, "ABI: sdn_endpoint");
+
+/* Set by the agent (agent/src/sever.rs) when the pod's Port is being deleted: the
+ * pod lost its right to the VPC. Its VPC traffic is dropped both ways; the fabric
+ * bridge (kubelet probes) keeps working (lib/sever.h). Never cleared: a pod that
+ * joins the VPC again is a new endpoint record.
+ */
+#define SDN_EP_F_SEVERED	(1u << 0)
 
 /* sdn_remotes: {net, ip} -> node hosting that endpoint. Written by the agent
  * from other nodes' Ports (VPCs); net 0 goes by sdn_node_blocks below.

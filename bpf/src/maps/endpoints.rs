@@ -22,6 +22,11 @@ map_wrapper!(
     EndpointsMap, HashMap<EpKey, Endpoint>
 );
 
+/// `BPF_EXIST` (uapi `linux/bpf.h`): update only an existing element.
+const BPF_EXIST: u64 = 2;
+/// What the kernel answers a `BPF_EXIST` update of a missing key.
+const ENOENT: i32 = 2;
+
 fn key(net: u32, ip: IpAddr) -> EpKey {
     EpKey { net, ip: ip.into() }
 }
@@ -45,6 +50,30 @@ impl<T: BorrowMut<MapData>> EndpointsMap<T> {
             },
             0,
         )
+    }
+
+    /// Marks the endpoint `ip` of `net` severed ([`Endpoint::F_SEVERED`]) if it is still the
+    /// pod behind veth `ifindex`: `Ok(true)` when it now is, `Ok(false)` when there is no such
+    /// endpoint (gone, or the address belongs to another veth now). The update only replaces
+    /// an existing entry (`BPF_EXIST`), so an endpoint removed meanwhile is not brought back.
+    pub fn sever(&mut self, net: u32, ip: IpAddr, ifindex: u32) -> Result<bool, MapError> {
+        let k = key(net, ip);
+        let Some(mut ep) = optional(self.0.get(&k, 0))? else {
+            return Ok(false);
+        };
+        if ep.ifindex != ifindex {
+            return Ok(false);
+        }
+        if ep.flags & Endpoint::F_SEVERED != 0 {
+            return Ok(true);
+        }
+        ep.flags |= Endpoint::F_SEVERED;
+        match self.0.insert(k, ep, BPF_EXIST) {
+            Ok(()) => Ok(true),
+            // Removed between the lookup and the update.
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Remove `ip` of `net`; absent is not an error.
