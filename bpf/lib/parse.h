@@ -102,13 +102,17 @@ static __always_inline int sdn_parse(struct __sk_buff *skb, struct sdn_pkt *p)
 	return 0;
 }
 
-/* NDP and other link-scoped ICMPv6 that the host side of the veth owns. */
+/* Link-scoped ICMPv6 (MLD and NDP, sent from fe80:: or ::, which are no
+ * endpoints): it stays on the link, i.e. goes to the host side of the veth
+ * and no further. Solicitations for the gateway never get here (lib/ndp.h).
+ */
 static __always_inline int sdn_is_ndp(const struct sdn_pkt *p)
 {
 	if (p->family != 6 || p->proto != IPPROTO_ICMPV6)
 		return 0;
-	/* RS, RA, NS, NA, redirect */
-	return p->icmp_type >= 133 && p->icmp_type <= 137;
+	/* MLD query/report/done, RS, RA, NS, NA, redirect; MLDv2 report */
+	return (p->icmp_type >= 130 && p->icmp_type <= 137) ||
+	       p->icmp_type == 143;
 }
 
 /* Rewrite both MACs of the frame, as a router hop would. */
