@@ -67,11 +67,11 @@ test-unit:
 	$(CARGO) test --workspace --doc
 	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast
 
-## e2e: the multi-node netns lab (lab/tests/e2e.rs, two nodes; lab/tests/peering.rs, three; root). Also part of test-unit.
+## e2e: the multi-node netns lab (lab/tests/e2e.rs, two nodes; lab/tests/peering.rs, three; lab/tests/ipv6.rs, two; root). Also part of test-unit.
 e2e: deps
 	$(CARGO) build --bin cozyplane-agent
 	$(CARGO) build $(CNI_PLUGIN)
-	$(CARGO) test -p cozyplane-lab --test e2e --test peering -- --nocapture
+	$(CARGO) test -p cozyplane-lab --test e2e --test peering --test ipv6 -- --nocapture
 
 lint: verify-bpf
 	$(CARGO) fmt --all --check

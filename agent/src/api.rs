@@ -19,7 +19,7 @@
 //! watch's lag, as with any informer-driven Kubernetes component.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -119,6 +119,13 @@ pub struct ResolvedVpc {
     pub vni: u32,
     /// `spec.mtu` (0: not set).
     pub mtu: u32,
+    /// The VPC has ranges of both families: a pod gets one address (and Port) per family.
+    pub dual_stack: bool,
+}
+
+/// Whether `cidrs` (a VPC's `spec.cidrs`) hold both families.
+pub fn dual_stack(cidrs: &[String]) -> bool {
+    cidrs.iter().any(|c| c.contains(':')) && cidrs.iter().any(|c| c.contains('.'))
 }
 
 /// The clients and this node's identity.
@@ -144,13 +151,16 @@ pub struct ApiClients {
     pub prepared: Arc<crate::prepare::Prepared>,
 }
 
+/// What the CNI path needs of a VPC: `(vni, mtu, dual stack)`.
+pub type VpcFacts = (u32, u32, bool);
+
 /// What the watches know of VPCBindings and VPCs.
 #[derive(Clone, Debug, Default)]
 pub struct Grants {
     /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
     pub bindings: HashMap<String, Vec<(String, String)>>,
-    /// `(namespace, name)` of a VPC with a VNI → `(vni, mtu)`.
-    pub vpcs: HashMap<(String, String), (u32, u32)>,
+    /// `(namespace, name)` of a VPC with a VNI → its facts.
+    pub vpcs: HashMap<(String, String), VpcFacts>,
 }
 
 impl Grants {
@@ -160,12 +170,13 @@ impl Grants {
             .get(pod_ns)?
             .iter()
             .any(|(n, v)| n == vns && v == vname);
-        let &(vni, mtu) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
+        let &(vni, mtu, dual_stack) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
         (granted && vni != 0).then(|| ResolvedVpc {
             namespace: vns.to_string(),
             name: vname.to_string(),
             vni,
             mtu,
+            dual_stack,
         })
     }
 }
@@ -383,6 +394,7 @@ impl ApiClients {
             name: vname,
             vni,
             mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
+            dual_stack: dual_stack(&vpc.spec.cidrs),
         })
     }
 
@@ -413,8 +425,16 @@ impl ApiClients {
         .map_err(|e| e.to_string())
     }
 
-    /// Creates the pod's Port; the server allocates the name, address and MAC.
-    pub async fn create_port(&self, vpc: &ResolvedVpc, pod_ns: &str, pod: &str) -> Result<Port, CniError> {
+    /// Creates the pod's Port; the server allocates the name, address and MAC. `family`
+    /// (an unspecified address, `0.0.0.0` or `::`) asks for an address of that family, else
+    /// the server takes the VPC's first range.
+    pub async fn create_port(
+        &self,
+        vpc: &ResolvedVpc,
+        pod_ns: &str,
+        pod: &str,
+        family: Option<IpAddr>,
+    ) -> Result<Port, CniError> {
         let labels = BTreeMap::from([
             (
                 "sdn.cozystack.io/vpc-namespace".to_string(),
@@ -437,6 +457,7 @@ impl ApiClients {
                 node_ip: self.node_ip.to_string(),
                 pod_namespace: pod_ns.to_string(),
                 pod_name: pod.to_string(),
+                ip: family.map(|f| f.to_string()).unwrap_or_default(),
                 ..Default::default()
             },
             status: None,
@@ -468,7 +489,7 @@ impl ApiClients {
     }
 
     /// Stamps the pod with its VPC address and MAC.
-    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: Ipv4Addr, mac: &str) -> Result<(), CniError> {
+    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: IpAddr, mac: &str) -> Result<(), CniError> {
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         let patch = serde_json::json!({ "metadata": { "annotations": {
             VPC_IP_ANNOTATION: ip.to_string(),
@@ -516,9 +537,9 @@ mod tests {
                 ],
             )]),
             vpcs: HashMap::from([
-                (("t1".to_string(), "blue".to_string()), (100, 1400)),
-                (("own".to_string(), "red".to_string()), (0, 0)),
-                (("t1".to_string(), "green".to_string()), (101, 0)),
+                (("t1".to_string(), "blue".to_string()), (100, 1400, false)),
+                (("own".to_string(), "red".to_string()), (0, 0, false)),
+                (("t1".to_string(), "green".to_string()), (101, 0, false)),
             ]),
         };
         let blue = g.resolve("t1", "t1", "blue").unwrap();

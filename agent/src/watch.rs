@@ -165,10 +165,11 @@ fn port_row(p: &Port) -> Option<(String, PortRow)> {
     ))
 }
 
-fn vpc_row(v: &VPC) -> Option<((String, String), (u32, u32))> {
+fn vpc_row(v: &VPC) -> Option<((String, String), crate::api::VpcFacts)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     let mtu = u32::try_from(v.spec.mtu).unwrap_or(0);
-    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu)))
+    let dual = crate::api::dual_stack(&v.spec.cidrs);
+    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu, dual)))
 }
 
 fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
@@ -179,7 +180,7 @@ fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
 
 fn grants(
     bindings: &HashMap<(String, String), (String, String)>,
-    vpcs: &HashMap<(String, String), (u32, u32)>,
+    vpcs: &HashMap<(String, String), crate::api::VpcFacts>,
 ) -> Grants {
     let mut g = Grants {
         vpcs: vpcs.clone(),
@@ -205,14 +206,14 @@ fn desired_blocks(me: &str, mine: Block, nodes: &HashMap<String, NodeRow>) -> Ha
 /// The VPC entries of `sdn_remotes`: other nodes' Ports.
 fn desired_remotes(
     me: &str,
-    vpcs: &HashMap<(String, String), (u32, u32)>,
+    vpcs: &HashMap<(String, String), crate::api::VpcFacts>,
     ports: &HashMap<String, PortRow>,
 ) -> HashMap<Key, IpAddr> {
     ports
         .values()
         .filter(|r| r.node != me)
         .filter_map(|r| {
-            let (vni, _) = vpcs.get(&r.vpc)?;
+            let (vni, _, _) = vpcs.get(&r.vpc)?;
             Some(((*vni, r.ip?), r.node_ip?))
         })
         .collect()
@@ -302,7 +303,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
 
     let mut pod_cache: Cache<(String, String), PodFacts> = Cache::new();
     let mut node_cache: Cache<String, NodeRow> = Cache::new();
-    let mut vpc_cache: Cache<(String, String), (u32, u32)> = Cache::new();
+    let mut vpc_cache: Cache<(String, String), crate::api::VpcFacts> = Cache::new();
     let mut binding_cache: Cache<(String, String), (String, String)> = Cache::new();
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned_remotes(&pin_dir);
@@ -556,7 +557,7 @@ mod tests {
     fn remotes_are_other_nodes_ports_of_known_vpcs() {
         let me = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1));
         let other = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2));
-        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32))]);
+        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32, false))]);
         let port = |node: &str, vpc: &str, ip: &str| PortRow {
             vpc: ("t".into(), vpc.into()),
             ip: ip.parse().ok(),

@@ -35,7 +35,10 @@ fn the_gateways_neighbour_solicitation_is_answered() {
     for option in [true, false] {
         let ns = pkt::neighbour_solicitation(MAC_A1, me, v6("fe80::1"), option);
         let out = dp.run(FROM_POD, &ns, LO, 0);
-        assert_eq!(out.verdict, TC_ACT_REDIRECT, "option {option}: back out of the veth");
+        assert_eq!(
+            out.verdict, TC_ACT_REDIRECT,
+            "option {option}: back out of the veth"
+        );
         let r = &out.packet;
         assert_eq!(r.len(), 14 + 40 + 32, "option {option}");
         pkt::assert_v6_checksums(r);
@@ -53,10 +56,23 @@ fn the_gateways_neighbour_solicitation_is_answered() {
     // Another target, and duplicate address detection (from ::), stay on the link.
     for (src, target) in [(me, v6("fe80::2")), (Ipv6Addr::UNSPECIFIED, v6("fd00::1"))] {
         let ns = pkt::neighbour_solicitation(MAC_A1, src, target, !src.is_unspecified());
-        assert_eq!(dp.run(FROM_POD, &ns, LO, 0).verdict, TC_ACT_OK, "{src} asks for {target}");
+        assert_eq!(
+            dp.run(FROM_POD, &ns, LO, 0).verdict,
+            TC_ACT_OK,
+            "{src} asks for {target}"
+        );
     }
     // An MLDv2 report from the link-local address: link-scoped, not a spoof.
-    let mld = pkt::ipv6(MAC_A1, [0x33, 0x33, 0, 0, 0, 0x16], me, v6("ff02::16"), ICMPV6, 0, 0, 143);
+    let mld = pkt::ipv6(
+        MAC_A1,
+        [0x33, 0x33, 0, 0, 0, 0x16],
+        me,
+        v6("ff02::16"),
+        ICMPV6,
+        0,
+        0,
+        143,
+    );
     assert_eq!(dp.run(FROM_POD, &mld, LO, 0).verdict, TC_ACT_OK);
     assert_eq!(total_drops(&dp), 0);
 }
@@ -91,7 +107,11 @@ fn the_fabric_bridge_translates_ipv6_both_directions() {
             assert_eq!(p.dport, pport);
         }
         let gw_port = p.sport;
-        let (rs, rd) = if proto == ICMPV6 { (gw_port, gw_port) } else { (pport, gw_port) };
+        let (rs, rd) = if proto == ICMPV6 {
+            (gw_port, gw_port)
+        } else {
+            (pport, gw_port)
+        };
         let reply = pkt::ipv6(MAC_A1, cfg().gw_mac, vpc, gw, proto, rs, rd, rep);
         let out = dp.run(FROM_POD, &reply, LO, 0);
         assert_eq!(out.verdict, TC_ACT_OK, "proto {proto}: reply to the host stack");
@@ -117,7 +137,16 @@ fn a_bridge_across_families_is_refused() {
         .unwrap()
         .upsert(ip("10.244.1.5"), VPC_A, ip("fd00:10::5"))
         .unwrap();
-    let probe = pkt::ipv4(MAC_HOST, MAC_A1, v4("10.244.0.1"), v4("10.244.1.5"), TCP, 40000, 80, 0);
+    let probe = pkt::ipv4(
+        MAC_HOST,
+        MAC_A1,
+        v4("10.244.0.1"),
+        v4("10.244.1.5"),
+        TCP,
+        40000,
+        80,
+        0,
+    );
     let out = dp.run(TO_POD, &probe, LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::Unsupported);
 }
@@ -132,7 +161,16 @@ fn a_v6_vpc_pod_reaches_another_node_over_a_v4_underlay() {
         .unwrap()
         .upsert(VPC_A, ip("fd00:10::9"), ip("192.168.10.2"))
         .unwrap();
-    let p = pkt::ipv6(MAC_A1, cfg().gw_mac, v6("fd00:10::5"), v6("fd00:10::9"), TCP, 40000, 80, 0);
+    let p = pkt::ipv6(
+        MAC_A1,
+        cfg().gw_mac,
+        v6("fd00:10::5"),
+        v6("fd00:10::9"),
+        TCP,
+        40000,
+        80,
+        0,
+    );
     let out = dp.run(FROM_POD, &p, LO, 0);
     assert_eq!(out.verdict, TC_ACT_REDIRECT);
     let r = pkt::parse_v6(&out.packet);

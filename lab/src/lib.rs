@@ -125,8 +125,9 @@ impl Netns {
         p
     }
 
-    /// Pings `to` from inside; true if at least `min` replies came back.
-    pub fn ping(&self, to: Ipv4Addr, count: u32, min: u32) -> bool {
+    /// Pings `to` (either family) from inside; true if at least `min` replies came back.
+    pub fn ping(&self, to: impl Into<std::net::IpAddr>, count: u32, min: u32) -> bool {
+        let to: std::net::IpAddr = to.into();
         let out = self.exec(&[
             "ping",
             "-n",

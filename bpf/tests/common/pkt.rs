@@ -210,7 +210,15 @@ pub fn ipv6(
     v6_frame(src_mac, dst_mac, src, dst, proto, 64, &seg)
 }
 
-fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, proto: u8, hops: u8, seg: &[u8]) -> Vec<u8> {
+fn v6_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    proto: u8,
+    hops: u8,
+    seg: &[u8],
+) -> Vec<u8> {
     let mut p = eth(dst_mac, src_mac, ETH_IPV6);
     p.extend_from_slice(&[0x60, 0, 0, 0]);
     p.extend_from_slice(&(seg.len() as u16).to_be_bytes());
@@ -225,17 +233,35 @@ fn v6_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, pr
 /// with the source link-layer option if `option`.
 pub fn neighbour_solicitation(sha: [u8; 6], src: Ipv6Addr, target: Ipv6Addr, option: bool) -> Vec<u8> {
     let t = target.octets();
-    let snm = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(t[13]), u16::from_be_bytes([t[14], t[15]]));
+    let snm = Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
     let mut seg = vec![135, 0, 0, 0, 0, 0, 0, 0];
     seg.extend_from_slice(&t);
     if option {
         seg.extend_from_slice(&[1, 1]);
         seg.extend_from_slice(&sha);
     }
-    let sum = sum16(&seg) + sum16(&src.octets()) + sum16(&snm.octets()) + u32::from(ICMPV6) + seg.len() as u32;
+    let sum =
+        sum16(&seg) + sum16(&src.octets()) + sum16(&snm.octets()) + u32::from(ICMPV6) + seg.len() as u32;
     seg[2..4].copy_from_slice(&fold(sum).to_be_bytes());
     let o = snm.octets();
-    v6_frame(sha, [0x33, 0x33, o[12], o[13], o[14], o[15]], src, snm, ICMPV6, 255, &seg)
+    v6_frame(
+        sha,
+        [0x33, 0x33, o[12], o[13], o[14], o[15]],
+        src,
+        snm,
+        ICMPV6,
+        255,
+        &seg,
+    )
 }
 
 /// Parsed view of an Ethernet/IPv6 packet without extension headers.
@@ -283,7 +309,11 @@ pub fn parse_v6(p: &[u8]) -> V6 {
 pub fn assert_v6_checksums(p: &[u8]) {
     let ip = &p[14..54];
     let seg = &p[54..];
-    assert_eq!(usize::from(u16::from_be_bytes([ip[4], ip[5]])), seg.len(), "payload length");
+    assert_eq!(
+        usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        seg.len(),
+        "payload length"
+    );
     let proto = ip[6];
     let sum = sum16(seg) + sum16(&ip[8..40]) + u32::from(proto) + seg.len() as u32;
     assert_eq!(fold(sum), 0, "L4 checksum (proto {proto})");

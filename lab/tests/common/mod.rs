@@ -138,6 +138,25 @@ pub(crate) async fn vpc_ip(cp: &Cp, p: &LabPod) -> Ipv4Addr {
 
 /// A namespace (at the stand-in) with one VPC and its VPCBinding.
 pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
+    tenant_cidrs(cp, ns, vpc, &[cidr]).await;
+}
+
+/// The addresses of a pod's `eth0` (global scope: IPv6 link-local left out), as the pod
+/// sees them.
+pub(crate) fn pod_addrs(p: &LabPod) -> Vec<std::net::IpAddr> {
+    let out =
+        p.ns.ip_ok(&["-o", "addr", "show", "dev", "eth0", "scope", "global"]);
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip_while(|w| *w != "inet" && *w != "inet6");
+            w.next()?;
+            w.next()?.split('/').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// [`tenant`] with a VPC of several ranges (e.g. one per family: dual stack).
+pub(crate) async fn tenant_cidrs(cp: &Cp, ns: &str, vpc: &str, cidrs: &[&str]) {
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
     nss.create(
         &PostParams::default(),
@@ -146,7 +165,7 @@ pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
     .await
     .unwrap();
     let v: VPC = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
-        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": [cidr]}}))
+        "metadata": {"name": vpc, "namespace": ns}, "spec": {"cidrs": cidrs}}))
     .unwrap();
     Api::<VPC>::namespaced(cp.sdn.clone(), ns)
         .create(&PostParams::default(), &v)

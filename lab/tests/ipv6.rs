@@ -1,0 +1,162 @@
+//! `make e2e`, two nodes on an IPv4 underlay: IPv6 and dual-stack VPCs with real packets
+//! (issue 11, item 4). Needs root, ping, iperf3, and the agent and CNI binaries built. The
+//! control-plane helpers are shared with `e2e.rs` (`common/`).
+//!
+//! Layout: VPC `six` (t1, `fd00:6::/64`, IPv6 only) with s1 and s2 on n1 and s3 on n2; VPC
+//! `dual` (t2, `10.30.0.0/24` + `fd00:30::/64`) with d1 on n1 and d2 on n2.
+
+use std::net::IpAddr;
+
+use cozyplane_apis::v1alpha1::Port;
+use cozyplane_lab::{Lab, LabPod, run_in};
+use kube::api::{Api, ListParams};
+
+mod common;
+use common::{Cp, pod, pod_addrs, tenant, tenant_cidrs, wait};
+
+/// The one address of `family` (4 or 6) the pod has on `eth0`.
+fn addr(p: &LabPod, family: u8) -> IpAddr {
+    let all = pod_addrs(p);
+    let mut of = all.iter().filter(|a| (family == 4) == a.is_ipv4());
+    let a = *of
+        .next()
+        .unwrap_or_else(|| panic!("{}: no IPv{family} address in {all:?}", p.name));
+    assert!(
+        of.next().is_none(),
+        "{}: one IPv{family} address, got {all:?}",
+        p.name
+    );
+    a
+}
+
+/// A one-second TCP stream (iperf3) from `client` to `server` at `to`.
+fn tcp(client: &LabPod, server: &LabPod, to: IpAddr, port: u16) {
+    let _srv = server.ns.iperf_server(port);
+    let out = client.ns.exec(&[
+        "iperf3",
+        "-c",
+        &to.to_string(),
+        "-p",
+        &port.to_string(),
+        "-t",
+        "1",
+        "--connect-timeout",
+        "3000",
+    ]);
+    assert!(
+        out.status.success(),
+        "TCP {} -> {} ({to}): {}{}",
+        client.name,
+        server.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Pings both ways.
+fn ping_both(a: &LabPod, b: &LabPod, family: u8) {
+    let (x, y) = (addr(a, family), addr(b, family));
+    assert!(a.ns.ping(y, 3, 3), "IPv{family} {} -> {} ({y})", a.name, b.name);
+    assert!(b.ns.ping(x, 3, 3), "IPv{family} {} -> {} ({x})", b.name, a.name);
+}
+
+#[test]
+fn lab_ipv6() {
+    let mut lab = Lab::new(2);
+    let ctl = cozyplane_lab::Netns(lab.ctl.0.clone());
+    run_in(&ctl, || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(body(&mut lab));
+    });
+    std::mem::forget(ctl); // the Lab owns the namespace
+}
+
+async fn body(lab: &mut Lab) {
+    let cp = Cp::start(lab).await;
+    let lab = &*lab;
+
+    // --- An IPv6-only VPC on the IPv4 underlay.
+    tenant(&cp, "t1", "six", "fd00:6::/64").await;
+    let s1 = pod(&cp, lab, 0, "t1", "s1", Some("t1/six")).await;
+    let s2 = pod(&cp, lab, 0, "t1", "s2", Some("t1/six")).await;
+    let s3 = pod(&cp, lab, 1, "t1", "s3", Some("t1/six")).await;
+    for p in [&s1, &s2, &s3] {
+        let a = pod_addrs(p);
+        assert!(
+            a.len() == 1 && a[0].is_ipv6(),
+            "{}: one IPv6 VPC address, got {a:?}",
+            p.name
+        );
+    }
+    let s3_addr = addr(&s3, 6);
+    let s1_addr = addr(&s1, 6);
+    wait("n1 learns s3's node", || remote_of(lab, 0, s3_addr));
+    wait("n2 learns s1's node", || remote_of(lab, 1, s1_addr));
+    ping_both(&s1, &s2, 6); // same node
+    ping_both(&s1, &s3, 6); // across nodes, v6 inside v4
+    tcp(&s1, &s2, addr(&s2, 6), 5301);
+    tcp(&s3, &s1, s1_addr, 5302);
+    tcp(&s1, &s3, s3_addr, 5303);
+    // The gateway's neighbour entry came from the datapath's advertisement (no interface
+    // owns fe80::1 and no static entry is made).
+    let neigh = s1.ns.ip_ok(&["-6", "neigh", "show", "dev", "eth0"]);
+    assert!(
+        neigh
+            .lines()
+            .any(|l| l.starts_with("fe80::1 ") && l.contains("02:cf:00:00:00:01") && l.contains("router")),
+        "s1's neighbour table: {neigh}"
+    );
+
+    // --- A dual-stack VPC: one address (and one Port) per family.
+    tenant_cidrs(&cp, "t2", "dual", &["10.30.0.0/24", "fd00:30::/64"]).await;
+    let d1 = pod(&cp, lab, 0, "t2", "d1", Some("t2/dual")).await;
+    let d2 = pod(&cp, lab, 1, "t2", "d2", Some("t2/dual")).await;
+    for p in [&d1, &d2] {
+        let (v4, v6) = (addr(p, 4), addr(p, 6));
+        let ports = Api::<Port>::all(cp.sdn.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let mut held: Vec<IpAddr> = ports
+            .items
+            .iter()
+            .filter(|x| x.spec.pod_namespace == "t2" && x.spec.pod_name == p.name)
+            .map(|x| x.spec.ip.parse().unwrap())
+            .collect();
+        held.sort();
+        assert_eq!(held, vec![v4, v6], "{}: one Port per family", p.name);
+    }
+    let (d2v4, d2v6) = (addr(&d2, 4), addr(&d2, 6));
+    wait("n1 learns d2's addresses", || {
+        remote_of(lab, 0, d2v4) && remote_of(lab, 0, d2v6)
+    });
+    wait("n2 learns d1's addresses", || {
+        remote_of(lab, 1, addr(&d1, 4)) && remote_of(lab, 1, addr(&d1, 6))
+    });
+    ping_both(&d1, &d2, 4);
+    ping_both(&d1, &d2, 6);
+    tcp(&d1, &d2, d2v6, 5304);
+    tcp(&d2, &d1, addr(&d1, 4), 5305);
+    // The families stay apart from the other VPC: s1 reaches no address of d.
+    assert!(
+        !s1.ns.ping(d2v6, 2, 1),
+        "v6-only VPC -> dual-stack VPC must not pass"
+    );
+}
+
+/// Whether node `i`'s datapath has a remote entry for `ip` in any VPC (the Port watch has
+/// caught up with the other node's Port).
+fn remote_of(lab: &Lab, i: usize, ip: IpAddr) -> bool {
+    let pins = lab.nodes[i].scratch.pins();
+    let Ok(m) = cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&pins) else {
+        return false;
+    };
+    m.inner()
+        .keys()
+        .filter_map(Result::ok)
+        .any(|k| IpAddr::from(k.ip) == ip)
+}
