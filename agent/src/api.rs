@@ -184,6 +184,8 @@ impl Grants {
 /// Announced by each agent on its Node: the fabric block it allocates from (which may be a
 /// `--fabric-block` rather than the Node's `spec.podCIDR`).
 pub const FABRIC_BLOCK_ANNOTATION: &str = "sdn.cozystack.io/fabric-block";
+/// The same for the IPv6 fabric block of a dual-stack node.
+pub const FABRIC_BLOCK6_ANNOTATION: &str = "sdn.cozystack.io/fabric-block6";
 /// Announced by each agent on its Node: the underlay address its tunnel listens on (its
 /// `--node-ip`, which on a multi-NIC node need not be the InternalIP).
 pub const TUNNEL_IP_ANNOTATION: &str = "sdn.cozystack.io/tunnel-ip";
@@ -196,6 +198,22 @@ fn node_annotation<T: std::str::FromStr>(n: &Node, key: &str) -> Option<T> {
 /// `spec.podCIDRs` (or `spec.podCIDR`).
 pub fn node_pod_block(n: &Node) -> Option<crate::ipam::Block> {
     node_annotation(n, FABRIC_BLOCK_ANNOTATION).or_else(|| node_spec_block(n))
+}
+
+/// A Node's IPv6 fabric block: what its agent announced, else the first IPv6 block of its
+/// `spec.podCIDRs`.
+pub fn node_pod_block6(n: &Node) -> Option<crate::ipam::Block6> {
+    node_annotation(n, FABRIC_BLOCK6_ANNOTATION).or_else(|| node_spec_block6(n))
+}
+
+/// The first IPv6 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
+pub fn node_spec_block6(n: &Node) -> Option<crate::ipam::Block6> {
+    let spec = n.spec.as_ref()?;
+    spec.pod_cidrs
+        .iter()
+        .flatten()
+        .chain(spec.pod_cidr.iter())
+        .find_map(|c| c.parse().ok())
 }
 
 /// The first IPv4 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
@@ -408,12 +426,26 @@ impl ApiClients {
         Ok(node_spec_block(&node))
     }
 
-    /// Tells the other agents where this node's pods are: its fabric block and tunnel
-    /// address as annotations on its Node (a merge patch, so only these two keys change).
-    pub async fn announce(&self, block: crate::ipam::Block) -> Result<(), String> {
+    /// This node's IPv6 fabric block, from its `spec.podCIDRs` (`Ok(None)`: none).
+    pub async fn node_block6(&self) -> Result<Option<crate::ipam::Block6>, String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let node = timed("reading this node", nodes.get(&self.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(node_spec_block6(&node))
+    }
+
+    /// Tells the other agents where this node's pods are: its fabric blocks and tunnel
+    /// address as annotations on its Node (a merge patch, so only these keys change).
+    pub async fn announce(
+        &self,
+        block: crate::ipam::Block,
+        block6: Option<crate::ipam::Block6>,
+    ) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.kube.clone());
         let patch = serde_json::json!({ "metadata": { "annotations": {
             FABRIC_BLOCK_ANNOTATION: block.to_string(),
+            FABRIC_BLOCK6_ANNOTATION: block6.map(|b| b.to_string()),
             TUNNEL_IP_ANNOTATION: self.node_ip.to_string(),
         } } });
         timed(

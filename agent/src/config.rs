@@ -3,7 +3,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::ipam::Block;
+use crate::ipam::{Block, Block6};
 
 /// The overlay encapsulation; both use a collect-metadata device and carry the net in the VNI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -48,6 +48,11 @@ pub struct AgentConfig {
     /// `--kubeconfig`; the agent waits until it is set.
     #[arg(long, env = "COZYPLANE_FABRIC_BLOCK")]
     pub fabric_block: Option<Block>,
+    /// This node's IPv6 block of fabric addresses (dual-stack default network), e.g.
+    /// fd44:0:0:3::/64. Default: the IPv6 entry of the Node's `spec.podCIDRs`, if any; without
+    /// one the default network is IPv4 only.
+    #[arg(long, env = "COZYPLANE_FABRIC_BLOCK6")]
+    pub fabric_block6: Option<Block6>,
     /// Overlay encapsulation.
     #[arg(long, value_enum, default_value = "vxlan")]
     pub tunnel: TunnelKind,

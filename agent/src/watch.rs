@@ -42,7 +42,7 @@ use crate::api::{ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant, no
 
 type Key = (u32, IpAddr);
 /// An IPv4 block `(base, prefix length)`.
-type Block = (Ipv4Addr, u8);
+type Block = (IpAddr, u8);
 
 enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
@@ -60,6 +60,8 @@ pub(crate) fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct NodeRow {
     block: Option<Block>,
+    /// The IPv6 fabric block of a dual-stack node.
+    block6: Option<Block>,
     ip: Option<Ipv4Addr>,
 }
 
@@ -147,7 +149,8 @@ fn node_row(n: &Node) -> Option<(String, NodeRow)> {
     Some((
         n.metadata.name.clone()?,
         NodeRow {
-            block: node_pod_block(n).map(|b| (b.base(), b.prefix())),
+            block: node_pod_block(n).map(|b| (IpAddr::V4(b.base()), b.prefix())),
+            block6: crate::api::node_pod_block6(n).map(|b| (IpAddr::V6(b.base()), b.prefix())),
             ip: node_address(n),
         },
     ))
@@ -194,12 +197,13 @@ fn grants(
 
 /// The other nodes' blocks. A node that claims this node's own block (a stale or
 /// misconfigured Node) is ignored: our pods are ours.
-fn desired_blocks(me: &str, mine: Block, nodes: &HashMap<String, NodeRow>) -> HashMap<Block, Ipv4Addr> {
+fn desired_blocks(me: &str, mine: &[Block], nodes: &HashMap<String, NodeRow>) -> HashMap<Block, Ipv4Addr> {
     nodes
         .iter()
         .filter(|(name, _)| name.as_str() != me)
-        .filter_map(|(_, r)| Some((r.block?, r.ip?)))
-        .filter(|(b, _)| *b != mine)
+        .flat_map(|(_, r)| [r.block, r.block6].into_iter().flatten().map(|b| (b, r.ip)))
+        .filter_map(|(b, ip)| Some((b, ip?)))
+        .filter(|(b, _)| !mine.contains(b))
         .collect()
 }
 
@@ -239,9 +243,9 @@ fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, Ipv4Addr> {
     m.entries()
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|((ip, len), node)| match (ip, node) {
-            (IpAddr::V4(ip), IpAddr::V4(node)) => Some(((ip, len), node)),
-            _ => None,
+        .filter_map(|(b, node)| match node {
+            IpAddr::V4(node) => Some((b, node)),
+            IpAddr::V6(_) => None,
         })
         .collect()
 }
@@ -255,6 +259,8 @@ pub struct HostRoutes {
     pub net0_vni: u32,
     /// This node's own block (never routed into the tunnel).
     pub own_block: crate::ipam::Block,
+    /// This node's own IPv6 block, if any.
+    pub own_block6: Option<crate::ipam::Block6>,
 }
 
 /// Runs the watches forever, writing `sdn_node_blocks`, `sdn_remotes` under `pin_dir`,
@@ -268,7 +274,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         }
     };
     let mut tunnel: Option<u32> = None;
-    let mine = (routes.own_block.base(), routes.own_block.prefix());
+    let mine: Vec<Block> = std::iter::once((IpAddr::V4(routes.own_block.base()), routes.own_block.prefix()))
+        .chain(routes.own_block6.map(|b| (IpAddr::V6(b.base()), b.prefix())))
+        .collect();
 
     let cfg = watcher::Config::default();
     let pods = watcher::watcher(
@@ -366,7 +374,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         if !recompute {
             continue;
         }
-        let want_blocks = desired_blocks(&api.node, mine, &node_cache.live);
+        let want_blocks = desired_blocks(&api.node, &mine, &node_cache.live);
         sync_blocks(&pin_dir, &want_blocks, &mut applied_blocks, node_cache.synced);
         let want_sources =
             crate::tunnel_sources::desired(&api.node, node_cache.live.iter().map(|(n, r)| (n, r.ip)));
@@ -433,7 +441,7 @@ fn sync_blocks(
     };
     let (write, remove) = plan(want, applied, |_| synced);
     for (b, node) in write {
-        match map.upsert((IpAddr::V4(b.0), b.1), IpAddr::V4(node)) {
+        match map.upsert(b, IpAddr::V4(node)) {
             Ok(()) => {
                 applied.insert(b, node);
             }
@@ -441,7 +449,7 @@ fn sync_blocks(
         }
     }
     for b in remove {
-        if map.remove((IpAddr::V4(b.0), b.1)).is_ok() {
+        if map.remove(b).is_ok() {
             applied.remove(&b);
         }
     }
@@ -533,11 +541,12 @@ mod tests {
         let row = |b: Option<&str>, ip: Option<&str>| NodeRow {
             block: b.map(|b| {
                 let b: crate::ipam::Block = b.parse().unwrap();
-                (b.base(), b.prefix())
+                (IpAddr::V4(b.base()), b.prefix())
             }),
+            block6: None,
             ip: ip.map(|i| i.parse().unwrap()),
         };
-        let mine = (Ipv4Addr::new(10, 244, 1, 0), 24);
+        let mine = [(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 0)), 24)];
         let nodes = HashMap::from([
             ("n1".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.1"))),
             ("n2".to_string(), row(Some("10.244.2.0/24"), Some("192.168.0.2"))),
@@ -546,10 +555,22 @@ mod tests {
             // Claims our block: ignored.
             ("n5".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.5"))),
         ]);
-        let d = desired_blocks("n1", mine, &nodes);
+        let d = desired_blocks("n1", &mine, &nodes);
         assert_eq!(
             d,
-            HashMap::from([((Ipv4Addr::new(10, 244, 2, 0), 24), Ipv4Addr::new(192, 168, 0, 2))])
+            HashMap::from([(
+                (IpAddr::V4(Ipv4Addr::new(10, 244, 2, 0)), 24),
+                Ipv4Addr::new(192, 168, 0, 2)
+            )])
+        );
+        // A dual-stack node: both its blocks go to its tunnel address.
+        let mut n2 = row(Some("10.244.2.0/24"), Some("192.168.0.2"));
+        n2.block6 = Some(("fd44:0:0:2::".parse().unwrap(), 64));
+        let d = desired_blocks("n1", &mine, &HashMap::from([("n2".to_string(), n2)]));
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[&("fd44:0:0:2::".parse().unwrap(), 64)],
+            Ipv4Addr::new(192, 168, 0, 2)
         );
     }
 

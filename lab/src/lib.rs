@@ -375,6 +375,9 @@ pub struct Node {
     pub ip: Ipv4Addr,
     /// Its fabric block.
     pub block: String,
+    /// Its IPv6 fabric block ([`Lab::dual_stack`]), and its IPv6 underlay address (which only
+    /// the host stack uses: the tunnel stays IPv4).
+    pub v6: Option<(String, std::net::Ipv6Addr)>,
     /// Agent state, bpffs, socket.
     pub scratch: Scratch,
     /// The running agent.
@@ -448,7 +451,9 @@ impl Node {
             "apiVersion": "v1", "kind": "Node",
             "metadata": { "name": self.name },
             "spec": if self.name == "n1" { json!({}) } else {
-                json!({ "podCIDR": self.block, "podCIDRs": [self.block] })
+                let mut cidrs = vec![self.block.clone()];
+                cidrs.extend(self.v6.iter().map(|(b, _)| b.clone()));
+                json!({ "podCIDR": self.block, "podCIDRs": cidrs })
             }
         }))
         .expect("node object");
@@ -490,7 +495,11 @@ impl Node {
             .arg("--cni-socket")
             .arg(format!("{AGENT_RUN_DIR}/cni.sock"))
             .args(if self.name == "n1" {
-                vec!["--fabric-block", &self.block]
+                let mut v = vec!["--fabric-block", &self.block];
+                if let Some((b6, _)) = &self.v6 {
+                    v.extend(["--fabric-block6", b6.as_str()]);
+                }
+                v
             } else {
                 vec![]
             })
@@ -613,6 +622,7 @@ impl Lab {
                 name: format!("n{}", i + 1),
                 ip,
                 block: format!("10.244.{}.0/24", i + 1),
+                v6: None,
                 scratch,
                 agent: std::sync::Mutex::new(None),
                 log,
@@ -621,6 +631,22 @@ impl Lab {
             });
         }
         Self { nodes, ctl, ul }
+    }
+
+    /// [`Lab::new`] with a dual-stack default network: each node also gets an IPv6 fabric
+    /// block (`fd44:0:0:<i>::/64`; `n1` by `--fabric-block6`, the others by their Node's
+    /// `spec.podCIDRs`) and an IPv6 address on the underlay (`fd77::<i>/64`) for its host
+    /// stack. The tunnels stay IPv4.
+    pub fn dual_stack(n: usize) -> Self {
+        let mut lab = Self::new(n);
+        for (i, node) in lab.nodes.iter_mut().enumerate() {
+            let ip =
+                std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, u16::try_from(i + 1).expect("few nodes"));
+            node.ns
+                .ip_ok(&["addr", "add", &format!("{ip}/64"), "dev", "ul0", "nodad"]);
+            node.v6 = Some((format!("fd44:0:0:{}::/64", i + 1), ip));
+        }
+        lab
     }
 
     /// Makes `127.0.0.1:<port>` of the control namespace reachable as `127.0.0.1:<port>`

@@ -1,14 +1,19 @@
-//! `make e2e`, two nodes on an IPv4 underlay: IPv6 and dual-stack VPCs with real packets
-//! (issue 11, item 4). Needs root, ping, iperf3, and the agent and CNI binaries built. The
-//! control-plane helpers are shared with `e2e.rs` (`common/`).
+//! `make e2e`, two nodes, tunnels over IPv4: IPv6 and dual-stack VPCs and the dual-stack
+//! default network with real packets (issue 11, item 4). Needs root, ping, iperf3, and the
+//! agent and CNI binaries built. The control-plane helpers are shared with `e2e.rs`
+//! (`common/`).
 //!
-//! Layout: VPC `six` (t1, `fd00:6::/64`, IPv6 only) with s1 and s2 on n1 and s3 on n2; VPC
-//! `dual` (t2, `10.30.0.0/24` + `fd00:30::/64`) with d1 on n1 and d2 on n2.
+//! Layout: the default network is dual-stack ([`Lab::dual_stack`]: each node has a v4 and a
+//! v6 fabric block; the nodes' host stacks also have a v6 underlay address, the VXLAN tunnels
+//! stay v4). VPC `six` (t1, `fd00:6::/64`, IPv6 only) with s1 and s2 on n1 and s3 on n2; VPC
+//! `dual` (t2, `10.30.0.0/24` + `fd00:30::/64`) with d1 on n1 and d2 on n2; default-network
+//! pods a on n1 and b on n2.
 
 use std::net::IpAddr;
 
 use cozyplane_apis::v1alpha1::Port;
 use cozyplane_lab::{Lab, LabPod, run_in};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 mod common;
@@ -27,6 +32,17 @@ fn addr(p: &LabPod, family: u8) -> IpAddr {
         p.name
     );
     a
+}
+
+/// The pod's fabric address of `family` (4 or 6), from its CNI result.
+fn fabric(p: &LabPod, family: u8) -> IpAddr {
+    p.result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["address"].as_str()?.split('/').next()?.parse::<IpAddr>().ok())
+        .find(|a| (family == 4) == a.is_ipv4())
+        .unwrap_or_else(|| panic!("{}: no IPv{family} fabric address in {}", p.name, p.result))
 }
 
 /// A one-second TCP stream (iperf3) from `client` to `server` at `to`.
@@ -62,7 +78,7 @@ fn ping_both(a: &LabPod, b: &LabPod, family: u8) {
 
 #[test]
 fn lab_ipv6() {
-    let mut lab = Lab::new(2);
+    let mut lab = Lab::dual_stack(2);
     let ctl = cozyplane_lab::Netns(lab.ctl.0.clone());
     run_in(&ctl, || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -145,6 +161,74 @@ async fn body(lab: &mut Lab) {
     assert!(
         !s1.ns.ping(d2v6, 2, 1),
         "v6-only VPC -> dual-stack VPC must not pass"
+    );
+
+    // --- The dual-stack default network: one fabric address per family.
+    let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
+    let a = pod(&cp, lab, 0, "default", "a", None).await;
+    let b = pod(&cp, lab, 1, "default", "b", None).await;
+    for p in [&a, &b] {
+        let (f4, f6) = (fabric(p, 4), fabric(p, 6));
+        let mut have = pod_addrs(p);
+        have.sort();
+        assert_eq!(
+            have,
+            vec![f4, f6],
+            "{}: the pod has its two fabric addresses",
+            p.name
+        );
+        let st = Api::<Pod>::namespaced(cp.kube.clone(), "default")
+            .get(&p.name)
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        let ips: Vec<String> = st.pod_ips.unwrap_or_default().into_iter().map(|i| i.ip).collect();
+        assert_eq!(
+            ips,
+            vec![f4.to_string(), f6.to_string()],
+            "{}: status.podIPs",
+            p.name
+        );
+    }
+    let (b4, b6) = (fabric(&b, 4), fabric(&b, 6));
+    ping_both(&a, &b, 4);
+    ping_both(&a, &b, 6);
+    tcp(&a, &b, b6, 5306);
+    tcp(&b, &a, fabric(&a, 6), 5307);
+    // Node <-> pod in both families, across nodes (host routes into the tunnel).
+    let (n1v6, n2v6) = (n1.v6.as_ref().unwrap().1, n2.v6.as_ref().unwrap().1);
+    assert!(n1.ns.ping(b4, 3, 3), "node n1 -> b (v4)");
+    assert!(n1.ns.ping(b6, 3, 3), "node n1 -> b (v6)");
+    assert!(n2.ns.ping(fabric(&a, 6), 3, 3), "node n2 -> a (v6)");
+    assert!(b.ns.ping(n1v6, 3, 3), "b -> node n1 (v6)");
+    assert!(a.ns.ping(n2v6, 3, 3), "a -> node n2 (v6)");
+
+    // --- The fabric bridge for IPv6: the fabric address of each family reaches the VPC
+    // address of that family (kubelet probes to status.podIPs), on the node and across.
+    assert!(
+        n1.ns.ping(fabric(&s1, 6), 3, 3),
+        "node n1 -> s1's v6 fabric address"
+    );
+    assert!(
+        n2.ns.ping(fabric(&s1, 6), 3, 3),
+        "node n2 -> s1's v6 fabric address"
+    );
+    assert!(b.ns.ping(fabric(&s1, 6), 3, 3), "pod b -> s1's v6 fabric address");
+    assert!(
+        n2.ns.ping(fabric(&d1, 4), 3, 3),
+        "node n2 -> d1's v4 fabric address"
+    );
+    assert!(
+        n2.ns.ping(fabric(&d1, 6), 3, 3),
+        "node n2 -> d1's v6 fabric address"
+    );
+    tcp(&b, &d1, fabric(&d1, 6), 5308);
+    // A v6-only VPC pod's v4 fabric address has nothing to be bridged to (that would be
+    // NAT46): no reply.
+    assert!(
+        !n1.ns.ping(fabric(&s1, 4), 2, 1),
+        "s1's v4 fabric address must not answer"
     );
 }
 

@@ -176,12 +176,27 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CniError {
 
 impl AgentState {
     /// Start-up: sysctls, tunnel device, datapath (reusing pins), IPAM, reconciliation.
-    pub async fn start(cfg: &AgentConfig, block: Block, api: Option<ApiClients>) -> Result<Self, StartError> {
+    pub async fn start(
+        cfg: &AgentConfig,
+        block: Block,
+        block6: Option<crate::ipam::Block6>,
+        api: Option<ApiClients>,
+    ) -> Result<Self, StartError> {
         // The host stack forwards net-0 traffic between pods and to the tunnel.
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| StartError::Io {
             what: "enable net.ipv4.ip_forward".into(),
             source,
         })?;
+        // Only with an IPv6 fabric: forwarding turns off accepting router advertisements on
+        // interfaces that rely on them, which a single-stack node need not risk.
+        if block6.is_some() {
+            std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1").map_err(|source| {
+                StartError::Io {
+                    what: "enable net.ipv6.conf.all.forwarding".into(),
+                    source,
+                }
+            })?;
+        }
         let netdev = NetDev::new()?;
         let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
         let mtu = underlay.saturating_sub(cfg.tunnel.overhead()).max(576);
@@ -218,7 +233,8 @@ impl AgentState {
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
         crate::datapath::netfilter::install(dp_cfg.dnat_mark, HOST_VETH_PREFIX).await?;
-        let ipam = Ipam::open(&cfg.state_dir, block)?;
+        let mut ipam = Ipam::open(&cfg.state_dir, block)?;
+        ipam.set_block6(block6);
         let state = Self {
             ipam: std::sync::Mutex::new(ipam),
             ipam_saved: tokio::sync::Mutex::new(0),

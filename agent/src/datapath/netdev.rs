@@ -333,15 +333,12 @@ impl NetDev {
     pub async fn remote_block_route(
         &self,
         tunnel: u32,
-        (block, len): (Ipv4Addr, u8),
+        (block, len): (IpAddr, u8),
         vni: u32,
         node: Ipv4Addr,
     ) -> Result<(), NetdevError> {
-        let mut msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(block, len)
-            .output_interface(tunnel)
-            .scope(RouteScope::Link)
-            .build();
+        // An IPv6 block's route carries the same IPv4 tunnel key (v6 inside v4).
+        let mut msg = block_route(tunnel, block, len);
         msg.attributes
             .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
         msg.attributes.push(RouteAttribute::Encap(vec![
@@ -357,13 +354,9 @@ impl NetDev {
     pub async fn remove_remote_block_route(
         &self,
         tunnel: u32,
-        (ip, len): (Ipv4Addr, u8),
+        (ip, len): (IpAddr, u8),
     ) -> Result<(), NetdevError> {
-        let msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(ip, len)
-            .output_interface(tunnel)
-            .scope(RouteScope::Link)
-            .build();
+        let msg = block_route(tunnel, ip, len);
         match in_turn(self.h.route().del(msg).execute()).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -521,6 +514,21 @@ pub struct PodSide {
     pub link: LinkInfo,
     /// Its addresses with prefix lengths (IPv6 link-local ones left out).
     pub addrs: Vec<(IpAddr, u8)>,
+}
+
+/// A route to another node's block out of the tunnel device.
+fn block_route(tunnel: u32, block: IpAddr, len: u8) -> netlink_packet_route::route::RouteMessage {
+    match block {
+        IpAddr::V4(b) => RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(b, len)
+            .output_interface(tunnel)
+            .scope(RouteScope::Link)
+            .build(),
+        IpAddr::V6(b) => RouteMessageBuilder::<Ipv6Addr>::new()
+            .destination_prefix(b, len)
+            .output_interface(tunnel)
+            .build(),
+    }
 }
 
 /// One address of the pod interface and the default route of its family. IPv6: without

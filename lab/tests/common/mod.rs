@@ -107,7 +107,14 @@ pub(crate) async fn pod_with(
     let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
     let fabric = result_ip(&result).unwrap();
-    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
+    // Every address of the result, as kubelet reports them (one per family).
+    let pod_ips: Vec<serde_json::Value> = result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| Some(json!({"ip": i["address"].as_str()?.split('/').next()?})))
+        .collect();
+    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": pod_ips,
         "hostIP": n.ip.to_string(), "phase": "Running" } });
     Api::<Pod>::namespaced(cp.kube.clone(), ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
