@@ -514,4 +514,48 @@ mod tests {
             Err(IpamError::Exhausted(_))
         ));
     }
+
+    #[test]
+    fn a_v6_block_gives_each_pod_a_second_address_that_survives_a_reopen() {
+        assert!("fd44::1/64".parse::<Block6>().is_err(), "host bits");
+        assert!("fd44::/124".parse::<Block6>().is_err(), "too small");
+        assert!("10.0.0.0/24".parse::<Block6>().is_err());
+        let b6: Block6 = "fd44:0:0:1::/64".parse().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        ipam.set_block6(Some(b6));
+        ipam.allocate("c1", "eth0", "", "").unwrap();
+        ipam.allocate("c2", "eth0", "", "").unwrap();
+        let six = |ipam: &Ipam, c: &str| ipam.get(c, "eth0").unwrap().ip6;
+        assert_eq!(six(&ipam, "c1"), Some("fd44:0:0:1::1".parse().unwrap()));
+        assert_eq!(six(&ipam, "c2"), Some("fd44:0:0:1::2".parse().unwrap()));
+        assert_eq!(
+            ipam.get("c1", "eth0").unwrap().fabric_ips(),
+            vec![
+                IpAddr::from([10, 9, 0, 1]),
+                "fd44:0:0:1::1".parse::<IpAddr>().unwrap()
+            ]
+        );
+        // The lowest free v6 address is reused, and a retried ADD keeps its address.
+        ipam.release("c1", "eth0");
+        ipam.allocate("c3", "eth0", "", "").unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        ipam.allocate("c3", "eth0", "", "").unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        ipam.save().unwrap();
+        drop(ipam);
+        // Records of a v4-only agent (no `ip6`) and of this one both read back.
+        let ipam = Ipam::open(dir.path(), block()).unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        let old: Allocation = serde_json::from_value(serde_json::json!({
+            "ip": "10.9.0.4", "containerId": "c", "ifname": "eth0",
+            "vpc": {"vni": 100, "ip": "10.0.0.2", "port": "v100.10-0-0-2", "vpc": "t/v"}
+        }))
+        .unwrap();
+        assert_eq!(old.ip6, None);
+        assert_eq!(
+            old.vpc.unwrap().ips().collect::<Vec<_>>(),
+            vec![IpAddr::from([10, 0, 0, 2])]
+        );
+    }
 }
