@@ -12,7 +12,7 @@
 use std::net::IpAddr;
 
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, run_in};
+use cozyplane_lab::{Lab, LabPod, invoke_cni, run_in};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -230,6 +230,46 @@ async fn body(lab: &mut Lab) {
         !n1.ns.ping(fabric(&s1, 4), 2, 1),
         "s1's v4 fabric address must not answer"
     );
+
+    // --- CHECK of dual-stack pods, and DEL of a dual-stack VPC pod: both Ports go, and so
+    // do both of its endpoints.
+    for (p, ns) in [(&a, "default"), (&d1, "t2")] {
+        let mut conf = n1.conf();
+        conf["prevResult"] = p.result.clone();
+        let (code, v) = invoke_cni(n1, "CHECK", &p.cid, &p.ns.path(), (ns, &p.name, &p.uid), &conf);
+        assert_eq!(code, 0, "CHECK {}: {v}", p.name);
+    }
+    let (d1v4, d1v6) = (addr(&d1, 4), addr(&d1, 6));
+    let (code, v) = invoke_cni(
+        n1,
+        "DEL",
+        &d1.cid,
+        &d1.ns.path(),
+        ("t2", "d1", &d1.uid),
+        &n1.conf(),
+    );
+    assert_eq!(code, 0, "DEL d1: {v}");
+    let left = Api::<Port>::all(cp.sdn.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|x| x.spec.pod_name == "d1")
+        .count();
+    assert_eq!(left, 0, "DEL deletes both of d1's Ports");
+    let eps = cozyplane_bpf::maps::endpoints::EndpointsMap::from_pin(&n1.scratch.pins()).unwrap();
+    let keys: Vec<IpAddr> = eps
+        .inner()
+        .keys()
+        .filter_map(Result::ok)
+        .map(|k| IpAddr::from(k.ip))
+        .collect();
+    assert!(
+        !keys.contains(&d1v4) && !keys.contains(&d1v6),
+        "d1's endpoints are gone: {keys:?}"
+    );
+    assert!(!d2.ns.ping(d1v6, 2, 1), "deleted pod unreachable");
 }
 
 /// Whether node `i`'s datapath has a remote entry for `ip` in any VPC (the Port watch has
