@@ -138,7 +138,7 @@ pub struct ApiClients {
     /// This node's name (`spec.node` of our Ports, `spec.nodeName` of our pods).
     pub node: String,
     /// This node's underlay address (`spec.nodeIP`).
-    pub node_ip: Ipv4Addr,
+    pub node_ip: IpAddr,
     /// Pods by `(namespace, name)`, kept by the watch.
     pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
     /// VPCBindings and VPCs, kept by the watch.
@@ -226,9 +226,9 @@ pub fn node_spec_block(n: &Node) -> Option<crate::ipam::Block> {
         .find_map(|c| c.parse().ok())
 }
 
-/// A Node's underlay address: what its agent announced, else its first IPv4
-/// `InternalIP`, else its first IPv4 address.
-pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
+/// A Node's underlay address: what its agent announced (either family), else its first
+/// IPv4 `InternalIP`, else its first IPv4 address.
+pub fn node_address(n: &Node) -> Option<IpAddr> {
     if let Some(ip) = node_annotation(n, TUNNEL_IP_ANNOTATION) {
         return Some(ip);
     }
@@ -239,6 +239,7 @@ pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
         .filter(|a| a.type_ == "InternalIP")
         .find_map(|a| v4(&a))
         .or_else(|| addrs.iter().find_map(|a| v4(&a)))
+        .map(IpAddr::V4)
 }
 
 /// The VPC a binding in `pod_ns` grants, `(owner namespace, name)`; `None` while deleting.
@@ -595,14 +596,14 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
-        assert_eq!(node_address(&n), Some(Ipv4Addr::new(192, 168, 0, 1)));
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))));
         n.metadata.annotations = Some(BTreeMap::from([
             (FABRIC_BLOCK_ANNOTATION.to_string(), "10.250.0.0/24".to_string()),
             (TUNNEL_IP_ANNOTATION.to_string(), "10.0.0.1".to_string()),
         ]));
         assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.250.0.0/24");
         assert_eq!(node_spec_block(&n).unwrap().to_string(), "10.244.1.0/24");
-        assert_eq!(node_address(&n), Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
         // A garbled announcement falls back.
         n.metadata.annotations = Some(BTreeMap::from([(
             FABRIC_BLOCK_ANNOTATION.to_string(),

@@ -1,6 +1,6 @@
 //! Command-line configuration.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::ipam::{Block, Block6};
@@ -23,10 +23,10 @@ impl TunnelKind {
         }
     }
 
-    /// Bytes the encapsulation adds over an IPv4 underlay: outer IP 20 + UDP 8 + header 8
-    /// + inner Ethernet 14. Geneve options are not used, so both are 50.
-    pub fn overhead(self) -> u32 {
-        50
+    /// Bytes the encapsulation adds: outer IP (20 over IPv4, 40 over an IPv6 underlay) + UDP
+    /// 8 + header 8 + inner Ethernet 14. Geneve options are not used, so both are 50 or 70.
+    pub fn overhead(self, v6_underlay: bool) -> u32 {
+        if v6_underlay { 70 } else { 50 }
     }
 }
 
@@ -92,9 +92,10 @@ pub struct AgentConfig {
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// This node's underlay address: the outer address peers tunnel to (required with an
-    /// API; a DaemonSet passes `status.hostIP`).
+    /// API; a DaemonSet passes `status.hostIP`). IPv4 or IPv6: an IPv6 address makes this
+    /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
-    pub node_ip: Option<Ipv4Addr>,
+    pub node_ip: Option<IpAddr>,
 }
 
 /// A mark bit: decimal or `0x` hex.

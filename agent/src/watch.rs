@@ -62,7 +62,7 @@ struct NodeRow {
     block: Option<Block>,
     /// The IPv6 fabric block of a dual-stack node.
     block6: Option<Block>,
-    ip: Option<Ipv4Addr>,
+    ip: Option<IpAddr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,7 +197,7 @@ fn grants(
 
 /// The other nodes' blocks. A node that claims this node's own block (a stale or
 /// misconfigured Node) is ignored: our pods are ours.
-fn desired_blocks(me: &str, mine: &[Block], nodes: &HashMap<String, NodeRow>) -> HashMap<Block, Ipv4Addr> {
+fn desired_blocks(me: &str, mine: &[Block], nodes: &HashMap<String, NodeRow>) -> HashMap<Block, IpAddr> {
     nodes
         .iter()
         .filter(|(name, _)| name.as_str() != me)
@@ -236,18 +236,11 @@ fn pinned_remotes(pin_dir: &Path) -> HashMap<Key, IpAddr> {
         .collect()
 }
 
-fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, Ipv4Addr> {
+fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, IpAddr> {
     let Ok(m) = NodeBlocksMap::from_pin(pin_dir) else {
         return HashMap::new();
     };
-    m.entries()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(b, node)| match node {
-            IpAddr::V4(node) => Some((b, node)),
-            IpAddr::V6(_) => None,
-        })
-        .collect()
+    m.entries().unwrap_or_default().into_iter().collect()
 }
 
 /// Where the host routes to other nodes' blocks go.
@@ -319,9 +312,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     let mut applied_sources = crate::tunnel_sources::pinned(&pin_dir);
     // Host routes this process knows of. Seeded with the adopted blocks under an
     // unspecified node, so every wanted one is replaced once and stale ones are removed.
-    let mut routed: HashMap<Block, Ipv4Addr> = applied_blocks
+    let mut routed: HashMap<Block, IpAddr> = applied_blocks
         .keys()
-        .map(|b| (*b, Ipv4Addr::UNSPECIFIED))
+        .map(|b| (*b, IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
         .collect();
     tracing::info!(
         adopted_remotes = applied.len(),
@@ -431,8 +424,8 @@ pub(crate) fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
 
 fn sync_blocks(
     pin_dir: &Path,
-    want: &HashMap<Block, Ipv4Addr>,
-    applied: &mut HashMap<Block, Ipv4Addr>,
+    want: &HashMap<Block, IpAddr>,
+    applied: &mut HashMap<Block, IpAddr>,
     synced: bool,
 ) {
     let Ok(mut map) = NodeBlocksMap::from_pin(pin_dir) else {
@@ -441,7 +434,7 @@ fn sync_blocks(
     };
     let (write, remove) = plan(want, applied, |_| synced);
     for (b, node) in write {
-        match map.upsert(b, IpAddr::V4(node)) {
+        match map.upsert(b, node) {
             Ok(()) => {
                 applied.insert(b, node);
             }
@@ -493,8 +486,8 @@ async fn sync_routes(
     nd: &crate::datapath::netdev::NetDev,
     tunnel: u32,
     vni: u32,
-    want: &HashMap<Block, Ipv4Addr>,
-    routed: &mut HashMap<Block, Ipv4Addr>,
+    want: &HashMap<Block, IpAddr>,
+    routed: &mut HashMap<Block, IpAddr>,
     synced: bool,
 ) {
     let (write, remove) = plan(want, routed, |_| synced);
@@ -560,7 +553,7 @@ mod tests {
             d,
             HashMap::from([(
                 (IpAddr::V4(Ipv4Addr::new(10, 244, 2, 0)), 24),
-                Ipv4Addr::new(192, 168, 0, 2)
+                IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2))
             )])
         );
         // A dual-stack node: both its blocks go to its tunnel address.
@@ -570,7 +563,7 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(
             d[&("fd44:0:0:2::".parse().unwrap(), 64)],
-            Ipv4Addr::new(192, 168, 0, 2)
+            IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2))
         );
     }
 

@@ -115,6 +115,22 @@ static __always_inline int sdn_is_ndp(const struct sdn_pkt *p)
 	       p->icmp_type == 143;
 }
 
+/* IPv6 that stays on the link whatever its protocol: from fe80::/10 or ::
+ * (which are no endpoints), or to a multicast group of interface or link
+ * scope (MLD reports carry a hop-by-hop header, so sdn_is_ndp cannot see
+ * them). It goes to the host end of the veth, which forwards none of it.
+ */
+static __always_inline int sdn_is_link_scoped6(const struct sdn_pkt *p)
+{
+	if (p->family != 6)
+		return 0;
+	if (p->src.b[0] == 0xfe && (p->src.b[1] & 0xc0) == 0x80)
+		return 1;
+	if (!(p->src.w[0] | p->src.w[1] | p->src.w[2] | p->src.w[3]))
+		return 1;
+	return p->dst.b[0] == 0xff && (p->dst.b[1] & 0x0f) <= 2;
+}
+
 /* Rewrite both MACs of the frame, as a router hop would. */
 static __always_inline int sdn_set_macs(struct __sk_buff *skb, const __u8 *dst,
 					const __u8 *src)

@@ -163,7 +163,7 @@ int sdn_from_pod(struct __sk_buff *skb)
 		if (ret)
 			return bpf_redirect(ifindex, 0);
 	}
-	if (sdn_is_ndp(&p))
+	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
 		return sdn_to_host(skb);
 
 	ret = sdn_check_source(skb, &p, net);

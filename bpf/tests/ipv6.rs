@@ -74,6 +74,30 @@ fn the_gateways_neighbour_solicitation_is_answered() {
         143,
     );
     assert_eq!(dp.run(FROM_POD, &mld, LO, 0).verdict, TC_ACT_OK);
+    // Anything else from the link-local address or to a link-scope group (mDNS here; MLD
+    // with its hop-by-hop header likewise) stays on the link too.
+    let mdns = pkt::ipv6(
+        MAC_A1,
+        [0x33, 0x33, 0, 0, 0, 0xfb],
+        me,
+        v6("ff02::fb"),
+        UDP,
+        5353,
+        5353,
+        0,
+    );
+    assert_eq!(dp.run(FROM_POD, &mdns, LO, 0).verdict, TC_ACT_OK);
+    let global = pkt::ipv6(
+        MAC_A1,
+        [0x33, 0x33, 0, 0, 0, 0xfb],
+        v6("fd00::1"),
+        v6("ff02::fb"),
+        UDP,
+        5353,
+        5353,
+        0,
+    );
+    assert_eq!(dp.run(FROM_POD, &global, LO, 0).verdict, TC_ACT_OK);
     assert_eq!(total_drops(&dp), 0);
 }
 

@@ -378,6 +378,8 @@ pub struct Node {
     /// Its IPv6 fabric block ([`Lab::dual_stack`]), and its IPv6 underlay address (which only
     /// the host stack uses: the tunnel stays IPv4).
     pub v6: Option<(String, std::net::Ipv6Addr)>,
+    /// The agent tunnels over the IPv6 underlay address ([`Lab::v6_underlay`]).
+    pub tunnel_v6: bool,
     /// Agent state, bpffs, socket.
     pub scratch: Scratch,
     /// The running agent.
@@ -504,7 +506,15 @@ impl Node {
                 vec![]
             })
             .args(["--underlay-dev", "ul0"])
-            .args(["--node-name", &self.name, "--node-ip", &self.ip.to_string()])
+            .args([
+                "--node-name",
+                &self.name,
+                "--node-ip",
+                &match &self.v6 {
+                    Some((_, v6)) if self.tunnel_v6 => v6.to_string(),
+                    _ => self.ip.to_string(),
+                },
+            ])
             .arg("--metrics-addr")
             .arg(format!("{}:{METRICS_PORT}", self.ip))
             .arg("--kubeconfig")
@@ -623,6 +633,7 @@ impl Lab {
                 ip,
                 block: format!("10.244.{}.0/24", i + 1),
                 v6: None,
+                tunnel_v6: false,
                 scratch,
                 agent: std::sync::Mutex::new(None),
                 log,
@@ -645,6 +656,16 @@ impl Lab {
             node.ns
                 .ip_ok(&["addr", "add", &format!("{ip}/64"), "dev", "ul0", "nodad"]);
             node.v6 = Some((format!("fd44:0:0:{}::/64", i + 1), ip));
+        }
+        lab
+    }
+
+    /// [`Lab::dual_stack`] whose agents tunnel over the IPv6 underlay (`--node-ip fd77::<i>`):
+    /// both families of the default network and of VPCs inside IPv6 VXLAN.
+    pub fn v6_underlay(n: usize) -> Self {
+        let mut lab = Self::dual_stack(n);
+        for node in &mut lab.nodes {
+            node.tunnel_v6 = true;
         }
         lab
     }

@@ -12,7 +12,7 @@
 use std::net::IpAddr;
 
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, invoke_cni, run_in};
+use cozyplane_lab::{Lab, LabPod, capture, invoke_cni, run_in};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -45,20 +45,31 @@ fn fabric(p: &LabPod, family: u8) -> IpAddr {
         .unwrap_or_else(|| panic!("{}: no IPv{family} fabric address in {}", p.name, p.result))
 }
 
-/// A one-second TCP stream (iperf3) from `client` to `server` at `to`.
+/// A one-second TCP stream (iperf3) from `client` to `server` at `to`. A refused connection
+/// is tried again (twice): on a loaded machine the server may not listen yet.
 fn tcp(client: &LabPod, server: &LabPod, to: IpAddr, port: u16) {
     let _srv = server.ns.iperf_server(port);
-    let out = client.ns.exec(&[
-        "iperf3",
-        "-c",
-        &to.to_string(),
-        "-p",
-        &port.to_string(),
-        "-t",
-        "1",
-        "--connect-timeout",
-        "3000",
-    ]);
+    let run = || {
+        client.ns.exec(&[
+            "iperf3",
+            "-c",
+            &to.to_string(),
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "--connect-timeout",
+            "3000",
+        ])
+    };
+    let mut out = run();
+    for _ in 0..2 {
+        if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("refused") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        out = run();
+    }
     assert!(
         out.status.success(),
         "TCP {} -> {} ({to}): {}{}",
@@ -78,7 +89,14 @@ fn ping_both(a: &LabPod, b: &LabPod, family: u8) {
 
 #[test]
 fn lab_ipv6() {
-    let mut lab = Lab::dual_stack(2);
+    // One lab after the other (not two tests in parallel): the machine is small.
+    in_lab(Lab::dual_stack(2), |lab| Box::pin(body(lab)));
+    in_lab(Lab::v6_underlay(2), |lab| Box::pin(v6_underlay(lab)));
+}
+
+type Body<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+fn in_lab(mut lab: Lab, f: impl for<'a> FnOnce(&'a mut Lab) -> Body<'a> + Send) {
     let ctl = cozyplane_lab::Netns(lab.ctl.0.clone());
     run_in(&ctl, || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -86,9 +104,61 @@ fn lab_ipv6() {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(body(&mut lab));
+        rt.block_on(f(&mut lab));
     });
     std::mem::forget(ctl); // the Lab owns the namespace
+}
+
+/// The same cluster with IPv6 tunnels: the outer packets are IPv6, both families inside.
+async fn v6_underlay(lab: &mut Lab) {
+    let cp = Cp::start(lab).await;
+    let lab = &*lab;
+    let n2 = &lab.nodes[1];
+    tenant_cidrs(&cp, "t2", "dual", &["10.30.0.0/24", "fd00:30::/64"]).await;
+    let d1 = pod(&cp, lab, 0, "t2", "d1", Some("t2/dual")).await;
+    let d2 = pod(&cp, lab, 1, "t2", "d2", Some("t2/dual")).await;
+    wait("n1 learns d2's addresses", || {
+        remote_of(lab, 0, addr(&d2, 4)) && remote_of(lab, 0, addr(&d2, 6))
+    });
+    wait("n2 learns d1's addresses", || {
+        remote_of(lab, 1, addr(&d1, 4)) && remote_of(lab, 1, addr(&d1, 6))
+    });
+    let d2v4 = addr(&d2, 4);
+    let v6_outer = capture(&n2.ns, "ul0", "ip6 and udp port 4789", || {
+        assert!(
+            d1.ns.ping(d2v4, 3, 3),
+            "VPC v4 d1 -> d2 over the v6 underlay; drops {:?}",
+            lab.nodes.iter().map(drops).collect::<Vec<_>>()
+        );
+    });
+    assert!(
+        v6_outer >= 6,
+        "VXLAN over IPv6 on n2's underlay: {v6_outer} packets"
+    );
+    let v4_outer = capture(&n2.ns, "ul0", "ip and udp port 4789", || {
+        ping_both(&d1, &d2, 6);
+    });
+    assert_eq!(v4_outer, 0, "no VXLAN over IPv4 left");
+    ping_both(&d1, &d2, 4);
+    tcp(&d1, &d2, addr(&d2, 6), 5311);
+
+    let a = pod(&cp, lab, 0, "default", "a", None).await;
+    let b = pod(&cp, lab, 1, "default", "b", None).await;
+    ping_both(&a, &b, 4);
+    ping_both(&a, &b, 6);
+    let n1 = &lab.nodes[0];
+    assert!(
+        n1.ns.ping(fabric(&b, 4), 3, 3),
+        "node n1 -> b (v4) over the v6 underlay"
+    );
+    assert!(
+        n1.ns.ping(fabric(&b, 6), 3, 3),
+        "node n1 -> b (v6) over the v6 underlay"
+    );
+    assert!(
+        n2.ns.ping(fabric(&d1, 6), 3, 3),
+        "node n2 -> d1's v6 fabric address"
+    );
 }
 
 async fn body(lab: &mut Lab) {
@@ -270,6 +340,17 @@ async fn body(lab: &mut Lab) {
         "d1's endpoints are gone: {keys:?}"
     );
     assert!(!d2.ns.ping(d1v6, 2, 1), "deleted pod unreachable");
+}
+
+/// The non-zero drop counters of a node, for failure messages.
+fn drops(n: &cozyplane_lab::Node) -> Vec<(cozyplane_bpf::DropReason, u64)> {
+    cozyplane_bpf::maps::drops::DropsMap::from_pin(&n.scratch.pins())
+        .and_then(|m| m.all())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, s)| s.packets > 0)
+        .map(|(r, s)| (r, s.packets))
+        .collect()
 }
 
 /// Whether node `i`'s datapath has a remote entry for `ip` in any VPC (the Port watch has

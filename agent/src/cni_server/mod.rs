@@ -199,7 +199,8 @@ impl AgentState {
         }
         let netdev = NetDev::new()?;
         let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
-        let mtu = underlay.saturating_sub(cfg.tunnel.overhead()).max(576);
+        let v6_underlay = cfg.node_ip.is_some_and(|ip| ip.is_ipv6());
+        let mtu = underlay.saturating_sub(cfg.tunnel.overhead(v6_underlay)).max(576);
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
             dnat_mark: cfg.dnat_mark,
@@ -212,7 +213,21 @@ impl AgentState {
         // device MAC: it addresses overlay frames to `tunnel_mac` and the receiving program
         // redirects them whatever their destination MAC.
         let dev_mac = cfg.node_ip.map_or(dp_cfg.tunnel_mac, |ip| {
-            let o = ip.octets();
+            // An IPv6 node address folded into four bytes (XOR of its 32-bit words) with the
+            // top bit set: `fd77::1` must not become `02:cf:00:00:00:01`, the gateway MAC
+            // the datapath writes as inner source of every encapsulated frame.
+            let o = match ip {
+                std::net::IpAddr::V4(v4) => v4.octets(),
+                std::net::IpAddr::V6(v6) => {
+                    let w = v6.octets().chunks(4).fold([0u8; 4], |mut acc, c| {
+                        for (a, b) in acc.iter_mut().zip(c) {
+                            *a ^= b;
+                        }
+                        acc
+                    });
+                    [w[0] | 0x80, w[1], w[2], w[3]]
+                }
+            };
             [0x02, 0xcf, o[0], o[1], o[2], o[3]]
         });
         let tunnel = netdev

@@ -27,7 +27,8 @@ use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeade
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::route::{
-    RouteAttribute, RouteFlags, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
+    RouteAttribute, RouteFlags, RouteIp6Tunnel, RouteIp6TunnelFlags, RouteIpTunnel, RouteLwEnCapType,
+    RouteLwTunnelEncap, RouteScope,
 };
 use nix::sched::{CloneFlags, setns};
 use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
@@ -335,16 +336,34 @@ impl NetDev {
         tunnel: u32,
         (block, len): (IpAddr, u8),
         vni: u32,
-        node: Ipv4Addr,
+        node: IpAddr,
     ) -> Result<(), NetdevError> {
-        // An IPv6 block's route carries the same IPv4 tunnel key (v6 inside v4).
+        // The tunnel key's family is the node's (the underlay's), whatever the block's: a v6
+        // block over a v4 underlay, or the reverse, is fine.
         let mut msg = block_route(tunnel, block, len);
-        msg.attributes
-            .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
-        msg.attributes.push(RouteAttribute::Encap(vec![
-            RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
-            RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
-        ]));
+        match node {
+            IpAddr::V4(node) => {
+                msg.attributes
+                    .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
+                msg.attributes.push(RouteAttribute::Encap(vec![
+                    RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
+                    RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
+                ]));
+            }
+            IpAddr::V6(node) => {
+                msg.attributes
+                    .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip6));
+                msg.attributes.push(RouteAttribute::Encap(vec![
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Id(u64::from(vni))),
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Destination(node)),
+                    // An outer UDP checksum: a zero one over IPv6 is dropped by a receiver
+                    // without udp6zerocsumrx (the datapath's own encap asks the same).
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Flags(
+                        RouteIp6TunnelFlags::Key | RouteIp6TunnelFlags::Checksum,
+                    )),
+                ]));
+            }
+        }
         in_turn(self.h.route().add(msg).replace().execute())
             .await
             .map_err(nl(format!("route {block}/{len} via {node}")))
