@@ -229,7 +229,10 @@ int sdn_to_pod(struct __sk_buff *skb)
 		sdn_count_rx(skb, 0);
 		return TC_ACT_OK;
 	}
-	if (sdn_is_ndp(&p))
+	/* The host's own link-scoped IPv6 (its MLD reports on every veth, its
+	 * neighbour discovery) is no way into the VPC: it cannot be routed on.
+	 */
+	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
 		return TC_ACT_OK;
 
 	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);

@@ -152,6 +152,50 @@ fn the_fabric_bridge_translates_ipv6_both_directions() {
     assert_dropped(&dp, out.verdict, DropReason::BridgeNoCt);
 }
 
+// The host's MLD reports (sent on every veth) and other link-scoped IPv6 reach a VPC pod
+// without counting as isolation drops; a global address that is not bridged still drops.
+#[test]
+fn the_hosts_link_scoped_ipv6_is_no_isolation_drop() {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, "fd00:10::5", MAC_A1);
+    let host_ll = v6("fe80::ee");
+    let mld = pkt::ipv6(
+        MAC_HOST,
+        [0x33, 0x33, 0, 0, 0, 0x16],
+        host_ll,
+        v6("ff02::16"),
+        ICMPV6,
+        0,
+        0,
+        143,
+    );
+    assert_eq!(dp.run(TO_POD, &mld, LO, 0).verdict, TC_ACT_OK);
+    let mdns = pkt::ipv6(
+        MAC_HOST,
+        [0x33, 0x33, 0, 0, 0, 0xfb],
+        host_ll,
+        v6("ff02::fb"),
+        UDP,
+        5353,
+        5353,
+        0,
+    );
+    assert_eq!(dp.run(TO_POD, &mdns, LO, 0).verdict, TC_ACT_OK);
+    assert_eq!(total_drops(&dp), 0);
+    let global = pkt::ipv6(
+        MAC_HOST,
+        MAC_A1,
+        v6("fd44::1"),
+        v6("fd00:10::5"),
+        UDP,
+        5353,
+        53,
+        0,
+    );
+    let out = dp.run(TO_POD, &global, LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+}
+
 // A v4 fabric IP bridged to a v6 VPC IP would need NAT46: refused and counted.
 #[test]
 fn a_bridge_across_families_is_refused() {

@@ -159,6 +159,11 @@ async fn v6_underlay(lab: &mut Lab) {
         n2.ns.ping(fabric(&d1, 6), 3, 3),
         "node n2 -> d1's v6 fabric address"
     );
+    // Nothing here is meant to be dropped: the hosts' and pods' link-scoped IPv6 (MLD, NDP)
+    // is no isolation or spoofing drop.
+    for n in &lab.nodes {
+        assert_eq!(drops(n), vec![], "{}: drops", n.name);
+    }
 }
 
 async fn body(lab: &mut Lab) {
