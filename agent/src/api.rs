@@ -19,7 +19,7 @@
 //! watch's lag, as with any informer-driven Kubernetes component.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -122,6 +122,13 @@ pub struct ResolvedVpc {
     pub vni: u32,
     /// `spec.mtu` (0: not set).
     pub mtu: u32,
+    /// The VPC has ranges of both families: a pod gets one address (and Port) per family.
+    pub dual_stack: bool,
+}
+
+/// Whether `cidrs` (a VPC's `spec.cidrs`) hold both families.
+pub fn dual_stack(cidrs: &[String]) -> bool {
+    cidrs.iter().any(|c| c.contains(':')) && cidrs.iter().any(|c| c.contains('.'))
 }
 
 /// The clients and this node's identity.
@@ -134,7 +141,7 @@ pub struct ApiClients {
     /// This node's name (`spec.node` of our Ports, `spec.nodeName` of our pods).
     pub node: String,
     /// This node's underlay address (`spec.nodeIP`).
-    pub node_ip: Ipv4Addr,
+    pub node_ip: IpAddr,
     /// Pods by `(namespace, name)`, kept by the watch.
     pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
     /// VPCBindings and VPCs, kept by the watch.
@@ -149,13 +156,16 @@ pub struct ApiClients {
     pub severed: Arc<crate::sever::Severed>,
 }
 
+/// What the CNI path needs of a VPC: `(vni, mtu, dual stack)`.
+pub type VpcFacts = (u32, u32, bool);
+
 /// What the watches know of VPCBindings and VPCs.
 #[derive(Clone, Debug, Default)]
 pub struct Grants {
     /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
     pub bindings: HashMap<String, Vec<(String, String)>>,
-    /// `(namespace, name)` of a VPC with a VNI → `(vni, mtu)`.
-    pub vpcs: HashMap<(String, String), (u32, u32)>,
+    /// `(namespace, name)` of a VPC with a VNI → its facts.
+    pub vpcs: HashMap<(String, String), VpcFacts>,
 }
 
 impl Grants {
@@ -165,12 +175,13 @@ impl Grants {
             .get(pod_ns)?
             .iter()
             .any(|(n, v)| n == vns && v == vname);
-        let &(vni, mtu) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
+        let &(vni, mtu, dual_stack) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
         (granted && vni != 0).then(|| ResolvedVpc {
             namespace: vns.to_string(),
             name: vname.to_string(),
             vni,
             mtu,
+            dual_stack,
         })
     }
 }
@@ -178,6 +189,8 @@ impl Grants {
 /// Announced by each agent on its Node: the fabric block it allocates from (which may be a
 /// `--fabric-block` rather than the Node's `spec.podCIDR`).
 pub const FABRIC_BLOCK_ANNOTATION: &str = "sdn.cozystack.io/fabric-block";
+/// The same for the IPv6 fabric block of a dual-stack node.
+pub const FABRIC_BLOCK6_ANNOTATION: &str = "sdn.cozystack.io/fabric-block6";
 /// Announced by each agent on its Node: the underlay address its tunnel listens on (its
 /// `--node-ip`, which on a multi-NIC node need not be the InternalIP).
 pub const TUNNEL_IP_ANNOTATION: &str = "sdn.cozystack.io/tunnel-ip";
@@ -192,6 +205,22 @@ pub fn node_pod_block(n: &Node) -> Option<crate::ipam::Block> {
     node_annotation(n, FABRIC_BLOCK_ANNOTATION).or_else(|| node_spec_block(n))
 }
 
+/// A Node's IPv6 fabric block: what its agent announced, else the first IPv6 block of its
+/// `spec.podCIDRs`.
+pub fn node_pod_block6(n: &Node) -> Option<crate::ipam::Block6> {
+    node_annotation(n, FABRIC_BLOCK6_ANNOTATION).or_else(|| node_spec_block6(n))
+}
+
+/// The first IPv6 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
+pub fn node_spec_block6(n: &Node) -> Option<crate::ipam::Block6> {
+    let spec = n.spec.as_ref()?;
+    spec.pod_cidrs
+        .iter()
+        .flatten()
+        .chain(spec.pod_cidr.iter())
+        .find_map(|c| c.parse().ok())
+}
+
 /// The first IPv4 block of a Node's `spec.podCIDRs` (or `spec.podCIDR`).
 pub fn node_spec_block(n: &Node) -> Option<crate::ipam::Block> {
     let spec = n.spec.as_ref()?;
@@ -202,9 +231,9 @@ pub fn node_spec_block(n: &Node) -> Option<crate::ipam::Block> {
         .find_map(|c| c.parse().ok())
 }
 
-/// A Node's underlay address: what its agent announced, else its first IPv4
-/// `InternalIP`, else its first IPv4 address.
-pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
+/// A Node's underlay address: what its agent announced (either family), else its first
+/// IPv4 `InternalIP`, else its first IPv4 address.
+pub fn node_address(n: &Node) -> Option<IpAddr> {
     if let Some(ip) = node_annotation(n, TUNNEL_IP_ANNOTATION) {
         return Some(ip);
     }
@@ -215,6 +244,7 @@ pub fn node_address(n: &Node) -> Option<Ipv4Addr> {
         .filter(|a| a.type_ == "InternalIP")
         .find_map(|a| v4(&a))
         .or_else(|| addrs.iter().find_map(|a| v4(&a)))
+        .map(IpAddr::V4)
 }
 
 /// The VPC a binding in `pod_ns` grants, `(owner namespace, name)`; `None` while deleting.
@@ -388,6 +418,7 @@ impl ApiClients {
             name: vname,
             vni,
             mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
+            dual_stack: dual_stack(&vpc.spec.cidrs),
         })
     }
 
@@ -401,12 +432,26 @@ impl ApiClients {
         Ok(node_spec_block(&node))
     }
 
-    /// Tells the other agents where this node's pods are: its fabric block and tunnel
-    /// address as annotations on its Node (a merge patch, so only these two keys change).
-    pub async fn announce(&self, block: crate::ipam::Block) -> Result<(), String> {
+    /// This node's IPv6 fabric block, from its `spec.podCIDRs` (`Ok(None)`: none).
+    pub async fn node_block6(&self) -> Result<Option<crate::ipam::Block6>, String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let node = timed("reading this node", nodes.get(&self.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(node_spec_block6(&node))
+    }
+
+    /// Tells the other agents where this node's pods are: its fabric blocks and tunnel
+    /// address as annotations on its Node (a merge patch, so only these keys change).
+    pub async fn announce(
+        &self,
+        block: crate::ipam::Block,
+        block6: Option<crate::ipam::Block6>,
+    ) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.kube.clone());
         let patch = serde_json::json!({ "metadata": { "annotations": {
             FABRIC_BLOCK_ANNOTATION: block.to_string(),
+            FABRIC_BLOCK6_ANNOTATION: block6.map(|b| b.to_string()),
             TUNNEL_IP_ANNOTATION: self.node_ip.to_string(),
         } } });
         timed(
@@ -418,8 +463,16 @@ impl ApiClients {
         .map_err(|e| e.to_string())
     }
 
-    /// Creates the pod's Port; the server allocates the name, address and MAC.
-    pub async fn create_port(&self, vpc: &ResolvedVpc, pod_ns: &str, pod: &str) -> Result<Port, CniError> {
+    /// Creates the pod's Port; the server allocates the name, address and MAC. `family`
+    /// (an unspecified address, `0.0.0.0` or `::`) asks for an address of that family, else
+    /// the server takes the VPC's first range.
+    pub async fn create_port(
+        &self,
+        vpc: &ResolvedVpc,
+        pod_ns: &str,
+        pod: &str,
+        family: Option<IpAddr>,
+    ) -> Result<Port, CniError> {
         let labels = BTreeMap::from([
             (
                 "sdn.cozystack.io/vpc-namespace".to_string(),
@@ -442,6 +495,7 @@ impl ApiClients {
                 node_ip: self.node_ip.to_string(),
                 pod_namespace: pod_ns.to_string(),
                 pod_name: pod.to_string(),
+                ip: family.map(|f| f.to_string()).unwrap_or_default(),
                 ..Default::default()
             },
             status: None,
@@ -516,7 +570,7 @@ impl ApiClients {
     }
 
     /// Stamps the pod with its VPC address and MAC.
-    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: Ipv4Addr, mac: &str) -> Result<(), CniError> {
+    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: IpAddr, mac: &str) -> Result<(), CniError> {
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         let patch = serde_json::json!({ "metadata": { "annotations": {
             VPC_IP_ANNOTATION: ip.to_string(),
@@ -564,9 +618,9 @@ mod tests {
                 ],
             )]),
             vpcs: HashMap::from([
-                (("t1".to_string(), "blue".to_string()), (100, 1400)),
-                (("own".to_string(), "red".to_string()), (0, 0)),
-                (("t1".to_string(), "green".to_string()), (101, 0)),
+                (("t1".to_string(), "blue".to_string()), (100, 1400, false)),
+                (("own".to_string(), "red".to_string()), (0, 0, false)),
+                (("t1".to_string(), "green".to_string()), (101, 0, false)),
             ]),
         };
         let blue = g.resolve("t1", "t1", "blue").unwrap();
@@ -590,14 +644,14 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
-        assert_eq!(node_address(&n), Some(Ipv4Addr::new(192, 168, 0, 1)));
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))));
         n.metadata.annotations = Some(BTreeMap::from([
             (FABRIC_BLOCK_ANNOTATION.to_string(), "10.250.0.0/24".to_string()),
             (TUNNEL_IP_ANNOTATION.to_string(), "10.0.0.1".to_string()),
         ]));
         assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.250.0.0/24");
         assert_eq!(node_spec_block(&n).unwrap().to_string(), "10.244.1.0/24");
-        assert_eq!(node_address(&n), Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
         // A garbled announcement falls back.
         n.metadata.annotations = Some(BTreeMap::from([(
             FABRIC_BLOCK_ANNOTATION.to_string(),

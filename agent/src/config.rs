@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use crate::ipam::Block;
+use crate::ipam::{Block, Block6};
 
 /// The overlay encapsulation; both use a collect-metadata device and carry the net in the VNI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -56,6 +56,11 @@ pub struct AgentConfig {
     /// `--kubeconfig`; the agent waits until it is set.
     #[arg(long, env = "COZYPLANE_FABRIC_BLOCK")]
     pub fabric_block: Option<Block>,
+    /// This node's IPv6 block of fabric addresses (dual-stack default network), e.g.
+    /// fd44:0:0:3::/64. Default: the IPv6 entry of the Node's `spec.podCIDRs`, if any; without
+    /// one the default network is IPv4 only.
+    #[arg(long, env = "COZYPLANE_FABRIC_BLOCK6")]
+    pub fabric_block6: Option<Block6>,
     /// Overlay encapsulation.
     #[arg(long, value_enum, default_value = "vxlan")]
     pub tunnel: TunnelKind,
@@ -95,9 +100,10 @@ pub struct AgentConfig {
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// This node's underlay address: the outer address peers tunnel to (required with an
-    /// API; a DaemonSet passes `status.hostIP`).
+    /// API; a DaemonSet passes `status.hostIP`). IPv4 or IPv6: an IPv6 address makes this
+    /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
-    pub node_ip: Option<Ipv4Addr>,
+    pub node_ip: Option<IpAddr>,
 }
 
 /// A mark bit: decimal or `0x` hex.

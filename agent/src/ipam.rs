@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -83,12 +83,73 @@ impl std::fmt::Display for Block {
     }
 }
 
+/// An IPv6 CIDR block: a node's second fabric block (dual-stack default network).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Block6 {
+    base: Ipv6Addr,
+    prefix: u8,
+}
+
+impl Block6 {
+    /// `base/prefix`; host bits of `base` must be zero, at most /120.
+    pub fn new(base: Ipv6Addr, prefix: u8) -> Result<Self, String> {
+        if prefix > 120 {
+            return Err(format!(
+                "/{prefix} leaves too little room for pods (need /120 or larger)"
+            ));
+        }
+        let host = u128::MAX.checked_shr(u32::from(prefix)).unwrap_or(0);
+        if u128::from(base) & host != 0 {
+            return Err(format!("{base}/{prefix} has host bits set"));
+        }
+        Ok(Self { base, prefix })
+    }
+
+    /// The base address.
+    pub fn base(self) -> Ipv6Addr {
+        self.base
+    }
+
+    /// The prefix length.
+    pub fn prefix(self) -> u8 {
+        self.prefix
+    }
+
+    /// The `n`-th pod address (the base address is never one).
+    fn host(self, n: u128) -> Option<Ipv6Addr> {
+        let span = u128::MAX.checked_shr(u32::from(self.prefix)).unwrap_or(0);
+        (n >= 1 && n < span).then(|| Ipv6Addr::from(u128::from(self.base) + n))
+    }
+}
+
+impl FromStr for Block6 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (ip, len) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected an IPv6 prefix, e.g. fd44:0:0:1::/64"))?;
+        let ip: Ipv6Addr = ip.parse().map_err(|e| format!("{s:?}: {e}"))?;
+        let len: u8 = len.parse().map_err(|e| format!("{s:?}: {e}"))?;
+        Self::new(ip, len)
+    }
+}
+
+impl std::fmt::Display for Block6 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
+    }
+}
+
 /// One pod attachment and what the agent created for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Allocation {
     /// The fabric address.
     pub ip: Ipv4Addr,
+    /// The IPv6 fabric address, on a node with an IPv6 fabric block (dual-stack default
+    /// network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<Ipv6Addr>,
     /// `CNI_CONTAINERID`.
     pub container_id: String,
     /// `CNI_IFNAME`.
@@ -112,18 +173,52 @@ pub struct Allocation {
     pub vpc: Option<VpcAttachment>,
 }
 
+impl Allocation {
+    /// The fabric addresses, IPv4 first.
+    pub fn fabric_ips(&self) -> Vec<IpAddr> {
+        std::iter::once(IpAddr::V4(self.ip))
+            .chain(self.ip6.map(IpAddr::V6))
+            .collect()
+    }
+}
+
 /// The VPC side of an attachment (what DEL, CHECK and restart need).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VpcAttachment {
     /// The VPC's VNI (the datapath net).
     pub vni: u32,
-    /// The pod's VPC address.
-    pub ip: Ipv4Addr,
+    /// The pod's VPC address (either family; its MAC is the pod's).
+    pub ip: IpAddr,
     /// The Port object (cluster-scoped) that holds the address.
     pub port: String,
     /// `namespace/name` of the VPC.
     pub vpc: String,
+    /// A dual-stack VPC's address of the other family, held by a Port of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<VpcAddress>,
+}
+
+/// One more VPC address of an attachment and the Port that holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VpcAddress {
+    /// The address.
+    pub ip: IpAddr,
+    /// Its Port.
+    pub port: String,
+}
+
+impl VpcAttachment {
+    /// Every VPC address of the attachment, the Port's first.
+    pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        std::iter::once(self.ip).chain(self.other.as_ref().map(|o| o.ip))
+    }
+
+    /// Every Port of the attachment.
+    pub fn ports(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.port.as_str()).chain(self.other.as_ref().map(|o| o.port.as_str()))
+    }
 }
 
 /// Why an allocation failed.
@@ -161,6 +256,7 @@ struct StateFile {
 pub struct Ipam {
     path: PathBuf,
     block: Block,
+    block6: Option<Block6>,
     by_ip: BTreeMap<Ipv4Addr, Allocation>,
     generation: u64,
 }
@@ -193,6 +289,7 @@ impl Ipam {
         Ok(Self {
             path,
             block,
+            block6: None,
             by_ip,
             generation: 0,
         })
@@ -240,6 +337,16 @@ impl Ipam {
             .find(|a| a.container_id == container_id && a.ifname == ifname)
     }
 
+    /// The IPv6 fabric block, if the node has one: pods get an address of it too.
+    pub fn set_block6(&mut self, b: Option<Block6>) {
+        self.block6 = b;
+    }
+
+    /// The IPv6 fabric block.
+    pub fn block6(&self) -> Option<Block6> {
+        self.block6
+    }
+
     /// Every allocation.
     pub fn all(&self) -> impl Iterator<Item = &Allocation> {
         self.by_ip.values()
@@ -279,8 +386,19 @@ impl Ipam {
                 mac: None,
                 host_ifindex: None,
                 vpc: None,
+                ip6: None,
             },
         );
+        if let Some(b6) = self.block6 {
+            let used: std::collections::BTreeSet<Ipv6Addr> =
+                self.by_ip.values().filter_map(|a| a.ip6).collect();
+            // The lowest free address; the block is far larger than the v4 one, so the walk
+            // ends at most one past the number of pods.
+            let ip6 = (1..).map_while(|n| b6.host(n)).find(|a| !used.contains(a));
+            if let Some(a) = self.by_ip.get_mut(&ip) {
+                a.ip6 = ip6;
+            }
+        }
         self.generation += 1;
         Ok(ip)
     }
@@ -395,5 +513,49 @@ mod tests {
             ipam.allocate("y", "eth0", "", ""),
             Err(IpamError::Exhausted(_))
         ));
+    }
+
+    #[test]
+    fn a_v6_block_gives_each_pod_a_second_address_that_survives_a_reopen() {
+        assert!("fd44::1/64".parse::<Block6>().is_err(), "host bits");
+        assert!("fd44::/124".parse::<Block6>().is_err(), "too small");
+        assert!("10.0.0.0/24".parse::<Block6>().is_err());
+        let b6: Block6 = "fd44:0:0:1::/64".parse().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        ipam.set_block6(Some(b6));
+        ipam.allocate("c1", "eth0", "", "").unwrap();
+        ipam.allocate("c2", "eth0", "", "").unwrap();
+        let six = |ipam: &Ipam, c: &str| ipam.get(c, "eth0").unwrap().ip6;
+        assert_eq!(six(&ipam, "c1"), Some("fd44:0:0:1::1".parse().unwrap()));
+        assert_eq!(six(&ipam, "c2"), Some("fd44:0:0:1::2".parse().unwrap()));
+        assert_eq!(
+            ipam.get("c1", "eth0").unwrap().fabric_ips(),
+            vec![
+                IpAddr::from([10, 9, 0, 1]),
+                "fd44:0:0:1::1".parse::<IpAddr>().unwrap()
+            ]
+        );
+        // The lowest free v6 address is reused, and a retried ADD keeps its address.
+        ipam.release("c1", "eth0");
+        ipam.allocate("c3", "eth0", "", "").unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        ipam.allocate("c3", "eth0", "", "").unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        ipam.save().unwrap();
+        drop(ipam);
+        // Records of a v4-only agent (no `ip6`) and of this one both read back.
+        let ipam = Ipam::open(dir.path(), block()).unwrap();
+        assert_eq!(six(&ipam, "c3"), Some("fd44:0:0:1::1".parse().unwrap()));
+        let old: Allocation = serde_json::from_value(serde_json::json!({
+            "ip": "10.9.0.4", "containerId": "c", "ifname": "eth0",
+            "vpc": {"vni": 100, "ip": "10.0.0.2", "port": "v100.10-0-0-2", "vpc": "t/v"}
+        }))
+        .unwrap();
+        assert_eq!(old.ip6, None);
+        assert_eq!(
+            old.vpc.unwrap().ips().collect::<Vec<_>>(),
+            vec![IpAddr::from([10, 0, 0, 2])]
+        );
     }
 }

@@ -131,7 +131,17 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             ));
         }
     };
-    let state = cni_server::AgentState::start(&cfg, block, api.clone()).await?;
+    // IPv6 fabric (dual-stack default network): the flag, else the Node's v6 podCIDR, read
+    // once: kube-controller-manager assigns both families together.
+    let block6 = match (cfg.fabric_block6, &api) {
+        (Some(b), _) => Some(b),
+        (None, Some(api)) => api.node_block6().await.ok().flatten(),
+        (None, None) => None,
+    };
+    if let Some(b) = block6 {
+        tracing::info!(block6 = %b, "IPv6 fabric block: the default network is dual-stack");
+    }
+    let state = cni_server::AgentState::start(&cfg, block, block6, api.clone()).await?;
     let state = Arc::new(state);
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
@@ -140,7 +150,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         let announcer = api.clone();
         tokio::spawn(async move {
             each_second_until("announcing the fabric block on the Node", || {
-                announcer.announce(block)
+                announcer.announce(block, block6)
             })
             .await;
             tracing::info!(%block, tunnel_ip = %announcer.node_ip, "announced on the Node");
@@ -149,6 +159,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             tunnel_dev: cfg.tunnel_dev.clone(),
             net0_vni: cfg.net0_vni,
             own_block: block,
+            own_block6: block6,
         };
         tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(sever::run(api.clone(), state.clone()));

@@ -20,7 +20,7 @@
 //! is back.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cozyplane_apis::v1alpha1::Port;
@@ -132,7 +132,7 @@ impl ApiClients {
             );
             cell
         };
-        let stamped: Option<Ipv4Addr> = annotation(pod, VPC_IP_ANNOTATION).and_then(|v| v.parse().ok());
+        let stamped: Option<IpAddr> = annotation(pod, VPC_IP_ANNOTATION).and_then(|v| v.parse().ok());
         let this = self.clone();
         tokio::spawn(async move {
             let (ns, name) = (&key.0, &key.1);
@@ -140,9 +140,7 @@ impl ApiClients {
                 .get_or_init(|| async {
                     let v = this.resolve_vpc(ns, name, &request).await?;
                     if let Some(ip) = stamped
-                        && let Some(port) = this
-                            .get_port(&cozyplane_apis::net::port_name(v.vni, IpAddr::V4(ip)))
-                            .await?
+                        && let Some(port) = this.get_port(&cozyplane_apis::net::port_name(v.vni, ip)).await?
                         && fits(&port, &v, (ns, name), &this.node)
                     {
                         return Ok(port);
@@ -253,11 +251,11 @@ impl ApiClients {
 
     /// Creates the Port and stamps the pod with its address and MAC.
     async fn create_and_stamp(&self, v: &ResolvedVpc, ns: &str, name: &str) -> Made {
-        let port = self.create_port(v, ns, name).await?;
-        let ip: Ipv4Addr = port.spec.ip.parse().map_err(|_| {
+        let port = self.create_port(v, ns, name, None).await?;
+        let ip: IpAddr = port.spec.ip.parse().map_err(|_| {
             CniError::new(
                 cozyplane_cni::spec::ErrorCode::Internal,
-                "the Port has no IPv4 address",
+                "the Port has no address",
                 format!("{:?}: {:?}", port.metadata.name, port.spec.ip),
             )
         })?;
@@ -285,6 +283,7 @@ mod tests {
             name: "v".into(),
             vni: 100,
             mtu: 0,
+            dual_stack: false,
         };
         let port: Port = serde_json::from_value(serde_json::json!({
             "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "Port",

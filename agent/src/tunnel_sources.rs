@@ -6,7 +6,7 @@
 //! agent or an unreachable API never cuts the overlay.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::Path;
 
 use cozyplane_bpf::maps::nodes::NodesMap;
@@ -16,12 +16,12 @@ use crate::watch::plan;
 /// The tunnel addresses of every node but `me`.
 pub(crate) fn desired<'a>(
     me: &str,
-    nodes: impl IntoIterator<Item = (&'a String, Option<Ipv4Addr>)>,
+    nodes: impl IntoIterator<Item = (&'a String, Option<IpAddr>)>,
 ) -> HashMap<IpAddr, ()> {
     nodes
         .into_iter()
         .filter(|(name, _)| name.as_str() != me)
-        .filter_map(|(_, ip)| Some((IpAddr::V4(ip?), ())))
+        .filter_map(|(_, ip)| Some((ip?, ())))
         .collect()
 }
 
@@ -64,21 +64,25 @@ pub(crate) fn sync(
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]
     fn other_nodes_with_an_address() {
         let n = |s: &str| s.to_string();
         let (a, b, c) = (n("n1"), n("n2"), n("n3"));
-        let ip = Ipv4Addr::new(192, 168, 0, 2);
+        let ip = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2));
+        let v6: IpAddr = "fd77::3".parse().unwrap();
         let d = desired(
             "n1",
             [
-                (&a, Some(Ipv4Addr::new(192, 168, 0, 1))),
+                (&a, Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1)))),
                 (&b, Some(ip)),
                 (&c, None),
+                (&n("n4"), Some(v6)),
             ],
         );
-        assert_eq!(d, HashMap::from([(IpAddr::V4(ip), ())]));
+        assert_eq!(d, HashMap::from([(ip, ()), (v6, ())]));
     }
 }

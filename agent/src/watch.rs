@@ -42,7 +42,7 @@ use crate::api::{ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant, no
 
 type Key = (u32, IpAddr);
 /// An IPv4 block `(base, prefix length)`.
-type Block = (Ipv4Addr, u8);
+type Block = (IpAddr, u8);
 
 enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
@@ -60,7 +60,9 @@ pub(crate) fn changes_live<O>(r: &Result<Event<O>, watcher::Error>) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct NodeRow {
     block: Option<Block>,
-    ip: Option<Ipv4Addr>,
+    /// The IPv6 fabric block of a dual-stack node.
+    block6: Option<Block>,
+    ip: Option<IpAddr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +149,8 @@ fn node_row(n: &Node) -> Option<(String, NodeRow)> {
     Some((
         n.metadata.name.clone()?,
         NodeRow {
-            block: node_pod_block(n).map(|b| (b.base(), b.prefix())),
+            block: node_pod_block(n).map(|b| (IpAddr::V4(b.base()), b.prefix())),
+            block6: crate::api::node_pod_block6(n).map(|b| (IpAddr::V6(b.base()), b.prefix())),
             ip: node_address(n),
         },
     ))
@@ -165,10 +168,11 @@ fn port_row(p: &Port) -> Option<(String, PortRow)> {
     ))
 }
 
-fn vpc_row(v: &VPC) -> Option<((String, String), (u32, u32))> {
+fn vpc_row(v: &VPC) -> Option<((String, String), crate::api::VpcFacts)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     let mtu = u32::try_from(v.spec.mtu).unwrap_or(0);
-    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu)))
+    let dual = crate::api::dual_stack(&v.spec.cidrs);
+    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu, dual)))
 }
 
 fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
@@ -179,7 +183,7 @@ fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
 
 fn grants(
     bindings: &HashMap<(String, String), (String, String)>,
-    vpcs: &HashMap<(String, String), (u32, u32)>,
+    vpcs: &HashMap<(String, String), crate::api::VpcFacts>,
 ) -> Grants {
     let mut g = Grants {
         vpcs: vpcs.clone(),
@@ -193,26 +197,27 @@ fn grants(
 
 /// The other nodes' blocks. A node that claims this node's own block (a stale or
 /// misconfigured Node) is ignored: our pods are ours.
-fn desired_blocks(me: &str, mine: Block, nodes: &HashMap<String, NodeRow>) -> HashMap<Block, Ipv4Addr> {
+fn desired_blocks(me: &str, mine: &[Block], nodes: &HashMap<String, NodeRow>) -> HashMap<Block, IpAddr> {
     nodes
         .iter()
         .filter(|(name, _)| name.as_str() != me)
-        .filter_map(|(_, r)| Some((r.block?, r.ip?)))
-        .filter(|(b, _)| *b != mine)
+        .flat_map(|(_, r)| [r.block, r.block6].into_iter().flatten().map(|b| (b, r.ip)))
+        .filter_map(|(b, ip)| Some((b, ip?)))
+        .filter(|(b, _)| !mine.contains(b))
         .collect()
 }
 
 /// The VPC entries of `sdn_remotes`: other nodes' Ports.
 fn desired_remotes(
     me: &str,
-    vpcs: &HashMap<(String, String), (u32, u32)>,
+    vpcs: &HashMap<(String, String), crate::api::VpcFacts>,
     ports: &HashMap<String, PortRow>,
 ) -> HashMap<Key, IpAddr> {
     ports
         .values()
         .filter(|r| r.node != me)
         .filter_map(|r| {
-            let (vni, _) = vpcs.get(&r.vpc)?;
+            let (vni, _, _) = vpcs.get(&r.vpc)?;
             Some(((*vni, r.ip?), r.node_ip?))
         })
         .collect()
@@ -231,18 +236,11 @@ fn pinned_remotes(pin_dir: &Path) -> HashMap<Key, IpAddr> {
         .collect()
 }
 
-fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, Ipv4Addr> {
+fn pinned_blocks(pin_dir: &Path) -> HashMap<Block, IpAddr> {
     let Ok(m) = NodeBlocksMap::from_pin(pin_dir) else {
         return HashMap::new();
     };
-    m.entries()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|((ip, len), node)| match (ip, node) {
-            (IpAddr::V4(ip), IpAddr::V4(node)) => Some(((ip, len), node)),
-            _ => None,
-        })
-        .collect()
+    m.entries().unwrap_or_default().into_iter().collect()
 }
 
 /// Where the host routes to other nodes' blocks go.
@@ -254,6 +252,8 @@ pub struct HostRoutes {
     pub net0_vni: u32,
     /// This node's own block (never routed into the tunnel).
     pub own_block: crate::ipam::Block,
+    /// This node's own IPv6 block, if any.
+    pub own_block6: Option<crate::ipam::Block6>,
 }
 
 /// Runs the watches forever, writing `sdn_node_blocks`, `sdn_remotes` under `pin_dir`,
@@ -267,7 +267,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         }
     };
     let mut tunnel: Option<u32> = None;
-    let mine = (routes.own_block.base(), routes.own_block.prefix());
+    let mine: Vec<Block> = std::iter::once((IpAddr::V4(routes.own_block.base()), routes.own_block.prefix()))
+        .chain(routes.own_block6.map(|b| (IpAddr::V6(b.base()), b.prefix())))
+        .collect();
 
     let cfg = watcher::Config::default();
     let pods = watcher::watcher(
@@ -302,7 +304,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
 
     let mut pod_cache: Cache<(String, String), PodFacts> = Cache::new();
     let mut node_cache: Cache<String, NodeRow> = Cache::new();
-    let mut vpc_cache: Cache<(String, String), (u32, u32)> = Cache::new();
+    let mut vpc_cache: Cache<(String, String), crate::api::VpcFacts> = Cache::new();
     let mut binding_cache: Cache<(String, String), (String, String)> = Cache::new();
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned_remotes(&pin_dir);
@@ -310,9 +312,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
     let mut applied_sources = crate::tunnel_sources::pinned(&pin_dir);
     // Host routes this process knows of. Seeded with the adopted blocks under an
     // unspecified node, so every wanted one is replaced once and stale ones are removed.
-    let mut routed: HashMap<Block, Ipv4Addr> = applied_blocks
+    let mut routed: HashMap<Block, IpAddr> = applied_blocks
         .keys()
-        .map(|b| (*b, Ipv4Addr::UNSPECIFIED))
+        .map(|b| (*b, IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
         .collect();
     tracing::info!(
         adopted_remotes = applied.len(),
@@ -365,7 +367,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         if !recompute {
             continue;
         }
-        let want_blocks = desired_blocks(&api.node, mine, &node_cache.live);
+        let want_blocks = desired_blocks(&api.node, &mine, &node_cache.live);
         sync_blocks(&pin_dir, &want_blocks, &mut applied_blocks, node_cache.synced);
         let want_sources =
             crate::tunnel_sources::desired(&api.node, node_cache.live.iter().map(|(n, r)| (n, r.ip)));
@@ -422,8 +424,8 @@ pub(crate) fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
 
 fn sync_blocks(
     pin_dir: &Path,
-    want: &HashMap<Block, Ipv4Addr>,
-    applied: &mut HashMap<Block, Ipv4Addr>,
+    want: &HashMap<Block, IpAddr>,
+    applied: &mut HashMap<Block, IpAddr>,
     synced: bool,
 ) {
     let Ok(mut map) = NodeBlocksMap::from_pin(pin_dir) else {
@@ -432,7 +434,7 @@ fn sync_blocks(
     };
     let (write, remove) = plan(want, applied, |_| synced);
     for (b, node) in write {
-        match map.upsert((IpAddr::V4(b.0), b.1), IpAddr::V4(node)) {
+        match map.upsert(b, node) {
             Ok(()) => {
                 applied.insert(b, node);
             }
@@ -440,7 +442,7 @@ fn sync_blocks(
         }
     }
     for b in remove {
-        if map.remove((IpAddr::V4(b.0), b.1)).is_ok() {
+        if map.remove(b).is_ok() {
             applied.remove(&b);
         }
     }
@@ -484,8 +486,8 @@ async fn sync_routes(
     nd: &crate::datapath::netdev::NetDev,
     tunnel: u32,
     vni: u32,
-    want: &HashMap<Block, Ipv4Addr>,
-    routed: &mut HashMap<Block, Ipv4Addr>,
+    want: &HashMap<Block, IpAddr>,
+    routed: &mut HashMap<Block, IpAddr>,
     synced: bool,
 ) {
     let (write, remove) = plan(want, routed, |_| synced);
@@ -532,11 +534,12 @@ mod tests {
         let row = |b: Option<&str>, ip: Option<&str>| NodeRow {
             block: b.map(|b| {
                 let b: crate::ipam::Block = b.parse().unwrap();
-                (b.base(), b.prefix())
+                (IpAddr::V4(b.base()), b.prefix())
             }),
+            block6: None,
             ip: ip.map(|i| i.parse().unwrap()),
         };
-        let mine = (Ipv4Addr::new(10, 244, 1, 0), 24);
+        let mine = [(IpAddr::V4(Ipv4Addr::new(10, 244, 1, 0)), 24)];
         let nodes = HashMap::from([
             ("n1".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.1"))),
             ("n2".to_string(), row(Some("10.244.2.0/24"), Some("192.168.0.2"))),
@@ -545,10 +548,22 @@ mod tests {
             // Claims our block: ignored.
             ("n5".to_string(), row(Some("10.244.1.0/24"), Some("192.168.0.5"))),
         ]);
-        let d = desired_blocks("n1", mine, &nodes);
+        let d = desired_blocks("n1", &mine, &nodes);
         assert_eq!(
             d,
-            HashMap::from([((Ipv4Addr::new(10, 244, 2, 0), 24), Ipv4Addr::new(192, 168, 0, 2))])
+            HashMap::from([(
+                (IpAddr::V4(Ipv4Addr::new(10, 244, 2, 0)), 24),
+                IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2))
+            )])
+        );
+        // A dual-stack node: both its blocks go to its tunnel address.
+        let mut n2 = row(Some("10.244.2.0/24"), Some("192.168.0.2"));
+        n2.block6 = Some(("fd44:0:0:2::".parse().unwrap(), 64));
+        let d = desired_blocks("n1", &mine, &HashMap::from([("n2".to_string(), n2)]));
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            d[&("fd44:0:0:2::".parse().unwrap(), 64)],
+            IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2))
         );
     }
 
@@ -556,7 +571,7 @@ mod tests {
     fn remotes_are_other_nodes_ports_of_known_vpcs() {
         let me = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1));
         let other = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2));
-        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32))]);
+        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32, false))]);
         let port = |node: &str, vpc: &str, ip: &str| PortRow {
             vpc: ("t".into(), vpc.into()),
             ip: ip.parse().ok(),

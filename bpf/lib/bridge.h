@@ -8,12 +8,14 @@
  * The client's address never enters the VPC, so a VPC that overlaps the
  * fabric cannot misroute the reply.
  *
- * Flows: TCP, UDP and ICMP echo over IPv4, with their fragments (lib/frag.h)
- * and the ICMP errors about them (lib/icmp_err.h). IPv6 is not translated (see
- * docs/datapath.md).
+ * Flows: TCP, UDP and ICMP echo over IPv4 and IPv6 (the IPv6 rewrites are in
+ * lib/bridge6.h; a flow is of one family). IPv4 fragments (lib/frag.h) and the
+ * ICMP errors about IPv4 flows (lib/icmp_err.h) are translated; IPv6 fragments
+ * and ICMPv6 errors are not (see docs/datapath.md).
  */
 #pragma once
 
+#include "bridge6.h"
 #include "common.h"
 #include "frag.h"
 #include "icmp_err.h"
@@ -32,6 +34,13 @@ static __always_inline int sdn_bridge_ports(const struct sdn_pkt *p, int fwd,
 		return 0;
 	case IPPROTO_ICMP:
 		if (p->icmp_type != (fwd ? ICMP_ECHO : ICMP_ECHOREPLY))
+			return DROP_UNSUPPORTED_L4;
+		*client_port = p->sport;
+		*pod_port = 0;
+		return 0;
+	case IPPROTO_ICMPV6:
+		if (p->icmp_type !=
+		    (fwd ? ICMPV6_ECHO_REQUEST : ICMPV6_ECHO_REPLY))
 			return DROP_UNSUPPORTED_L4;
 		*client_port = p->sport;
 		*pod_port = 0;
@@ -74,7 +83,8 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 	__be32 gw = CONFIG(gw_ipv4);
 	int ret;
 
-	if (p->family != 4 || !sdn_addr_is_v4(&b->vpc_ip))
+	/* One family per flow: no NAT46. */
+	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip))
 		return DROP_UNSUPPORTED;
 	if (sdn_icmp4_is_error(p))
 		return sdn_icmp_err_forward(skb, p, b);
@@ -118,6 +128,14 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 		}
 	}
 
+	if (p->family == 6) {
+		ret = sdn_bridge6_fwd(skb, p, &b->vpc_ip, client_port, fv.gw_port);
+		if (ret)
+			return ret;
+		p->dst = b->vpc_ip;
+		sdn_gw6(&p->src);
+		return 0;
+	}
 	if (sdn_nat4_addr(skb, p, 0, p->dst.w[3], b->vpc_ip.w[3]) ||
 	    sdn_nat4_addr(skb, p, 1, p->src.w[3], gw) ||
 	    sdn_nat4_port(skb, p, 1, client_port, fv.gw_port))
@@ -146,8 +164,6 @@ static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 	__be16 gw_port, pod_port;
 	int ret;
 
-	if (p->family != 4)
-		return DROP_UNSUPPORTED;
 	if (sdn_icmp4_is_error(p))
 		return sdn_icmp_err_reverse(skb, p, net);
 	if (p->frag == SDN_FRAG_LATER)
@@ -165,18 +181,22 @@ static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
 	rv = bpf_map_lookup_elem(&sdn_ct_rev, &rk);
 	if (!rv)
 		return DROP_BRIDGE_NO_CT;
-	if (!sdn_addr_is_v4(&rv->fabric) || !sdn_addr_is_v4(&rv->client))
+	if (p->family == 6) {
+		ret = sdn_bridge6_rev(skb, p, rv, gw_port);
+		if (ret)
+			return ret;
+	} else if (!sdn_addr_is_v4(&rv->fabric) || !sdn_addr_is_v4(&rv->client)) {
 		return DROP_UNSUPPORTED;
-
-	if (sdn_nat4_addr(skb, p, 1, p->src.w[3], rv->fabric.w[3]) ||
-	    sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv->client.w[3]) ||
-	    sdn_nat4_port(skb, p, 0, gw_port, rv->client_port))
+	} else if (sdn_nat4_addr(skb, p, 1, p->src.w[3], rv->fabric.w[3]) ||
+		   sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv->client.w[3]) ||
+		   sdn_nat4_port(skb, p, 0, gw_port, rv->client_port)) {
 		return DROP_REWRITE;
+	}
 
 	p->src = rv->fabric;
 	p->dst = rv->client;
 	p->dport = rv->client_port;
-	if (p->proto == IPPROTO_ICMP)
+	if (p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6)
 		p->sport = rv->client_port;
 	if (p->frag)
 		sdn_frag_note(&frk, p);

@@ -32,6 +32,8 @@
 /* linux/icmp.h drags in glibc's socket headers, which -target bpf lacks. */
 #define ICMP_ECHOREPLY	0
 #define ICMP_ECHO	8
+#define ICMPV6_ECHO_REQUEST	128
+#define ICMPV6_ECHO_REPLY	129
 
 #define likely(x)	__builtin_expect(!!(x), 1)
 #define unlikely(x)	__builtin_expect(!!(x), 0)
@@ -42,6 +44,15 @@ static __always_inline void sdn_addr_from_v4(struct sdn_addr *a, __be32 ip)
 	a->w[1] = SDN_NAT64_W1;
 	a->w[2] = SDN_NAT64_W2;
 	a->w[3] = ip;
+}
+
+/* The IPv6 gateway, fe80::1 (see SDN_GW6_W0). */
+static __always_inline void sdn_gw6(struct sdn_addr *a)
+{
+	a->w[0] = SDN_GW6_W0;
+	a->w[1] = 0;
+	a->w[2] = 0;
+	a->w[3] = SDN_GW6_W3;
 }
 
 static __always_inline int sdn_addr_is_v4(const struct sdn_addr *a)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * IPv4 address/port rewrites with incremental checksum updates. IPv6 NAT is
- * not implemented (see docs/datapath.md).
+ * IPv4 address/port rewrites with incremental checksum updates. Port and
+ * checksum offsets serve both families; IPv6 addresses are in lib/nat6.h.
  */
 #pragma once
 
@@ -21,6 +21,7 @@ static __always_inline int sdn_l4_csum_off(const struct sdn_pkt *p,
 		*flags = BPF_F_MARK_MANGLED_0;
 		return p->l4_off + 6;
 	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6:
 		*flags = 0;
 		return p->l4_off + 2;
 	}
@@ -32,7 +33,7 @@ static __always_inline int sdn_l4_csum_off(const struct sdn_pkt *p,
  */
 static __always_inline int sdn_l4_port_off(const struct sdn_pkt *p, int is_src)
 {
-	if (p->proto == IPPROTO_ICMP)
+	if (p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6)
 		return p->l4_off + 4;
 	return p->l4_off + (is_src ? 0 : 2);
 }

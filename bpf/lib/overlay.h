@@ -29,7 +29,7 @@ static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
 {
 	struct bpf_tunnel_key key = {};
 	__u32 ifindex = CONFIG(tunnel_ifindex);
-	__u64 flags = BPF_F_ZERO_CSUM_TX;
+	__u64 flags = 0;
 	__u8 tmac[6], gmac[6];
 
 	if (!ifindex)
@@ -40,6 +40,10 @@ static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
 	if (sdn_addr_is_v4(&r->node)) {
 		/* bpf_tunnel_key wants the IPv4 remote in host byte order. */
 		key.remote_ipv4 = bpf_ntohl(r->node.w[3]);
+		/* No outer UDP checksum over IPv4; IPv6 requires one (a zero one
+		 * is dropped by a receiver without udp6zerocsumrx).
+		 */
+		flags |= BPF_F_ZERO_CSUM_TX;
 	} else {
 		__builtin_memcpy(key.remote_ipv6, r->node.b, 16);
 		flags |= BPF_F_TUNINFO_IPV6;

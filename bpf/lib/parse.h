@@ -114,13 +114,33 @@ static __always_inline int sdn_parse(struct __sk_buff *skb, struct sdn_pkt *p)
 	return 0;
 }
 
-/* NDP and other link-scoped ICMPv6 that the host side of the veth owns. */
+/* Link-scoped ICMPv6 (MLD and NDP, sent from fe80:: or ::, which are no
+ * endpoints): it stays on the link, i.e. goes to the host side of the veth
+ * and no further. Solicitations for the gateway never get here (lib/ndp.h).
+ */
 static __always_inline int sdn_is_ndp(const struct sdn_pkt *p)
 {
 	if (p->family != 6 || p->proto != IPPROTO_ICMPV6)
 		return 0;
-	/* RS, RA, NS, NA, redirect */
-	return p->icmp_type >= 133 && p->icmp_type <= 137;
+	/* MLD query/report/done, RS, RA, NS, NA, redirect; MLDv2 report */
+	return (p->icmp_type >= 130 && p->icmp_type <= 137) ||
+	       p->icmp_type == 143;
+}
+
+/* IPv6 that stays on the link whatever its protocol: from fe80::/10 or ::
+ * (which are no endpoints), or to a multicast group of interface or link
+ * scope (MLD reports carry a hop-by-hop header, so sdn_is_ndp cannot see
+ * them). It goes to the host end of the veth, which forwards none of it.
+ */
+static __always_inline int sdn_is_link_scoped6(const struct sdn_pkt *p)
+{
+	if (p->family != 6)
+		return 0;
+	if (p->src.b[0] == 0xfe && (p->src.b[1] & 0xc0) == 0x80)
+		return 1;
+	if (!(p->src.w[0] | p->src.w[1] | p->src.w[2] | p->src.w[3]))
+		return 1;
+	return p->dst.b[0] == 0xff && (p->dst.b[1] & 0x0f) <= 2;
 }
 
 /* Rewrite both MACs of the frame, as a router hop would. */

@@ -12,15 +12,18 @@ static __always_inline int get_tunnel_key(struct __sk_buff *skb,
 					  struct bpf_tunnel_key *key,
 					  struct sdn_addr *src)
 {
-	/* The helper insists the caller names the underlay family. */
-	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0)) {
-		/* remote_ipv4 is in host byte order. */
-		sdn_addr_from_v4(src, bpf_htonl(key->remote_ipv4));
+	/* The caller names the underlay family. Asking for IPv6 fails on an IPv4
+	 * tunnel, but asking for IPv4 "succeeds" on an IPv6 one (with the first
+	 * bytes of the v6 source as remote_ipv4), so IPv6 is asked first.
+	 */
+	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6)) {
+		__builtin_memcpy(src->b, key->remote_ipv6, 16);
 		return 0;
 	}
-	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6))
+	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0))
 		return -1;
-	__builtin_memcpy(src->b, key->remote_ipv6, 16);
+	/* remote_ipv4 is in host byte order. */
+	sdn_addr_from_v4(src, bpf_htonl(key->remote_ipv4));
 	return 0;
 }
 

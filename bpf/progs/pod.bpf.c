@@ -10,6 +10,7 @@
 #include "../lib/dnat.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
+#include "../lib/ndp.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
 #include "../lib/sever.h"
@@ -83,7 +84,10 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 	struct sdn_addr gw;
 	int ret;
 
-	sdn_addr_from_v4(&gw, CONFIG(gw_ipv4));
+	if (p->family == 6)
+		sdn_gw6(&gw);
+	else
+		sdn_addr_from_v4(&gw, CONFIG(gw_ipv4));
 	if (sdn_addr_eq(&p->dst, &gw)) {
 		ret = sdn_bridge_reverse(skb, p, net);
 		if (ret)
@@ -149,10 +153,19 @@ int sdn_from_pod(struct __sk_buff *skb)
 	if (!p.family)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
 
-	/* NDP is link-scoped and sourced from the pod's fe80:: address, which is
-	 * no endpoint; the host veth owns fe80::1 and answers it.
+	/* The gateway's neighbour solicitation is answered here, like its ARP.
+	 * Other NDP and MLD is link-scoped and sourced from the pod's fe80::
+	 * address (or ::), which is no endpoint: it stays on the link, i.e. goes
+	 * to the host end of the veth, which routes none of it further.
 	 */
-	if (sdn_is_ndp(&p))
+	if (sdn_is_ns(&p)) {
+		ret = sdn_ndp_gateway_reply(skb, &p);
+		if (ret < 0)
+			return sdn_drop(skb, ret);
+		if (ret)
+			return bpf_redirect(ifindex, 0);
+	}
+	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
 		return sdn_to_host(skb);
 
 	ret = sdn_check_source(skb, &p, net, &ep_flags);
@@ -221,7 +234,10 @@ int sdn_to_pod(struct __sk_buff *skb)
 		sdn_count_rx(skb, 0);
 		return TC_ACT_OK;
 	}
-	if (sdn_is_ndp(&p))
+	/* The host's own link-scoped IPv6 (its MLD reports on every veth, its
+	 * neighbour discovery) is no way into the VPC: it cannot be routed on.
+	 */
+	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
 		return TC_ACT_OK;
 
 	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);

@@ -125,8 +125,9 @@ impl Netns {
         p
     }
 
-    /// Pings `to` from inside; true if at least `min` replies came back.
-    pub fn ping(&self, to: Ipv4Addr, count: u32, min: u32) -> bool {
+    /// Pings `to` (either family) from inside; true if at least `min` replies came back.
+    pub fn ping(&self, to: impl Into<std::net::IpAddr>, count: u32, min: u32) -> bool {
+        let to: std::net::IpAddr = to.into();
         let out = self.exec(&[
             "ping",
             "-n",
@@ -374,6 +375,11 @@ pub struct Node {
     pub ip: Ipv4Addr,
     /// Its fabric block.
     pub block: String,
+    /// Its IPv6 fabric block ([`Lab::dual_stack`]), and its IPv6 underlay address (which only
+    /// the host stack uses: the tunnel stays IPv4).
+    pub v6: Option<(String, std::net::Ipv6Addr)>,
+    /// The agent tunnels over the IPv6 underlay address ([`Lab::v6_underlay`]).
+    pub tunnel_v6: bool,
     /// Agent state, bpffs, socket.
     pub scratch: Scratch,
     /// The running agent.
@@ -447,7 +453,9 @@ impl Node {
             "apiVersion": "v1", "kind": "Node",
             "metadata": { "name": self.name },
             "spec": if self.name == "n1" { json!({}) } else {
-                json!({ "podCIDR": self.block, "podCIDRs": [self.block] })
+                let mut cidrs = vec![self.block.clone()];
+                cidrs.extend(self.v6.iter().map(|(b, _)| b.clone()));
+                json!({ "podCIDR": self.block, "podCIDRs": cidrs })
             }
         }))
         .expect("node object");
@@ -489,12 +497,24 @@ impl Node {
             .arg("--cni-socket")
             .arg(format!("{AGENT_RUN_DIR}/cni.sock"))
             .args(if self.name == "n1" {
-                vec!["--fabric-block", &self.block]
+                let mut v = vec!["--fabric-block", &self.block];
+                if let Some((b6, _)) = &self.v6 {
+                    v.extend(["--fabric-block6", b6.as_str()]);
+                }
+                v
             } else {
                 vec![]
             })
             .args(["--underlay-dev", "ul0"])
-            .args(["--node-name", &self.name, "--node-ip", &self.ip.to_string()])
+            .args([
+                "--node-name",
+                &self.name,
+                "--node-ip",
+                &match &self.v6 {
+                    Some((_, v6)) if self.tunnel_v6 => v6.to_string(),
+                    _ => self.ip.to_string(),
+                },
+            ])
             .arg("--metrics-addr")
             .arg(format!("{}:{METRICS_PORT}", self.ip))
             .arg("--kubeconfig")
@@ -637,6 +657,8 @@ impl Lab {
                 name: format!("n{}", i + 1),
                 ip,
                 block: format!("10.244.{}.0/24", i + 1),
+                v6: None,
+                tunnel_v6: false,
                 scratch,
                 agent: std::sync::Mutex::new(None),
                 log,
@@ -645,6 +667,32 @@ impl Lab {
             });
         }
         Self { nodes, ctl, ul }
+    }
+
+    /// [`Lab::new`] with a dual-stack default network: each node also gets an IPv6 fabric
+    /// block (`fd44:0:0:<i>::/64`; `n1` by `--fabric-block6`, the others by their Node's
+    /// `spec.podCIDRs`) and an IPv6 address on the underlay (`fd77::<i>/64`) for its host
+    /// stack. The tunnels stay IPv4.
+    pub fn dual_stack(n: usize) -> Self {
+        let mut lab = Self::new(n);
+        for (i, node) in lab.nodes.iter_mut().enumerate() {
+            let ip =
+                std::net::Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, u16::try_from(i + 1).expect("few nodes"));
+            node.ns
+                .ip_ok(&["addr", "add", &format!("{ip}/64"), "dev", "ul0", "nodad"]);
+            node.v6 = Some((format!("fd44:0:0:{}::/64", i + 1), ip));
+        }
+        lab
+    }
+
+    /// [`Lab::dual_stack`] whose agents tunnel over the IPv6 underlay (`--node-ip fd77::<i>`):
+    /// both families of the default network and of VPCs inside IPv6 VXLAN.
+    pub fn v6_underlay(n: usize) -> Self {
+        let mut lab = Self::dual_stack(n);
+        for node in &mut lab.nodes {
+            node.tunnel_v6 = true;
+        }
+        lab
     }
 
     /// Makes `127.0.0.1:<port>` of the control namespace reachable as `127.0.0.1:<port>`

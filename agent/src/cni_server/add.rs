@@ -1,6 +1,6 @@
 //! ADD: which network, the fabric address, the Port, the veth, the programs, the maps.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cozyplane_cni::proto::Request;
 use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
 use crate::attachment::{self, Attachment};
-use crate::datapath::netdev::{self, GATEWAY, format_mac, parse_mac};
-use crate::ipam::VpcAttachment;
+use crate::datapath::netdev::{self, GATEWAY, GATEWAY6, format_mac, parse_mac};
+use crate::ipam::{VpcAddress, VpcAttachment};
 
 impl AgentState {
     /// Which network the pod asked for: the netconf/`CNI_ARGS` request, else the pod's
@@ -61,17 +61,17 @@ impl AgentState {
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .unwrap_or_default();
         let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
-        let (ip, previous, retried) = {
+        let (ip, ip6, previous, retried) = {
             let mut ipam = self.ipam();
             let retried = ipam.get(&env.container_id, &env.ifname).is_some();
             let ip = ipam
                 .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
                 .map_err(|e| internal("fabric address allocation failed", e))?;
             // A repeated ADD (runtime retry) reuses the Port it created before.
-            let previous = ipam
-                .get(&env.container_id, &env.ifname)
-                .and_then(|a| a.vpc.clone());
-            (ip, previous, retried)
+            let record = ipam.get(&env.container_id, &env.ifname);
+            let previous = record.and_then(|a| a.vpc.clone());
+            let ip6 = record.and_then(|a| a.ip6);
+            (ip, ip6, previous, retried)
         };
         // The record goes to disk once, complete, before ADD returns; until then the address
         // is only held in memory. An ADD cut short by a crash leaves at most a host veth
@@ -106,24 +106,52 @@ impl AgentState {
                     None => api.take_port(v, &p.namespace, &p.name, uid).await?,
                 };
                 let name = port.metadata.name.clone().unwrap_or_default();
-                let vip: Ipv4Addr = port.spec.ip.parse().map_err(|_| {
-                    internal(
-                        "the Port has no IPv4 address",
-                        format!("{name}: {:?}", port.spec.ip),
-                    )
+                let vip: IpAddr = port.spec.ip.parse().map_err(|_| {
+                    internal("the Port has no address", format!("{name}: {:?}", port.spec.ip))
                 })?;
                 let mac = parse_mac(&port.spec.mac)
                     .ok_or_else(|| internal("the Port has no MAC", format!("{name}: {:?}", port.spec.mac)))?;
-                Ok::<_, CniError>((
-                    VpcAttachment {
-                        vni: v.vni,
-                        ip: vip,
-                        port: name,
-                        vpc: format!("{}/{}", v.namespace, v.name),
-                    },
-                    mac,
-                    port.metadata.uid.unwrap_or_default(),
-                ))
+                let mut va = VpcAttachment {
+                    vni: v.vni,
+                    ip: vip,
+                    port: name,
+                    vpc: format!("{}/{}", v.namespace, v.name),
+                    other: None,
+                };
+                // A dual-stack VPC: one more Port, for the other family (docs/design.md,
+                // "Dual-stack Ports"). Both or none: a failure deletes the first one too.
+                if v.dual_stack {
+                    let reused = match previous.as_ref().and_then(|p| p.other.as_ref()) {
+                        Some(o) if previous.as_ref().is_some_and(|p| p.vni == v.vni) => {
+                            api.get_port(&o.port).await.ok().flatten()
+                        }
+                        _ => None,
+                    };
+                    let family = if vip.is_ipv4() {
+                        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                    };
+                    let second = match reused {
+                        Some(p) => Ok(p),
+                        None => api.create_port(v, &p.namespace, &p.name, Some(family)).await,
+                    };
+                    let other = second.and_then(|s| {
+                        let n = s.metadata.name.clone().unwrap_or_default();
+                        let ip: IpAddr = s.spec.ip.parse().map_err(|_| {
+                            internal("the Port has no address", format!("{n}: {:?}", s.spec.ip))
+                        })?;
+                        Ok(VpcAddress { ip, port: n })
+                    });
+                    match other {
+                        Ok(o) => va.other = Some(o),
+                        Err(e) => {
+                            let _ = api.discard_port(&va.port).await;
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok::<_, CniError>((va, mac, port.metadata.uid.clone().unwrap_or_default()))
             }
             .await;
             match claimed {
@@ -143,13 +171,18 @@ impl AgentState {
             }
             steps.mark("port");
         }
-        let pod_ip = vpc_att.as_ref().map_or(ip, |v| v.ip);
+        let fabric: Vec<IpAddr> = std::iter::once(IpAddr::V4(ip))
+            .chain(ip6.map(IpAddr::V6))
+            .collect();
+        let pod_ips: Vec<IpAddr> = vpc_att
+            .as_ref()
+            .map_or_else(|| fabric.clone(), |v| v.ips().collect());
 
         let setup = async {
             // The pod was stamped with the Port's address and MAC when the Port was made.
             let (hl, pod_mac) = self
                 .netdev
-                .create_pod_veth(&host, &env.netns, &env.ifname, pod_ip, vpc_mac, ip, mtu)
+                .create_pod_veth(&host, &env.netns, &env.ifname, &pod_ips, vpc_mac, &fabric, mtu)
                 .await
                 .map_err(|e| match e {
                     netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
@@ -170,7 +203,7 @@ impl AgentState {
                     .map_err(|e| internal("attaching the datapath failed", e))?;
             }
             steps.mark("attach");
-            self.write_maps(hl.index, ip, vpc_att.as_ref(), pod_mac)
+            self.write_maps(hl.index, &fabric, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             steps.mark("maps");
             self.ipam()
@@ -196,13 +229,15 @@ impl AgentState {
                 self.sync_error("add");
                 // Undo whatever part was done; each step tolerates "already gone".
                 let l = self.netdev.link(&host).await.ok().flatten();
-                let _ = self.remove_maps(l.map(|l| l.index), ip, vpc_att.as_ref());
+                let _ = self.remove_maps(l.map(|l| l.index), &fabric, vpc_att.as_ref());
                 let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
                 self.ipam().release(&env.container_id, &env.ifname);
                 let _ = self.persist().await;
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
-                    let _ = api.discard_port(&va.port).await;
+                    for port in va.ports() {
+                        let _ = api.discard_port(port).await;
+                    }
                 }
                 return Err(e);
             }
@@ -223,21 +258,42 @@ impl AgentState {
                     sandbox: Some(env.netns.clone()),
                 },
             ],
-            ips: vec![IpConfig {
-                version: None,
-                address: format!("{ip}/32"),
-                gateway: Some(GATEWAY.to_string()),
-                interface: Some(1),
-            }],
-            routes: vec![Route {
-                dst: "0.0.0.0/0".into(),
-                gw: Some(GATEWAY.to_string()),
-            }],
+            // The fabric addresses: what kubelet reports as status.podIPs.
+            ips: fabric
+                .iter()
+                .map(|f| IpConfig {
+                    version: None,
+                    address: host_prefix(*f),
+                    gateway: Some(gateway_of(*f)),
+                    interface: Some(1),
+                })
+                .collect(),
+            routes: fabric
+                .iter()
+                .map(|f| Route {
+                    dst: if f.is_ipv4() { "0.0.0.0/0" } else { "::/0" }.into(),
+                    gw: Some(gateway_of(*f)),
+                })
+                .collect(),
             dns: Default::default(),
         }
         .for_version(version);
         serde_json::to_value(result)
             .map(Some)
             .map_err(|e| internal("encoding the result failed", e))
+    }
+}
+
+/// `ip/32` or `ip/128`.
+pub(super) fn host_prefix(ip: IpAddr) -> String {
+    format!("{ip}/{}", if ip.is_ipv4() { 32 } else { 128 })
+}
+
+/// The link-local gateway of `ip`'s family.
+fn gateway_of(ip: IpAddr) -> String {
+    if ip.is_ipv4() {
+        GATEWAY.to_string()
+    } else {
+        GATEWAY6.to_string()
     }
 }

@@ -11,10 +11,13 @@ use cozyplane_cni::spec::{CniError, ErrorCode};
 use super::{AgentState, host_veth_name, internal};
 use crate::datapath::netdev::format_mac;
 
+fn fail(msg: String) -> CniError {
+    CniError::new(ErrorCode::CheckFailed, "attachment check failed", msg)
+}
+
 impl AgentState {
     pub(super) async fn check(&self, req: &Request) -> Result<(), CniError> {
         let env = &req.env;
-        let fail = |msg: String| CniError::new(ErrorCode::CheckFailed, "attachment check failed", msg);
         let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
         let alloc = self
             .ipam()
@@ -29,12 +32,14 @@ impl AgentState {
             })?;
         // The runtime's view (prevResult) must name our address.
         if let Some(prev) = req.config.get("prevResult") {
-            let want = format!("{}/32", alloc.ip);
-            let listed = prev["ips"]
-                .as_array()
-                .is_some_and(|ips| ips.iter().any(|i| i["address"].as_str() == Some(&want)));
-            if !listed {
-                return Err(fail(format!("prevResult does not list {want}")));
+            for f in alloc.fabric_ips() {
+                let want = super::add::host_prefix(f);
+                let listed = prev["ips"]
+                    .as_array()
+                    .is_some_and(|ips| ips.iter().any(|i| i["address"].as_str() == Some(&want)));
+                if !listed {
+                    return Err(fail(format!("prevResult does not list {want}")));
+                }
             }
         }
         let host = host_veth_name(&env.container_id, &env.ifname);
@@ -47,7 +52,8 @@ impl AgentState {
         if !hl.up {
             return Err(fail(format!("host veth {host} is down")));
         }
-        let (net, pod_ip) = alloc.vpc.as_ref().map_or((0, alloc.ip), |v| (v.vni, v.ip));
+        let fabric = alloc.fabric_ips();
+        let (net, pod_ips) = super::maps::endpoint_ips(&fabric, alloc.vpc.as_ref());
         let port = PortsMap::from_pin(&self.pin_dir)
             .and_then(|p| p.get(hl.index))
             .map_err(|e| internal("reading sdn_ports", e))?;
@@ -57,26 +63,15 @@ impl AgentState {
                 hl.index
             )));
         }
-        if net != 0 {
-            let br = BridgesMap::from_pin(&self.pin_dir)
-                .and_then(|m| m.get(IpAddr::V4(alloc.ip)))
-                .map_err(|e| internal("reading sdn_bridges", e))?;
-            if br != Some((net, IpAddr::V4(pod_ip))) {
-                return Err(fail(format!(
-                    "sdn_bridges[{}] is {br:?}, want ({net}, {pod_ip})",
-                    alloc.ip
-                )));
+        if let Some(v) = &alloc.vpc {
+            for (f, vip) in super::maps::bridged(&fabric, v) {
+                let br = BridgesMap::from_pin(&self.pin_dir)
+                    .and_then(|m| m.get(f))
+                    .map_err(|e| internal("reading sdn_bridges", e))?;
+                if br != Some((net, vip)) {
+                    return Err(fail(format!("sdn_bridges[{f}] is {br:?}, want ({net}, {vip})")));
+                }
             }
-        }
-        let ep = EndpointsMap::from_pin(&self.pin_dir)
-            .and_then(|m| m.get(net, IpAddr::V4(pod_ip)))
-            .map_err(|e| internal("reading sdn_endpoints", e))?
-            .ok_or_else(|| fail(format!("sdn_endpoints has no entry for {net}/{pod_ip}")))?;
-        if ep.ifindex != hl.index {
-            return Err(fail(format!(
-                "sdn_endpoints[{pod_ip}] points at ifindex {}, want {}",
-                ep.ifindex, hl.index
-            )));
         }
         let pod = self
             .netdev
@@ -84,18 +79,43 @@ impl AgentState {
             .await
             .map_err(|e| internal("inspecting the pod netns", e))?
             .ok_or_else(|| fail(format!("{} is missing in {}", env.ifname, env.netns)))?;
+        for pod_ip in pod_ips {
+            self.check_endpoint(&env.ifname, &pod, hl.index, net, pod_ip)?;
+        }
+        Ok(())
+    }
+
+    /// The endpoint `{net, pod_ip}` is this veth's, with the pod's MAC, and the pod has it.
+    fn check_endpoint(
+        &self,
+        ifname: &str,
+        pod: &crate::datapath::netdev::PodSide,
+        host_index: u32,
+        net: u32,
+        pod_ip: IpAddr,
+    ) -> Result<(), CniError> {
+        let ep = EndpointsMap::from_pin(&self.pin_dir)
+            .and_then(|m| m.get(net, pod_ip))
+            .map_err(|e| internal("reading sdn_endpoints", e))?
+            .ok_or_else(|| fail(format!("sdn_endpoints has no entry for {net}/{pod_ip}")))?;
+        if ep.ifindex != host_index {
+            return Err(fail(format!(
+                "sdn_endpoints[{pod_ip}] points at ifindex {}, want {host_index}",
+                ep.ifindex
+            )));
+        }
         if pod.link.mac != ep.mac {
             return Err(fail(format!(
-                "{} has MAC {}, the datapath expects {}",
-                env.ifname,
+                "{ifname} has MAC {}, the datapath expects {}",
                 format_mac(pod.link.mac),
                 format_mac(ep.mac)
             )));
         }
-        if !pod.addrs.contains(&(pod_ip, 32)) {
+        let len = if pod_ip.is_ipv4() { 32 } else { 128 };
+        if !pod.addrs.contains(&(pod_ip, len)) {
             return Err(fail(format!(
-                "{} lacks {pod_ip}/32 (has {:?})",
-                env.ifname, pod.addrs
+                "{ifname} lacks {pod_ip}/{len} (has {:?})",
+                pod.addrs
             )));
         }
         Ok(())

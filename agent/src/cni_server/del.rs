@@ -21,9 +21,11 @@ impl AgentState {
         // The Port first: if our API is unreachable the DEL fails and is retried, with the
         // local state (and the record naming the Port) still in place.
         if let Some(v) = alloc.as_ref().and_then(|a| a.vpc.as_ref()) {
-            match &self.api {
-                Some(api) => api.delete_port(&v.port).await?,
-                None => tracing::warn!(port = %v.port, "no API configured: the Port is left behind"),
+            for port in v.ports() {
+                match &self.api {
+                    Some(api) => api.delete_port(port).await?,
+                    None => tracing::warn!(%port, "no API configured: the Port is left behind"),
+                }
             }
         }
         // sdn_ports is keyed by the host veth's ifindex. The runtime may have deleted the
@@ -42,7 +44,7 @@ impl AgentState {
                 .map_err(|e| internal("removing map entries failed", e))?;
         }
         if let Some(a) = &alloc {
-            self.remove_maps(None, a.ip, a.vpc.as_ref())
+            self.remove_maps(None, &a.fabric_ips(), a.vpc.as_ref())
                 .map_err(|e| internal("removing map entries failed", e))?;
         }
         self.datapath()

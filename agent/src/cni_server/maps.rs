@@ -1,6 +1,6 @@
 //! The datapath map entries of one attachment.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use cozyplane_bpf::maps::bridges::BridgesMap;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
@@ -10,20 +10,28 @@ use super::AgentState;
 use crate::ipam::VpcAttachment;
 
 impl AgentState {
-    /// The map entries of one attachment: `fabric` is the node-block address; a VPC pod's
-    /// endpoint is its VPC address in its VNI, and the fabric address is bridged to it.
+    /// The map entries of one attachment: `fabric` are the node-block addresses (one per
+    /// family); a VPC pod's endpoints are its VPC addresses in its VNI, and each fabric
+    /// address is bridged to the VPC address of its family (a family the VPC lacks gets no
+    /// bridge: that would be NAT46).
     pub(super) fn write_maps(
         &self,
         ifindex: u32,
-        fabric: Ipv4Addr,
+        fabric: &[IpAddr],
         vpc: Option<&VpcAttachment>,
         mac: [u8; 6],
     ) -> Result<(), aya::maps::MapError> {
-        let (net, ip) = vpc.map_or((0, fabric), |v| (v.vni, v.ip));
-        // Endpoint first: once the port exists, sdn_from_pod checks the source against it.
-        EndpointsMap::from_pin(&self.pin_dir)?.upsert(net, IpAddr::V4(ip), ifindex, mac)?;
-        if vpc.is_some() {
-            BridgesMap::from_pin(&self.pin_dir)?.upsert(IpAddr::V4(fabric), net, IpAddr::V4(ip))?;
+        let (net, ips) = endpoint_ips(fabric, vpc);
+        // Endpoints first: once the port exists, sdn_from_pod checks the source against them.
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        for ip in ips {
+            eps.upsert(net, ip, ifindex, mac)?;
+        }
+        if let Some(v) = vpc {
+            let mut br = BridgesMap::from_pin(&self.pin_dir)?;
+            for (f, ip) in bridged(fabric, v) {
+                br.upsert(f, net, ip)?;
+            }
         }
         PortsMap::from_pin(&self.pin_dir)?.set(ifindex, net)
     }
@@ -65,17 +73,39 @@ impl AgentState {
     pub(super) fn remove_maps(
         &self,
         ifindex: Option<u32>,
-        fabric: Ipv4Addr,
+        fabric: &[IpAddr],
         vpc: Option<&VpcAttachment>,
     ) -> Result<(), aya::maps::MapError> {
         if let Some(i) = ifindex {
             PortsMap::from_pin(&self.pin_dir)?.remove(i)?;
         }
-        let (net, ip) = vpc.map_or((0, fabric), |v| (v.vni, v.ip));
-        EndpointsMap::from_pin(&self.pin_dir)?.remove(net, IpAddr::V4(ip))?;
+        let (net, ips) = endpoint_ips(fabric, vpc);
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        for ip in ips {
+            eps.remove(net, ip)?;
+        }
         if vpc.is_some() {
-            BridgesMap::from_pin(&self.pin_dir)?.remove(IpAddr::V4(fabric))?;
+            let mut br = BridgesMap::from_pin(&self.pin_dir)?;
+            for f in fabric {
+                br.remove(*f)?;
+            }
         }
         Ok(())
     }
+}
+
+/// The net and the addresses the pod sends from: its VPC addresses, else its fabric ones.
+pub(super) fn endpoint_ips(fabric: &[IpAddr], vpc: Option<&VpcAttachment>) -> (u32, Vec<IpAddr>) {
+    match vpc {
+        Some(v) => (v.vni, v.ips().collect()),
+        None => (0, fabric.to_vec()),
+    }
+}
+
+/// Each fabric address with the VPC address of its family.
+pub(super) fn bridged(fabric: &[IpAddr], v: &VpcAttachment) -> Vec<(IpAddr, IpAddr)> {
+    fabric
+        .iter()
+        .filter_map(|f| Some((*f, v.ips().find(|ip| ip.is_ipv4() == f.is_ipv4())?)))
+        .collect()
 }

@@ -176,16 +176,31 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CniError {
 
 impl AgentState {
     /// Start-up: sysctls, tunnel device, datapath (reusing pins), IPAM, reconciliation.
-    pub async fn start(cfg: &AgentConfig, block: Block, api: Option<ApiClients>) -> Result<Self, StartError> {
+    pub async fn start(
+        cfg: &AgentConfig,
+        block: Block,
+        block6: Option<crate::ipam::Block6>,
+        api: Option<ApiClients>,
+    ) -> Result<Self, StartError> {
         // The host stack forwards net-0 traffic between pods and to the tunnel.
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| StartError::Io {
             what: "enable net.ipv4.ip_forward".into(),
             source,
         })?;
+        // Only with an IPv6 fabric: forwarding turns off accepting router advertisements on
+        // interfaces that rely on them, which a single-stack node need not risk.
+        if block6.is_some() {
+            std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1").map_err(|source| {
+                StartError::Io {
+                    what: "enable net.ipv6.conf.all.forwarding".into(),
+                    source,
+                }
+            })?;
+        }
         let netdev = NetDev::new()?;
         let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
         // The tunnel's outer family is this node's tunnel address's.
-        let overhead = cfg.tunnel.overhead(cfg.node_ip.map(std::net::IpAddr::V4));
+        let overhead = cfg.tunnel.overhead(cfg.node_ip);
         let mtu = underlay.saturating_sub(overhead).max(576);
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
@@ -199,7 +214,21 @@ impl AgentState {
         // device MAC: it addresses overlay frames to `tunnel_mac` and the receiving program
         // redirects them whatever their destination MAC.
         let dev_mac = cfg.node_ip.map_or(dp_cfg.tunnel_mac, |ip| {
-            let o = ip.octets();
+            // An IPv6 node address folded into four bytes (XOR of its 32-bit words) with the
+            // top bit set: `fd77::1` must not become `02:cf:00:00:00:01`, the gateway MAC
+            // the datapath writes as inner source of every encapsulated frame.
+            let o = match ip {
+                std::net::IpAddr::V4(v4) => v4.octets(),
+                std::net::IpAddr::V6(v6) => {
+                    let w = v6.octets().chunks(4).fold([0u8; 4], |mut acc, c| {
+                        for (a, b) in acc.iter_mut().zip(c) {
+                            *a ^= b;
+                        }
+                        acc
+                    });
+                    [w[0] | 0x80, w[1], w[2], w[3]]
+                }
+            };
             [0x02, 0xcf, o[0], o[1], o[2], o[3]]
         });
         let tunnel = netdev
@@ -221,7 +250,8 @@ impl AgentState {
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
         crate::datapath::netfilter::install(dp_cfg.dnat_mark, HOST_VETH_PREFIX).await?;
-        let ipam = Ipam::open(&cfg.state_dir, block)?;
+        let mut ipam = Ipam::open(&cfg.state_dir, block)?;
+        ipam.set_block6(block6);
         let state = Self {
             ipam: std::sync::Mutex::new(ipam),
             ipam_saved: tokio::sync::Mutex::new(0),

@@ -1,7 +1,7 @@
 //! Start-up reconciliation: the kernel state made to match the IPAM records.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use cozyplane_bpf::maps::bridges::BridgesMap;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
@@ -41,7 +41,7 @@ impl AgentState {
             }
         }
         let mut live_ifindex = BTreeSet::new();
-        let mut live_eps: BTreeSet<(u32, Ipv4Addr)> = BTreeSet::new();
+        let mut live_eps: BTreeSet<(u32, IpAddr)> = BTreeSet::new();
         let mut live_bridges = BTreeSet::new();
         let (mut kept, mut released) = (0, 0);
         for a in allocs {
@@ -58,24 +58,26 @@ impl AgentState {
                 (Some(l), Some(mac)) => {
                     live_ifindex.insert(l.index);
                     self.ipam().set_host_ifindex(a.ip, l.index);
-                    match &a.vpc {
-                        None => live_eps.insert((0, a.ip)),
-                        Some(v) => {
-                            live_bridges.insert(a.ip);
-                            live_eps.insert((v.vni, v.ip))
-                        }
-                    };
+                    let fabric = a.fabric_ips();
+                    let (net, ips) = super::maps::endpoint_ips(&fabric, a.vpc.as_ref());
+                    live_eps.extend(ips.into_iter().map(|ip| (net, ip)));
+                    if a.vpc.is_some() {
+                        live_bridges.extend(fabric.iter().copied());
+                    }
                     let res = async {
                         self.datapath().attach_pod(&host).map_err(|e| e.to_string())?;
                         // Pinned TCX links are what agents before cls_bpf attach left; the
                         // filters replace them (unpinned, the links go).
                         self.datapath().detach(&host).map_err(|e| e.to_string())?;
-                        self.write_maps(l.index, a.ip, a.vpc.as_ref(), mac)
+                        self.write_maps(l.index, &fabric, a.vpc.as_ref(), mac)
                             .map_err(|e| e.to_string())?;
-                        self.netdev
-                            .pod_host_routes(l.index, a.ip, mac)
-                            .await
-                            .map_err(|e| e.to_string())
+                        for ip in &fabric {
+                            self.netdev
+                                .pod_host_routes(l.index, *ip, mac)
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                        Ok::<_, String>(())
                     }
                     .await;
                     if let Err(e) = res {
@@ -87,11 +89,13 @@ impl AgentState {
                 _ => {
                     let _ = self.datapath().detach(&host);
                     let _ = self.netdev.delete(&host).await;
-                    let _ = self.remove_maps(None, a.ip, a.vpc.as_ref());
-                    if let (Some(v), Some(api)) = (&a.vpc, &self.api)
-                        && let Err(e) = api.discard_port(&v.port).await
-                    {
-                        tracing::warn!(port = %v.port, "reconcile: {e}");
+                    let _ = self.remove_maps(None, &a.fabric_ips(), a.vpc.as_ref());
+                    if let (Some(v), Some(api)) = (&a.vpc, &self.api) {
+                        for port in v.ports() {
+                            if let Err(e) = api.discard_port(port).await {
+                                tracing::warn!(%port, "reconcile: {e}");
+                            }
+                        }
                     }
                     self.ipam().release(&a.container_id, &a.ifname);
                     released += 1;
@@ -111,27 +115,27 @@ impl AgentState {
             }
         }
         if let Ok(mut eps) = EndpointsMap::from_pin(&self.pin_dir) {
-            let stale: Vec<(u32, Ipv4Addr)> = eps
+            let stale: Vec<(u32, IpAddr)> = eps
                 .inner()
                 .keys()
                 .filter_map(Result::ok)
-                .filter_map(|k| Some((k.net, k.ip.to_v4()?)))
+                .map(|k| (k.net, IpAddr::from(k.ip)))
                 .filter(|k| !live_eps.contains(k))
                 .collect();
             for (net, ip) in stale {
-                let _ = eps.remove(net, IpAddr::V4(ip));
+                let _ = eps.remove(net, ip);
             }
         }
         if let Ok(mut br) = BridgesMap::from_pin(&self.pin_dir) {
-            let stale: Vec<Ipv4Addr> = br
+            let stale: Vec<IpAddr> = br
                 .inner()
                 .keys()
                 .filter_map(Result::ok)
-                .filter_map(cozyplane_bpf::Addr::to_v4)
+                .map(IpAddr::from)
                 .filter(|ip| !live_bridges.contains(ip))
                 .collect();
             for ip in stale {
-                let _ = br.remove(IpAddr::V4(ip));
+                let _ = br.remove(ip);
             }
         }
         if let Err(e) = self.persist().await {

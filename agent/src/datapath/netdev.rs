@@ -19,15 +19,16 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock, mpsc};
 
 use futures::TryStreamExt as _;
-use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags};
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::route::{
-    RouteAttribute, RouteFlags, RouteIpTunnel, RouteLwEnCapType, RouteLwTunnelEncap, RouteScope,
+    RouteAttribute, RouteFlags, RouteIp6Tunnel, RouteIp6TunnelFlags, RouteIpTunnel, RouteLwEnCapType,
+    RouteLwTunnelEncap, RouteScope,
 };
 use nix::sched::{CloneFlags, setns};
 use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
@@ -36,6 +37,9 @@ use crate::config::TunnelKind;
 
 /// The gateway every pod routes through (`DatapathConfig::gw_ipv4`).
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// The IPv6 gateway every pod routes through (the datapath's `SDN_GW6`): link-local, owned by
+/// no interface; the datapath answers its neighbour solicitations.
+pub const GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
 /// Failures of netlink work.
 #[derive(Debug, thiserror::Error)]
@@ -251,18 +255,19 @@ impl NetDev {
     }
 
     /// Create the veth pair of a pod: `host` stays here, the peer moves into `netns` as
-    /// `ifname` with `ip/32` (and `mac`, if given) and routes via [`GATEWAY`]; the host gets a
-    /// /32 route and permanent neighbour for `host_ip` (the fabric address: the pod's own
-    /// address on net 0, the bridged one for a VPC pod). Returns (host link, pod MAC).
+    /// `ifname` with `ips` (one per family, /32 or /128; and `mac`, if given) and a default
+    /// route per family via [`GATEWAY`] or [`GATEWAY6`]; the host gets a host route and
+    /// permanent neighbour for each of `host_ips` (the fabric addresses: the pod's own on
+    /// net 0, the bridged ones for a VPC pod). Returns (host link, pod MAC).
     #[allow(clippy::too_many_arguments)]
     pub async fn create_pod_veth(
         &self,
         host: &str,
         netns: &str,
         ifname: &str,
-        ip: Ipv4Addr,
+        ips: &[IpAddr],
         mac: Option<[u8; 6]>,
-        host_ip: Ipv4Addr,
+        host_ips: &[IpAddr],
         mtu: u32,
     ) -> Result<(LinkInfo, [u8; 6]), NetdevError> {
         use std::os::fd::AsRawFd as _;
@@ -292,6 +297,7 @@ impl NetDev {
             .map_err(nl(format!("create veth {host} with {ifname} in {netns}")))?;
 
         let ifname_owned = ifname.to_string();
+        let ips = ips.to_vec();
         let pod_mac = self
             .in_netns(netns, move |h| async move {
                 let l = link_by_name(&h, &ifname_owned)
@@ -304,19 +310,9 @@ impl NetDev {
                 )
                 .await
                 .map_err(nl(format!("up {ifname_owned}")))?;
-                in_turn(h.address().add(l.index, IpAddr::V4(ip), 32).execute())
-                    .await
-                    .map_err(nl(format!("address {ip}/32")))?;
-                // `onlink`: the gateway needs no route of its own to be reachable on eth0
-                // (one RTNL round trip fewer per pod than an extra /32 route).
-                let mut default = RouteMessageBuilder::<Ipv4Addr>::new()
-                    .gateway(GATEWAY)
-                    .output_interface(l.index)
-                    .build();
-                default.header.flags |= RouteFlags::Onlink;
-                in_turn(h.route().add(default).execute())
-                    .await
-                    .map_err(nl("default route"))?;
+                for ip in ips {
+                    pod_address(&h, l.index, ip).await?;
+                }
                 Ok(l.mac)
             })
             .await?;
@@ -325,7 +321,9 @@ impl NetDev {
             .link(host)
             .await?
             .ok_or_else(|| NetdevError::Missing(format!("host veth {host} missing")))?;
-        self.pod_host_routes(host_link.index, host_ip, pod_mac).await?;
+        for ip in host_ips {
+            self.pod_host_routes(host_link.index, *ip, pod_mac).await?;
+        }
         Ok((host_link, pod_mac))
     }
 
@@ -336,21 +334,36 @@ impl NetDev {
     pub async fn remote_block_route(
         &self,
         tunnel: u32,
-        (block, len): (Ipv4Addr, u8),
+        (block, len): (IpAddr, u8),
         vni: u32,
-        node: Ipv4Addr,
+        node: IpAddr,
     ) -> Result<(), NetdevError> {
-        let mut msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(block, len)
-            .output_interface(tunnel)
-            .scope(RouteScope::Link)
-            .build();
-        msg.attributes
-            .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
-        msg.attributes.push(RouteAttribute::Encap(vec![
-            RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
-            RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
-        ]));
+        // The tunnel key's family is the node's (the underlay's), whatever the block's: a v6
+        // block over a v4 underlay, or the reverse, is fine.
+        let mut msg = block_route(tunnel, block, len);
+        match node {
+            IpAddr::V4(node) => {
+                msg.attributes
+                    .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip));
+                msg.attributes.push(RouteAttribute::Encap(vec![
+                    RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
+                    RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
+                ]));
+            }
+            IpAddr::V6(node) => {
+                msg.attributes
+                    .push(RouteAttribute::EncapType(RouteLwEnCapType::Ip6));
+                msg.attributes.push(RouteAttribute::Encap(vec![
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Id(u64::from(vni))),
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Destination(node)),
+                    // An outer UDP checksum: a zero one over IPv6 is dropped by a receiver
+                    // without udp6zerocsumrx (the datapath's own encap asks the same).
+                    RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Flags(
+                        RouteIp6TunnelFlags::Key | RouteIp6TunnelFlags::Checksum,
+                    )),
+                ]));
+            }
+        }
         in_turn(self.h.route().add(msg).replace().execute())
             .await
             .map_err(nl(format!("route {block}/{len} via {node}")))
@@ -360,13 +373,9 @@ impl NetDev {
     pub async fn remove_remote_block_route(
         &self,
         tunnel: u32,
-        (ip, len): (Ipv4Addr, u8),
+        (ip, len): (IpAddr, u8),
     ) -> Result<(), NetdevError> {
-        let msg = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(ip, len)
-            .output_interface(tunnel)
-            .scope(RouteScope::Link)
-            .build();
+        let msg = block_route(tunnel, ip, len);
         match in_turn(self.h.route().del(msg).execute()).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -374,25 +383,27 @@ impl NetDev {
         }
     }
 
-    /// The host-side /32 route and permanent neighbour of a pod (replace: idempotent).
-    pub async fn pod_host_routes(
-        &self,
-        index: u32,
-        ip: Ipv4Addr,
-        pod_mac: [u8; 6],
-    ) -> Result<(), NetdevError> {
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(ip, 32)
-            .output_interface(index)
-            .scope(RouteScope::Link)
-            .build();
+    /// The host-side host route (/32, /128) and permanent neighbour of a pod (replace:
+    /// idempotent).
+    pub async fn pod_host_routes(&self, index: u32, ip: IpAddr, pod_mac: [u8; 6]) -> Result<(), NetdevError> {
+        let route = match ip {
+            IpAddr::V4(v4) => RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(v4, 32)
+                .output_interface(index)
+                .scope(RouteScope::Link)
+                .build(),
+            IpAddr::V6(v6) => RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(v6, 128)
+                .output_interface(index)
+                .build(),
+        };
         in_turn(self.h.route().add(route).replace().execute())
             .await
-            .map_err(nl(format!("host route {ip}/32")))?;
+            .map_err(nl(format!("host route {ip}")))?;
         in_turn(
             self.h
                 .neighbours()
-                .add(index, IpAddr::V4(ip))
+                .add(index, ip)
                 .link_layer_address(&pod_mac)
                 .state(NeighbourState::Permanent)
                 .replace()
@@ -413,8 +424,14 @@ impl NetDev {
             let mut s = h.address().get().set_link_index_filter(link.index).execute();
             while let Some(m) = s.try_next().await.map_err(nl("list addresses"))? {
                 for a in &m.attributes {
-                    if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
-                        addrs.push((*v4, m.header.prefix_len));
+                    match a {
+                        AddressAttribute::Address(ip @ IpAddr::V4(_)) => {
+                            addrs.push((*ip, m.header.prefix_len));
+                        }
+                        AddressAttribute::Address(ip @ IpAddr::V6(v6)) if !v6.is_unicast_link_local() => {
+                            addrs.push((*ip, m.header.prefix_len));
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -514,8 +531,59 @@ fn open_in(path: &str, home: &File) -> Opened {
 pub struct PodSide {
     /// The pod interface.
     pub link: LinkInfo,
-    /// Its IPv4 addresses with prefix lengths.
-    pub addrs: Vec<(Ipv4Addr, u8)>,
+    /// Its addresses with prefix lengths (IPv6 link-local ones left out).
+    pub addrs: Vec<(IpAddr, u8)>,
+}
+
+/// A route to another node's block out of the tunnel device.
+fn block_route(tunnel: u32, block: IpAddr, len: u8) -> netlink_packet_route::route::RouteMessage {
+    match block {
+        IpAddr::V4(b) => RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(b, len)
+            .output_interface(tunnel)
+            .scope(RouteScope::Link)
+            .build(),
+        IpAddr::V6(b) => RouteMessageBuilder::<Ipv6Addr>::new()
+            .destination_prefix(b, len)
+            .output_interface(tunnel)
+            .build(),
+    }
+}
+
+/// One address of the pod interface and the default route of its family. IPv6: without
+/// duplicate address detection (the VPC or the node block hands each address out once, and
+/// a tentative address could not send for a second or more).
+async fn pod_address(h: &Handle, index: u32, ip: IpAddr) -> Result<(), NetdevError> {
+    let mut add = h.address().add(index, ip, if ip.is_ipv4() { 32 } else { 128 });
+    if ip.is_ipv6() {
+        add.message_mut().header.flags |= AddressHeaderFlags::Nodad;
+        add.message_mut()
+            .attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+    }
+    in_turn(add.execute())
+        .await
+        .map_err(nl(format!("address {ip}")))?;
+    let default = match ip {
+        // `onlink`: the gateway needs no route of its own to be reachable on eth0 (one RTNL
+        // round trip fewer per pod than an extra /32 route).
+        IpAddr::V4(_) => {
+            let mut r = RouteMessageBuilder::<Ipv4Addr>::new()
+                .gateway(GATEWAY)
+                .output_interface(index)
+                .build();
+            r.header.flags |= RouteFlags::Onlink;
+            r
+        }
+        // A link-local gateway is on-link by definition.
+        IpAddr::V6(_) => RouteMessageBuilder::<Ipv6Addr>::new()
+            .gateway(GATEWAY6)
+            .output_interface(index)
+            .build(),
+    };
+    in_turn(h.route().add(default).execute())
+        .await
+        .map_err(nl(format!("default route via the gateway of {ip}")))
 }
 
 async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkInfo>, NetdevError> {

@@ -54,3 +54,11 @@ DECLARE_CONFIG(__u32, dnat_mark,
 #define SDN_GW_PORT_TRIES	8
 
 #define SDN_TUNNEL_TTL		64
+
+/* The IPv6 link-local gateway of every pod, fe80::1 (the agent's GATEWAY6):
+ * its neighbour solicitations are answered in eBPF (lib/ndp.h), and the fabric
+ * bridge masquerades IPv6 clients to it. The first and last 32-bit words in
+ * network byte order; the middle two are zero.
+ */
+#define SDN_GW6_W0		__builtin_bswap32(0xfe800000)
+#define SDN_GW6_W3		__builtin_bswap32(0x00000001)

@@ -9,6 +9,7 @@ pub const ETH_IPV6: u16 = 0x86dd;
 pub const TCP: u8 = 6;
 pub const UDP: u8 = 17;
 pub const ICMP: u8 = 1;
+pub const ICMPV6: u8 = 58;
 
 fn fold(mut sum: u32) -> u16 {
     while sum > 0xffff {
@@ -52,7 +53,7 @@ fn l4(proto: u8, sport: u16, dport: u16, icmp_type: u8) -> Vec<u8> {
             h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
             h.extend_from_slice(&[0, 0]);
         }
-        ICMP => {
+        ICMP | ICMPV6 => {
             h.extend_from_slice(&[icmp_type, 0, 0, 0]);
             h.extend_from_slice(&sport.to_be_bytes());
             h.extend_from_slice(&1u16.to_be_bytes());
@@ -301,4 +302,132 @@ pub fn reassemble(frags: &[Vec<u8>]) -> (Ipv4Addr, Ipv4Addr, u8, Vec<u8>) {
         payload.extend_from_slice(&f[20..]);
     }
     (src, dst, frags[0][9], payload)
+}
+
+/// An Ethernet/IPv6 packet (TCP, UDP or ICMPv6 echo) with a valid checksum.
+#[allow(clippy::too_many_arguments, reason = "a packet has that many fields")]
+pub fn ipv6(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    proto: u8,
+    sport: u16,
+    dport: u16,
+    icmp_type: u8,
+) -> Vec<u8> {
+    let mut seg = l4(proto, sport, dport, icmp_type);
+    let sum = sum16(&seg) + sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32;
+    let off = l4_csum_off(proto);
+    seg[off..off + 2].copy_from_slice(&fold(sum).to_be_bytes());
+    v6_frame(src_mac, dst_mac, src, dst, proto, 64, &seg)
+}
+
+fn v6_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    proto: u8,
+    hops: u8,
+    seg: &[u8],
+) -> Vec<u8> {
+    let mut p = eth(dst_mac, src_mac, ETH_IPV6);
+    p.extend_from_slice(&[0x60, 0, 0, 0]);
+    p.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+    p.extend_from_slice(&[proto, hops]);
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(seg);
+    p
+}
+
+/// A neighbour solicitation from `sha`/`src` for `target` to its solicited-node address,
+/// with the source link-layer option if `option`.
+pub fn neighbour_solicitation(sha: [u8; 6], src: Ipv6Addr, target: Ipv6Addr, option: bool) -> Vec<u8> {
+    let t = target.octets();
+    let snm = Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
+    let mut seg = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    seg.extend_from_slice(&t);
+    if option {
+        seg.extend_from_slice(&[1, 1]);
+        seg.extend_from_slice(&sha);
+    }
+    let sum =
+        sum16(&seg) + sum16(&src.octets()) + sum16(&snm.octets()) + u32::from(ICMPV6) + seg.len() as u32;
+    seg[2..4].copy_from_slice(&fold(sum).to_be_bytes());
+    let o = snm.octets();
+    v6_frame(
+        sha,
+        [0x33, 0x33, o[12], o[13], o[14], o[15]],
+        src,
+        snm,
+        ICMPV6,
+        255,
+        &seg,
+    )
+}
+
+/// Parsed view of an Ethernet/IPv6 packet without extension headers.
+#[derive(Debug, PartialEq, Eq)]
+pub struct V6 {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub proto: u8,
+    /// TCP/UDP ports; ICMPv6: the type, then the echo id in both.
+    pub sport: u16,
+    pub dport: u16,
+    pub icmp_type: u8,
+}
+
+pub fn parse_v6(p: &[u8]) -> V6 {
+    assert_eq!(u16::from_be_bytes([p[12], p[13]]), ETH_IPV6, "not IPv6");
+    let ip = &p[14..];
+    let proto = ip[6];
+    let l4 = &ip[40..];
+    let (sport, dport) = if proto == ICMPV6 {
+        let id = u16::from_be_bytes([l4[4], l4[5]]);
+        (id, id)
+    } else {
+        (
+            u16::from_be_bytes([l4[0], l4[1]]),
+            u16::from_be_bytes([l4[2], l4[3]]),
+        )
+    };
+    let a = |o: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&ip[o..o + 16]).unwrap());
+    V6 {
+        dst_mac: p[0..6].try_into().unwrap(),
+        src_mac: p[6..12].try_into().unwrap(),
+        src: a(8),
+        dst: a(24),
+        proto,
+        sport,
+        dport,
+        icmp_type: if proto == ICMPV6 { l4[0] } else { 0 },
+    }
+}
+
+/// The L4 checksum of an IPv6 packet verifies, and the payload length is the segment's.
+pub fn assert_v6_checksums(p: &[u8]) {
+    let ip = &p[14..54];
+    let seg = &p[54..];
+    assert_eq!(
+        usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        seg.len(),
+        "payload length"
+    );
+    let proto = ip[6];
+    let sum = sum16(seg) + sum16(&ip[8..40]) + u32::from(proto) + seg.len() as u32;
+    assert_eq!(fold(sum), 0, "L4 checksum (proto {proto})");
 }

@@ -107,7 +107,14 @@ pub(crate) async fn pod_with(
     let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
     let fabric = result_ip(&result).unwrap();
-    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": [{"ip": fabric.to_string()}],
+    // Every address of the result, as kubelet reports them (one per family).
+    let pod_ips: Vec<serde_json::Value> = result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| Some(json!({"ip": i["address"].as_str()?.split('/').next()?})))
+        .collect();
+    let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": pod_ips,
         "hostIP": n.ip.to_string(), "phase": "Running" } });
     Api::<Pod>::namespaced(cp.kube.clone(), ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
@@ -161,7 +168,21 @@ pub(crate) async fn tenant(cp: &Cp, ns: &str, vpc: &str, cidr: &str) {
     tenant_ranges(cp, ns, vpc, &[cidr]).await;
 }
 
-/// [`tenant`] with a VPC of several ranges.
+/// The addresses of a pod's `eth0` (global scope: IPv6 link-local left out), as the pod
+/// sees them.
+pub(crate) fn pod_addrs(p: &LabPod) -> Vec<std::net::IpAddr> {
+    let out =
+        p.ns.ip_ok(&["-o", "addr", "show", "dev", "eth0", "scope", "global"]);
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip_while(|w| *w != "inet" && *w != "inet6");
+            w.next()?;
+            w.next()?.split('/').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// [`tenant`] with a VPC of several ranges (e.g. one per family: dual stack).
 pub(crate) async fn tenant_ranges(cp: &Cp, ns: &str, vpc: &str, cidrs: &[&str]) {
     let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cp.kube.clone());
     nss.create(
