@@ -1,6 +1,6 @@
 //! Command-line configuration.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use crate::ipam::{Block, Block6};
@@ -153,7 +153,10 @@ mod tests {
     fn overhead_follows_the_underlay_family() {
         for kind in [TunnelKind::Vxlan, TunnelKind::Geneve] {
             assert_eq!(kind.overhead(None), 50);
-            assert_eq!(kind.overhead(Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)))), 50);
+            assert_eq!(
+                kind.overhead(Some(IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)))),
+                50
+            );
             assert_eq!(kind.overhead(Some("2001:db8::1".parse().unwrap())), 70);
         }
     }

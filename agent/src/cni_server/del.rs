@@ -58,7 +58,9 @@ impl AgentState {
         // Nothing here uses the address any more: the server may release it. Before the record
         // goes, so a failure is retried by the runtime's next DEL.
         if let (Some(v), Some(api)) = (alloc.as_ref().and_then(|a| a.vpc.as_ref()), &self.api) {
-            api.release_port(&v.port).await?;
+            for port in v.ports() {
+                api.release_port(port).await?;
+            }
         }
         self.ipam().release(container_id, ifname);
         self.persist().await

@@ -37,15 +37,21 @@ impl AgentState {
     }
 
     /// Severs every attachment of this node whose record names Port `port` ([`crate::sever`]):
-    /// its VPC endpoint gets `SDN_EP_F_SEVERED`, if it is still that attachment's (same veth).
+    /// the VPC endpoint of the address that Port holds (a dual-stack attachment has one Port
+    /// per family) gets `SDN_EP_F_SEVERED`, if it is still that attachment's (same veth).
     /// Returns how many were severed.
     pub(crate) fn sever_port(&self, port: &str) -> Result<usize, aya::maps::MapError> {
-        let owned: Vec<(u32, u32, Ipv4Addr)> = self
+        let owned: Vec<(u32, u32, IpAddr)> = self
             .ipam()
             .all()
             .filter_map(|a| {
-                let v = a.vpc.as_ref().filter(|v| v.port == port)?;
-                Some((a.host_ifindex?, v.vni, v.ip))
+                let v = a.vpc.as_ref()?;
+                let ip = if v.port == port {
+                    v.ip
+                } else {
+                    v.other.as_ref().filter(|o| o.port == port)?.ip
+                };
+                Some((a.host_ifindex?, v.vni, ip))
             })
             .collect();
         if owned.is_empty() {
@@ -54,18 +60,19 @@ impl AgentState {
         let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
         let mut n = 0;
         for (ifindex, vni, ip) in owned {
-            if eps.sever(vni, IpAddr::V4(ip), ifindex)? {
+            if eps.sever(vni, ip, ifindex)? {
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    /// The Ports this node's attachment records name.
+    /// The Ports this node's attachment records name (both of a dual-stack attachment).
     pub(crate) fn recorded_ports(&self) -> Vec<String> {
         self.ipam()
             .all()
-            .filter_map(|a| Some(a.vpc.as_ref()?.port.clone()))
+            .filter_map(|a| a.vpc.as_ref())
+            .flat_map(|v| v.ports().map(str::to_string))
             .collect()
     }
 
