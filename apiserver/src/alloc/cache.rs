@@ -492,11 +492,6 @@ async fn follow<F: Follow>(weak: Weak<ClaimCache>) {
     }
 }
 
-/// Whether a pool (by name) holds `v`, for tests.
-pub fn is_taken(c: &ClaimCache, name: &str, v: u128) -> bool {
-    pool::lock(&c.pool(name)).is_taken(v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

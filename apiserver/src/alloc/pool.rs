@@ -70,16 +70,6 @@ impl Pool {
         }
     }
 
-    /// Whether `v` is taken, as far as this process knows.
-    pub fn is_taken(&self, v: u128) -> bool {
-        self.taken.contains(v)
-    }
-
-    /// How many values are taken.
-    pub fn taken_len(&self) -> u128 {
-        self.taken.len()
-    }
-
     /// Picks the first free value of `range` (from the top if `down`) that is not in flight
     /// and not in `avoid`, and marks it in flight.
     pub fn pick(&mut self, range: (u128, u128), down: bool, avoid: &BTreeSet<u128>) -> Option<u128> {
