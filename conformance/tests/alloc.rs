@@ -278,15 +278,20 @@ async fn alloc_04_a_stale_vpc_cache_never_fails_a_create() {
         ports.create(&pp, &port("grow", "")).await.unwrap().spec.ip,
         "10.40.0.2"
     );
+    // One range per family: the IPv6 range is replaced each round (its Port gone first).
     for i in 1..=10 {
-        let cidr = format!("10.41.{i}.0/24");
+        let cidr = format!("fd41:{i}::/64");
         let patch = serde_json::json!({"spec": {"cidrs": ["10.40.0.0/24", cidr]}});
         vpcs.patch("grow", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
-        let want = format!("10.41.{i}.5");
+        let want = format!("fd41:{i}::5");
         let p = ports.create(&pp, &port("grow", &want)).await.unwrap();
         assert_eq!(p.spec.ip, want);
+        ports
+            .delete(p.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+            .await
+            .unwrap();
     }
     for i in 0..5 {
         let cidr = format!("10.50.{i}.0/24");

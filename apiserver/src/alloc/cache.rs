@@ -32,8 +32,9 @@ use super::pool::{self, SharedPool};
 use super::{CLAIMS, addr, storage_error};
 use crate::errors::{ApiError, Result};
 
-/// How long a create waits for the first listing of the claims.
-const READY_WAIT: Duration = Duration::from_secs(10);
+/// How long a create waits for the first listing of the claims (a stalled disk under a loaded
+/// etcd can take seconds; a create the store would have served must not fail for it).
+const READY_WAIT: Duration = Duration::from_secs(30);
 /// How often an idle watch reports progress (and so notices a dropped cache).
 const PROGRESS: Duration = Duration::from_secs(1);
 /// Pause before a failed list-and-watch starts over.
