@@ -115,13 +115,13 @@ impl Authenticator {
         headers: &HeaderMap,
         peer: Option<&PeerCertificates>,
     ) -> Result<Authenticated, AuthnError> {
-        let chain = peer.map(|p| p.0.as_slice()).unwrap_or_default();
+        let chain = peer.map(PeerCertificates::chain).unwrap_or_default();
         let now = UnixTime::now();
         let certs = self.certs.current();
         let mut failure = None;
 
         if let Some(front_proxy) = &certs.request_header {
-            match front_proxy.authenticate(headers, chain, now) {
+            match front_proxy.authenticate(headers, peer, now) {
                 Ok(Some(user)) => {
                     return Ok(Authenticated {
                         user: user.with_authenticated_group(),
@@ -133,8 +133,8 @@ impl Authenticator {
             }
         }
 
-        if let (Some(client_ca), false) = (&certs.client_ca, chain.is_empty()) {
-            match client_ca.verify(chain, now) {
+        if let (Some(client_ca), Some(peer), false) = (&certs.client_ca, peer, chain.is_empty()) {
+            match client_ca.verify_peer(peer, now) {
                 Ok(identity) if identity.common_name.is_empty() => {
                     failure.get_or_insert(AuthnError::Certificate(CertError::EmptyCommonName));
                 }

@@ -50,4 +50,6 @@ pub use request_header::{
 pub use status::{authorizer_unavailable, forbidden, status_response, unauthorized};
 pub use token::{DEFAULT_TOKEN_CACHE_TTL, TokenReviewAuthenticator};
 pub use user::{ANONYMOUS_USER, AUTHENTICATED_GROUP, MASTERS_GROUP, UNAUTHENTICATED_GROUP, UserInfo};
-pub use x509::{CaBundle, CertError, CertIdentity, PeerCertificates, client_cert_verifier};
+pub use x509::{
+    CaBundle, CertError, CertIdentity, PeerCertificates, chain_verifications_total, client_cert_verifier,
+};

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 
 use http::HeaderMap;
 use percent_encoding::percent_decode_str;
-use rustls_pki_types::{CertificateDer, UnixTime};
+use rustls_pki_types::UnixTime;
 
 use crate::{
     user::UserInfo,
-    x509::{CaBundle, CertError},
+    x509::{CaBundle, CertError, PeerCertificates},
 };
 
 /// Default username header (`--requestheader-username-headers`).
@@ -65,16 +65,18 @@ impl RequestHeaderConfig {
     pub fn authenticate(
         &self,
         headers: &HeaderMap,
-        chain: &[CertificateDer<'_>],
+        peer: Option<&PeerCertificates>,
         now: UnixTime,
     ) -> Result<Option<UserInfo>, CertError> {
         let Some(name) = first_value(headers, &self.username_headers) else {
             return Ok(None);
         };
-        if chain.is_empty() {
+        let Some(peer) = peer.filter(|p| !p.chain().is_empty()) else {
             return Ok(None);
-        }
-        let identity = self.client_ca.verify(chain, now)?;
+        };
+        // The chain is verified once per connection; the allowed names are checked per
+        // request, against the configuration in force now.
+        let identity = self.client_ca.verify_peer(peer, now)?;
         if !self.allowed_names.is_empty() && !self.allowed_names.contains(&identity.common_name) {
             return Err(CertError::NameNotAllowed(identity.common_name));
         }

@@ -1,11 +1,19 @@
 //! Client certificates: which CA signed the peer's leaf, and who it names.
 //!
 //! The TLS server only *requests* a client certificate. Deciding what it proves happens here,
-//! per request, against the CA bundle in force at that moment: a leaf that chains to the
+//! against the CA bundle in force at the moment of each request: a leaf that chains to the
 //! request-header CA may vouch for `X-Remote-*` headers, one that chains to the client CA is a
 //! user (CN = name, O = groups). Checking each bundle separately is what keeps a certificate
 //! from the client CA from being accepted as a front proxy.
+//!
+//! The chain of a connection does not change, so a successful verification is remembered on
+//! its [`PeerCertificates`] (shared by every request of the connection) for that exact bundle,
+//! until the first certificate of the chain expires: the aggregator's many requests over one
+//! HTTP/2 connection verify the chain once. A reloaded bundle, an expiry, or a failure verifies
+//! again (failures are never remembered).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::{fmt, sync::Arc};
 
 use rustls_pki_types::{CertificateDer, TrustAnchor, UnixTime, pem::PemObject};
@@ -13,13 +21,66 @@ use webpki::{EndEntityCert, KeyUsage};
 
 use crate::error::{Error, Result};
 
-/// The certificate chain the TLS peer presented, leaf first.
+/// The certificate chain the TLS peer presented, leaf first, with what verifying it proved.
 ///
-/// The server inserts it as a request extension for every request on a connection where the
-/// client sent a certificate (from `rustls::ServerConnection::peer_certificates()`). Requests
+/// The server makes one per connection where the client sent a certificate (from
+/// `rustls::ServerConnection::peer_certificates()`) and inserts a clone as a request extension
+/// for every request on it; clones share the chain and the remembered verifications. Requests
 /// without it are treated as having no client certificate.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerCertificates(pub Vec<CertificateDer<'static>>);
+#[derive(Clone, Debug, Default)]
+pub struct PeerCertificates {
+    chain: Arc<[CertificateDer<'static>]>,
+    verified: Arc<Mutex<Vec<Verified>>>,
+    verifications: Arc<AtomicU64>,
+}
+
+/// One remembered verification of a chain.
+#[derive(Debug)]
+struct Verified {
+    /// The bundle it verified against (held, so its address cannot be reused by another).
+    bundle: Arc<[CertificateDer<'static>]>,
+    identity: CertIdentity,
+    /// When it was verified: a clock that went back verifies again.
+    at: UnixTime,
+    /// The earliest `notAfter` of the chain's certificates: it verifies again from then.
+    until: UnixTime,
+}
+
+/// Chain verifications of every connection (remembered ones not counted), for metrics and tests.
+static VERIFICATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a client certificate chain was verified against a CA bundle in this process.
+pub fn chain_verifications_total() -> u64 {
+    VERIFICATIONS.load(Ordering::Relaxed)
+}
+
+impl PeerCertificates {
+    /// The chain of one connection, leaf first.
+    pub fn new(chain: Vec<CertificateDer<'static>>) -> Self {
+        Self {
+            chain: chain.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The chain, leaf first.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.chain
+    }
+
+    /// How many times this chain was verified (each bundle once while the result holds).
+    pub fn verifications(&self) -> u64 {
+        self.verifications.load(Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for PeerCertificates {
+    fn eq(&self, other: &Self) -> bool {
+        self.chain == other.chain
+    }
+}
+
+impl Eq for PeerCertificates {}
 
 /// A set of trusted CA certificates.
 #[derive(Clone)]
@@ -109,6 +170,47 @@ impl CaBundle {
         .map_err(CertError::Invalid)?;
         CertIdentity::from_der(leaf)
     }
+
+    /// [`Self::verify`] for a connection's chain, remembered on `peer` (see the
+    /// [module docs](self)): while this bundle is in force and no certificate of the chain has
+    /// expired, later requests of the connection get the same identity without verifying.
+    pub fn verify_peer(&self, peer: &PeerCertificates, now: UnixTime) -> Result<CertIdentity, CertError> {
+        {
+            let verified = peer.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            let hit = verified
+                .iter()
+                .find(|v| Arc::ptr_eq(&v.bundle, &self.certificates) && v.at <= now && now < v.until);
+            if let Some(v) = hit {
+                return Ok(v.identity.clone());
+            }
+        }
+        peer.verifications.fetch_add(1, Ordering::Relaxed);
+        VERIFICATIONS.fetch_add(1, Ordering::Relaxed);
+        let identity = self.verify(&peer.chain, now)?;
+        // A chain whose expiry cannot be read is verified on every request, as before.
+        if let Some(until) = earliest_not_after(&peer.chain) {
+            let mut verified = peer.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            verified.retain(|v| !Arc::ptr_eq(&v.bundle, &self.certificates));
+            verified.push(Verified {
+                bundle: self.certificates.clone(),
+                identity: identity.clone(),
+                at: now,
+                until,
+            });
+        }
+        Ok(identity)
+    }
+}
+
+/// The earliest `notAfter` of `chain` (`None` if a certificate does not parse).
+fn earliest_not_after(chain: &[CertificateDer<'_>]) -> Option<UnixTime> {
+    let mut earliest: Option<u64> = None;
+    for der in chain {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+        earliest = Some(earliest.map_or(secs, |e| e.min(secs)));
+    }
+    earliest.map(|s| UnixTime::since_unix_epoch(std::time::Duration::from_secs(s)))
 }
 
 /// The subject of a verified client certificate.

@@ -71,7 +71,7 @@ impl Ca {
     fn sign(&self, params: &CertificateParams) -> PeerCertificates {
         let key = KeyPair::generate().expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
-        PeerCertificates(vec![cert.der().clone()])
+        PeerCertificates::new(vec![cert.der().clone()])
     }
 
     fn client(&self, cn: &str, orgs: &[&str]) -> PeerCertificates {
@@ -546,6 +546,61 @@ async fn client_certificate_is_cn_and_organizations() {
     assert_eq!(body["name"], "bob");
     // rcgen keeps one value per attribute type, so one organization is all we can issue here.
     assert_eq!(body["groups"], json!(["team-a", "system:authenticated"]));
+}
+
+/// The server makes one `PeerCertificates` per connection and hands a clone to each of its
+/// requests; the chain is verified for the first and remembered for the rest.
+#[tokio::test]
+async fn one_connection_verifies_its_client_certificate_once() {
+    let h = Harness::new().await;
+    h.fake.allow("bob", "get", "vpcs");
+    let conn = h.client_ca.client("bob", &["team-a"]);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let req = with_cert(request(&format!("{VPCS}/a")), conn.clone());
+        let (status, body) = h.send(req.body(Body::empty()).expect("request")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        seen.push((body["name"].clone(), body["groups"].clone()));
+    }
+    assert_eq!(seen[0], (json!("bob"), json!(["team-a", "system:authenticated"])));
+    assert_eq!(seen[0], seen[1], "one connection, one identity");
+    assert_eq!(
+        conn.verifications(),
+        1,
+        "the chain is verified once per connection"
+    );
+    // Another connection with the same certificate verifies for itself.
+    let other = PeerCertificates::new(conn.chain().to_vec());
+    let req = with_cert(request(&format!("{VPCS}/a")), other.clone());
+    let (status, body) = h.send(req.body(Body::empty()).expect("request")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(other.verifications(), 1);
+    assert_eq!(conn.verifications(), 1);
+}
+
+/// The front proxy's certificate is verified once per connection too; the headers are read per
+/// request, and a certificate that does not verify is refused on every request.
+#[tokio::test]
+async fn front_proxy_connection_verifies_once_and_failures_are_not_remembered() {
+    let h = Harness::new().await;
+    h.fake.allow("alice", "list", "vpcs");
+    h.fake.allow("carol", "list", "vpcs");
+    let conn = h.front_ca.client("front-proxy-client", &[]);
+    for user in ["alice", "carol"] {
+        let req = with_cert(request(VPCS), conn.clone()).header("x-remote-user", user);
+        let (status, body) = h.send(req.body(Body::empty()).expect("request")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["name"], user);
+    }
+    assert_eq!(conn.verifications(), 1);
+    let expired = h.front_ca.expired_client("front-proxy-client");
+    for _ in 0..2 {
+        let req = with_cert(request(VPCS), expired.clone()).header("x-remote-user", "alice");
+        let (status, body) = h.send(req.body(Body::empty()).expect("request")).await;
+        assert_unauthorized(status, &body);
+    }
+    // The front-proxy CA, then the client CA: both refuse, on each request.
+    assert_eq!(expired.verifications(), 4);
 }
 
 #[tokio::test]

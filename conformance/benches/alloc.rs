@@ -10,7 +10,10 @@
 //! * plain create: a FloatingIP (no allocator, no control loop watches it);
 //! * Port, explicit IP: one address and one MAC claim checked in the transaction, no search;
 //! * Port, IPAM: the server picks the address (lowest free in a /16) and the MAC;
+//! * VPC, VNI: the server picks the lowest free VNI;
 //! * raw txn: `Absent(key)` → put of a Port-sized value, straight on the storage client.
+//!
+//! `ALLOC_BENCH_N` overrides `N` (and `RAW_N` becomes 10/3 of it) for shorter runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +30,17 @@ use kube::api::{Api, PostParams};
 
 const N: usize = 3000;
 const RAW_N: usize = 10_000;
+
+/// `N` and `RAW_N`, or the sizes `ALLOC_BENCH_N` asks for.
+fn sizes() -> (usize, usize) {
+    match std::env::var("ALLOC_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(n) if n > 0 => (n, n * 10 / 3),
+        _ => (N, RAW_N),
+    }
+}
 const CONCURRENCY: usize = 32;
 
 struct Stats {
@@ -125,6 +139,7 @@ fn port(vpc: &str, ip: String) -> Port {
 }
 
 async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
+    let (n, raw_n) = sizes();
     let s = TestServer::start(backend).await;
     let c = s.client().await;
     let pp = PostParams::default();
@@ -163,7 +178,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
     }
     let plain = {
         let fips = fips.clone();
-        run(N, move |i| {
+        run(n, move |i| {
             let fips = fips.clone();
             async move {
                 fips.create(&PostParams::default(), &floating_ip(i, "m"))
@@ -175,7 +190,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
     };
     let exact = {
         let ports = ports.clone();
-        run(N, move |i| {
+        run(n, move |i| {
             let ports = ports.clone();
             async move {
                 let ip = format!("10.3.{}.{}", i / 250, 2 + i % 250);
@@ -189,7 +204,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
     };
     let ipam = {
         let ports = ports.clone();
-        run(N, move |_| {
+        run(n, move |_| {
             let ports = ports.clone();
             async move {
                 ports
@@ -200,12 +215,32 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
         })
         .await
     };
+    let vni = {
+        let vpcs = vpcs.clone();
+        run(n, move |_| {
+            let vpcs = vpcs.clone();
+            async move {
+                let mut v = VPC::new(
+                    "",
+                    VPCSpec {
+                        cidrs: vec!["10.9.0.0/24".into()],
+                        mtu: 0,
+                    },
+                );
+                v.metadata.name = None;
+                v.metadata.generate_name = Some("v-".into());
+                v.metadata.namespace = Some("bench".into());
+                vpcs.create(&PostParams::default(), &v).await.is_ok()
+            }
+        })
+        .await
+    };
     // The same size of value as a stored Port, straight through the storage client.
     let sample = serde_json::to_vec(&port("big", "10.1.0.2".into())).expect("json");
     let value = Bytes::from(sample);
     let raw = {
         let store = s.storage.clone();
-        run(RAW_N, move |i| {
+        run(raw_n, move |i| {
             let (store, value) = (store.clone(), value.clone());
             async move {
                 let key = format!("/bench/raw/{i}");
@@ -224,6 +259,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
     out.push(plain.line(label, "plain create (FloatingIP)"));
     out.push(exact.line(label, "Port, explicit IP (claims, no search)"));
     out.push(ipam.line(label, "Port, IPAM (server-chosen IP + MAC)"));
+    out.push(vni.line(label, "VPC, VNI (server-chosen VNI)"));
     out.push(raw.line(label, "raw storage txn (Absent → put)"));
 }
 

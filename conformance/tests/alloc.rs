@@ -272,3 +272,59 @@ async fn alloc_02_storm_embedded() {
 async fn alloc_03_storm_etcd() {
     storm(Backend::Etcd).await;
 }
+
+/// Issue 16: Ports take their VPC from the allocator's cache, but a cache that has not yet seen
+/// a change never fails a create. A CIDR added to a VPC is usable by the very next create, and
+/// a VPC deleted and made again under the same name gives its new VNI and CIDR at once.
+#[tokio::test]
+async fn alloc_04_a_stale_vpc_cache_never_fails_a_create() {
+    use kube::api::{Patch, PatchParams};
+    let s = TestServer::start(Backend::Embedded).await;
+    let c = s.client().await;
+    let vpcs: Api<VPC> = Api::namespaced(c.clone(), "default");
+    let ports: Api<Port> = Api::all(c.clone());
+    let pp = PostParams::default();
+    vpcs.create(&pp, &vpc("grow", &["10.40.0.0/24"])).await.unwrap();
+    // Warm the cache with the VPC as first created.
+    assert_eq!(
+        ports.create(&pp, &port("grow", "")).await.unwrap().spec.ip,
+        "10.40.0.2"
+    );
+    // One range per family: the IPv6 range is replaced each round (its Port gone first).
+    for i in 1..=10 {
+        let cidr = format!("fd41:{i}::/64");
+        let patch = serde_json::json!({"spec": {"cidrs": ["10.40.0.0/24", cidr]}});
+        vpcs.patch("grow", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let want = format!("fd41:{i}::5");
+        let p = ports.create(&pp, &port("grow", &want)).await.unwrap();
+        assert_eq!(p.spec.ip, want);
+        ports
+            .delete(p.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        let cidr = format!("10.50.{i}.0/24");
+        let v = vpcs.create(&pp, &vpc("again", &[&cidr])).await.unwrap();
+        let vni = v.status.unwrap().vni;
+        let p = ports.create(&pp, &port("again", "")).await.unwrap();
+        assert_eq!(p.spec.ip, format!("10.50.{i}.2"));
+        assert!(
+            p.metadata
+                .name
+                .as_deref()
+                .unwrap()
+                .starts_with(&format!("v{vni}.")),
+            "{:?} under VNI {vni}",
+            p.metadata.name
+        );
+        ports
+            .delete(p.metadata.name.as_deref().unwrap(), &DeleteParams::default())
+            .await
+            .unwrap();
+        vpcs.delete("again", &DeleteParams::default()).await.unwrap();
+    }
+    assert_sound(&s).await;
+}

@@ -1,6 +1,5 @@
 //! Address arithmetic over a VPC CIDR: which addresses are allocatable, as integers.
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cozyplane_apis::net::{IpFamily, IpNet};
@@ -44,43 +43,6 @@ pub fn range_size((lo, hi): (u128, u128)) -> u128 {
     (hi - lo).saturating_add(1)
 }
 
-/// The lowest value in `lo..=hi` in none of `taken`, or the highest if `down`.
-pub fn first_free(lo: u128, hi: u128, down: bool, taken: &[&BTreeSet<u128>]) -> Option<u128> {
-    let is_taken = |v: u128| taken.iter().any(|s| s.contains(&v));
-    // Walk the union of the taken values in order; the first gap is the answer.
-    let mut merged: BTreeSet<u128> = BTreeSet::new();
-    for s in taken {
-        merged.extend(s.range(lo..=hi));
-    }
-    if down {
-        let mut cand = hi;
-        for v in merged.iter().rev() {
-            if *v == cand {
-                if cand == lo {
-                    return None;
-                }
-                cand -= 1;
-            } else if *v < cand {
-                break;
-            }
-        }
-        (!is_taken(cand) && cand >= lo).then_some(cand)
-    } else {
-        let mut cand = lo;
-        for v in &merged {
-            if *v == cand {
-                if cand == hi {
-                    return None;
-                }
-                cand += 1;
-            } else if *v > cand {
-                break;
-            }
-        }
-        (!is_taken(cand) && cand <= hi).then_some(cand)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,18 +63,5 @@ mod tests {
         assert!(host_range(&net("10.0.0.0/31")).is_none());
         assert_eq!(host_range(&net("10.0.0.0/30")).map(range_size), Some(1));
         assert_eq!(gateway(&net("10.0.0.0/24")).to_string(), "10.0.0.1");
-    }
-
-    #[test]
-    fn first_free_walks_gaps_both_ways() {
-        let a: BTreeSet<u128> = [2, 3, 5].into();
-        let b: BTreeSet<u128> = [4].into();
-        assert_eq!(first_free(2, 9, false, &[&a]), Some(4));
-        assert_eq!(first_free(2, 9, false, &[&a, &b]), Some(6));
-        assert_eq!(first_free(2, 5, false, &[&a, &b]), None);
-        let c: BTreeSet<u128> = [9, 8].into();
-        assert_eq!(first_free(2, 9, true, &[&c]), Some(7));
-        assert_eq!(first_free(8, 9, true, &[&c]), None);
-        assert_eq!(first_free(2, 9, true, &[]), Some(9));
     }
 }

@@ -15,6 +15,7 @@ use cozyplane_apis::v1alpha1::{
 };
 use cozyplane_storage::{ListOptions, Op, Revision, Storage};
 
+use super::cache::{VNI_POOL, ip_pool, sgid_pool};
 use super::{
     Allocation, Allocator, ClaimKey, Cx, addr, exhausted, invalid, keys, object_key, pool, storage_error,
 };
@@ -39,13 +40,18 @@ fn owner(key: &str) -> Bytes {
     Bytes::copy_from_slice(key.as_bytes())
 }
 
-/// Reads a VPC and the revision of its VNI claim (`None`: no such VPC).
+/// Reads a VPC and its storage key (`None`: no such VPC).
 pub async fn read_vpc(storage: &Arc<dyn Storage>, r: &VPCRef) -> Result<Option<(VPC, String)>> {
+    Ok(read_vpc_at(storage, r).await?.map(|(v, key, _)| (v, key)))
+}
+
+/// Reads a VPC, its storage key and its revision (`None`: no such VPC).
+pub async fn read_vpc_at(storage: &Arc<dyn Storage>, r: &VPCRef) -> Result<Option<(VPC, String, Revision)>> {
     let key = object_key(&VPC::INFO, Some(&r.namespace), &r.name);
     match storage.get(&key).await {
         Ok(kv) => {
             let v: VPC = serde_json::from_slice(&kv.value).map_err(crate::errors::ApiError::internal)?;
-            Ok(Some((v, key)))
+            Ok(Some((v, key, kv.mod_revision)))
         }
         Err(cozyplane_storage::Error::NotFound { .. }) => Ok(None),
         Err(e) => Err(storage_error(&e)),
@@ -67,6 +73,38 @@ fn avoided(cx: &Cx<'_>, prefix: &str, parse: impl Fn(&str) -> Option<u128>) -> B
         .iter()
         .filter_map(|k| k.strip_prefix(prefix).and_then(&parse))
         .collect()
+}
+
+/// Picks and reserves the first free value of `range` in pool `name` (claims under `prefix`,
+/// `parse` naming a key's value), from the top if `down`, avoiding what this request lost.
+/// A pool that looks full is re-read from storage once before `None` is believed.
+async fn pick(
+    cx: &Cx<'_>,
+    a: &mut Allocation,
+    name: &str,
+    prefix: &str,
+    parse: impl Fn(&str) -> Option<u128>,
+    ranges: &[(u128, u128)],
+    down: bool,
+) -> Result<Option<u128>> {
+    let avoid = avoided(cx, prefix, &parse);
+    cx.cache.ready().await?;
+    // Ranges in order (a VPC's several ranges of one family fill one after the other); the
+    // pool is re-read from storage once, only when every range looks full.
+    for fresh in [false, true] {
+        if fresh {
+            cx.cache.resync(cx.storage, name, prefix, &parse).await?;
+        }
+        let p = cx.cache.pool(name);
+        let picked = ranges
+            .iter()
+            .find_map(|range| pool::lock(&p).pick(*range, down, &avoid));
+        if let Some(v) = picked {
+            a.reserve(pool::Reservation::new(p, v));
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -122,20 +160,10 @@ impl Allocator<VPC> for VpcAllocator {
         let prefix = keys::vni_prefix();
         let parse = |s: &str| s.parse::<u128>().ok();
         let avoid = avoided(cx, &prefix, parse);
-        pool::refresh(cx.storage, "vni", &prefix, parse).await?;
         let max = vni_max();
-        let (vni, expect) = match pool::pick(
-            cx.storage,
-            "vni",
-            (u128::from(VNI_MIN), u128::from(max)),
-            false,
-            &avoid,
-            |v| keys::vni(u32::try_from(v).unwrap_or(0)),
-        ) {
-            Some((v, r)) => {
-                a.reserve(r);
-                (u32::try_from(v).unwrap_or(0), None)
-            }
+        let range = (u128::from(VNI_MIN), u128::from(max));
+        let (vni, expect) = match pick(cx, &mut a, VNI_POOL, &prefix, parse, &[range], false).await? {
+            Some(v) => (u32::try_from(v).unwrap_or(0), None),
             None => match reusable_vni(cx.storage, &avoid, max).await? {
                 Some((v, rev)) => (v, Some(rev)),
                 None => {
@@ -187,6 +215,25 @@ struct AddrKind {
     down: bool,
 }
 
+/// The cached VPC at `vpc_key` with its revision, VNI and VNI-claim revision, when the cache
+/// holds all of it consistently: the VPC has a VNI (the one `name_vni` names, if given) whose
+/// claim is held by the VPC, and a CIDR that `fits` the request. Whatever would turn into an
+/// error is left to a storage read, so a stale cache never fails a create.
+fn cached_vpc(
+    cx: &Cx<'_>,
+    vpc_key: &str,
+    name_vni: Option<u32>,
+    fits: impl Fn(&[IpNet]) -> bool,
+) -> Option<(Arc<VPC>, Revision, u32, Revision)> {
+    let c = cx.cache.vpc(vpc_key)?;
+    let vni = vpc_vni(&c.vpc);
+    if vni == 0 || name_vni.is_some_and(|n| n != vni) || !fits(&vpc_nets(&c.vpc)) {
+        return None;
+    }
+    let (holder, claim_rev) = cx.cache.vni_claim(vni)?;
+    (holder == vpc_key.as_bytes()).then_some((c.vpc, c.revision, vni, claim_rev))
+}
+
 /// The shared address step of Port and ServiceVIP: resolves the VNI, fills `ip` and `name`.
 /// Returns the claim of the address, or `None` when the request is malformed enough that
 /// validation will reject it.
@@ -208,72 +255,110 @@ async fn allocate_address(
     if vref.namespace.is_empty() || vref.name.is_empty() {
         return Ok(()); // validation reports the reference
     }
-    let vpc = read_vpc(cx.storage, vref).await?;
     let vpc_key = object_key(&VPC::INFO, Some(&vref.namespace), &vref.name);
-    let vni = match (&vpc, name_claim) {
-        (Some((v, _)), _) if vpc_vni(v) != 0 => vpc_vni(v),
-        (_, Some(c)) => c.vni,
-        (Some(_), None) => {
-            return Err(invalid(
-                kind_name,
-                &given,
-                "spec.vpcRef",
-                &vref.name,
-                "the VPC has no VNI yet",
-            ));
-        }
-        (None, None) => {
-            return Err(invalid(
-                kind_name,
-                &given,
-                "spec.vpcRef",
-                &format!("{}/{}", vref.namespace, vref.name),
-                "VPC not found: the server needs the VPC to allocate an address and name",
-            ));
-        }
+    // The first attempt trusts the cache when it tells a consistent story (the VPC, its VNI,
+    // the VNI claim held by it); both are proven by `ModRevision` guards in the transaction.
+    // Anything else (a miss, a retry) reads storage, which also decides every error.
+    let asked = if ip_text.is_empty() {
+        None
+    } else {
+        cozyplane_apis::net::parse_ip(ip_text).ok()
     };
-    if let Some(c) = name_claim
-        && c.vni != vni
-    {
-        return Err(invalid(
-            kind_name,
-            &given,
-            "metadata.name",
-            &given,
-            format!("the VNI of the name ({}) is not the VPC's ({vni})", c.vni),
-        ));
-    }
-    // Guard on the VNI claim: no address is claimed under a VNI that is being released or
-    // reused at the same time.
-    match cx.storage.get(&keys::vni(vni)).await {
-        Ok(kv) => {
-            let holder = String::from_utf8_lossy(&kv.value).into_owned();
-            if !holder.is_empty() && holder != vpc_key {
+    let exact_asked = if ip_text.is_empty() {
+        name_claim.map(|c| c.ip)
+    } else {
+        asked.filter(|ip| !ip.is_unspecified())
+    };
+    let fits = |nets: &[IpNet]| match exact_asked {
+        Some(ip) => nets.iter().any(|n| n.contains(&ip)),
+        None => match asked.map(IpFamily::of) {
+            Some(f) => nets.iter().find(|n| IpFamily::of_net(n) == f),
+            None => nets.first(),
+        }
+        .is_some_and(|n| addr::host_range(n).is_some()),
+    };
+    let cached = (cx.attempt == 0 && (ip_text.is_empty() || asked.is_some()))
+        .then(|| cached_vpc(cx, &vpc_key, name_claim.map(|c| c.vni), fits))
+        .flatten();
+    let (vpc, vni) = if let Some((vpc, vpc_rev, vni, claim_rev)) = cached {
+        a.guards
+            .push(cozyplane_storage::Compare::ModRevision(vpc_key.clone(), vpc_rev));
+        a.guards
+            .push(cozyplane_storage::Compare::ModRevision(keys::vni(vni), claim_rev));
+        (Some(vpc), vni)
+    } else {
+        let found = read_vpc_at(cx.storage, vref).await?;
+        let vni = match (&found, name_claim) {
+            (Some((v, _, _)), _) if vpc_vni(v) != 0 => vpc_vni(v),
+            (_, Some(c)) => c.vni,
+            (Some(_), None) => {
                 return Err(invalid(
                     kind_name,
                     &given,
                     "spec.vpcRef",
                     &vref.name,
-                    format!("VNI {vni} belongs to {}", super::describe_owner(&holder)),
+                    "the VPC has no VNI yet",
                 ));
             }
+            (None, None) => {
+                return Err(invalid(
+                    kind_name,
+                    &given,
+                    "spec.vpcRef",
+                    &format!("{}/{}", vref.namespace, vref.name),
+                    "VPC not found: the server needs the VPC to allocate an address and name",
+                ));
+            }
+        };
+        if let Some(c) = name_claim
+            && c.vni != vni
+        {
+            return Err(invalid(
+                kind_name,
+                &given,
+                "metadata.name",
+                &given,
+                format!("the VNI of the name ({}) is not the VPC's ({vni})", c.vni),
+            ));
+        }
+        if let Some((_, _, rev)) = &found {
+            // The VPC as read (its CIDRs) is what the address is checked against.
             a.guards
-                .push(cozyplane_storage::Compare::ModRevision(kv.key, kv.mod_revision));
+                .push(cozyplane_storage::Compare::ModRevision(vpc_key.clone(), *rev));
         }
-        Err(cozyplane_storage::Error::NotFound { .. }) => {
-            // A VPC from before allocation, or an address claimed by name alone: mark the VNI
-            // as used (tombstone) so that no new VPC gets it while the address exists.
-            a.claim(ClaimKey {
-                key: keys::vni(vni),
-                value: Bytes::new(),
-                expect: None,
-                chosen: true,
-                what: format!("VNI {vni}"),
-            });
+        // Guard on the VNI claim: no address is claimed under a VNI that is being released or
+        // reused at the same time.
+        match cx.storage.get(&keys::vni(vni)).await {
+            Ok(kv) => {
+                let holder = String::from_utf8_lossy(&kv.value).into_owned();
+                if !holder.is_empty() && holder != vpc_key {
+                    return Err(invalid(
+                        kind_name,
+                        &given,
+                        "spec.vpcRef",
+                        &vref.name,
+                        format!("VNI {vni} belongs to {}", super::describe_owner(&holder)),
+                    ));
+                }
+                a.guards
+                    .push(cozyplane_storage::Compare::ModRevision(kv.key, kv.mod_revision));
+            }
+            Err(cozyplane_storage::Error::NotFound { .. }) => {
+                // A VPC from before allocation, or an address claimed by name alone: mark the
+                // VNI as used (tombstone) so that no new VPC gets it while the address exists.
+                a.claim(ClaimKey {
+                    key: keys::vni(vni),
+                    value: Bytes::new(),
+                    expect: None,
+                    chosen: true,
+                    what: format!("VNI {vni}"),
+                });
+            }
+            Err(e) => return Err(storage_error(&e)),
         }
-        Err(e) => return Err(storage_error(&e)),
-    }
-    let nets = vpc.as_ref().map(|(v, _)| vpc_nets(v)).unwrap_or_default();
+        (found.map(|(v, _, _)| Arc::new(v)), vni)
+    };
+    let nets = vpc.as_deref().map(vpc_nets).unwrap_or_default();
     // What was asked for: an exact address, a family, or anything.
     let mut family: Option<IpFamily> = None;
     let mut exact: Option<IpAddr> = None;
@@ -303,9 +388,7 @@ async fn allocate_address(
                 &ip.to_string(),
                 format!(
                     "not in the VPC's CIDRs ({})",
-                    vpc.as_ref()
-                        .map(|(v, _)| v.spec.cidrs.join(", "))
-                        .unwrap_or_default()
+                    vpc.as_ref().map(|v| v.spec.cidrs.join(", ")).unwrap_or_default()
                 ),
             ));
         }
@@ -331,20 +414,14 @@ async fn allocate_address(
             ));
         };
         let f = IpFamily::of_net(&net);
-        let pool_name = format!("ip/{vni}/{f}");
         let prefix = keys::ip_prefix(vni);
         let parse = move |s: &str| {
             unescape_ip(s)
                 .filter(|ip| IpFamily::of(*ip) == f)
                 .map(addr::to_int)
         };
-        let avoid = avoided(cx, &prefix, parse);
-        pool::refresh(cx.storage, &pool_name, &prefix, parse).await?;
-        let Some((v, r)) = ranges.iter().filter_map(addr::host_range).find_map(|range| {
-            pool::pick(cx.storage, &pool_name, range, k.down, &avoid, |v| {
-                keys::ip(vni, addr::from_int(f, v))
-            })
-        }) else {
+        let host_ranges: Vec<(u128, u128)> = ranges.iter().filter_map(addr::host_range).collect();
+        let Some(v) = pick(cx, a, &ip_pool(vni, f), &prefix, parse, &host_ranges, k.down).await? else {
             let listed: Vec<String> = ranges.iter().map(ToString::to_string).collect();
             return Err(exhausted(format!(
                 "no free address left in {} of VPC {}/{} (VNI {vni})",
@@ -353,7 +430,6 @@ async fn allocate_address(
                 vref.name
             )));
         };
-        a.reserve(r);
         let ip = addr::from_int(f, v);
         a.claim(ClaimKey {
             key: keys::ip(vni, ip),
@@ -387,7 +463,6 @@ async fn allocate_address(
 fn release_address(name: Option<&str>) -> Vec<Op> {
     match name.and_then(|n| Claim::parse(n).ok()) {
         Some(c) => {
-            pool::invalidate(&format!("ip/{}/{}", c.vni, IpFamily::of(c.ip)));
             vec![Op::Delete {
                 key: keys::ip(c.vni, c.ip),
             }]
@@ -506,23 +581,13 @@ impl Allocator<SecurityGroup> for SecurityGroupAllocator {
         let name = sg.metadata.name.clone().unwrap_or_default();
         let key = object_key(&SecurityGroup::INFO, Some(&ns), &name);
         let prefix = keys::sgid_prefix(&ns, &vpc);
-        let pool_name = format!("sgid/{ns}/{vpc}");
         let parse = |s: &str| s.parse::<u128>().ok();
-        let avoid = avoided(cx, &prefix, parse);
-        pool::refresh(cx.storage, &pool_name, &prefix, parse).await?;
-        let Some((id, r)) = pool::pick(
-            cx.storage,
-            &pool_name,
-            (1, u128::from(SGID_MAX)),
-            false,
-            &avoid,
-            |v| keys::sgid(&ns, &vpc, u32::try_from(v).unwrap_or(0)),
-        ) else {
+        let range = (1, u128::from(SGID_MAX));
+        let Some(id) = pick(cx, &mut a, &sgid_pool(&ns, &vpc), &prefix, parse, &[range], false).await? else {
             return Err(exhausted(format!(
                 "VPC {ns}/{vpc} already has {SGID_MAX} SecurityGroups: no group id is free"
             )));
         };
-        a.reserve(r);
         let id = u32::try_from(id).unwrap_or(0);
         a.claim(ClaimKey {
             key: keys::sgid(&ns, &vpc, id),
@@ -545,7 +610,6 @@ impl Allocator<SecurityGroup> for SecurityGroupAllocator {
         if id <= 0 || sg.spec.vpc_ref.name.is_empty() {
             return Vec::new();
         }
-        pool::invalidate(&format!("sgid/{ns}/{}", sg.spec.vpc_ref.name));
         vec![Op::Delete {
             key: keys::sgid(&ns, &sg.spec.vpc_ref.name, u32::try_from(id).unwrap_or(0)),
         }]

@@ -10,11 +10,14 @@
 //! server-chosen fields (so validation sees a complete object) and returns the [`Allocation`]
 //! the store joins to its create transaction. When a claim loses a race, the store retries the
 //! whole allocation (bounded), avoiding the keys it lost; a claim the user asked for explicitly
-//! is a 409 Conflict instead. A per-process [hint cache](pool) of taken values keeps
-//! concurrent requests in one process from chasing the same candidate; storage stays the only
-//! authority. Design notes and key layout: `docs/allocation.md`.
+//! is a 409 Conflict instead. A per-store [claim cache](cache), kept by a storage watch and
+//! this process's own writes, holds every pool's taken values as [intervals] and the VPCs, so
+//! a pick neither lists nor scans and unrelated pools never share a lock; storage stays the
+//! only authority. Design notes and key layout: `docs/allocation.md`.
 
 pub mod addr;
+pub mod cache;
+pub mod intervals;
 pub mod kinds;
 pub mod pool;
 pub mod projection;
@@ -145,10 +148,11 @@ impl Allocation {
         t
     }
 
-    /// Settles the hint cache: `committed` or not, and which keys were found taken.
-    pub fn finish(&mut self, committed: bool, lost: &[String]) {
+    /// The attempt is decided: its picks are no longer in flight. (The claim cache learns the
+    /// outcome from the transaction: [`cache::ClaimCache::committed`] and `observed`.)
+    pub fn finish(&mut self) {
         for r in self.reservations.drain(..) {
-            r.settle(committed, lost);
+            r.settle();
         }
     }
 
@@ -220,6 +224,11 @@ pub fn failed_compares(txn: &Txn, current: &[(String, Option<KeyValue>)]) -> Vec
 pub struct Cx<'a> {
     /// The store.
     pub storage: &'a Arc<dyn Storage>,
+    /// The store's claim cache.
+    pub cache: &'a Arc<cache::ClaimCache>,
+    /// Which attempt of this request this is (0 first). A retry reads the VPC and its VNI
+    /// claim from storage: the cached copies may be what made the first attempt fail.
+    pub attempt: u32,
     /// Claim keys lost in earlier attempts of this request.
     pub avoid: &'a HashSet<String>,
     /// Whether the current name was generated from `generateName` (or is empty).

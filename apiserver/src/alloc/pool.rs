@@ -1,125 +1,108 @@
-//! The per-process hint cache: which values of a pool are taken, as last seen.
+//! One pool's hints: which values are taken, as this process last saw them, and which are
+//! handed to creates in flight.
 //!
-//! A pool (the addresses of one VNI and family, the VNIs, the group ids of one VPC) is loaded
-//! by listing its claim keys, at most once per [`REFRESH`] unless invalidated, and updated by
-//! this process's own outcomes. Values handed to in-flight creates are *reserved* so that
-//! concurrent requests of one process pick different candidates. The cache may be wrong in
-//! both directions — storage decides — but a wrong hint only costs a retry or a non-lowest
-//! pick until the next refresh.
+//! A pool is the addresses of one VNI and family, the VNIs, or the group ids of one VPC. Its
+//! taken set is kept by the [claim cache](super::cache) from the storage watch of the claim
+//! keys and from this process's own committed writes; picks never list storage. The hints may
+//! be wrong in both directions for a moment — storage decides — but a wrong hint only costs a
+//! retry or a non-lowest pick, and an empty-looking pool is re-read from storage before a 507.
+//! Each pool has its own lock, so creates in unrelated pools never wait for each other.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cozyplane_storage::{ListOptions, Storage};
+use cozyplane_storage::Revision;
 
-use super::addr;
-use crate::errors::Result;
+use super::intervals::{self, IntervalSet};
 
-/// How long a listing is trusted.
-pub const REFRESH: Duration = Duration::from_secs(1);
-
-#[derive(Default)]
-struct Pool {
-    taken: BTreeSet<u128>,
-    inflight: BTreeSet<u128>,
-    fetched: Option<Instant>,
+/// The hints of one pool.
+#[derive(Debug, Default)]
+pub struct Pool {
+    taken: IntervalSet,
+    inflight: HashSet<u128>,
+    /// This process's writes the watch has not delivered yet: value → (revision, taken). A
+    /// watched change older than one of these is already superseded and must not undo it.
+    local: HashMap<u128, (Revision, bool)>,
 }
 
-static POOLS: LazyLock<Mutex<HashMap<String, Pool>>> = LazyLock::new(Default::default);
+/// A pool behind its own lock.
+pub type SharedPool = Arc<Mutex<Pool>>;
 
-fn pools() -> std::sync::MutexGuard<'static, HashMap<String, Pool>> {
-    POOLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Locks a pool; a panic elsewhere cannot leave a pool in a state worse than a stale hint.
+pub fn lock(p: &SharedPool) -> MutexGuard<'_, Pool> {
+    p.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The cache key of pool `name` on `storage` (several stores may live in one process).
-pub fn cache_key(storage: &Arc<dyn Storage>, name: &str) -> String {
-    format!("{:x}:{name}", Arc::as_ptr(storage).cast::<()>() as usize)
+impl Pool {
+    fn set(&mut self, v: u128, taken: bool) {
+        if taken {
+            self.taken.insert(v);
+        } else {
+            self.taken.remove(v);
+        }
+    }
+
+    /// A change the storage watch delivered.
+    pub fn watched(&mut self, v: u128, rev: Revision, taken: bool) {
+        if let Some((local_rev, _)) = self.local.get(&v) {
+            if rev < *local_rev {
+                return;
+            }
+            self.local.remove(&v);
+        }
+        self.set(v, taken);
+    }
+
+    /// A change this process wrote (or saw in a failed transaction) at `rev`, before the watch
+    /// delivers it.
+    pub fn wrote(&mut self, v: u128, rev: Revision, taken: bool) {
+        self.local.insert(v, (rev, taken));
+        self.set(v, taken);
+    }
+
+    /// Replaces the taken set with a listing at `at`; local writes after it are kept.
+    pub fn reset(&mut self, taken: IntervalSet, at: Revision) {
+        self.taken = taken;
+        self.local.retain(|_, (rev, _)| *rev > at);
+        let local: Vec<(u128, bool)> = self.local.iter().map(|(v, (_, t))| (*v, *t)).collect();
+        for (v, t) in local {
+            self.set(v, t);
+        }
+    }
+
+    /// Picks the first free value of `range` (from the top if `down`) that is not in flight
+    /// and not in `avoid`, and marks it in flight.
+    pub fn pick(&mut self, range: (u128, u128), down: bool, avoid: &BTreeSet<u128>) -> Option<u128> {
+        let inflight = &self.inflight;
+        let v = intervals::pick(&self.taken, range, down, |v| {
+            inflight.contains(&v) || avoid.contains(&v)
+        })?;
+        self.inflight.insert(v);
+        Some(v)
+    }
 }
 
-/// A value handed out to one create attempt.
+/// A value handed out to one create attempt; no longer in flight once settled or dropped (so
+/// an attempt that ends early cannot keep a value out of use). The taken set learns the
+/// outcome from the transaction itself, see [`super::cache::ClaimCache`].
 #[derive(Debug)]
 pub struct Reservation {
-    pool: String,
+    pool: SharedPool,
     value: u128,
-    key: String,
 }
 
 impl Reservation {
-    /// Records the outcome: taken if committed or found taken (`lost` holds its key).
-    pub fn settle(self, committed: bool, lost: &[String]) {
-        let mut p = pools();
-        let pool = p.entry(self.pool).or_default();
-        pool.inflight.remove(&self.value);
-        if committed || lost.contains(&self.key) {
-            pool.taken.insert(self.value);
-        }
+    /// Reserves `value` of `pool` (already marked in flight by [`Pool::pick`]).
+    pub fn new(pool: SharedPool, value: u128) -> Self {
+        Self { pool, value }
     }
+
+    /// The attempt is decided: the value is no longer in flight.
+    pub fn settle(self) {}
 }
 
-/// Makes every cached copy of pool `name` reload on next use (after a local release).
-pub fn invalidate(name: &str) {
-    let suffix = format!(":{name}");
-    for (k, pool) in pools().iter_mut() {
-        if k.ends_with(&suffix) {
-            pool.fetched = None;
-        }
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        lock(&self.pool).inflight.remove(&self.value);
     }
-}
-
-/// Loads pool `name` from the claim keys under `prefix` if the cache is stale. `parse` turns
-/// the key suffix after `prefix` into a value (or `None` to skip the key).
-pub async fn refresh(
-    storage: &Arc<dyn Storage>,
-    name: &str,
-    prefix: &str,
-    parse: impl Fn(&str) -> Option<u128>,
-) -> Result<()> {
-    let ck = cache_key(storage, name);
-    let fresh = pools()
-        .get(&ck)
-        .and_then(|p| p.fetched)
-        .is_some_and(|t| t.elapsed() < REFRESH);
-    if fresh {
-        return Ok(());
-    }
-    let r = storage
-        .list(prefix, &ListOptions::default())
-        .await
-        .map_err(|e| super::storage_error(&e))?;
-    let taken: BTreeSet<u128> = r
-        .items
-        .iter()
-        .filter_map(|kv| kv.key.strip_prefix(prefix).and_then(&parse))
-        .collect();
-    let mut p = pools();
-    let pool = p.entry(ck).or_default();
-    pool.taken = taken;
-    pool.fetched = Some(Instant::now());
-    Ok(())
-}
-
-/// Picks and reserves the first value of `lo..=hi` (from the top if `down`) that is neither
-/// cached as taken, reserved, nor in `avoid`. `key_of` names the claim key of a value.
-pub fn pick(
-    storage: &Arc<dyn Storage>,
-    name: &str,
-    (lo, hi): (u128, u128),
-    down: bool,
-    avoid: &BTreeSet<u128>,
-    key_of: impl Fn(u128) -> String,
-) -> Option<(u128, Reservation)> {
-    let ck = cache_key(storage, name);
-    let mut p = pools();
-    let pool = p.entry(ck.clone()).or_default();
-    let v = addr::first_free(lo, hi, down, &[&pool.taken, &pool.inflight, avoid])?;
-    pool.inflight.insert(v);
-    Some((
-        v,
-        Reservation {
-            pool: ck,
-            value: v,
-            key: key_of(v),
-        },
-    ))
 }

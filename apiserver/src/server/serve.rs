@@ -150,7 +150,7 @@ where
                 .1
                 .peer_certificates()
                 .filter(|c| !c.is_empty())
-                .map(|c| PeerCertificates(c.iter().map(|d| d.clone().into_owned()).collect()));
+                .map(|c| PeerCertificates::new(c.iter().map(|d| d.clone().into_owned()).collect()));
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                 if let Some(c) = &certs {
                     req.extensions_mut().insert(c.clone());

@@ -130,10 +130,12 @@ impl<S: Strategy> Store<S> {
         t.ops.extend(release.into_iter().filter(|op| op.key() != key));
         let r = self
             .storage
-            .txn(t)
+            .txn(t.clone())
             .await
             .map_err(|e| ApiError::from_storage(&self.info, name, e))?;
         if r.succeeded {
+            // Released values are free for this process's next create at once.
+            self.claims.committed(&t.ops, r.revision);
             return Ok(r.revision);
         }
         let e = match r.current.into_iter().next().and_then(|(_, kv)| kv) {

@@ -119,6 +119,8 @@ pub struct Store<S: Strategy> {
     strategy: S,
     info: KindInfo,
     storage: Arc<dyn Storage>,
+    /// The allocators' view of the claims, shared by every store on `storage`.
+    claims: Arc<crate::alloc::cache::ClaimCache>,
 }
 
 impl<S: Strategy> Store<S> {
@@ -127,6 +129,7 @@ impl<S: Strategy> Store<S> {
         Self {
             strategy,
             info: <S::Object as cozyplane_apis::ApiKind>::INFO,
+            claims: crate::alloc::cache::ClaimCache::for_storage(&storage),
             storage,
         }
     }
@@ -345,10 +348,12 @@ impl<S: Strategy> Store<S> {
         let mut avoid = std::collections::HashSet::new();
         let name_generated = generated.is_some() || obj.meta().name.as_deref().unwrap_or_default().is_empty();
         let mut names_taken = 0;
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let mut cand = obj.clone();
             let cx = Cx {
                 storage: &self.storage,
+                cache: &self.claims,
+                attempt,
                 avoid: &avoid,
                 name_generated,
             };
@@ -359,7 +364,7 @@ impl<S: Strategy> Store<S> {
             let name = cand.meta().name.clone().unwrap_or_default();
             let errs = self.strategy.validate(&cand);
             if !errs.is_empty() {
-                a.finish(false, &[]);
+                a.finish();
                 return Err(self.invalid(&name, &errs));
             }
             self.strategy.canonicalize(&mut cand);
@@ -370,12 +375,12 @@ impl<S: Strategy> Store<S> {
                 .admit_create(&self.info, ns, admitted_name, &checks, o.dry_run)
                 .await
             {
-                a.finish(false, &[]);
+                a.finish();
                 return Err(e);
             }
             let (bytes, v) = self.encode(&cand)?;
             if o.dry_run {
-                a.finish(false, &[]);
+                a.finish();
                 return Ok(v);
             }
             let key = self.key(ns, &name);
@@ -383,17 +388,20 @@ impl<S: Strategy> Store<S> {
             let r = match self.storage.txn(txn.clone()).await {
                 Ok(r) => r,
                 Err(e) => {
-                    a.finish(false, &[]);
+                    a.finish();
                     return Err(ApiError::from_storage(&self.info, &name, e));
                 }
             };
             if r.succeeded {
-                a.finish(true, &[]);
+                // Known taken before the picks stop being in flight.
+                self.claims.committed(&txn.ops, r.revision);
+                a.finish();
                 return self.with_rv(&cand, r.revision);
             }
             let failed = failed_compares(&txn, &r.current);
             let lost: Vec<String> = failed.iter().map(|(k, _)| k.clone()).collect();
-            a.finish(false, &lost);
+            self.claims.observed(&failed);
+            a.finish();
             match a.resolve(&key, &failed) {
                 Outcome::Retry => avoid.extend(lost.into_iter().filter(|k| *k != key)),
                 Outcome::Fail(e) => return Err(e),
