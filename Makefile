@@ -95,6 +95,8 @@ bench: deps
 	$(CARGO) bench -p cozyplane-storage
 	$(CARGO) build --release -p cozyplane-apiserver -p cozyplane-agent
 	$(CARGO) build --release $(CNI_PLUGIN)
+	# Our release server side by side with the Go peer (sample-apiserver from KUBE_BIN_DIR,
+	# default ../shared/kube); without it the Go side is skipped with a loud banner.
 	$(CARGO) bench -p cozyplane-conformance --bench apiserver
 	$(CARGO) bench -p cozyplane-conformance --bench alloc
 	# The datapath bench builds network namespaces: root only.

@@ -112,6 +112,12 @@ pub fn bins() -> Result<Bins, String> {
     })
 }
 
+/// `sample-apiserver` (k8s.io/apiserver's reference aggregated server, the Go peer of the API
+/// server bench), decompressed from the same folder and into the same cache as [`bins`].
+pub fn sample_apiserver() -> Result<PathBuf, String> {
+    decompressed(&bin_dir(), "sample-apiserver")
+}
+
 /// Whether a missing control plane must fail the run: in CI (`CI=true`) and with `REQUIRE_KUBE=1`.
 pub fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -162,6 +168,11 @@ impl Proc {
     /// `Some(status)` once the process has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Its process id while it runs (for `/proc/<pid>` figures).
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The end of its log, for failure messages.

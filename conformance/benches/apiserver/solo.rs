@@ -1,17 +1,15 @@
-//! API server benchmark: the release `cozyplane-apiserver` binary as a child process, on the
-//! embedded store and on a private etcd, driven over HTTPS/HTTP2 with the admin client
-//! certificate of `--standalone`.
+//! The single-server report of issue 3 (`BENCH_SOLO=embedded,etcd`): the release
+//! `cozyplane-apiserver` binary as a child process, on the embedded store and on a private etcd,
+//! driven over HTTPS/HTTP2 with the admin client certificate of `--standalone`.
 //!
-//! Measures (figures go to docs/benchmarks.md, "API server (issue 3)"):
+//! Measures (figures in docs/benchmarks.md, "API server (issue 3)"):
 //! - create / get / list latency (p50, p99) and throughput, `CONCURRENCY` requests in flight;
 //! - watch fan-out: `WATCHERS` watches on ports filtered by `spec.node=node-<i % 100>`, then Port
 //!   writes; delivery latency from the write's response to the event's arrival, and server RSS;
 //! - server RSS with `STORED` Ports stored, before and after a full list.
 //!
-//! `cargo build --release -p cozyplane-apiserver && cargo bench -p cozyplane-conformance --bench
-//! apiserver` (`make bench` does both); `COZYPLANE_APISERVER=<path>` picks another binary. `BENCH_STORED=<n>` changes the stored-object count;
-//! `BENCH_PAGE_LISTS=<n>` the number of `limit=500` first-page lists (default 5,000);
-//! `BENCH_BACKENDS=embedded` skips etcd.
+//! `BENCH_STORED=<n>` changes the stored-object count; `BENCH_PAGE_LISTS=<n>` the number of
+//! `limit=500` first-page lists (default 5,000).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -21,18 +19,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-use bytes::Bytes;
 use cozyplane_storage::testing::EtcdServer;
-use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
-const CONCURRENCY: usize = 32;
+use crate::client::{Client, Creds};
+use crate::env_count;
+use crate::phases::{CONCURRENCY, Stats, histogram, run};
+
 const CREATES: usize = 5_000;
 const GETS: usize = 5_000;
 const LISTS: usize = 50;
@@ -41,114 +35,6 @@ const NODES: usize = 100;
 const WATCH_WRITES: usize = 2_000;
 const PORTS: &str = "/apis/sdn.cozystack.io/v1alpha1/ports";
 const VNI: u32 = 100;
-
-/// A count from the environment variable `var`, else `default`.
-fn env_count(var: &str, default: usize) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-// === HTTPS/HTTP2 client ===
-
-/// A few HTTP/2 connections with the admin certificate; requests go round-robin.
-struct Client {
-    conns: Vec<SendRequest<Full<Bytes>>>,
-    next: AtomicUsize,
-    authority: String,
-}
-
-fn kubeconfig_field(kc: &str, key: &str) -> Vec<u8> {
-    let line = kc
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{key}: ")).map(str::to_string))
-        .unwrap_or_else(|| panic!("{key} in kubeconfig"));
-    base64::engine::general_purpose::STANDARD
-        .decode(line.trim())
-        .expect("base64 in kubeconfig")
-}
-
-impl Client {
-    async fn connect(kubeconfig: &Path, addr: SocketAddr, n: usize) -> Self {
-        let kc = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
-        let ca = kubeconfig_field(&kc, "certificate-authority-data");
-        let cert = kubeconfig_field(&kc, "client-certificate-data");
-        let key = kubeconfig_field(&kc, "client-key-data");
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(&ca) {
-            roots.add(c.expect("CA PEM")).expect("CA");
-        }
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
-            .map(|c| c.expect("cert PEM"))
-            .collect();
-        let key = PrivateKeyDer::from_pem_slice(&key).expect("key PEM");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
-            .expect("client cert");
-        cfg.alpn_protocols = vec![b"h2".to_vec()];
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
-        let mut conns = Vec::new();
-        for _ in 0..n {
-            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            tcp.set_nodelay(true).ok();
-            let tls = connector
-                .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-                .await
-                .expect("TLS handshake");
-            assert_eq!(
-                tls.get_ref().1.alpn_protocol(),
-                Some(&b"h2"[..]),
-                "HTTP/2 negotiated"
-            );
-            let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                .initial_stream_window_size(4 << 20)
-                .initial_connection_window_size(16 << 20)
-                .handshake(TokioIo::new(tls))
-                .await
-                .expect("HTTP/2 handshake");
-            tokio::spawn(conn);
-            conns.push(send);
-        }
-        Self {
-            conns,
-            next: AtomicUsize::new(0),
-            authority: addr.to_string(),
-        }
-    }
-
-    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> hyper::Request<Full<Bytes>> {
-        let b = hyper::Request::builder()
-            .method(method)
-            .uri(format!("https://{}{path}", self.authority))
-            .header("accept", "application/json");
-        match body {
-            Some(v) => b
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(v.to_string()))),
-            None => b.body(Full::new(Bytes::new())),
-        }
-        .expect("request")
-    }
-
-    async fn send(&self, req: hyper::Request<Full<Bytes>>) -> hyper::Response<hyper::body::Incoming> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let mut s = self.conns[i].clone();
-        s.ready().await.expect("connection ready");
-        s.send_request(req).await.expect("response")
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Bytes) {
-        let resp = self.send(self.request(method, path, body)).await;
-        let code = resp.status().as_u16();
-        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-        (code, bytes)
-    }
-}
 
 // === the server process ===
 
@@ -197,6 +83,12 @@ impl Server {
             _dir: dir,
             _etcd: etcd,
         }
+    }
+
+    async fn client(&self, n: usize) -> Client {
+        Client::connect(&Creds::from_kubeconfig(&self.kubeconfig), self.addr, n)
+            .await
+            .expect("connect")
     }
 
     /// Resident set size of the server process, in MiB.
@@ -250,86 +142,27 @@ fn port(i: usize) -> Value {
 
 // === measurements ===
 
-struct Stats {
-    hist: Histogram<u64>,
-    elapsed: Duration,
-    errors: usize,
-}
-
-impl Stats {
-    fn line(&self, what: &str) -> String {
-        let ms = |q: f64| self.hist.value_at_quantile(q) as f64 / 1000.0;
-        format!(
-            "| {what} | {} | {:.2} | {:.2} | {:.0} | {} |",
-            self.hist.len(),
-            ms(0.5),
-            ms(0.99),
-            self.hist.len() as f64 / self.elapsed.as_secs_f64(),
-            self.errors
-        )
-    }
-}
-
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram")
-}
-
-/// Runs `n` requests made by `make(i)` with `CONCURRENCY` in flight; `ok` is the expected code.
-async fn run<F>(c: &Arc<Client>, n: usize, ok: u16, make: F) -> Stats
-where
-    F: Fn(usize) -> (&'static str, String, Option<Value>) + Send + Sync + 'static,
-{
-    let make = Arc::new(make);
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..CONCURRENCY {
-        let (c, make, next) = (c.clone(), make.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut h = histogram();
-            let mut errors = 0;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let (m, path, body) = make(i);
-                let t = Instant::now();
-                let (code, b) = c.call(m, &path, body.as_ref()).await;
-                h.record(t.elapsed().as_micros().max(1) as u64).expect("record");
-                if code != ok {
-                    if errors == 0 {
-                        eprintln!("{m} {path}: {code} {}", String::from_utf8_lossy(&b));
-                    }
-                    errors += 1;
-                }
-            }
-            (h, errors)
-        }));
-    }
-    let mut hist = histogram();
-    let mut errors = 0;
-    for t in tasks {
-        let (h, e) = t.await.expect("task");
-        hist.add(h).expect("merge");
-        errors += e;
-    }
-    Stats {
-        hist,
-        elapsed: start.elapsed(),
-        errors,
-    }
+/// A table row for one batch.
+fn line(st: &Stats, what: &str) -> String {
+    format!(
+        "| {what} | {} | {:.2} | {:.2} | {:.0} | {} |",
+        st.hist.len(),
+        st.ms(0.5),
+        st.ms(0.99),
+        st.rate(),
+        st.errors
+    )
 }
 
 async fn crud(c: &Arc<Client>, out: &mut Vec<String>) {
     let create = run(c, CREATES, 201, |i| ("POST", PORTS.to_string(), Some(port(i)))).await;
-    out.push(create.line(&format!("create Port ({CONCURRENCY} in flight)")));
+    out.push(line(&create, &format!("create Port ({CONCURRENCY} in flight)")));
     let get = run(c, GETS, 200, |i| {
         let k = (i * 7919) % CREATES;
         ("GET", format!("{PORTS}/{}", port_name(k)), None)
     })
     .await;
-    out.push(get.line(&format!("get Port ({CONCURRENCY} in flight)")));
+    out.push(line(&get, &format!("get Port ({CONCURRENCY} in flight)")));
     let sel = run(c, GETS, 200, |i| {
         (
             "GET",
@@ -338,12 +171,16 @@ async fn crud(c: &Arc<Client>, out: &mut Vec<String>) {
         )
     })
     .await;
-    out.push(sel.line(&format!(
-        "list 50 of {CREATES} Ports by spec.node ({CONCURRENCY} in flight)"
-    )));
+    out.push(line(
+        &sel,
+        &format!("list 50 of {CREATES} Ports by spec.node ({CONCURRENCY} in flight)"),
+    ));
     let pages = env_count("BENCH_PAGE_LISTS", GETS);
     let page = run(c, pages, 200, |_| ("GET", format!("{PORTS}?limit=500"), None)).await;
-    out.push(page.line(&format!("list first page, limit=500 ({CONCURRENCY} in flight)")));
+    out.push(line(
+        &page,
+        &format!("list first page, limit=500 ({CONCURRENCY} in flight)"),
+    ));
     let full = {
         // One at a time: a whole-collection list is what an informer does once.
         let mut hist = histogram();
@@ -360,7 +197,7 @@ async fn crud(c: &Arc<Client>, out: &mut Vec<String>) {
             errors: 0,
         }
     };
-    out.push(full.line(&format!("list all {CREATES} Ports (1 in flight)")));
+    out.push(line(&full, &format!("list all {CREATES} Ports (1 in flight)")));
 }
 
 /// Watch fan-out: returns table rows.
@@ -372,7 +209,7 @@ async fn fan_out(s: &Server, c: &Arc<Client>, out: &mut Vec<String>) {
         .expect("rv")
         .to_string();
     // Watches on their own connections (the server allows 1000 streams per connection).
-    let wc = Arc::new(Client::connect(&s.kubeconfig, s.addr, 4).await);
+    let wc = Arc::new(s.client(4).await);
     let received: Arc<Mutex<Vec<(String, Instant)>>> = Arc::new(Mutex::new(Vec::new()));
     let mut watchers = Vec::new();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(WATCHERS);
@@ -499,11 +336,9 @@ async fn stored(s: &Server, c: &Arc<Client>, total: usize, out: &mut Vec<String>
     ));
 }
 
-#[tokio::main]
-async fn main() {
-    // `cargo bench` passes `--bench`; ignore arguments.
+/// The report for each store in `backends` (`embedded`, `etcd`, comma-separated).
+pub(crate) async fn report(backends: &str) {
     let total = env_count("BENCH_STORED", 100_000);
-    let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "embedded,etcd".into());
     let bin = cozyplane_conformance::server_binary();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -521,7 +356,7 @@ async fn main() {
         let etcd = backend == "etcd";
         let t0 = Instant::now();
         let s = Server::start(&bin, etcd).await;
-        let c = Arc::new(Client::connect(&s.kubeconfig, s.addr, 2).await);
+        let c = Arc::new(s.client(2).await);
         let mut out = vec![
             format!("### {backend}"),
             String::new(),
