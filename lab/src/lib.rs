@@ -608,11 +608,15 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Runs `body` on a fresh lab of `nodes` nodes, from inside its control namespace (where
-    /// the control plane runs), on a two-thread runtime; the lab is torn down afterwards,
-    /// also when `body` panics.
+    /// Runs `body` on a fresh lab of `nodes` nodes: [`Lab::run_on`] with [`Lab::new`].
     pub fn run(nodes: usize, body: impl AsyncFnOnce(&mut Lab) + Send) {
-        let mut lab = Lab::new(nodes);
+        Self::run_on(Lab::new(nodes), body);
+    }
+
+    /// Runs `body` on `lab` from inside its control namespace (where the control plane
+    /// runs), on a two-thread runtime; the lab is torn down afterwards, also when `body`
+    /// panics.
+    pub fn run_on(mut lab: Lab, body: impl AsyncFnOnce(&mut Lab) + Send) {
         let ctl = Netns(lab.ctl.0.clone());
         run_in(&ctl, || {
             let rt = tokio::runtime::Builder::new_multi_thread()

@@ -12,7 +12,7 @@
 use std::net::IpAddr;
 
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, capture, invoke_cni, run_in};
+use cozyplane_lab::{Lab, LabPod, capture, invoke_cni};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -90,23 +90,8 @@ fn ping_both(a: &LabPod, b: &LabPod, family: u8) {
 #[test]
 fn lab_ipv6() {
     // One lab after the other (not two tests in parallel): the machine is small.
-    in_lab(Lab::dual_stack(2), |lab| Box::pin(body(lab)));
-    in_lab(Lab::v6_underlay(2), |lab| Box::pin(v6_underlay(lab)));
-}
-
-type Body<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
-
-fn in_lab(mut lab: Lab, f: impl for<'a> FnOnce(&'a mut Lab) -> Body<'a> + Send) {
-    let ctl = cozyplane_lab::Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(f(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run_on(Lab::dual_stack(2), body);
+    Lab::run_on(Lab::v6_underlay(2), v6_underlay);
 }
 
 /// The same cluster with IPv6 tunnels: the outer packets are IPv6, both families inside.

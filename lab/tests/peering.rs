@@ -10,8 +10,8 @@
 
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{VPC, VPCPeering};
 use cozyplane_bpf::DropReason;
@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, metric, pod, tenant, vni, vpc_ip, wait};
+use common::{Cp, metric, now, pod, stamps, tenant, vni, vpc_ip, wait};
 
 /// The half of a peering owned by `ns`: its VPC `vpc` (named like the namespace's tenant)
 /// towards `peer_ns/peer`.
@@ -64,24 +64,6 @@ fn allows(pins: &Path, s: u32, t: u32) -> bool {
         .unwrap_or_default()
         .iter()
         .any(|(k, _)| *k == (s, t))
-}
-
-fn stamps(file: &Path) -> Vec<f64> {
-    let out = Command::new("tcpdump")
-        .args(["-tt", "-n", "-r", file.to_str().unwrap()])
-        .output()
-        .expect("tcpdump -r");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
 }
 
 #[test]

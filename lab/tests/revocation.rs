@@ -13,36 +13,17 @@
 //! as a kubelet probe would).
 
 use std::net::Ipv4Addr;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
 use cozyplane_bpf::DropReason;
-use cozyplane_lab::{Lab, LabPod, Netns, Proc, capture, run_in, start_tcpdump, stop_tcpdump};
+use cozyplane_lab::{Lab, LabPod, Netns, Proc, capture, start_tcpdump, stop_tcpdump};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, pod, tenant, vpc_ip, wait};
-
-fn stamps(file: &Path) -> Vec<f64> {
-    let out = Command::new("tcpdump")
-        .args(["-tt", "-n", "-r", file.to_str().unwrap()])
-        .output()
-        .expect("tcpdump -r");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect()
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
+use common::{Cp, now, pod, stamps, tenant, vpc_ip, wait};
 
 /// A ping from `from` to `to` every 10 ms for `secs` seconds, in the background.
 fn pinger(from: &LabPod, to: Ipv4Addr, secs: u32) -> Proc {
@@ -84,17 +65,7 @@ fn tcp_probe(node: &Netns, ip: Ipv4Addr, port: u16) -> bool {
 
 #[test]
 fn lab_revocation() {
-    let mut lab = Lab::new(2);
-    let ctl = Netns(lab.ctl.0.clone());
-    run_in(&ctl, || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(body(&mut lab));
-    });
-    std::mem::forget(ctl); // the Lab owns the namespace
+    Lab::run(2, body);
 }
 
 async fn body(lab: &mut Lab) {

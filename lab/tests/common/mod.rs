@@ -227,3 +227,23 @@ pub(crate) fn wait(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The capture times (`tcpdump -tt`, seconds since the epoch) of every packet in `file`.
+pub(crate) fn stamps(file: &std::path::Path) -> Vec<f64> {
+    let out = std::process::Command::new("tcpdump")
+        .args(["-tt", "-n", "-r", file.to_str().unwrap()])
+        .output()
+        .expect("tcpdump -r");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// Now, in the clock [`stamps`] reads.
+pub(crate) fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
