@@ -6,6 +6,7 @@
 //! Tests in `tests/` drive it with [`TestServer::kubectl`] and [`TestServer::client`].
 
 pub mod inproc;
+pub mod objects;
 pub mod realkube;
 pub mod standin;
 pub mod wire;

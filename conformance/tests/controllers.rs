@@ -3,46 +3,16 @@
 //! each wait only turns a hang into a failure.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::{
     LocalVPCRef, Port, PortSpec, VPC, VPCBinding, VPCBindingSpec, VPCGateway, VPCGatewaySpec, VPCPeering,
-    VPCPeeringSpec, VPCRef, VPCSpec,
+    VPCRef, VPCSpec,
 };
+use cozyplane_conformance::objects::{peering, wait_for, wait_gone};
 use cozyplane_conformance::{Backend, TestServer};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::runtime::wait::{Condition as WaitCondition, await_condition, conditions};
-
-const WAIT: Duration = Duration::from_secs(120);
-
-/// Waits, through a watch, until `name` satisfies `cond`; returns the object.
-async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl WaitCondition<K>) -> K
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-{
-    tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond))
-        .await
-        .unwrap_or_else(|_| panic!("{name}: never {what}"))
-        .expect("watch")
-        .unwrap_or_else(|| panic!("{name}: deleted while waiting for {what}"))
-}
-
-/// Waits, through a watch, until `name` is gone.
-async fn wait_gone<K>(api: &Api<K>, name: &str, uid: &str)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-{
-    tokio::time::timeout(
-        WAIT,
-        await_condition(api.clone(), name, conditions::is_deleted(uid)),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{name}: never deleted"))
-    .expect("watch");
-}
+use kube::runtime::wait::Condition as WaitCondition;
 
 fn cond<'a>(cs: &'a [Condition], ty: &str) -> Option<&'a Condition> {
     cs.iter().find(|c| c.type_ == ty)
@@ -58,21 +28,6 @@ fn vpc(ns: &str, name: &str, cidr: &str) -> VPC {
     );
     v.metadata.namespace = Some(ns.into());
     v
-}
-
-fn peering(ns: &str, local: &str, peer_ns: &str, peer: &str) -> VPCPeering {
-    let mut p = VPCPeering::new(
-        &format!("{local}-to-{peer}"),
-        VPCPeeringSpec {
-            vpc_ref: LocalVPCRef { name: local.into() },
-            peer_ref: VPCRef {
-                namespace: peer_ns.into(),
-                name: peer.into(),
-            },
-        },
-    );
-    p.metadata.namespace = Some(ns.into());
-    p
 }
 
 /// A peering status condition `ty` with `status`, plus `peerVNI == vni` when given.

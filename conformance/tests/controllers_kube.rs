@@ -13,15 +13,15 @@ use cozyplane_apis::v1alpha1::{
     LocalVPCRef, Port, PortSpec, SecurityGroup, SecurityGroupSpec, VPC, VPCRef, VPCSpec,
 };
 use cozyplane_apiserver::alloc::scan::scan;
+use cozyplane_conformance::objects::{WAIT, wait_for, wait_gone};
 use cozyplane_conformance::standin::{Cozyplane, Options, StandIn, Token};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{Condition, await_condition, conditions};
+use kube::runtime::wait::Condition;
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(120);
 /// The chart's ServiceAccount, as the stand-in names its token's user.
 const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
 const SA_TOKEN: &str = "cozyplane-apiserver-token";
@@ -80,32 +80,6 @@ async fn all_informers_synced(cozy: &Cozyplane) -> String {
             .all(|i| b.contains(&format!("[+]informer-{i} ok\n")))
     })
     .await
-}
-
-async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl Condition<K>) -> K
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-{
-    tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond))
-        .await
-        .unwrap_or_else(|_| panic!("{name}: never {what}"))
-        .expect("watch")
-        .unwrap_or_else(|| panic!("{name}: deleted while waiting for {what}"))
-}
-
-async fn wait_gone<K>(api: &Api<K>, name: &str, uid: &str)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-{
-    tokio::time::timeout(
-        WAIT,
-        await_condition(api.clone(), name, conditions::is_deleted(uid)),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{name}: never deleted"))
-    .expect("watch");
 }
 
 /// The stand-in, our server behind it (registered and Available; its kube identity bound to the

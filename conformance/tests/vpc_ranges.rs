@@ -2,18 +2,13 @@
 //! family in the listed order; a range that still holds addresses cannot be removed (422 with
 //! the field of the range); peering's overlap test covers every range.
 
-use std::time::Duration;
-
-use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, VPC, VPCPeering, VPCPeeringSpec, VPCRef, VPCSpec,
-};
+use cozyplane_apis::v1alpha1::{Port, VPC, VPCPeering, VPCSpec};
 use cozyplane_apiserver::alloc::scan::scan;
+use cozyplane_conformance::objects::{delete_and_release, peering, port, wait_for};
 use cozyplane_conformance::{Backend, TestServer};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{Condition as WaitCondition, await_condition};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::Condition as WaitCondition;
 use serde_json::{Value, json};
-
-const WAIT: Duration = Duration::from_secs(120);
 
 fn vpc(ns: &str, name: &str, cidrs: &[&str]) -> VPC {
     let mut v = VPC::new(
@@ -25,25 +20,6 @@ fn vpc(ns: &str, name: &str, cidrs: &[&str]) -> VPC {
     );
     v.metadata.namespace = Some(ns.into());
     v
-}
-
-fn port(vpc: &str, ip: &str) -> Port {
-    let mut p = Port::new(
-        "",
-        PortSpec {
-            vpc_ref: VPCRef {
-                namespace: "default".into(),
-                name: vpc.into(),
-            },
-            ip: ip.into(),
-            node: "n1".into(),
-            node_ip: "192.168.0.1".into(),
-            ..Default::default()
-        },
-    );
-    p.metadata.name = None;
-    p.metadata.generate_name = Some("p-".into());
-    p
 }
 
 fn status_of(e: &kube::Error) -> (u16, String) {
@@ -124,8 +100,9 @@ async fn ranges_01_ipam_fills_the_ranges_of_a_family_in_order() {
         .name
         .clone()
         .unwrap();
-    ports.delete(&p4, &DeleteParams::default()).await.unwrap();
-    ports.delete(&p2, &DeleteParams::default()).await.unwrap();
+    // Released as the node's agent would after severing (the sever finalizer).
+    delete_and_release(&ports, &p4).await;
+    delete_and_release(&ports, &p2).await;
     assert_eq!(
         ports.create(&pp, &port("r", "")).await.unwrap().spec.ip,
         "10.0.0.2"
@@ -207,7 +184,7 @@ async fn ranges_02_a_used_range_cannot_be_removed() {
     assert!(patch_cidrs(&s, "u", &six[..5]).await.0 == 200);
 
     // Once b is gone, its range may go too.
-    ports.delete(&b_name, &DeleteParams::default()).await.unwrap();
+    delete_and_release(&ports, &b_name).await;
     let (code, st) = patch_cidrs(&s, "u", &["10.0.0.0/30"]).await;
     assert_eq!(code, 200, "{st}");
     // Server-side apply and dry runs go through the same check.
@@ -228,33 +205,6 @@ async fn ranges_02_a_used_range_cannot_be_removed() {
         .unwrap_err();
     assert_eq!(status_of(&e).0, 422);
     assert_sound(&s).await;
-}
-
-async fn wait_for<K>(api: &Api<K>, name: &str, what: &str, cond: impl WaitCondition<K>) -> K
-where
-    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned + Send + 'static,
-    K::DynamicType: Default,
-{
-    tokio::time::timeout(WAIT, await_condition(api.clone(), name, cond))
-        .await
-        .unwrap_or_else(|_| panic!("{name}: never {what}"))
-        .expect("watch")
-        .unwrap_or_else(|| panic!("{name}: deleted while waiting for {what}"))
-}
-
-fn peering(ns: &str, local: &str, peer_ns: &str, peer: &str) -> VPCPeering {
-    let mut p = VPCPeering::new(
-        &format!("{local}-to-{peer}"),
-        VPCPeeringSpec {
-            vpc_ref: LocalVPCRef { name: local.into() },
-            peer_ref: VPCRef {
-                namespace: peer_ns.into(),
-                name: peer.into(),
-            },
-        },
-    );
-    p.metadata.namespace = Some(ns.into());
-    p
 }
 
 /// `CIDRsDisjoint` is `disjoint` and the peering is matched.
