@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 mod common;
-use common::{Cp, pod, pod_addrs, tenant, tenant_ranges, wait};
+use common::{Cp, half, pod, pod_addrs, tenant, tenant_ranges, wait};
 
 /// The one address of `family` (4 or 6) the pod has on `eth0`.
 fn addr(p: &LabPod, family: u8) -> IpAddr {
@@ -222,6 +222,23 @@ async fn body(lab: &mut Lab) {
         !s1.ns.ping(d2v6, 2, 1),
         "v6-only VPC -> dual-stack VPC must not pass"
     );
+
+    // --- IPv6 peering: six (v6-only) and dual (dual-stack) peered, both halves; v6 pods talk
+    // with their own addresses, same node (s1, d1 on n1) and across nodes.
+    half(&cp, ("t1", "six"), ("t2", "dual")).await;
+    half(&cp, ("t2", "dual"), ("t1", "six")).await;
+    wait("the v6 peering is programmed (s1 -> d2)", || {
+        s1.ns.ping(d2v6, 1, 1)
+    });
+    let d1v6 = addr(&d1, 6);
+    assert!(s1.ns.ping(d1v6, 3, 3), "s1 -> d1, peered, same node (v6)");
+    assert!(d1.ns.ping(s1_addr, 3, 3), "d1 -> s1, peered, same node (v6)");
+    assert!(d2.ns.ping(s1_addr, 3, 3), "d2 (n2) -> s1 (n1), peered (v6)");
+    assert!(s3.ns.ping(d1v6, 3, 3), "s3 (n2) -> d1 (n1), peered (v6)");
+    let seen = capture(&d2.ns, "eth0", &format!("icmp6 and src host {s1_addr}"), || {
+        let _ = s1.ns.ping(d2v6, 3, 3);
+    });
+    assert!(seen >= 3, "d2 sees s1's own VPC address ({seen})");
 
     // --- The dual-stack default network: one fabric address per family.
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);

@@ -17,26 +17,11 @@ use cozyplane_apis::v1alpha1::{VPC, VPCPeering};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
 use cozyplane_lab::{CTL_IP, Lab, LabPod, Netns, Proc, capture, start_tcpdump, stop_tcpdump};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, metric, now, pod, stamps, tenant, vni, vpc_ip, wait};
-
-/// The half of a peering owned by `ns`: its VPC `vpc` (named like the namespace's tenant)
-/// towards `peer_ns/peer`.
-async fn half(cp: &Cp, (ns, vpc): (&str, &str), (peer_ns, peer): (&str, &str)) -> String {
-    let name = format!("{vpc}-to-{peer}");
-    let p: VPCPeering = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
-        "kind": "VPCPeering", "metadata": {"name": name, "namespace": ns},
-        "spec": {"vpcRef": {"name": vpc}, "peerRef": {"namespace": peer_ns, "name": peer}}}))
-    .unwrap();
-    Api::<VPCPeering>::namespaced(cp.sdn.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap();
-    name
-}
+use common::{Cp, half, metric, now, pod, stamps, tenant, vni, vpc_ip, wait};
 
 /// `status.phase` of a peering half once the status loop has written one.
 async fn phase(cp: &Cp, ns: &str, name: &str) -> String {

@@ -247,3 +247,19 @@ pub(crate) fn now() -> f64 {
         .unwrap()
         .as_secs_f64()
 }
+
+/// The half of a peering owned by `ns`: its VPC `vpc` (named like the namespace's tenant)
+/// towards `peer_ns/peer`.
+pub(crate) async fn half(cp: &Cp, (ns, vpc): (&str, &str), (peer_ns, peer): (&str, &str)) -> String {
+    let name = format!("{vpc}-to-{peer}");
+    let p: cozyplane_apis::v1alpha1::VPCPeering =
+        serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
+        "kind": "VPCPeering", "metadata": {"name": name, "namespace": ns},
+        "spec": {"vpcRef": {"name": vpc}, "peerRef": {"namespace": peer_ns, "name": peer}}}))
+        .unwrap();
+    Api::<cozyplane_apis::v1alpha1::VPCPeering>::namespaced(cp.sdn.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    name
+}
