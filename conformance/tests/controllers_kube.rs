@@ -91,6 +91,7 @@ async fn setup(extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
 async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
     let s = StandIn::start(Options {
         tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
+        ..Default::default()
     })
     .await;
     grant(&s, without).await;

@@ -14,6 +14,7 @@ fn tokens() -> Options {
             Token::new("alice-token", "alice", &[]),
             Token::new("bob-token", "bob", &["devs"]),
         ],
+        ..Default::default()
     }
 }
 

@@ -245,6 +245,7 @@ async fn tenants() -> Env {
             sa_token("bob-token", BOB, "t2"),
             sa_token("carol-token", CAROL, "t1"),
         ],
+        ..Default::default()
     })
     .await;
     let admin = s.admin_kubeconfig();

@@ -86,6 +86,10 @@ enum Work {
 }
 
 mod claimant;
+mod doors;
+mod floating_ip;
+mod nat_gateway;
+mod owned;
 
 type Index<K> = Mutex<HashMap<K, BTreeSet<String>>>;
 
@@ -471,8 +475,25 @@ impl KubeLoops {
             queue: Arc::new(queue),
         });
         let mut tasks = Vec::new();
+        let (doors_queue, doors_rx) = Queue::new();
+        let doors = doors::Doors::new(
+            cfg.kube.client.clone(),
+            kinds,
+            shared.ports.clone(),
+            Arc::new(doors_queue),
+        )
+        .map(Arc::new);
         let sh = shared.clone();
-        tasks.push(AbortOnDrop(shared.ports.follow(ports_c, move |c| sh.on_port(&c))));
+        let d = doors.clone();
+        tasks.push(AbortOnDrop(shared.ports.follow(ports_c, move |c| {
+            sh.on_port(&c);
+            if let Some(d) = &d {
+                d.on_port(&c);
+            }
+        })));
+        if let Some(d) = &doors {
+            tasks.extend(doors::start(d, &cfg.kube, caches, doors_rx, leader.clone()));
+        }
         let sh = shared.clone();
         tasks.push(AbortOnDrop(
             shared.groups.follow(groups_c, move |c| sh.on_group(&c)),

@@ -167,6 +167,9 @@ impl Shared {
 struct Reconciler {
     shared: Arc<Shared>,
     kinds: Vec<Arc<dyn Resource>>,
+    /// With a kube connection the gateway loop of [`super::kube_loops`] owns VPCGateway status
+    /// (it also knows the NAT Services); this one leaves gateways alone.
+    gateways_elsewhere: bool,
 }
 
 #[async_trait::async_trait]
@@ -207,6 +210,9 @@ impl Reconciler {
 
     async fn gateway(&self, ns: &str, name: &str) -> Result<()> {
         let sh = &self.shared;
+        if self.gateways_elsewhere {
+            return Ok(());
+        }
         let Some(g) = sh.gateways.get(ns, name) else {
             return Ok(());
         };
@@ -218,7 +224,7 @@ impl Reconciler {
             .collect();
         let effective = vpc_gateway::effective(same_vpc.iter().map(|o| &**o));
         let resolved = sh.vpcs.get(ns, &g.spec.vpc_ref.name).is_some();
-        let st = vpc_gateway::status(&g, resolved, effective);
+        let st = vpc_gateway::status(&g, resolved, effective, None);
         if g.status.as_ref() == Some(&st) {
             return Ok(());
         }
@@ -282,7 +288,7 @@ impl Reconciler {
 }
 
 /// Writes `status` through `/status` (a vanished object has nothing to write).
-async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value) -> Result<()> {
+pub(crate) async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value) -> Result<()> {
     let apply = move |mut cur: Value| -> Result<Value> {
         cur["status"] = status.clone();
         Ok(cur)
@@ -331,8 +337,14 @@ impl Drop for AbortOnDrop {
 }
 
 /// Runs the reconcilers of `kinds` fed by their `caches` while `leader` says this replica leads;
-/// returns only if a cache is missing.
-pub async fn run(kinds: Vec<Arc<dyn Resource>>, caches: Vec<Arc<WatchCache>>, leader: watch::Receiver<bool>) {
+/// returns only if a cache is missing. `gateways_elsewhere`: the kube-backed gateway loop owns
+/// VPCGateway status.
+pub async fn run(
+    kinds: Vec<Arc<dyn Resource>>,
+    caches: Vec<Arc<WatchCache>>,
+    leader: watch::Receiver<bool>,
+    gateways_elsewhere: bool,
+) {
     let cache = |plural: &str| {
         caches
             .iter()
@@ -375,6 +387,10 @@ pub async fn run(kinds: Vec<Arc<dyn Resource>>, caches: Vec<Arc<WatchCache>>, le
         }
     }));
     let queue = shared.queue.clone();
-    let r = Reconciler { shared, kinds };
+    let r = Reconciler {
+        shared,
+        kinds,
+        gateways_elsewhere,
+    };
     super::queue::work(&queue, rx, leader, &r, RETRY).await;
 }

@@ -64,6 +64,7 @@ pub fn start(
             kinds.clone(),
             caches.clone(),
             leader.clone(),
+            kube.is_some(),
         )));
         let _kube = kube.map(|k| kube_loops::KubeLoops::start(&k, &kinds, &caches, leader.clone()));
         std::future::pending::<()>().await;

@@ -74,6 +74,28 @@ pub const PODS: Access = Access {
     when: When::Always,
     why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone",
 };
+/// The doors of VPCs: the LoadBalancer Services the VPCGateway and FloatingIP loops own (a
+/// watch limited to `service.kubernetes.io/service-proxy-name=cozyplane`).
+pub const SERVICES: Access = Access {
+    group: "",
+    resource: "services",
+    verbs: &["list", "watch", "create", "patch", "delete"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "VPCGateway and FloatingIP loops: the LoadBalancer Services they own (create, align, delete; the watch reads the assigned address)",
+};
+/// The EndpointSlices of those Services (a watch limited to
+/// `endpointslice.kubernetes.io/managed-by=cozyplane`).
+pub const ENDPOINTSLICES: Access = Access {
+    group: "discovery.k8s.io",
+    resource: "endpointslices",
+    verbs: &["list", "watch", "create", "patch", "delete"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "VPCGateway and FloatingIP loops: the EndpointSlices of their Services",
+};
 /// Namespace lifecycle admission.
 pub const NAMESPACES: Access = Access {
     group: "",
@@ -159,9 +181,11 @@ pub const AUTHENTICATION_CONFIGMAP: Access = Access {
 };
 
 /// Every access of the server, in the order the chart lists them.
-pub const SERVER_ACCESS: [&Access; 10] = [
+pub const SERVER_ACCESS: [&Access; 12] = [
     &NODES,
     &PODS,
+    &SERVICES,
+    &ENDPOINTSLICES,
     &NAMESPACES,
     &RESOURCEQUOTAS,
     &RESOURCEQUOTAS_STATUS,
@@ -373,6 +397,8 @@ mod tests {
         for a in [
             &NODES,
             &PODS,
+            &SERVICES,
+            &ENDPOINTSLICES,
             &NAMESPACES,
             &RESOURCEQUOTAS,
             &AUTHENTICATION_CONFIGMAP,

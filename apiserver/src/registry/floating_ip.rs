@@ -1,7 +1,9 @@
-//! Registry policy of `FloatingIP`: validation from `crate::validation` and its printer columns.
+//! Registry policy of `FloatingIP`: validation from `crate::validation`, its printer columns and
+//! the status derivation of the FloatingIP loop.
 
-use cozyplane_apis::v1alpha1::FloatingIP;
+use cozyplane_apis::v1alpha1::{FloatingIP, FloatingIPStatus};
 
+use super::condition::condition;
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_floating_ip, validate_floating_ip_update};
 
@@ -59,5 +61,106 @@ impl strategy::Strategy for Strategy {
             status::address(&mut errs, "address", &st.address, None);
         }
         errs
+    }
+}
+
+/// What the FloatingIP loop observed for one FloatingIP.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// The owned Service exists.
+    pub service: bool,
+    /// Why there is no Service (empty: none created yet).
+    pub service_note: String,
+    /// The address the LoadBalancer implementation assigned, or empty.
+    pub address: String,
+    /// The node of the live Port holding `spec.target`, or empty.
+    pub node: String,
+    /// The older FloatingIP of the same `{vpc, target}` that wins, if this one loses.
+    pub winner: Option<String>,
+}
+
+/// The status of `fip` from `facts`: `Ready` when the Service exists, an address is assigned,
+/// the target is live and this FloatingIP is the only one of its `{vpc, target}`.
+pub fn status(fip: &FloatingIP, facts: &Facts) -> FloatingIPStatus {
+    let prev = fip.status.clone().unwrap_or_default();
+    let generation = fip.metadata.generation.unwrap_or(1);
+    let c = |ty: &str, ok: bool, reason: &str, message: String| {
+        condition(&prev.conditions, ty, ok, reason, &message, generation)
+    };
+    let target = &fip.spec.target;
+    let live = !facts.node.is_empty();
+    let exclusive = facts.winner.is_none();
+    let assigned = !facts.address.is_empty();
+    let service = match (facts.service, facts.service_note.is_empty()) {
+        (true, _) => c(
+            "ServiceReady",
+            true,
+            "ServiceReady",
+            "the LoadBalancer Service exists".into(),
+        ),
+        (false, true) => c(
+            "ServiceReady",
+            false,
+            "ServicePending",
+            "no LoadBalancer Service yet".into(),
+        ),
+        (false, false) => c(
+            "ServiceReady",
+            false,
+            "ServiceRefused",
+            facts.service_note.clone(),
+        ),
+    };
+    let ready = facts.service && assigned && live && exclusive;
+    FloatingIPStatus {
+        address: facts.address.clone(),
+        phase: if ready { "Ready" } else { "Pending" }.to_string(),
+        conditions: vec![
+            service,
+            if assigned {
+                c(
+                    "AddressAssigned",
+                    true,
+                    "AddressAssigned",
+                    format!("address {}", facts.address),
+                )
+            } else {
+                c(
+                    "AddressAssigned",
+                    false,
+                    "AddressPending",
+                    "waiting for the LoadBalancer implementation to assign an address".into(),
+                )
+            },
+            if live {
+                c(
+                    "TargetLive",
+                    true,
+                    "TargetLive",
+                    format!("{target} is on node {}", facts.node),
+                )
+            } else {
+                c(
+                    "TargetLive",
+                    false,
+                    "TargetNotFound",
+                    format!("no live Port holds {target}"),
+                )
+            },
+            match &facts.winner {
+                None => c(
+                    "TargetExclusive",
+                    true,
+                    "TargetExclusive",
+                    format!("the only FloatingIP of {target}"),
+                ),
+                Some(w) => c(
+                    "TargetExclusive",
+                    false,
+                    "TargetConflict",
+                    format!("FloatingIP {w} is older and targets {target} too"),
+                ),
+            },
+        ],
     }
 }

@@ -79,14 +79,37 @@ pub fn effective<'a>(gateways: impl IntoIterator<Item = &'a VPCGateway>) -> Opti
         })
 }
 
+/// What the gateway's NAT Services show (the kube-backed loop knows; without a kube connection
+/// there are no Services and the stored addresses stay).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nat {
+    /// The IPv4 identity (`status.loadBalancer.ingress` of the IPv4 Service), or empty.
+    pub v4: String,
+    /// The IPv6 identity, or empty.
+    pub v6: String,
+    /// Why an identity is missing beyond "not assigned yet" (a family the cluster refused).
+    pub note: String,
+}
+
 /// The status of `gw`: `Ready` when its VPC exists (`resolved`) and it is the `effective` gateway
-/// of that VPC; others report `Exclusive=False` naming the effective one.
-pub fn status(gw: &VPCGateway, resolved: bool, effective: Option<&VPCGateway>) -> VPCGatewayStatus {
+/// of that VPC; others report `Exclusive=False` naming the effective one. `nat` gives the NAT
+/// identities; `None` keeps the stored ones.
+pub fn status(
+    gw: &VPCGateway,
+    resolved: bool,
+    effective: Option<&VPCGateway>,
+    nat: Option<&Nat>,
+) -> VPCGatewayStatus {
     let prev = gw.status.clone().unwrap_or_default();
+    let nat = nat.cloned().unwrap_or_else(|| Nat {
+        v4: prev.nat_address.clone(),
+        v6: prev.nat_address6.clone(),
+        note: String::new(),
+    });
     let vpc = &gw.spec.vpc_ref.name;
     let exclusive = effective.is_none_or(|e| e.metadata.name == gw.metadata.name);
     let generation = gw.metadata.generation.unwrap_or(1);
-    let nat_ready = !gw.spec.nat.enabled || !prev.nat_address.is_empty() || !prev.nat_address6.is_empty();
+    let nat_ready = !gw.spec.nat.enabled || !nat.v4.is_empty() || !nat.v6.is_empty();
     let c = |ty: &str, ok: bool, reason: &str, message: &str| {
         condition(&prev.conditions, ty, ok, reason, message, generation)
     };
@@ -102,9 +125,15 @@ pub fn status(gw: &VPCGateway, resolved: bool, effective: Option<&VPCGateway>) -
         ),
         _ => format!("the boundary of VPC {vpc}"),
     };
+    let nat_msg = match (nat_ready, nat.note.is_empty()) {
+        (true, true) => "NAT identity assigned or NAT disabled".to_string(),
+        (true, false) => format!("NAT identity assigned; {}", nat.note),
+        (false, true) => "waiting for a NAT address".to_string(),
+        (false, false) => format!("waiting for a NAT address; {}", nat.note),
+    };
     VPCGatewayStatus {
-        nat_address: prev.nat_address.clone(),
-        nat_address6: prev.nat_address6.clone(),
+        nat_address: nat.v4,
+        nat_address6: nat.v6,
         phase: if resolved && exclusive { "Ready" } else { "Pending" }.to_string(),
         conditions: vec![
             c("VPCResolved", resolved, "VPCResolved", &resolved_msg),
@@ -116,11 +145,7 @@ pub fn status(gw: &VPCGateway, resolved: bool, effective: Option<&VPCGateway>) -
                 } else {
                     "NATAddressPending"
                 },
-                if nat_ready {
-                    "NAT identity assigned or NAT disabled"
-                } else {
-                    "waiting for a NAT address"
-                },
+                &nat_msg,
             ),
             c(
                 "Exclusive",
@@ -167,17 +192,17 @@ mod tests {
         let all = [new.clone(), old.clone()];
         let eff = effective(&all);
         assert_eq!(eff.unwrap().metadata.name.as_deref(), Some("old"));
-        let st = status(&old, true, eff);
+        let st = status(&old, true, eff, None);
         assert_eq!(
             (st.phase.as_str(), cond(&st, "Exclusive").status.as_str()),
             ("Ready", "True")
         );
-        let st = status(&new, true, eff);
+        let st = status(&new, true, eff, None);
         assert_eq!(cond(&st, "Exclusive").reason, "GatewayConflict");
         assert_eq!(st.phase, "Pending");
         // Deriving again from the stored status gives the same value (nothing to write).
         let mut stored = new.clone();
         stored.status = Some(st.clone());
-        assert_eq!(status(&stored, true, eff), st);
+        assert_eq!(status(&stored, true, eff, None), st);
     }
 }

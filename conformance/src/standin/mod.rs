@@ -10,6 +10,7 @@
 //! port until dropped.
 
 pub mod kinds;
+pub mod lb;
 pub mod pki;
 pub mod protobuf;
 pub mod proxy;
@@ -45,10 +46,16 @@ pub struct Registry {
 }
 
 impl Registry {
-    fn new(storage: &Arc<dyn cozyplane_storage::Storage>) -> Self {
+    fn new(storage: &Arc<dyn cozyplane_storage::Storage>, service_families: &[String]) -> Self {
         let stores: Vec<Arc<UnstructuredStore>> = kinds::KINDS
             .iter()
-            .map(|d| Arc::new(UnstructuredStore::new(*d, Arc::clone(storage))))
+            .map(|d| {
+                let mut s = UnstructuredStore::new(*d, Arc::clone(storage));
+                if d.info.plural == "services" {
+                    s.serve_families(service_families);
+                }
+                Arc::new(s)
+            })
             .collect();
         let caches = stores
             .iter()
@@ -101,6 +108,8 @@ pub struct Shared {
     /// Resource requests after authentication, in arrival order: lets tests count a client's
     /// lists, watches and refusals and see when they came (see [`StandIn::requests`]).
     pub requests: std::sync::Mutex<Vec<RequestRecord>>,
+    /// The LoadBalancer address pools, if the stand-in plays that part ([`Options::lb_pool`]).
+    pub lb: Option<lb::LbPool>,
 }
 
 /// One resource request the stand-in received.
@@ -289,6 +298,37 @@ pub fn parse_token_file(text: &str) -> HashMap<String, Identity> {
 pub struct Options {
     /// Static tokens, written to the token file.
     pub tokens: Vec<Token>,
+    /// Assign addresses to LoadBalancer Services from these pools ([`lb`]).
+    pub lb: Option<lb::LbPool>,
+    /// The Service IP families the "cluster" serves (empty: both): a Service asking for
+    /// another is refused with 422 Invalid, as by a single-stack kube-apiserver.
+    pub service_families: Vec<String>,
+}
+
+impl Options {
+    /// Plays the LoadBalancer implementation with pools `v4` and `v6` (CIDRs; empty: none of
+    /// that family) for Services without a `loadBalancerClass`.
+    #[must_use]
+    pub fn lb_pool(mut self, v4: &str, v6: &str) -> Self {
+        self.lb = Some(lb::LbPool::new(v4, v6));
+        self
+    }
+
+    /// Also serves LoadBalancer Services of `class`.
+    #[must_use]
+    pub fn lb_class(mut self, class: &str) -> Self {
+        if let Some(p) = self.lb.as_mut() {
+            p.classes.push(class.to_string());
+        }
+        self
+    }
+
+    /// Serves only the Service IP `families` (`IPv4`, `IPv6`).
+    #[must_use]
+    pub fn service_families(mut self, families: &[&str]) -> Self {
+        self.service_families = families.iter().map(|f| (*f).to_string()).collect();
+        self
+    }
 }
 
 /// Files of the front-proxy (request-header) identity.
@@ -563,7 +603,7 @@ impl StandIn {
             "https://127.0.0.1:{}",
             listener.local_addr().expect("addr").port()
         );
-        let reg = Registry::new(&storage);
+        let reg = Registry::new(&storage, &opts.service_families);
         seed(&reg, &pki).await.expect("seed the stand-in");
         let shared = Arc::new(Shared {
             reg,
@@ -573,6 +613,7 @@ impl StandIn {
             url: url.clone(),
             reviews: std::sync::Mutex::new(HashMap::new()),
             requests: std::sync::Mutex::new(Vec::new()),
+            lb: opts.lb.clone(),
         });
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
         let st = shared.clone();
@@ -612,7 +653,7 @@ impl StandIn {
                 });
             }
         });
-        let tasks = vec![
+        let mut tasks = vec![
             serve,
             every(Duration::from_millis(200), &shared, |s| {
                 async move { rbac::aggregate_once(&s.reg).await }.boxed()
@@ -624,6 +665,11 @@ impl StandIn {
                 async move { apiservice_controller_once(&s).await }.boxed()
             }),
         ];
+        if shared.lb.is_some() {
+            tasks.push(every(Duration::from_millis(100), &shared, |s| {
+                async move { lb::assign_once(&s).await }.boxed()
+            }));
+        }
         Self {
             url,
             ca_file,

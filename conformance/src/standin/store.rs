@@ -57,6 +57,8 @@ impl KindDef {
 pub struct UnstructuredStore {
     def: KindDef,
     storage: Arc<dyn Storage>,
+    /// Services only: the IP families served (empty: any).
+    families: Vec<String>,
 }
 
 fn now() -> String {
@@ -133,7 +135,38 @@ fn spec_part(v: &Value) -> Value {
 impl UnstructuredStore {
     /// A store for `def` on `storage`.
     pub fn new(def: KindDef, storage: Arc<dyn Storage>) -> Self {
-        Self { def, storage }
+        Self {
+            def,
+            storage,
+            families: Vec::new(),
+        }
+    }
+
+    /// Refuses creates asking for another `spec.ipFamilies` entry than `families` (Services).
+    pub fn serve_families(&mut self, families: &[String]) {
+        self.families = families.to_vec();
+    }
+
+    fn check_families(&self, name: &str, obj: &Value) -> Result<()> {
+        if self.families.is_empty() {
+            return Ok(());
+        }
+        let asked = obj
+            .pointer("/spec/ipFamilies")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate();
+        for (i, f) in asked {
+            let f = f.as_str().unwrap_or_default();
+            if !self.families.iter().any(|k| k == f) {
+                return Err(self.invalid(
+                    name,
+                    &format!("spec.ipFamilies[{i}]: Invalid value: {f:?}: not configured on this cluster"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The kind.
@@ -515,6 +548,7 @@ impl Resource for UnstructuredStore {
                 ),
             ));
         }
+        self.check_families(&name, &obj)?;
         if o.dry_run {
             return Ok(obj);
         }
