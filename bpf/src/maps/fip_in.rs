@@ -22,9 +22,12 @@ map_wrapper!(
     FipInMap, HashMap<Addr, Fip>
 );
 
+/// A target: `(net, vpc_ip)`.
+pub type Target = (u32, IpAddr);
+
 impl<T: Borrow<MapData>> FipInMap<T> {
     /// Every public address with its target `(net, vpc_ip)`.
-    pub fn entries(&self) -> Result<Vec<(IpAddr, (u32, IpAddr))>, MapError> {
+    pub fn entries(&self) -> Result<Vec<(IpAddr, Target)>, MapError> {
         self.0
             .iter()
             .map(|r| r.map(|(k, v)| (IpAddr::from(k), (v.net, IpAddr::from(v.vpc_ip)))))

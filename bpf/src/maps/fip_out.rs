@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use aya::maps::{MapData, MapError};
 
+use super::fip_in::Target;
 use super::{map_wrapper, optional};
 use crate::abi::{EpKey, FipPub};
 
@@ -31,7 +32,7 @@ fn key(net: u32, vpc_ip: IpAddr) -> EpKey {
 
 impl<T: Borrow<MapData>> FipOutMap<T> {
     /// Every target `(net, vpc_ip)` with its public address.
-    pub fn entries(&self) -> Result<Vec<((u32, IpAddr), IpAddr)>, MapError> {
+    pub fn entries(&self) -> Result<Vec<(Target, IpAddr)>, MapError> {
         self.0
             .iter()
             .map(|r| r.map(|(k, v)| ((k.net, IpAddr::from(k.ip)), IpAddr::from(v.addr))))

@@ -26,6 +26,9 @@ map_wrapper!(
 /// A frontend or a backend: `(address, port, protocol)`; the port in host order.
 pub type Frontend = (IpAddr, u16, u8);
 
+/// A frontend's entry: its backends' net and the backends `(vpc address, target port)`.
+pub type Entry = (Frontend, u32, Vec<(IpAddr, u16)>);
+
 /// The ABI key of a frontend.
 pub fn lb_key((addr, port, proto): Frontend) -> LbKey {
     LbKey {
@@ -42,7 +45,7 @@ fn frontend(k: &LbKey) -> Frontend {
 
 impl<T: Borrow<MapData>> LbFrontMap<T> {
     /// Every frontend with its net and backends `(vpc address, target port)`.
-    pub fn entries(&self) -> Result<Vec<(Frontend, u32, Vec<(IpAddr, u16)>)>, MapError> {
+    pub fn entries(&self) -> Result<Vec<Entry>, MapError> {
         self.0
             .iter()
             .map(|r| {

@@ -8,6 +8,7 @@
     reason = "each test binary uses a different subset"
 )]
 
+pub mod doors;
 pub mod fixtures;
 pub mod pkt;
 
