@@ -104,6 +104,11 @@ pub struct AgentConfig {
     /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
     pub node_ip: Option<IpAddr>,
+    /// Cluster-internal ranges (comma-separated CIDRs: pod, Service and node ranges) that a
+    /// VPC's doors (Floating IPs, LoadBalancer replies) never NAT to: traffic to them stays
+    /// inside the cluster, isolated.
+    #[arg(long, env = "COZYPLANE_INTERNAL_CIDRS", value_delimiter = ',')]
+    pub internal_cidrs: Vec<cozyplane_apis::net::IpNet>,
 }
 
 /// A mark bit: decimal or `0x` hex.

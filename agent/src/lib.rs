@@ -16,7 +16,10 @@ pub mod attachment;
 pub mod cni_server;
 pub mod config;
 pub mod datapath;
+pub mod doors;
+pub mod fip;
 pub mod ipam;
+pub mod lb_gate;
 pub mod metrics;
 pub mod peering;
 pub mod prepare;
@@ -143,6 +146,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     }
     let state = cni_server::AgentState::start(&cfg, block, block6, api.clone()).await?;
     let state = Arc::new(state);
+    let vpc_names = metrics::VpcNames::default();
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
     if let Some(api) = api {
@@ -163,9 +167,19 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         };
         tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(sever::run(api.clone(), state.clone()));
+        tokio::spawn(doors::run(
+            api.clone(),
+            state.pin_dir().to_path_buf(),
+            cfg.internal_cidrs.clone(),
+            vpc_names.clone(),
+        ));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
-    let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
+    let metrics = metrics::Metrics::with_identity(
+        state.pin_dir().to_path_buf(),
+        cfg.node_name.clone().unwrap_or_default(),
+        vpc_names,
+    );
     state.set_metrics(metrics.clone());
     let listener = cni_server::bind(&cfg.cni_socket).map_err(|source| StartError::Io {
         what: format!("bind {}", cfg.cni_socket.display()),

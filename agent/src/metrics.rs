@@ -9,14 +9,27 @@
 //! - `cozyplane_xnet_packets_total{from,to}`, `cozyplane_xnet_bytes_total{from,to}`: VPC
 //!   peering crossings this node let through (from `sdn_xnet_allow`; a pair's counters
 //!   start over when its peering is re-created);
+//! - `cozyplane_vpc_door_packets_total`, `cozyplane_vpc_door_bytes_total`
+//!   `{vni,vpc_namespace,vpc,node,door,direction}`: what crossed a VPC's boundary through a
+//!   door (`gateway`, `eip`, `loadbalancer`) in a direction (`in`, `out`) on this node
+//!   (from `sdn_door_stats`); `cozyplane_vpc_door_refused_packets_total`,
+//!   `cozyplane_vpc_door_refused_bytes_total`, same labels: what the boundary refused there;
+//! - `cozyplane_vpc_packets_total`, `cozyplane_vpc_bytes_total`
+//!   `{vni,vpc_namespace,vpc,node,direction}`: east-west traffic per VPC (`sdn_net_stats`,
+//!   `tx`/`rx`; net 0 is no VPC and is left out). VPC names come from the VPC watch
+//!   ([`VpcNames`]); empty until it has seen the VPC;
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
 //! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-use cozyplane_bpf::maps::{self, drops::DropsMap, net_stats::NetStatsMap, xnet_allow::XnetAllowMap};
+use cozyplane_bpf::abi::DoorKey;
+use cozyplane_bpf::maps::{
+    self, door_stats::DoorStatsMap, drops::DropsMap, net_stats::NetStatsMap, xnet_allow::XnetAllowMap,
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -26,6 +39,40 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(&'static str, String)>;
+
+/// VNI → `(namespace, name)` of every VPC, kept by the doors' VPC watch
+/// ([`crate::doors`]) and read at each scrape for the per-VPC labels.
+#[derive(Clone, Debug, Default)]
+pub struct VpcNames(Arc<RwLock<HashMap<u32, (String, String)>>>);
+
+impl VpcNames {
+    /// Replace the whole table.
+    pub fn set(&self, names: impl IntoIterator<Item = (u32, (String, String))>) {
+        let fresh: HashMap<_, _> = names.into_iter().collect();
+        if let Ok(mut t) = self.0.write() {
+            *t = fresh;
+        }
+    }
+
+    /// `(namespace, name)` of `vni`, empty strings if unknown.
+    pub fn get(&self, vni: u32) -> (String, String) {
+        self.0
+            .read()
+            .ok()
+            .and_then(|t| t.get(&vni).cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// The label value of a door (`SDN_DOOR_*`).
+fn door_name(door: u8) -> &'static str {
+    match door {
+        DoorKey::GATEWAY => "gateway",
+        DoorKey::EIP => "eip",
+        DoorKey::LOADBALANCER => "loadbalancer",
+        _ => "unknown",
+    }
+}
 
 /// The agent's registry and the counters the agent itself increments.
 #[derive(Clone, Debug)]
@@ -37,8 +84,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A registry with the map collector over `pin_dir`.
+    /// A registry with the map collector over `pin_dir`; per-VPC families unnamed, node
+    /// label empty (see [`Metrics::with_identity`]).
     pub fn new(pin_dir: PathBuf) -> Self {
+        Self::with_identity(pin_dir, String::new(), VpcNames::default())
+    }
+
+    /// A registry with the map collector over `pin_dir`, labelling per-VPC families with
+    /// `node` and the VPC names from `vpcs`.
+    pub fn with_identity(pin_dir: PathBuf, node: String, vpcs: VpcNames) -> Self {
         let mut registry = Registry::default();
         let sync_errors = Family::<Labels, Counter>::default();
         let cni_requests = Family::<Labels, Counter>::default();
@@ -63,7 +117,7 @@ impl Metrics {
             "Time a pod ADD spends in each step",
             add_steps.clone(),
         );
-        registry.register_collector(Box::new(MapCollector { pin_dir }));
+        registry.register_collector(Box::new(MapCollector { pin_dir, node, vpcs }));
         Self {
             registry: Arc::new(registry),
             sync_errors,
@@ -124,6 +178,86 @@ impl Metrics {
 #[derive(Debug)]
 struct MapCollector {
     pin_dir: PathBuf,
+    node: String,
+    vpcs: VpcNames,
+}
+
+impl MapCollector {
+    /// `vni`, `vpc_namespace`, `vpc`, `node` of a VPC.
+    fn vpc_labels(&self, vni: u32) -> Labels {
+        let (ns, name) = self.vpcs.get(vni);
+        vec![
+            ("vni", vni.to_string()),
+            ("vpc_namespace", ns),
+            ("vpc", name),
+            ("node", self.node.clone()),
+        ]
+    }
+
+    /// The per-VPC families: doors, refusals, east-west.
+    fn encode_vpcs(&self, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        if let Ok(doors) = DoorStatsMap::from_pin(&self.pin_dir)
+            && let Ok(rows) = doors.entries()
+        {
+            let (mut pk, mut by, mut rpk, mut rby) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (k, v) in rows.into_iter().filter(|(k, _)| k.net != 0) {
+                let mut l = self.vpc_labels(k.net);
+                l.push(("door", door_name(k.door).to_string()));
+                let dir = if k.dir == DoorKey::IN { "in" } else { "out" };
+                l.push(("direction", dir.to_string()));
+                pk.push((l.clone(), v.packets));
+                by.push((l.clone(), v.bytes));
+                rpk.push((l.clone(), v.refused_packets));
+                rby.push((l, v.refused_bytes));
+            }
+            counter_family(
+                enc,
+                "cozyplane_vpc_door_packets",
+                "Packets through a VPC's door, by direction",
+                &pk,
+            )?;
+            counter_family(
+                enc,
+                "cozyplane_vpc_door_bytes",
+                "Bytes through a VPC's door, by direction",
+                &by,
+            )?;
+            counter_family(
+                enc,
+                "cozyplane_vpc_door_refused_packets",
+                "Packets the VPC boundary refused at a door",
+                &rpk,
+            )?;
+            counter_family(
+                enc,
+                "cozyplane_vpc_door_refused_bytes",
+                "Bytes the VPC boundary refused at a door",
+                &rby,
+            )?;
+        }
+        if let Ok(stats) = NetStatsMap::from_pin(&self.pin_dir) {
+            let nets: Vec<u32> = stats
+                .inner()
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|n| *n != 0)
+                .collect();
+            let (mut pk, mut by) = (Vec::new(), Vec::new());
+            for net in nets {
+                if let Ok(Some(s)) = stats.get(net) {
+                    for (dir, p, b) in [("tx", s.tx_packets, s.tx_bytes), ("rx", s.rx_packets, s.rx_bytes)] {
+                        let mut l = self.vpc_labels(net);
+                        l.push(("direction", dir.to_string()));
+                        pk.push((l.clone(), p));
+                        by.push((l, b));
+                    }
+                }
+            }
+            counter_family(enc, "cozyplane_vpc_packets", "East-west packets per VPC", &pk)?;
+            counter_family(enc, "cozyplane_vpc_bytes", "East-west bytes per VPC", &by)?;
+        }
+        Ok(())
+    }
 }
 
 fn counter_family(
@@ -210,6 +344,8 @@ impl Collector for MapCollector {
                 &by,
             )?;
         }
+
+        self.encode_vpcs(&mut enc)?;
 
         if let Ok(allow) = XnetAllowMap::from_pin(&self.pin_dir)
             && let Ok(all) = allow.entries()

@@ -8,6 +8,7 @@
 #include "../lib/bridge.h"
 #include "../lib/crossnet.h"
 #include "../lib/dnat.h"
+#include "../lib/doors.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
 #include "../lib/ndp.h"
@@ -42,7 +43,7 @@ static __always_inline int from_pod_net0(struct __sk_buff *skb,
  * source net's VNI, so the receiver decides again (sdn_from_overlay).
  */
 static __always_inline int from_pod_peer(struct __sk_buff *skb,
-					 const struct sdn_pkt *p, __u32 net)
+					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_endpoint *ep;
 	struct sdn_remote *r;
@@ -50,8 +51,14 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	int ret;
 
 	ret = sdn_xnet_resolve(skb, net, &p->dst, &to);
+	if (ret == DROP_VPC_ISOLATION) {
+		/* In no net it may reach: out through a door, or nowhere. */
+		ret = sdn_doors_from_pod(skb, p, net);
+		if (!ret)
+			ret = DROP_VPC_ISOLATION;
+	}
 	if (ret)
-		return sdn_drop(skb, ret);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	ep = sdn_endpoint_lookup(to, &p->dst);
 	if (ep) {
 		sdn_count_tx(skb, net);

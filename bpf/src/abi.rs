@@ -354,6 +354,127 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// `struct sdn_door_key`: key of `sdn_door_stats`, one row per `{VPC, door, direction}`.
+    pub struct DoorKey = "sdn_door_key" {
+        /// VNI of the VPC; net 0 is never metered.
+        pub net: u32,
+        /// `SDN_DOOR_*`: [`DoorKey::GATEWAY`], [`DoorKey::EIP`], [`DoorKey::LOADBALANCER`].
+        pub door: u8,
+        /// `SDN_DIR_*`: [`DoorKey::IN`] (into the VPC), [`DoorKey::OUT`].
+        pub dir: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+impl DoorKey {
+    /// `SDN_DOOR_GATEWAY`: the VPCGateway's NAT identity.
+    pub const GATEWAY: u8 = 0;
+    /// `SDN_DOOR_EIP`: a FloatingIP.
+    pub const EIP: u8 = 1;
+    /// `SDN_DOOR_LOADBALANCER`: LoadBalancer Services into the VPC.
+    pub const LOADBALANCER: u8 = 2;
+    /// `SDN_DIR_IN`: into the VPC.
+    pub const IN: u8 = 0;
+    /// `SDN_DIR_OUT`: out of the VPC.
+    pub const OUT: u8 = 1;
+}
+
+abi_struct! {
+    /// `struct sdn_door_stats`, value of `sdn_door_stats` (per CPU).
+    pub struct DoorStats = "sdn_door_stats" {
+        /// Packets that crossed the door.
+        pub packets: u64,
+        /// Their bytes.
+        pub bytes: u64,
+        /// Packets the boundary refused at the door (dropped).
+        pub refused_packets: u64,
+        /// Their bytes.
+        pub refused_bytes: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_fip`, value of `sdn_fip_in` (key: the public address): the target.
+    pub struct Fip = "sdn_fip" {
+        /// VNI of the target's VPC.
+        pub net: u32,
+        /// The target's VPC address.
+        pub vpc_ip: Addr,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_fip_pub`, value of `sdn_fip_out` (key: [`EpKey`] of the target).
+    pub struct FipPub = "sdn_fip_pub" {
+        /// The public address, of the target's family.
+        pub addr: Addr,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_key`: a LoadBalancer frontend (key of `sdn_lb_front`, value of
+    /// `sdn_lb_rev`).
+    pub struct LbKey = "sdn_lb_key" {
+        /// The `status.loadBalancer.ingress` address.
+        pub addr: Addr,
+        /// The Service port, network order.
+        pub port: u16,
+        /// 6 (TCP) or 17 (UDP).
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: u8,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_backend`: one backend of a frontend.
+    pub struct LbBackend = "sdn_lb_backend" {
+        /// The backend pod's VPC address.
+        pub ip: Addr,
+        /// The target port, network order.
+        pub port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+/// `SDN_LB_BACKENDS`: backends per frontend.
+pub const LB_BACKENDS: usize = 16;
+
+abi_struct! {
+    /// `struct sdn_lb_front`, value of `sdn_lb_front`.
+    pub struct LbFront = "sdn_lb_front" {
+        /// VNI of the backends' VPC.
+        pub net: u32,
+        /// Backends in use (0: none ready).
+        pub count: u32,
+        /// The backends; the first `count` are used.
+        pub be: [LbBackend; LB_BACKENDS],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_rev_key`: a backend as its replies leave it (key of `sdn_lb_rev`).
+    pub struct LbRevKey = "sdn_lb_rev_key" {
+        /// VNI of the backend's VPC.
+        pub net: u32,
+        /// The backend's VPC address.
+        pub ip: Addr,
+        /// The target port, network order.
+        pub port: u16,
+        /// 6 (TCP) or 17 (UDP).
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: u8,
+    }
+}
+
 /// Every ABI struct, for the layout check.
 pub const LAYOUTS: &[StructLayout] = &[
     Addr::LAYOUT,
@@ -379,6 +500,14 @@ pub const LAYOUTS: &[StructLayout] = &[
     NodeEntry::LAYOUT,
     FragKey::LAYOUT,
     Frag::LAYOUT,
+    DoorKey::LAYOUT,
+    DoorStats::LAYOUT,
+    Fip::LAYOUT,
+    FipPub::LAYOUT,
+    LbKey::LAYOUT,
+    LbBackend::LAYOUT,
+    LbFront::LAYOUT,
+    LbRevKey::LAYOUT,
 ];
 
 // === impl NetStats / DropStats ===
@@ -389,6 +518,15 @@ impl std::ops::AddAssign for NetStats {
         self.tx_bytes += o.tx_bytes;
         self.rx_packets += o.rx_packets;
         self.rx_bytes += o.rx_bytes;
+    }
+}
+
+impl std::ops::AddAssign for DoorStats {
+    fn add_assign(&mut self, o: Self) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.refused_packets += o.refused_packets;
+        self.refused_bytes += o.refused_bytes;
     }
 }
 

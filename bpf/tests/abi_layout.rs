@@ -125,7 +125,15 @@ fn every_c_drop_reason_has_a_rust_variant() {
 
 #[test]
 fn every_c_map_has_a_rust_wrapper() {
-    let h = header("maps.h");
+    // maps.h and the per-feature headers it includes.
+    let mut h = header("maps.h");
+    for inc in ["meter_maps.h", "fip_maps.h", "lb_gate_maps.h"] {
+        assert!(
+            h.contains(&format!("#include <sdn/{inc}>")),
+            "maps.h includes {inc}"
+        );
+        h.push_str(&header(inc));
+    }
     let mut c: Vec<&str> = h
         .lines()
         .filter_map(|l| l.strip_prefix("} ")?.strip_suffix(" SEC(\".maps\");"))

@@ -32,6 +32,11 @@
 #define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
 #define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 #define DROP_SEVERED		-19	/* VPC traffic from or to a pod whose Port was revoked (lib/sever.h) */
+/* -20..-27: reserved for the gateway NAT and masquerade. */
+#define DROP_FIP_NO_TARGET	-28	/* Floating IP whose target is neither on this node nor known remotely */
+#define DROP_NS_NO_ROUTE	-29	/* north-south egress: no route out of the node (bpf_fib_lookup) */
+#define DROP_LB_REFUSED		-30	/* LoadBalancer traffic into a VPC whose gateway does not admit it */
+#define DROP_LB_NO_BACKEND	-31	/* LoadBalancer frontend of a VPC with no ready backend */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -396,3 +396,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
+
+/* Maps of the north-south doors, each in its own header. */
+#include <sdn/meter_maps.h>
+#include <sdn/fip_maps.h>
+#include <sdn/lb_gate_maps.h>

@@ -12,9 +12,16 @@ pub mod bridges;
 pub mod ct_fwd;
 pub mod ct_rev;
 pub mod dnat;
+pub mod door_stats;
 pub mod drops;
 pub mod endpoints;
+pub mod fip_in;
+pub mod fip_out;
 pub mod frags;
+pub mod internal;
+pub mod lb_front;
+pub mod lb_ingress;
+pub mod lb_rev;
 pub mod net_stats;
 pub mod node_blocks;
 pub mod nodes;
@@ -24,7 +31,7 @@ pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 21] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -39,6 +46,13 @@ pub const ALL: [&str; 14] = [
     xnet_allow::NAME,
     nodes::NAME,
     frags::NAME,
+    door_stats::NAME,
+    fip_in::NAME,
+    fip_out::NAME,
+    internal::NAME,
+    lb_front::NAME,
+    lb_rev::NAME,
+    lb_ingress::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -107,8 +121,9 @@ mod tests {
     use super::*;
     use crate::Object;
     use crate::abi::{
-        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        Frag, FragKey, NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
+        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
+        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbFront, LbKey, LbRevKey, NetStats,
+        NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -137,7 +152,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 14] = [
+        let expect: [(&str, usize, usize); 21] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -152,6 +167,13 @@ mod tests {
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
+            (door_stats::NAME, size_of::<DoorKey>(), size_of::<DoorStats>()),
+            (fip_in::NAME, size_of::<Addr>(), size_of::<Fip>()),
+            (fip_out::NAME, size_of::<EpKey>(), size_of::<FipPub>()),
+            (internal::NAME, size_of::<XnetKey>(), size_of::<u32>()),
+            (lb_front::NAME, size_of::<LbKey>(), size_of::<LbFront>()),
+            (lb_rev::NAME, size_of::<LbRevKey>(), size_of::<LbKey>()),
+            (lb_ingress::NAME, size_of::<u32>(), size_of::<u32>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Floating IPs: a 1:1, stateless NAT between a public address and one VPC
+ * address (the FloatingIP's target), both families. No flow state: the
+ * mapping is a bijection, so each packet is translated by its addresses alone,
+ * fragments and ICMP errors included, on whichever node sees it.
+ *
+ *   sdn_fip_from_uplink(skb, p)  sdn_from_uplink (tc ingress of the node's
+ *       uplink): a packet to a public address of sdn_fip_in is DNATed to the
+ *       target (client source preserved) and delivered into the pod, or over
+ *       the overlay under the VPC's VNI to the target's node (lib/ns_out.h).
+ *       An ICMP error about a packet the target sent has its quote translated
+ *       too (quoted source public -> VPC address).
+ *   sdn_fip_from_pod(skb, p, net)  sdn_from_pod, for a VPC pod's packet whose
+ *       destination is in neither its net nor a peered one: if the pod's
+ *       address has a Floating IP (sdn_fip_out) and the destination is not
+ *       internal (sdn_internal), the source becomes the public address and the
+ *       packet leaves by the node's route (bpf_fib_lookup +
+ *       bpf_redirect_neigh). Replies so leave from the pod's node, whichever
+ *       node the address is attracted to. An ICMP error the pod sends has its
+ *       quote's destination translated (VPC address -> public).
+ *
+ * Both return 0 when the packet is not theirs (the caller goes on), the tc
+ * verdict, or a DROP_* reason (< 0). Both meter door SDN_DOOR_EIP.
+ */
+#pragma once
+
+#include "common.h"
+#include "icmp_err.h"
+#include "meter.h"
+#include "nat.h"
+#include "nat6.h"
+#include "ns_out.h"
+#include "parse.h"
+
+#define SDN_ICMP6_DEST_UNREACH	1
+#define SDN_ICMP6_PKT_TOOBIG	2
+#define SDN_ICMP6_TIME_EXCEED	3
+#define SDN_ICMP6_PARAMPROB	4
+
+static __always_inline int sdn_icmp6_is_error(const struct sdn_pkt *p)
+{
+	return p->family == 6 && p->proto == IPPROTO_ICMPV6 &&
+	       p->icmp_type >= SDN_ICMP6_DEST_UNREACH &&
+	       p->icmp_type <= SDN_ICMP6_PARAMPROB;
+}
+
+/* The quoted source (is_src) or destination of the ICMPv6 error p, which must
+ * be `from`, becomes `to`. The quote follows the 8-byte ICMPv6 header; its L4
+ * checksum (when quoted) covers its addresses through the pseudo-header, and
+ * the outer ICMPv6 checksum covers every byte changed in the quote.
+ */
+static __always_inline int sdn_icmp6_quote_addr(struct __sk_buff *skb,
+						const struct sdn_pkt *p,
+						int is_src,
+						const struct sdn_addr *from,
+						const struct sdn_addr *to)
+{
+	int ip_off = p->l4_off + SDN_ICMP_HLEN;
+	int outer_csum = p->l4_off + 2;
+	int l4_off = ip_off + 40;
+	int csum_off = 0;
+	struct sdn_addr q, f = *from, t = *to;
+	struct ipv6hdr ip6;
+	__u16 c, n;
+	__u32 diff;
+
+	if (bpf_skb_load_bytes(skb, ip_off, &ip6, sizeof(ip6)) < 0)
+		return DROP_INVALID;
+	__builtin_memcpy(q.b, is_src ? (void *)&ip6.saddr : (void *)&ip6.daddr, 16);
+	if (!sdn_addr_eq(&q, &f))
+		return DROP_INVALID;
+	switch (ip6.nexthdr) {
+	case IPPROTO_TCP:
+		if (skb->len >= l4_off + 18)
+			csum_off = l4_off + 16;
+		break;
+	case IPPROTO_UDP:
+		csum_off = l4_off + 6;
+		break;
+	case IPPROTO_ICMPV6:
+		csum_off = l4_off + 2;
+		break;
+	}
+	diff = (__u32)bpf_csum_diff(f.w, sizeof(f), t.w, sizeof(t), 0);
+	if (csum_off) {
+		if (bpf_skb_load_bytes(skb, csum_off, &c, sizeof(c)) < 0)
+			return DROP_INVALID;
+		/* A UDP datagram without a checksum keeps none. */
+		if (!(ip6.nexthdr == IPPROTO_UDP && !c)) {
+			n = sdn_csum_fold((__u16)~c + (diff & 0xffff) + (diff >> 16));
+			if (ip6.nexthdr == IPPROTO_UDP && !n)
+				n = 0xffff;
+			if (bpf_l4_csum_replace(skb, outer_csum, c, n, sizeof(n)) < 0 ||
+			    bpf_skb_store_bytes(skb, csum_off, &n, sizeof(n), 0) < 0)
+				return DROP_REWRITE;
+		}
+	}
+	if (bpf_l4_csum_replace(skb, outer_csum, 0, diff, 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ip_off + (is_src ? 8 : 24), t.b, 16, 0) < 0)
+		return DROP_REWRITE;
+	return 0;
+}
+
+/* One address of p, from -> to, with the checksums that cover it. A later
+ * IPv4 fragment (no L4 header) and IPv4 protocols without a pseudo-header
+ * checksum only need the IP header's.
+ */
+static __always_inline int sdn_fip_addr(struct __sk_buff *skb,
+					const struct sdn_pkt *p, int is_src,
+					const struct sdn_addr *from,
+					const struct sdn_addr *to)
+{
+	if (p->family == 6) {
+		if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP &&
+		    p->proto != IPPROTO_ICMPV6)
+			return DROP_UNSUPPORTED_L4;
+		return sdn_nat6_addr(skb, p, is_src, from, to) ? DROP_REWRITE : 0;
+	}
+	if (p->frag != SDN_FRAG_LATER &&
+	    (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP ||
+	     p->proto == IPPROTO_ICMP))
+		return sdn_nat4_addr(skb, p, is_src, from->w[3], to->w[3]) ?
+			       DROP_REWRITE : 0;
+	if (bpf_l3_csum_replace(skb, SDN_OFF_IP4_CSUM, from->w[3], to->w[3],
+				sizeof(__u32)) < 0 ||
+	    bpf_skb_store_bytes(skb, is_src ? SDN_OFF_IP4_SRC : SDN_OFF_IP4_DST,
+				&to->w[3], sizeof(__u32), 0) < 0)
+		return DROP_REWRITE;
+	return 0;
+}
+
+/* The quote of an ICMP error crossing the door: its address `from` (the
+ * quoted source when is_src) becomes `to`. Not an error: nothing to do.
+ */
+static __always_inline int sdn_fip_quote(struct __sk_buff *skb,
+					 const struct sdn_pkt *p, int is_src,
+					 const struct sdn_addr *from,
+					 const struct sdn_addr *to)
+{
+	struct sdn_icmp_quote q = {};
+	int ret;
+
+	if (sdn_icmp6_is_error(p))
+		return sdn_icmp6_quote_addr(skb, p, is_src, from, to);
+	if (!sdn_icmp4_is_error(p))
+		return 0;
+	ret = sdn_icmp4_quote(skb, p, &q);
+	if (ret)
+		return ret;
+	if ((is_src ? q.src : q.dst) != from->w[3])
+		return DROP_INVALID;
+	return sdn_icmp_quote_addr(skb, p, &q, is_src, to->w[3]) ? DROP_REWRITE : 0;
+}
+
+static __always_inline int sdn_fip_from_uplink(struct __sk_buff *skb,
+					       struct sdn_pkt *p)
+{
+	struct sdn_addr pub = p->dst, vpc;
+	struct sdn_fip *f;
+	__u32 net;
+	int ret;
+
+	f = bpf_map_lookup_elem(&sdn_fip_in, &pub);
+	if (!f)
+		return 0;
+	net = f->net;
+	vpc = f->vpc_ip;
+	if ((p->family == 4) != sdn_addr_is_v4(&vpc))
+		return DROP_UNSUPPORTED;
+	/* The quote is of a packet the target sent: from the public address. */
+	ret = sdn_fip_quote(skb, p, 1, &pub, &vpc);
+	if (ret)
+		return ret;
+	ret = sdn_fip_addr(skb, p, 0, &pub, &vpc);
+	if (ret)
+		return ret;
+	p->dst = vpc;
+	return sdn_ns_deliver(skb, net, &vpc, SDN_DOOR_EIP, DROP_FIP_NO_TARGET);
+}
+
+static __always_inline int sdn_fip_from_pod(struct __sk_buff *skb,
+					    struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_ep_key k = { .net = net, .ip = p->src };
+	struct sdn_addr vpc = p->src, pub;
+	struct sdn_fip_pub *fp;
+	int ret;
+
+	fp = bpf_map_lookup_elem(&sdn_fip_out, &k);
+	if (!fp)
+		return 0;
+	pub = fp->addr;
+	if ((p->family == 4) != sdn_addr_is_v4(&pub) ||
+	    sdn_ns_internal(net, &p->dst))
+		return 0;
+	/* The pod's error is about a packet it got through the door: to it. */
+	ret = sdn_fip_quote(skb, p, 0, &vpc, &pub);
+	if (ret)
+		return ret;
+	ret = sdn_fip_addr(skb, p, 1, &vpc, &pub);
+	if (ret)
+		return ret;
+	p->src = pub;
+	ret = sdn_ns_redirect_out(skb, p);
+	if (ret == TC_ACT_REDIRECT)
+		sdn_meter_door(skb, net, SDN_DOOR_EIP, SDN_DIR_OUT);
+	return ret;
+}
