@@ -164,9 +164,10 @@ impl Zone {
     }
 
     fn soa(&self, serial: u32) -> Record {
-        let mname = Name::from_ascii(format!("ns.dns.{}.", self.domain_str)).unwrap_or_else(|_| self.domain.clone());
-        let rname =
-            Name::from_ascii(format!("hostmaster.{}.", self.domain_str)).unwrap_or_else(|_| self.domain.clone());
+        let mname =
+            Name::from_ascii(format!("ns.dns.{}.", self.domain_str)).unwrap_or_else(|_| self.domain.clone());
+        let rname = Name::from_ascii(format!("hostmaster.{}.", self.domain_str))
+            .unwrap_or_else(|_| self.domain.clone());
         let soa = SOA::new(mname, rname, serial, 7200, 1800, 86400, self.ttl);
         Record::from_rdata(self.domain.clone(), self.ttl, RData::SOA(soa))
     }
@@ -186,26 +187,56 @@ pub fn handle(view: &View, zone: &Zone, src: IpAddr, wire: &[u8], transport: Tra
     }
     let parsed = Message::from_vec(wire).ok();
     let Some(vpc) = view.querier(src) else {
-        return error_reply(&header, parsed.as_ref(), ResponseCode::Refused, Outcome::Refused, transport);
+        return error_reply(
+            &header,
+            parsed.as_ref(),
+            ResponseCode::Refused,
+            Outcome::Refused,
+            transport,
+        );
     };
     let Some(req) = parsed else {
         return error_reply(&header, None, ResponseCode::FormErr, Outcome::FormErr, transport);
     };
     if req.metadata.op_code != OpCode::Query {
-        return error_reply(&header, Some(&req), ResponseCode::NotImp, Outcome::NotImp, transport);
+        return error_reply(
+            &header,
+            Some(&req),
+            ResponseCode::NotImp,
+            Outcome::NotImp,
+            transport,
+        );
     }
     if req.queries.len() != 1 {
-        return error_reply(&header, Some(&req), ResponseCode::FormErr, Outcome::FormErr, transport);
+        return error_reply(
+            &header,
+            Some(&req),
+            ResponseCode::FormErr,
+            Outcome::FormErr,
+            transport,
+        );
     }
     if req.edns.as_ref().is_some_and(|e| e.version() > 0) {
-        return error_reply(&header, Some(&req), ResponseCode::BADVERS, Outcome::BadVers, transport);
+        return error_reply(
+            &header,
+            Some(&req),
+            ResponseCode::BADVERS,
+            Outcome::BadVers,
+            transport,
+        );
     }
     let q = &req.queries[0];
     if !zone.domain.zone_of(q.name()) {
         return Action::Forward;
     }
     if q.query_class() != DNSClass::IN {
-        return error_reply(&header, Some(&req), ResponseCode::NotImp, Outcome::NotImp, transport);
+        return error_reply(
+            &header,
+            Some(&req),
+            ResponseCode::NotImp,
+            Outcome::NotImp,
+            transport,
+        );
     }
     let mut resp = response_to(&req);
     resp.metadata.authoritative = true;
@@ -254,7 +285,10 @@ fn answer_in_zone(view: &View, zone: &Zone, vpc: &VpcKey, req: &Message, resp: &
             None => Outcome::NxDomain,
             Some(svc) => {
                 let addrs: Vec<IpAddr> = if svc.headless {
-                    svc.endpoints.iter().flat_map(|e| e.addrs.iter().copied()).collect()
+                    svc.endpoints
+                        .iter()
+                        .flat_map(|e| e.addrs.iter().copied())
+                        .collect()
                 } else {
                     svc.vips.clone()
                 };
@@ -279,7 +313,15 @@ fn answer_in_zone(view: &View, zone: &Zone, vpc: &VpcKey, req: &Message, resp: &
         [port, proto, name, ns, s] if s == "svc" && port.starts_with('_') && proto.starts_with('_') => {
             match view.visible(vpc, ns, name) {
                 None => Outcome::NxDomain,
-                Some(svc) => srv_answer(resp, zone, &qname, qtype, (ns, name), svc, (&port[1..], &proto[1..])),
+                Some(svc) => srv_answer(
+                    resp,
+                    zone,
+                    &qname,
+                    qtype,
+                    (ns, name),
+                    svc,
+                    (&port[1..], &proto[1..]),
+                ),
             }
         }
         _ => Outcome::NxDomain,
@@ -454,7 +496,13 @@ fn encode(resp: &Message, req: &Message, transport: Transport, outcome: Outcome)
 pub fn servfail(wire: &[u8], transport: Transport) -> Option<Vec<u8>> {
     let header = Header::from_bytes(wire).ok()?;
     let req = Message::from_vec(wire).ok();
-    match error_reply(&header, req.as_ref(), ResponseCode::ServFail, Outcome::ServFail, transport) {
+    match error_reply(
+        &header,
+        req.as_ref(),
+        ResponseCode::ServFail,
+        Outcome::ServFail,
+        transport,
+    ) {
         Action::Reply { bytes, .. } => Some(bytes),
         _ => None,
     }

@@ -79,7 +79,8 @@ impl Upstreams {
     }
 }
 
-type Attempt<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, ForwardError>> + Send + 'a>>;
+type Attempt<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, ForwardError>> + Send + 'a>>;
 
 /// Whether `answer` answers `query`: a response with the same id. Anything else from the
 /// upstream's address (a late answer to another query cannot reach this socket; a broken

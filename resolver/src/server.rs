@@ -154,7 +154,10 @@ impl Resolver {
             let mut framed = Vec::with_capacity(a.len() + 2);
             framed.extend_from_slice(&n.to_be_bytes());
             framed.extend_from_slice(&a);
-            if tokio::time::timeout(TCP_IDLE, s.write_all(&framed)).await.is_err() {
+            if tokio::time::timeout(TCP_IDLE, s.write_all(&framed))
+                .await
+                .is_err()
+            {
                 return;
             }
         }

@@ -134,9 +134,9 @@ impl View {
     }
 
     /// An attached Service. Names are stored lowercase, as they are compared.
-    pub fn add_service(&mut self, key: ServiceKey, svc: Service) -> &mut Self {
+    pub fn add_service(&mut self, (ns, name): ServiceKey, svc: Service) -> &mut Self {
         self.services
-            .insert((key.0.to_ascii_lowercase(), key.1.to_ascii_lowercase()), svc);
+            .insert((ns.to_ascii_lowercase(), name.to_ascii_lowercase()), svc);
         self
     }
 

@@ -138,7 +138,9 @@ fn specific_bad_queries_get_the_right_error() {
 /// answering a well-behaved client.
 #[tokio::test]
 async fn tcp_length_prefix_lies_do_not_hang_the_server() {
-    let (udp, tcp) = cozyplane_resolver::server::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (udp, tcp) = cozyplane_resolver::server::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let addr = tcp.local_addr().unwrap();
     // Queries from 127.0.0.1 must be someone's: make loopback the blue pod.
     let mut v = view();
@@ -177,7 +179,9 @@ async fn tcp_length_prefix_lies_do_not_hang_the_server() {
     let mut good = tokio::net::TcpStream::connect(addr).await.unwrap();
     for _ in 0..2 {
         let q = query("web.t1.svc.cluster.local.", RecordType::A, None);
-        good.write_all(&u16::try_from(q.len()).unwrap().to_be_bytes()).await.unwrap();
+        good.write_all(&u16::try_from(q.len()).unwrap().to_be_bytes())
+            .await
+            .unwrap();
         good.write_all(&q).await.unwrap();
         let len = tokio::time::timeout(Duration::from_secs(5), good.read_u16())
             .await

@@ -16,7 +16,13 @@ fn ask(from: &str, name: &str, t: RecordType) -> (Message, Outcome) {
 
 fn ask_in(domain: &str, from: &str, name: &str, t: RecordType) -> (Message, Outcome) {
     let zone = Zone::new(domain, 5).unwrap();
-    match handle(&view(), &zone, ip(from), &query(name, t, Some(1232)), Transport::Udp) {
+    match handle(
+        &view(),
+        &zone,
+        ip(from),
+        &query(name, t, Some(1232)),
+        Transport::Udp,
+    ) {
         Action::Reply { bytes, outcome } => (Message::from_vec(&bytes).unwrap(), outcome),
         other => panic!("{name}: expected an answer, got {other:?}"),
     }
@@ -183,13 +189,24 @@ fn the_cluster_domain_is_a_setting_and_other_names_are_forwarded() {
     let zone = Zone::new("cozy.local", 5).unwrap();
     for name in ["web.t1.svc.cluster.local.", "example.org.", "cozy.localhost."] {
         assert_eq!(
-            handle(&view(), &zone, ip(BLUE_POD), &query(name, RecordType::A, None), Transport::Udp),
+            handle(
+                &view(),
+                &zone,
+                ip(BLUE_POD),
+                &query(name, RecordType::A, None),
+                Transport::Udp
+            ),
             Action::Forward,
             "{name}"
         );
     }
     // Anything else below the domain never leaves the node.
-    let (m, _) = ask_in("cozy.local", BLUE_POD, "10-0-0-1.t1.pod.cozy.local.", RecordType::A);
+    let (m, _) = ask_in(
+        "cozy.local",
+        BLUE_POD,
+        "10-0-0-1.t1.pod.cozy.local.",
+        RecordType::A,
+    );
     assert_negative(&m, ResponseCode::NXDomain, "cozy.local");
 }
 
