@@ -125,9 +125,17 @@ fn every_c_drop_reason_has_a_rust_variant() {
 
 #[test]
 fn every_c_map_has_a_rust_wrapper() {
-    let h = header("maps.h");
-    let mut c: Vec<&str> = h
-        .lines()
+    // maps.h and the headers it includes for a feature's own maps (`<feature>_maps.h`).
+    let mut texts = vec![header("maps.h")];
+    for e in std::fs::read_dir(bpf_dir().join("include/sdn")).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if name.ends_with("_maps.h") {
+            texts.push(header(&name));
+        }
+    }
+    let mut c: Vec<&str> = texts
+        .iter()
+        .flat_map(|h| h.lines())
         .filter_map(|l| l.strip_prefix("} ")?.strip_suffix(" SEC(\".maps\");"))
         .collect();
     let mut rust = maps::ALL.to_vec();

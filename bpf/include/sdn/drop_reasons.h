@@ -32,6 +32,9 @@
 #define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
 #define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 #define DROP_SEVERED		-19	/* VPC traffic from or to a pod whose Port was revoked (lib/sever.h) */
+#define DROP_DNS_NO_SOURCE	-34	/* VPC pod's DNS query to steer, but its fabric address is unknown (lib/dns.h) */
+#define DROP_DNS_CT_FULL	-35	/* DNS steering: the query state could not be recorded */
+#define DROP_DNS_NO_CT		-36	/* an answer from the node resolver's port with no steered query */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -396,3 +396,5 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
+
+#include <sdn/dns_maps.h>

@@ -12,6 +12,10 @@ pub mod bridges;
 pub mod ct_fwd;
 pub mod ct_rev;
 pub mod dnat;
+pub mod dns_cfg;
+pub mod dns_ct;
+pub mod dns_dsts;
+pub mod dns_pods;
 pub mod drops;
 pub mod endpoints;
 pub mod frags;
@@ -24,7 +28,7 @@ pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 18] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -39,6 +43,10 @@ pub const ALL: [&str; 14] = [
     xnet_allow::NAME,
     nodes::NAME,
     frags::NAME,
+    dns_cfg::NAME,
+    dns_dsts::NAME,
+    dns_pods::NAME,
+    dns_ct::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -137,7 +145,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 14] = [
+        let expect: [(&str, usize, usize); 18] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -152,6 +160,22 @@ mod tests {
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
+            (dns_cfg::NAME, size_of::<u32>(), size_of::<crate::abi::DnsCfg>()),
+            (
+                dns_dsts::NAME,
+                size_of::<BlockKey>(),
+                size_of::<crate::abi::DnsDst>(),
+            ),
+            (
+                dns_pods::NAME,
+                size_of::<EpKey>(),
+                size_of::<crate::abi::DnsPod>(),
+            ),
+            (
+                dns_ct::NAME,
+                size_of::<crate::abi::DnsCtKey>(),
+                size_of::<crate::abi::DnsCt>(),
+            ),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
