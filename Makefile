@@ -14,7 +14,8 @@ export KUBE_BIN_DIR ?= $(abspath $(CURDIR)/../shared/kube)
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
         bpftool:bpftool ping:iputils-ping tracepath:iputils-tracepath tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
-        /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables
+        /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables \
+        /usr/sbin/dnsmasq:dnsmasq-base
 
 .PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
 

@@ -8,6 +8,7 @@
 #include "../lib/bridge.h"
 #include "../lib/crossnet.h"
 #include "../lib/dnat.h"
+#include "../lib/dns.h"
 #include "../lib/doors.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
@@ -186,6 +187,9 @@ int sdn_from_pod(struct __sk_buff *skb)
 	ret = sdn_sever_from_pod(&p, ep_flags);
 	if (ret)
 		return sdn_drop(skb, ret);
+	ret = sdn_dns_steer(skb, &p, net);
+	if (ret)
+		return ret < 0 ? sdn_drop(skb, ret) : sdn_to_host(skb);
 	return from_pod_vpc(skb, &p, net, flags);
 }
 
@@ -250,6 +254,9 @@ int sdn_to_pod(struct __sk_buff *skb)
 	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);
 	if (!b || b->net != net)
 		return sdn_drop(skb, DROP_VPC_ISOLATION);
+	ret = sdn_dns_restore(skb, &p, b);
+	if (ret)
+		return ret < 0 ? sdn_drop(skb, ret) : to_pod_deliver(skb, &p, net);
 	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
 	sdn_dnat_note(skb, port, &p);
 	ret = sdn_bridge_forward(skb, &p, b);

@@ -475,6 +475,60 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// `struct sdn_dns_cfg`, the one entry of `sdn_dns_cfg`: where DNS steering sends queries.
+    pub struct DnsCfg = "sdn_dns_cfg" {
+        /// The resolver's address.
+        pub node: Addr,
+        /// The resolver's port, network order (`u16::to_be`); 0 turns steering off.
+        pub port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_dns_dst`, value of `sdn_dns_dsts` (key: a [`BlockKey`] prefix).
+    pub struct DnsDst = "sdn_dns_dst" {
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_dns_pod`, value of `sdn_dns_pods` (key: the pod's [`EpKey`]).
+    pub struct DnsPod = "sdn_dns_pod" {
+        /// The pod's fabric address: the source of its steered queries.
+        pub fabric: Addr,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_dns_ct_key`: a steered query as its answer comes back.
+    pub struct DnsCtKey = "sdn_dns_ct_key" {
+        /// The pod's fabric address.
+        pub fabric: Addr,
+        /// The pod's source port, network order.
+        pub sport: u16,
+        /// IP protocol.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: u8,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_dns_ct`: what the pod addressed.
+    pub struct DnsCt = "sdn_dns_ct" {
+        /// The address the pod asked.
+        pub dst: Addr,
+        /// Its port, network order.
+        pub dport: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
 /// Every ABI struct, for the layout check.
 pub const LAYOUTS: &[StructLayout] = &[
     Addr::LAYOUT,
@@ -500,6 +554,11 @@ pub const LAYOUTS: &[StructLayout] = &[
     NodeEntry::LAYOUT,
     FragKey::LAYOUT,
     Frag::LAYOUT,
+    DnsCfg::LAYOUT,
+    DnsDst::LAYOUT,
+    DnsPod::LAYOUT,
+    DnsCtKey::LAYOUT,
+    DnsCt::LAYOUT,
     DoorKey::LAYOUT,
     DoorStats::LAYOUT,
     Fip::LAYOUT,

@@ -52,6 +52,12 @@ pub enum DropReason {
     LbRefused = -30,
     /// `DROP_LB_NO_BACKEND`: a LoadBalancer frontend of a VPC with no ready backend.
     LbNoBackend = -31,
+    /// `DROP_DNS_NO_SOURCE`: a VPC pod's DNS query to steer, but its fabric address is unknown.
+    DnsNoSource = -34,
+    /// `DROP_DNS_CT_FULL`: DNS steering could not record the query's state.
+    DnsCtFull = -35,
+    /// `DROP_DNS_NO_CT`: an answer from the node resolver's port with no steered query.
+    DnsNoCt = -36,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -59,7 +65,7 @@ pub const DROP_MAX: u32 = 64;
 
 impl DropReason {
     /// Every reason, in value order.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: &[Self] = &[
         Self::Invalid,
         Self::UnknownL3,
         Self::NoPort,
@@ -83,6 +89,9 @@ impl DropReason {
         Self::NsNoRoute,
         Self::LbRefused,
         Self::LbNoBackend,
+        Self::DnsNoSource,
+        Self::DnsCtFull,
+        Self::DnsNoCt,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -111,6 +120,9 @@ impl DropReason {
             Self::NsNoRoute => "DROP_NS_NO_ROUTE",
             Self::LbRefused => "DROP_LB_REFUSED",
             Self::LbNoBackend => "DROP_LB_NO_BACKEND",
+            Self::DnsNoSource => "DROP_DNS_NO_SOURCE",
+            Self::DnsCtFull => "DROP_DNS_CT_FULL",
+            Self::DnsNoCt => "DROP_DNS_NO_CT",
         }
     }
 
@@ -133,7 +145,7 @@ mod tests {
     fn indexes_ascend_are_unique_and_fit_the_map() {
         // Helpers own blocks of numbers (docs/datapath.md), so a block may have gaps.
         let mut last = 0;
-        for r in DropReason::ALL {
+        for &r in DropReason::ALL {
             assert!(r.index() > last, "{r:?} out of order");
             last = r.index();
             assert!(r.index() < DROP_MAX);

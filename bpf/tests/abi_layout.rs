@@ -53,7 +53,7 @@ fn generated_asserts() -> String {
             .unwrap();
         }
     }
-    for r in DropReason::ALL {
+    for &r in DropReason::ALL {
         writeln!(c, "_Static_assert({} == {}, \"{r:?}\");", r.c_name(), r as i32).unwrap();
     }
     writeln!(c, "_Static_assert(SDN_DROP_MAX == {DROP_MAX}, \"DROP_MAX\");").unwrap();
@@ -125,9 +125,15 @@ fn every_c_drop_reason_has_a_rust_variant() {
 
 #[test]
 fn every_c_map_has_a_rust_wrapper() {
-    // maps.h and the per-feature headers it includes.
+    // maps.h and every per-feature `<feature>_maps.h`, each of which it must include.
     let mut h = header("maps.h");
-    for inc in ["meter_maps.h", "fip_maps.h", "lb_gate_maps.h"] {
+    let mut feature: Vec<String> = std::fs::read_dir(bpf_dir().join("include/sdn"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with("_maps.h"))
+        .collect();
+    feature.sort_unstable();
+    for inc in &feature {
         assert!(
             h.contains(&format!("#include <sdn/{inc}>")),
             "maps.h includes {inc}"

@@ -37,6 +37,9 @@
 #define DROP_NS_NO_ROUTE	-29	/* north-south egress: no route out of the node (bpf_fib_lookup) */
 #define DROP_LB_REFUSED		-30	/* LoadBalancer traffic into a VPC whose gateway does not admit it */
 #define DROP_LB_NO_BACKEND	-31	/* LoadBalancer frontend of a VPC with no ready backend */
+#define DROP_DNS_NO_SOURCE	-34	/* VPC pod's DNS query to steer, but its fabric address is unknown (lib/dns.h) */
+#define DROP_DNS_CT_FULL	-35	/* DNS steering: the query state could not be recorded */
+#define DROP_DNS_NO_CT		-36	/* an answer from the node resolver's port with no steered query */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -397,6 +397,8 @@ struct {
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
 
+#include <sdn/dns_maps.h>
+
 /* Maps of the north-south doors, each in its own header. */
 #include <sdn/meter_maps.h>
 #include <sdn/fip_maps.h>

@@ -12,6 +12,10 @@ pub mod bridges;
 pub mod ct_fwd;
 pub mod ct_rev;
 pub mod dnat;
+pub mod dns_cfg;
+pub mod dns_ct;
+pub mod dns_dsts;
+pub mod dns_pods;
 pub mod door_stats;
 pub mod drops;
 pub mod endpoints;
@@ -31,7 +35,7 @@ pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 21] = [
+pub const ALL: &[&str] = &[
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -39,6 +43,10 @@ pub const ALL: [&str; 21] = [
     bridges::NAME,
     ct_fwd::NAME,
     ct_rev::NAME,
+    dns_cfg::NAME,
+    dns_dsts::NAME,
+    dns_pods::NAME,
+    dns_ct::NAME,
     dnat::NAME,
     drops::NAME,
     net_stats::NAME,
@@ -152,7 +160,23 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 21] = [
+            (dns_cfg::NAME, size_of::<u32>(), size_of::<crate::abi::DnsCfg>()),
+            (
+                dns_dsts::NAME,
+                size_of::<BlockKey>(),
+                size_of::<crate::abi::DnsDst>(),
+            ),
+            (
+                dns_pods::NAME,
+                size_of::<EpKey>(),
+                size_of::<crate::abi::DnsPod>(),
+            ),
+            (
+                dns_ct::NAME,
+                size_of::<crate::abi::DnsCtKey>(),
+                size_of::<crate::abi::DnsCt>(),
+            ),
+        let expect: &[(&str, usize, usize)] = &[
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * DNS steering: a VPC pod's queries reach this node's split-horizon resolver
+ * (the agent's, crate resolver), which answers from that pod's VPC's view.
+ *
+ * From the pod (sdn_dns_steer, in sdn_from_pod): a UDP or TCP packet to port 53
+ * of an address in sdn_dns_dsts (the cluster DNS, the cluster's internal
+ * ranges) that is not an endpoint of the pod's own VPC is re-addressed: source
+ * VPC address -> the pod's fabric address (sdn_dns_pods), destination -> the
+ * resolver (sdn_dns_cfg), and handed to the host stack. The query's original
+ * destination is recorded in sdn_dns_ct under {fabric, source port, proto}.
+ * The resolver therefore sees the pod's fabric address, which names the pod.
+ *
+ * Back to the pod (sdn_dns_restore, in sdn_to_pod): the host routes the answer
+ * to the fabric address, i.e. into the pod's veth; an answer from the
+ * resolver's address and port is re-addressed from what the pod asked, to the
+ * pod's VPC address, and delivered. It never meets the fabric bridge.
+ *
+ * Left alone: port-53 traffic inside the pod's VPC (a tenant may run its own
+ * DNS), default-network pods (their DNS is the cluster's, untouched), IPv6
+ * (not steered yet: such a query meets VPC isolation as before), and
+ * everything while the agent has not configured a resolver (port 0).
+ */
+#pragma once
+
+#include "common.h"
+#include "endpoint.h"
+#include "nat.h"
+#include "parse.h"
+
+#define SDN_DNS_PORT	53
+
+static __always_inline struct sdn_dns_cfg *sdn_dns_config(void)
+{
+	__u32 zero = 0;
+	struct sdn_dns_cfg *c = bpf_map_lookup_elem(&sdn_dns_cfg, &zero);
+
+	return c && c->port ? c : 0;
+}
+
+/* 0: not a query to steer (the caller goes on); 1: steered, hand it to the host
+ * stack; < 0: a DROP_* reason.
+ */
+static __always_inline int sdn_dns_steer(struct __sk_buff *skb,
+					 struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_dns_ct_key k = {};
+	struct sdn_block_key dk = {};
+	struct sdn_dns_ct v = {};
+	struct sdn_dns_cfg *cfg;
+	struct sdn_dns_pod *pod;
+	struct sdn_ep_key pk = {};
+	__be32 fabric, node;
+	__be16 port;
+
+	if (likely(p->dport != bpf_htons(SDN_DNS_PORT)))
+		return 0;
+	if (p->family != 4 || p->frag ||
+	    (p->proto != IPPROTO_UDP && p->proto != IPPROTO_TCP))
+		return 0;
+	cfg = sdn_dns_config();
+	if (!cfg)
+		return 0;
+	dk.prefixlen = 128;
+	dk.ip = p->dst;
+	if (!bpf_map_lookup_elem(&sdn_dns_dsts, &dk))
+		return 0;
+	if (sdn_endpoint_lookup(net, &p->dst) || sdn_remote_lookup(net, &p->dst))
+		return 0;
+
+	pk.net = net;
+	pk.ip = p->src;
+	pod = bpf_map_lookup_elem(&sdn_dns_pods, &pk);
+	if (!pod || !sdn_addr_is_v4(&pod->fabric))
+		return DROP_DNS_NO_SOURCE;
+	fabric = pod->fabric.w[3];
+	node = cfg->node.w[3];
+	port = cfg->port;
+
+	k.fabric = pod->fabric;
+	k.sport = p->sport;
+	k.proto = p->proto;
+	v.dst = p->dst;
+	v.dport = p->dport;
+	if (bpf_map_update_elem(&sdn_dns_ct, &k, &v, BPF_ANY))
+		return DROP_DNS_CT_FULL;
+
+	if (sdn_nat4_addr(skb, p, 1, p->src.w[3], fabric) ||
+	    sdn_nat4_addr(skb, p, 0, p->dst.w[3], node) ||
+	    sdn_nat4_port(skb, p, 0, p->dport, port))
+		return DROP_REWRITE;
+	p->src.w[3] = fabric;
+	p->dst.w[3] = node;
+	p->dport = port;
+	return 1;
+}
+
+/* sdn_to_pod, for a packet to the fabric address of a VPC pod (bridge b):
+ * 0: not an answer of the resolver; 1: restored, p now addressed to the pod's
+ * VPC address, deliver it; < 0: a DROP_* reason.
+ */
+static __always_inline int sdn_dns_restore(struct __sk_buff *skb,
+					   struct sdn_pkt *p,
+					   const struct sdn_bridge *b)
+{
+	struct sdn_dns_ct_key k = {};
+	struct sdn_dns_cfg *cfg;
+	struct sdn_dns_ct *ct;
+	__be32 orig, vpc;
+	__be16 oport;
+
+	if (p->family != 4 || p->frag ||
+	    (p->proto != IPPROTO_UDP && p->proto != IPPROTO_TCP))
+		return 0;
+	cfg = sdn_dns_config();
+	if (!cfg || p->sport != cfg->port || !sdn_addr_eq(&p->src, &cfg->node))
+		return 0;
+	if (!sdn_addr_is_v4(&b->vpc_ip))
+		return DROP_UNSUPPORTED;
+	k.fabric = p->dst;
+	k.sport = p->dport;
+	k.proto = p->proto;
+	ct = bpf_map_lookup_elem(&sdn_dns_ct, &k);
+	if (!ct || !sdn_addr_is_v4(&ct->dst))
+		return DROP_DNS_NO_CT;
+	orig = ct->dst.w[3];
+	oport = ct->dport;
+	vpc = b->vpc_ip.w[3];
+
+	if (sdn_nat4_addr(skb, p, 1, p->src.w[3], orig) ||
+	    sdn_nat4_port(skb, p, 1, p->sport, oport) ||
+	    sdn_nat4_addr(skb, p, 0, p->dst.w[3], vpc))
+		return DROP_REWRITE;
+	p->src.w[3] = orig;
+	p->sport = oport;
+	p->dst = b->vpc_ip;
+	return 1;
+}

@@ -1,0 +1,182 @@
+//! DNS steering (`lib/dns.h`) through `BPF_PROG_TEST_RUN`: a VPC pod's query to the cluster
+//! DNS (UDP and TCP) leaves `sdn_from_pod` re-addressed to the node resolver from the pod's
+//! fabric address, and the answer entering through `sdn_to_pod` is restored to come from
+//! what the pod asked, to its VPC address, checksums intact. Port 53 inside the VPC, a
+//! default-network pod's DNS and a datapath without a configured resolver are left as they
+//! were. Needs root; fails (never skips) without it. The whole walk with real sockets is
+//! the lab's (`lab/tests/dns.rs`).
+
+mod common;
+
+use common::fixtures::*;
+use common::pkt::{self, TCP, UDP};
+use common::{Datapath, LO, TC_ACT_OK, TC_ACT_REDIRECT};
+use cozyplane_bpf::DropReason;
+use cozyplane_bpf::maps::{
+    dns_cfg::{self, DnsCfgMap},
+    dns_ct::{self, DnsCtMap},
+    dns_dsts::{self, DnsDstsMap},
+    dns_pods::{self, DnsPodsMap},
+};
+
+const POD: &str = "10.0.0.1";
+const FABRIC: &str = "10.244.1.5";
+const NEIGHBOUR: &str = "10.0.0.2";
+const CLUSTER_DNS: &str = "10.96.0.10";
+const NODE: &str = "192.168.10.1";
+const RESOLVER_PORT: u16 = 15353;
+const MAC_A2: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xa2];
+const MAC_HOST: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xee];
+
+/// Pod a1 of VPC A on lo with its fabric address bridged and known to steering; a
+/// neighbour a2 in the same VPC; the resolver at NODE:15353 when `steering`.
+fn setup(steering: bool) -> Datapath {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, POD, MAC_A1);
+    endpoint(&mut dp, VPC_A, NEIGHBOUR, LO, MAC_A2);
+    bridge(&mut dp, FABRIC, VPC_A, POD);
+    DnsPodsMap::try_from(dp.map_mut(dns_pods::NAME))
+        .unwrap()
+        .upsert(VPC_A, ip(POD), ip(FABRIC))
+        .unwrap();
+    let mut dsts = DnsDstsMap::try_from(dp.map_mut(dns_dsts::NAME)).unwrap();
+    dsts.insert((ip(CLUSTER_DNS), 32)).unwrap();
+    // The cluster's internal ranges, which here overlap the VPC's own: its own
+    // addresses still win.
+    dsts.insert((ip("10.0.0.0"), 8)).unwrap();
+    if steering {
+        DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
+            .unwrap()
+            .set(Some((v4(NODE), RESOLVER_PORT).into()))
+            .unwrap();
+    }
+    dp
+}
+
+fn query(proto: u8, dst: &str, dport: u16) -> Vec<u8> {
+    pkt::ipv4(MAC_A1, cfg().gw_mac, v4(POD), v4(dst), proto, 5000, dport, 0)
+}
+
+fn answer(proto: u8, from: &str, sport: u16) -> Vec<u8> {
+    pkt::ipv4(
+        MAC_HOST,
+        [0x0a, 0, 0, 0, 0, 0xff],
+        v4(from),
+        v4(FABRIC),
+        proto,
+        sport,
+        5000,
+        0,
+    )
+}
+
+#[test]
+fn a_query_to_the_cluster_dns_goes_to_the_node_resolver_and_its_answer_comes_back() {
+    for proto in [UDP, TCP] {
+        let dp = setup(true);
+        let out = dp.run(FROM_POD, &query(proto, CLUSTER_DNS, 53), LO, 0);
+        assert_eq!(out.verdict, TC_ACT_OK, "to the host stack");
+        let p = pkt::parse_v4(&out.packet);
+        assert_eq!(
+            (p.src, p.sport),
+            (v4(FABRIC), 5000),
+            "from the pod's fabric address"
+        );
+        assert_eq!((p.dst, p.dport), (v4(NODE), RESOLVER_PORT), "to the resolver");
+        assert_eq!(p.proto, proto);
+        pkt::assert_v4_checksums(&out.packet);
+        let ct = DnsCtMap::try_from(dp.map(dns_ct::NAME))
+            .unwrap()
+            .get(ip(FABRIC), 5000, proto)
+            .unwrap();
+        assert_eq!(ct, Some((v4(CLUSTER_DNS), 53).into()));
+
+        let back = dp.run(TO_POD, &answer(proto, NODE, RESOLVER_PORT), LO, 0);
+        assert_eq!(back.verdict, TC_ACT_OK, "delivered into the pod");
+        let p = pkt::parse_v4(&back.packet);
+        assert_eq!(
+            (p.src, p.sport),
+            (v4(CLUSTER_DNS), 53),
+            "as if from what it asked"
+        );
+        assert_eq!((p.dst, p.dport), (v4(POD), 5000), "to its VPC address");
+        assert_eq!(p.dst_mac, MAC_A1);
+        pkt::assert_v4_checksums(&back.packet);
+        assert_eq!(total_drops(&dp), 0);
+    }
+}
+
+#[test]
+fn any_cluster_internal_address_outside_the_vpc_is_steered_too() {
+    // A socket-level load balancer may have turned the ClusterIP into a DNS pod's address.
+    let dp = setup(true);
+    let out = dp.run(FROM_POD, &query(UDP, "10.244.7.3", 53), LO, 0);
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.dst, p.dport), (v4(NODE), RESOLVER_PORT));
+    let back = dp.run(TO_POD, &answer(UDP, NODE, RESOLVER_PORT), LO, 0);
+    let p = pkt::parse_v4(&back.packet);
+    assert_eq!((p.src, p.sport), (v4("10.244.7.3"), 53));
+}
+
+#[test]
+fn port_53_inside_the_vpc_is_left_alone() {
+    let dp = setup(true);
+    let out = dp.run(FROM_POD, &query(UDP, NEIGHBOUR, 53), LO, 0);
+    assert_eq!(out.verdict, TC_ACT_REDIRECT, "delivered to the neighbour");
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.src, p.dst, p.dport), (v4(POD), v4(NEIGHBOUR), 53));
+    assert_eq!(total_drops(&dp), 0);
+}
+
+#[test]
+fn a_default_network_pods_dns_is_untouched() {
+    let mut dp = setup(true);
+    port(&mut dp, LO, 0);
+    endpoint(&mut dp, 0, "10.244.1.9", LO, MAC_A1);
+    let q = pkt::ipv4(
+        MAC_A1,
+        cfg().gw_mac,
+        v4("10.244.1.9"),
+        v4(CLUSTER_DNS),
+        UDP,
+        5000,
+        53,
+        0,
+    );
+    let out = dp.run(FROM_POD, &q, LO, 0);
+    assert_eq!(out.verdict, TC_ACT_OK);
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.src, p.dst, p.dport), (v4("10.244.1.9"), v4(CLUSTER_DNS), 53));
+}
+
+#[test]
+fn without_a_resolver_the_query_meets_isolation_as_before() {
+    let dp = setup(false);
+    let out = dp.run(FROM_POD, &query(UDP, CLUSTER_DNS, 53), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+}
+
+#[test]
+fn other_ports_of_the_cluster_dns_are_not_steered() {
+    let dp = setup(true);
+    let out = dp.run(FROM_POD, &query(UDP, CLUSTER_DNS, 5353), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+}
+
+#[test]
+fn a_pod_unknown_to_steering_is_a_counted_drop() {
+    let mut dp = setup(true);
+    DnsPodsMap::try_from(dp.map_mut(dns_pods::NAME))
+        .unwrap()
+        .remove(VPC_A, ip(POD))
+        .unwrap();
+    let out = dp.run(FROM_POD, &query(UDP, CLUSTER_DNS, 53), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::DnsNoSource);
+}
+
+#[test]
+fn an_answer_without_a_query_is_dropped() {
+    let dp = setup(true);
+    let out = dp.run(TO_POD, &answer(UDP, NODE, RESOLVER_PORT), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::DnsNoCt);
+}
