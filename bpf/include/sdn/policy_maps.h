@@ -48,6 +48,9 @@
 /* sdn_pol_rules peer token kinds. A peer without this bit is an SG net (the
  * value is then a bitmap of that net's groups) or an NP identity. */
 #define SDN_PEER_CLASS		(1u << 31)	/* | class id from sdn_pol_cidrs */
+/* Any peer at all (an NP rule with no from/to, an HF rule with no CIDR). The
+ * datapath looks up the peer's own token, then its CIDR class, then this. */
+#define SDN_PEER_ANY		0
 /* NP: "this subject is isolated in this direction" (port prefix 0, value bit
  * 63). Absent means no policy selects the identity: allow-all. */
 #define SDN_PEER_ISOLATED	0x7fffffffu

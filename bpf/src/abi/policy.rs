@@ -22,6 +22,8 @@ pub const DIR_INGRESS: u8 = 0;
 pub const DIR_EGRESS: u8 = 1;
 /// `SDN_PEER_CLASS`: a peer token that is a CIDR class of `sdn_pol_cidrs`.
 pub const PEER_CLASS: u32 = 1 << 31;
+/// `SDN_PEER_ANY`: any peer at all, the last of the datapath's three peer lookups.
+pub const PEER_ANY: u32 = 0;
 /// `SDN_PEER_ISOLATED`: the NP marker "this identity is isolated in this direction".
 pub const PEER_ISOLATED: u32 = 0x7fff_ffff;
 /// `SDN_PEER_ALL_BIT`: value bit for "the peer token as a whole".
@@ -220,6 +222,7 @@ pub const POLICY_CONSTANTS: &[(&str, u64)] = &[
     ("SDN_DIR_INGRESS", DIR_INGRESS as u64),
     ("SDN_DIR_EGRESS", DIR_EGRESS as u64),
     ("SDN_PEER_CLASS", PEER_CLASS as u64),
+    ("SDN_PEER_ANY", PEER_ANY as u64),
     ("SDN_PEER_ISOLATED", PEER_ISOLATED as u64),
     ("SDN_PEER_ALL_BIT", PEER_ALL_BIT as u64),
     ("SDN_PRULE_FIXED_BITS", PRULE_FIXED_BITS as u64),
