@@ -595,3 +595,7 @@ impl std::ops::AddAssign for DropStats {
         self.bytes += o.bytes;
     }
 }
+
+// The policy layers' structs (include/sdn/policy_maps.h, ct.h) live in their own file.
+mod policy;
+pub use policy::*;

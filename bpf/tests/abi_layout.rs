@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cozyplane_bpf::abi::LAYOUTS;
+use cozyplane_bpf::abi::{LAYOUTS, POLICY_CONSTANTS, POLICY_LAYOUTS};
 use cozyplane_bpf::config::GLOBALS;
 use cozyplane_bpf::drop::{DROP_MAX, DropReason};
 use cozyplane_bpf::maps;
@@ -29,9 +29,9 @@ fn header(name: &str) -> String {
 fn generated_asserts() -> String {
     let mut c = String::from(
         "#include <stddef.h>\n#include <sdn/addr.h>\n#include <sdn/maps.h>\n\
-         #include <sdn/drop_reasons.h>\n#define SDN_DEFINE_CONFIG\n#include <sdn/config.h>\n\n",
+         #include <sdn/drop_reasons.h>\n#include <sdn/policy_maps.h>\n#define SDN_DEFINE_CONFIG\n#include <sdn/config.h>\n\n",
     );
-    for l in LAYOUTS {
+    for l in LAYOUTS.iter().chain(POLICY_LAYOUTS) {
         let s = l.c_name;
         writeln!(
             c,
@@ -52,6 +52,9 @@ fn generated_asserts() -> String {
             )
             .unwrap();
         }
+    }
+    for (name, v) in POLICY_CONSTANTS {
+        writeln!(c, "_Static_assert({name} == {v}u, \"{name}\");").unwrap();
     }
     for &r in DropReason::ALL {
         writeln!(c, "_Static_assert({} == {}, \"{r:?}\");", r.c_name(), r as i32).unwrap();

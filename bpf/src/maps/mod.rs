@@ -34,6 +34,15 @@ pub mod remotes;
 pub mod xnet_allow;
 pub mod xnet_routes;
 
+// The policy layers (include/sdn/policy_maps.h), not yet in ALL: see POLICY.
+pub mod hf_self;
+pub mod np_idents;
+pub mod pol_cidrs;
+pub mod pol_ct;
+pub mod pol_rules;
+pub mod pol_state;
+pub mod sg_members;
+
 /// Every map name; each is in every object.
 pub const ALL: &[&str] = &[
     ports::NAME,
@@ -61,6 +70,18 @@ pub const ALL: &[&str] = &[
     lb_front::NAME,
     lb_rev::NAME,
     lb_ingress::NAME,
+];
+
+/// The policy layers' maps (`include/sdn/policy_maps.h`). Not in [`ALL`] until a program
+/// uses them and `maps.h` includes the header (docs/policy.md, "Status").
+pub const POLICY: [&str; 7] = [
+    pol_ct::NAME,
+    pol_state::NAME,
+    pol_rules::NAME,
+    pol_cidrs::NAME,
+    sg_members::NAME,
+    np_idents::NAME,
+    hf_self::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).

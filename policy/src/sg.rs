@@ -1,0 +1,389 @@
+//! SecurityGroups in VPC nets: groups and Ports in; `sdn_pol_rules` (layer SG, one
+//! partition per VPC net), `sdn_pol_cidrs` (scope = net) and `sdn_sg_members` out.
+//!
+//! A grouped endpoint is default-deny both ways; each rule of each of its groups reopens
+//! traffic from/to a group of this VPC (token = this net, value = the group's bit), a group
+//! of a peered VPC (token = that net) or a CIDR (a class of this net's scope). A change to
+//! a group recompiles its VPC's partition (and those of VPCs whose rules name it); a
+//! change to a Port's groups rewrites only its member entries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use cozyplane_apis::v1alpha1::{Port, SecurityGroup, SecurityGroupPeer, SecurityGroupPort};
+
+use crate::cidr::{Block, Prefix};
+use crate::classes::{self, Contrib, WHOLE};
+use crate::error::{Reason, Warning};
+use crate::identity;
+use crate::model::{CidrKey, Diff, Dir, Layer, MapDiff, RuleKey, RuleVal, Tables, proto};
+use crate::ports::{self, PortBlock, ProtoBlocks};
+
+type ObjKey = (String, String);
+
+/// Group ids a VPC may use; 63 is reserved.
+const GROUP_IDS: std::ops::RangeInclusive<i32> = 1..=62;
+
+#[derive(Clone, Debug, Default)]
+struct Partition {
+    rules: BTreeMap<RuleKey, RuleVal>,
+    cidrs: BTreeMap<CidrKey, u32>,
+}
+
+/// The SecurityGroup compiler.
+#[derive(Clone, Debug, Default)]
+pub struct SgCompiler {
+    vpcs: BTreeMap<ObjKey, u32>,
+    groups: BTreeMap<ObjKey, SecurityGroup>,
+    /// Port name → its member entries.
+    ports: BTreeMap<String, BTreeMap<(u32, IpAddr), u64>>,
+    members: BTreeMap<(u32, IpAddr), u64>,
+    parts: BTreeMap<u32, Partition>,
+    warnings: BTreeMap<ObjKey, Vec<Warning>>,
+}
+
+/// A rule's id: stable, nonzero.
+pub fn rule_id(ns: &str, name: &str, dir: Dir, index: usize) -> u32 {
+    let h = identity::fnv(&[
+        b"sg",
+        ns.as_bytes(),
+        name.as_bytes(),
+        &[dir as u8],
+        &index.to_be_bytes(),
+    ]);
+    ((h ^ (h >> 32)) as u32).max(1)
+}
+
+impl SgCompiler {
+    /// An empty compiler.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every entry this compiler owns.
+    pub fn tables(&self) -> Tables {
+        Tables {
+            rules: self
+                .parts
+                .values()
+                .flat_map(|p| p.rules.iter().map(|(k, v)| (*k, *v)))
+                .collect(),
+            cidrs: self
+                .parts
+                .values()
+                .flat_map(|p| p.cidrs.iter().map(|(k, v)| (*k, *v)))
+                .collect(),
+            sg_members: self.members.clone(),
+            ..Tables::default()
+        }
+    }
+
+    /// What was refused.
+    pub fn warnings(&self) -> impl Iterator<Item = &Warning> {
+        self.warnings.values().flatten()
+    }
+
+    /// A VPC and its net (VNI); every partition is recompiled (VPCs change rarely).
+    pub fn set_vpc(&mut self, ns: &str, name: &str, net: u32) -> Diff {
+        self.vpcs.insert((ns.into(), name.into()), net);
+        self.recompile_all()
+    }
+
+    /// A VPC is gone.
+    pub fn remove_vpc(&mut self, ns: &str, name: &str) -> Diff {
+        self.vpcs.remove(&(ns.to_string(), name.to_string()));
+        self.recompile_all()
+    }
+
+    /// Create or replace a group.
+    pub fn set_group(&mut self, sg: &SecurityGroup) -> Diff {
+        let key = obj_key(sg);
+        let old = self.groups.insert(key.clone(), sg.clone());
+        let mut nets = self.nets_touched_by(&key);
+        nets.extend(old.as_ref().and_then(|o| self.net_of_group(o)));
+        self.recompile(&nets)
+    }
+
+    /// Delete a group.
+    pub fn remove_group(&mut self, ns: &str, name: &str) -> Diff {
+        let key = (ns.to_string(), name.to_string());
+        let mut nets = self.nets_touched_by(&key);
+        if let Some(old) = self.groups.remove(&key) {
+            nets.extend(self.net_of_group(&old));
+        }
+        self.recompile(&nets)
+    }
+
+    /// Create or replace a Port: its address's groups (`status.groups`).
+    pub fn set_port(&mut self, p: &Port) -> Diff {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let vpc = (p.spec.vpc_ref.namespace.clone(), p.spec.vpc_ref.name.clone());
+        let mut entries = BTreeMap::new();
+        if let (Some(net), Ok(ip)) = (self.vpcs.get(&vpc), p.spec.ip.parse::<IpAddr>()) {
+            let groups = p
+                .status
+                .iter()
+                .flat_map(|s| &s.groups)
+                .filter(|g| GROUP_IDS.contains(g))
+                .fold(0u64, |m, g| m | 1 << g);
+            if groups != 0 {
+                entries.insert((*net, ip), groups);
+            }
+        }
+        self.port_entries(&name, entries)
+    }
+
+    /// Delete a Port.
+    pub fn remove_port(&mut self, name: &str) -> Diff {
+        self.port_entries(name, BTreeMap::new())
+    }
+
+    fn port_entries(&mut self, name: &str, new: BTreeMap<(u32, IpAddr), u64>) -> Diff {
+        let old = self.ports.remove(name).unwrap_or_default();
+        let d = MapDiff::between(&old, &new);
+        for k in old.keys() {
+            self.members.remove(k);
+        }
+        self.members.extend(new.iter().map(|(k, v)| (*k, *v)));
+        if !new.is_empty() {
+            self.ports.insert(name.to_string(), new);
+        }
+        Diff {
+            sg_members: d,
+            ..Diff::default()
+        }
+    }
+
+    fn net_of_group(&self, sg: &SecurityGroup) -> Option<u32> {
+        let ns = sg.metadata.namespace.clone().unwrap_or_default();
+        self.vpcs.get(&(ns, sg.spec.vpc_ref.name.clone())).copied()
+    }
+
+    /// The nets whose partitions name group `key`: its own and those of groups whose rules
+    /// refer to it.
+    fn nets_touched_by(&self, key: &ObjKey) -> BTreeSet<u32> {
+        let mut nets: BTreeSet<u32> = self
+            .groups
+            .get(key)
+            .and_then(|g| self.net_of_group(g))
+            .into_iter()
+            .collect();
+        for g in self.groups.values() {
+            let gns = g.metadata.namespace.clone().unwrap_or_default();
+            let names_it = g
+                .spec
+                .ingress
+                .iter()
+                .map(|r| &r.from)
+                .chain(g.spec.egress.iter().map(|r| &r.to))
+                .any(|p| !p.group.is_empty() && peer_group_key(p, &gns) == *key);
+            if names_it {
+                nets.extend(self.net_of_group(g));
+            }
+        }
+        nets
+    }
+
+    fn recompile_all(&mut self) -> Diff {
+        let mut nets: BTreeSet<u32> = self.parts.keys().copied().collect();
+        nets.extend(self.vpcs.values().copied());
+        self.recompile(&nets)
+    }
+
+    fn recompile(&mut self, nets: &BTreeSet<u32>) -> Diff {
+        let mut d = Diff::default();
+        for net in nets {
+            let new = self.compile_net(*net);
+            let old = self.parts.remove(net).unwrap_or_default();
+            d.rules.add_between(&old.rules, &new.rules);
+            d.cidrs.add_between(&old.cidrs, &new.cidrs);
+            if !new.rules.is_empty() || !new.cidrs.is_empty() {
+                self.parts.insert(*net, new);
+            }
+        }
+        d
+    }
+
+    fn compile_net(&mut self, net: u32) -> Partition {
+        let mine: Vec<(ObjKey, SecurityGroup)> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| self.net_of_group(g) == Some(net))
+            .map(|(k, g)| (k.clone(), g.clone()))
+            .collect();
+        let mut blocks = Vec::new();
+        for (_, g) in &mine {
+            for p in g
+                .spec
+                .ingress
+                .iter()
+                .map(|r| &r.from)
+                .chain(g.spec.egress.iter().map(|r| &r.to))
+            {
+                if p.group.is_empty()
+                    && let Ok(cidr) = p.cidr.parse::<Prefix>()
+                {
+                    blocks.push(Block { cidr, except: vec![] });
+                }
+            }
+        }
+        let class_map = classes::assign(net, Layer::Sg, &blocks.iter().collect::<Vec<_>>());
+        let mut contrib = Contrib::default();
+        for (key, g) in &mine {
+            let object = format!("SecurityGroup {}/{}", key.0, key.1);
+            let mut warns = Vec::new();
+            let id = g.status.as_ref().map_or(0, |s| s.id);
+            if !GROUP_IDS.contains(&id) {
+                self.warnings.remove(key);
+                continue;
+            }
+            let rules = g
+                .spec
+                .ingress
+                .iter()
+                .map(|r| (Dir::Ingress, &r.from, &r.ports))
+                .chain(g.spec.egress.iter().map(|r| (Dir::Egress, &r.to, &r.ports)));
+            let (mut i_in, mut i_eg) = (0, 0);
+            for (dir, peer, port_list) in rules {
+                let idx = match dir {
+                    Dir::Ingress => &mut i_in,
+                    Dir::Egress => &mut i_eg,
+                };
+                let here = format!(
+                    "spec.{}[{idx}]",
+                    if dir == Dir::Ingress { "ingress" } else { "egress" }
+                );
+                *idx += 1;
+                let rid = rule_id(&key.0, &key.1, dir, *idx - 1);
+                let tokens: Vec<(u32, u64)> = if !peer.group.is_empty() {
+                    match self.resolve_group(peer, &key.0) {
+                        Some((pnet, pid)) => vec![(pnet, 1u64 << pid)],
+                        None => {
+                            let gk = peer_group_key(peer, &key.0);
+                            warns.push(Warning {
+                                object: object.clone(),
+                                field: format!("{here}.group"),
+                                reason: Reason::UnknownGroup(format!("{}/{}", gk.0, gk.1)),
+                            });
+                            vec![]
+                        }
+                    }
+                } else {
+                    match peer.cidr.parse::<Prefix>() {
+                        Ok(cidr) => classes::tokens(&Block { cidr, except: vec![] }, &class_map)
+                            .into_iter()
+                            .map(|t| (t, WHOLE))
+                            .collect(),
+                        Err(_) => {
+                            warns.push(Warning {
+                                object: object.clone(),
+                                field: format!("{here}.cidr"),
+                                reason: Reason::Cidr(peer.cidr.clone()),
+                            });
+                            vec![]
+                        }
+                    }
+                };
+                let specs = match port_specs(port_list) {
+                    Ok(s) => s,
+                    Err(errs) => {
+                        for (j, r) in &errs {
+                            warns.push(Warning {
+                                object: object.clone(),
+                                field: format!("{here}.ports[{j}]"),
+                                reason: r.clone(),
+                            });
+                        }
+                        port_specs_ok(port_list)
+                    }
+                };
+                for (pr, blocks) in &specs {
+                    for (t, bits) in &tokens {
+                        contrib.add(dir, id as u32, *t, *pr, blocks, *bits, rid);
+                    }
+                }
+            }
+            if warns.is_empty() {
+                self.warnings.remove(key);
+            } else {
+                self.warnings.insert(key.clone(), warns);
+            }
+        }
+        Partition {
+            rules: contrib.entries(Layer::Sg, net),
+            cidrs: classes::cidr_entries(net, Layer::Sg, &class_map),
+        }
+    }
+
+    /// `(net, id)` of the group a peer names.
+    fn resolve_group(&self, peer: &SecurityGroupPeer, ns: &str) -> Option<(u32, i32)> {
+        let key = peer_group_key(peer, ns);
+        let g = self.groups.get(&key)?;
+        let id = g.status.as_ref().map_or(0, |s| s.id);
+        let net = self.net_of_group(g)?;
+        if let Some(v) = &peer.vpc
+            && self.vpcs.get(&(v.namespace.clone(), v.name.clone())) != Some(&net)
+        {
+            return None;
+        }
+        GROUP_IDS.contains(&id).then_some((net, id))
+    }
+}
+
+fn obj_key(sg: &SecurityGroup) -> ObjKey {
+    (
+        sg.metadata.namespace.clone().unwrap_or_default(),
+        sg.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn peer_group_key(p: &SecurityGroupPeer, ns: &str) -> ObjKey {
+    match &p.vpc {
+        Some(v) => (v.namespace.clone(), p.group.clone()),
+        None => (ns.to_string(), p.group.clone()),
+    }
+}
+
+/// `(proto, port blocks)` of a rule's ports; empty allows every port of TCP, UDP, SCTP and
+/// every ICMP/ICMPv6 type. ICMP: `port` is the type (any code), 0 any type.
+fn port_specs(list: &[SecurityGroupPort]) -> Result<Vec<ProtoBlocks>, Vec<(usize, Reason)>> {
+    if list.is_empty() {
+        return Ok([proto::TCP, proto::UDP, proto::SCTP, proto::ICMP, proto::ICMPV6]
+            .into_iter()
+            .map(|p| (p, vec![PortBlock::ANY]))
+            .collect());
+    }
+    let mut out = Vec::new();
+    let mut errs = Vec::new();
+    for (j, p) in list.iter().enumerate() {
+        match one_port(p) {
+            Ok(s) => out.push(s),
+            Err(r) => errs.push((j, r)),
+        }
+    }
+    if errs.is_empty() { Ok(out) } else { Err(errs) }
+}
+
+/// The accepted entries only (a refused entry allows nothing; if all are refused, the rule
+/// allows nothing).
+fn port_specs_ok(list: &[SecurityGroupPort]) -> Vec<ProtoBlocks> {
+    list.iter().filter_map(|p| one_port(p).ok()).collect()
+}
+
+fn one_port(p: &SecurityGroupPort) -> Result<ProtoBlocks, Reason> {
+    let pr = match p.protocol.as_str() {
+        "TCP" => proto::TCP,
+        "UDP" => proto::UDP,
+        "SCTP" => proto::SCTP,
+        "ICMP" => proto::ICMP,
+        "ICMPv6" => proto::ICMPV6,
+        other => return Err(Reason::Protocol(other.to_string())),
+    };
+    let icmp = pr == proto::ICMP || pr == proto::ICMPV6;
+    match (p.port, icmp) {
+        (0, _) => Ok((pr, vec![PortBlock::ANY])),
+        (t @ 1..=255, true) => Ok((pr, vec![PortBlock::containing((t as u16) << 8, 8)])),
+        (n @ 1..=65535, false) => Ok((pr, ports::blocks(n as u16, n as u16))),
+        (n, _) => Err(Reason::Port(n.to_string())),
+    }
+}

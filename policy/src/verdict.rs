@@ -1,0 +1,208 @@
+//! The verdict over compiled entries, computed the way the datapath computes it: the same
+//! lookups (peer token, then CIDR class, then any), the same longest-prefix matches over
+//! ports and classes, on [`Tables`] — never on the policy text. The trace API answers with
+//! it, and the datapath tests compare the kernel's decisions with it.
+//!
+//! Exemptions that are not policy (the node to its local pods, ND and link-local IPv6, the
+//! tunnel port, ICMP errors of a known flow, replies of an established flow) are the
+//! datapath's and are not modelled here: a verdict is for the first packet of a flow.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use crate::cidr::{Prefix, addr128};
+use crate::model::{
+    ALL, CidrKey, Dir, Layer, PEER_ANY, PEER_CLASS, PEER_ISOLATED, POL_F_HF_EGRESS, POL_F_HF_INGRESS,
+    RuleKey, RuleVal, Tables,
+};
+use crate::ports::{self, PortBlock};
+
+/// The outcome of one direction's check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The layer does not apply (not isolated, ungrouped, not armed).
+    Open,
+    /// Admitted by the rule with this id.
+    Rule(u32),
+    /// Refused: no rule admits it (the default deny).
+    Denied,
+}
+
+impl Check {
+    /// Open or admitted.
+    pub fn allows(self) -> bool {
+        self != Self::Denied
+    }
+}
+
+/// A flow's verdict in one layer: the source's egress and the destination's ingress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The source's egress check.
+    pub egress: Check,
+    /// The destination's ingress check.
+    pub ingress: Check,
+}
+
+impl Verdict {
+    /// Both directions allow.
+    pub fn allowed(self) -> bool {
+        self.egress.allows() && self.ingress.allows()
+    }
+}
+
+/// `sdn_pol_rules`' longest-prefix lookup.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the key's fields, as the datapath fills them"
+)]
+pub fn lookup(
+    t: &Tables,
+    layer: Layer,
+    dir: Dir,
+    net: u32,
+    subject: u32,
+    peer: u32,
+    proto: u8,
+    port: u16,
+) -> Option<RuleVal> {
+    let key = |b: PortBlock| RuleKey {
+        layer,
+        dir,
+        net,
+        subject,
+        peer,
+        proto,
+        port: b,
+    };
+    ports::longest(|b| t.rules.get(&key(b)).copied(), port)
+}
+
+/// `sdn_pol_cidrs`' longest-prefix lookup: the class of `ip` in a scope.
+pub fn class_of(t: &Tables, scope: u32, layer: Layer, ip: IpAddr) -> Option<u32> {
+    let v6 = ip.is_ipv6();
+    let lo = if v6 { 0 } else { 96 };
+    (lo..=128u8).rev().find_map(|len| {
+        let prefix = Prefix {
+            v6,
+            len,
+            bits: addr128(ip)
+                & if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                },
+        };
+        t.cidrs.get(&CidrKey { scope, layer, prefix }).copied()
+    })
+}
+
+/// The three peer lookups of an identity-less or identity-carrying peer: its own token (if
+/// any), its CIDR class (if any), any.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the key's fields, as the datapath fills them"
+)]
+fn admit(
+    t: &Tables,
+    layer: Layer,
+    dir: Dir,
+    net: u32,
+    subject: u32,
+    token: Option<(u32, u64)>,
+    peer_ip: IpAddr,
+    proto: u8,
+    port: u16,
+) -> Check {
+    let class = class_of(t, net, layer, peer_ip).map(|c| (PEER_CLASS | c, ALL));
+    token
+        .into_iter()
+        .chain(class)
+        .chain([(PEER_ANY, ALL)])
+        .find_map(|(peer, want)| {
+            lookup(t, layer, dir, net, subject, peer, proto, port)
+                .filter(|v| v.peers & want != 0)
+                .map(|v| Check::Rule(v.rule))
+        })
+        .unwrap_or(Check::Denied)
+}
+
+/// NetworkPolicy: may `src` open a flow to `dst` on `proto`/`port` (ICMP: `type << 8 |
+/// code`)? Addresses without an identity (nodes, hostNetwork pods, the outside) are
+/// checked by CIDR class only and are never subjects.
+pub fn np(t: &Tables, src: IpAddr, dst: IpAddr, proto: u8, port: u16) -> Verdict {
+    let check = |dir: Dir, me: IpAddr, peer: IpAddr| {
+        let Some(id) = t.np_idents.get(&me) else {
+            return Check::Open;
+        };
+        let marker = lookup(t, Layer::Np, dir, 0, *id, PEER_ISOLATED, 0, 0);
+        if marker.is_none() {
+            return Check::Open;
+        }
+        let token = t.np_idents.get(&peer).map(|p| (*p, ALL));
+        admit(t, Layer::Np, dir, 0, *id, token, peer, proto, port)
+    };
+    Verdict {
+        egress: check(Dir::Egress, src, dst),
+        ingress: check(Dir::Ingress, dst, src),
+    }
+}
+
+/// An endpoint of a VPC net.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The net (VNI).
+    pub net: u32,
+    /// The address in it.
+    pub ip: IpAddr,
+}
+
+/// SecurityGroups: may `src` open a flow to `dst`? Groups come from `sdn_sg_members`
+/// (across nodes, the tunnel option carries the source's, with the same value). A side
+/// with no groups is open in its direction; an address outside every VPC (north-south) is
+/// given with the net of the side it talks to and no groups.
+pub fn sg(t: &Tables, src: Endpoint, dst: Endpoint, proto: u8, port: u16) -> Verdict {
+    let groups = |e: Endpoint| t.sg_members.get(&(e.net, e.ip)).copied().unwrap_or(0);
+    let check = |dir: Dir, me: Endpoint, peer: Endpoint| {
+        let mine = groups(me);
+        if mine == 0 {
+            return Check::Open;
+        }
+        let theirs = groups(peer);
+        let mut result = Check::Denied;
+        for g in (1..63u32).filter(|g| mine & (1 << g) != 0) {
+            let token = (theirs != 0).then_some((peer.net, theirs));
+            if let Check::Rule(r) = admit(t, Layer::Sg, dir, me.net, g, token, peer.ip, proto, port) {
+                result = Check::Rule(r);
+                break;
+            }
+        }
+        result
+    };
+    Verdict {
+        egress: check(Dir::Egress, src, dst),
+        ingress: check(Dir::Ingress, dst, src),
+    }
+}
+
+/// HostFirewall on a node whose addresses are `t.hf_self`: may `src` open a flow to `dst`?
+/// Only the node's side is checked (ingress when `dst` is the node, egress when `src`
+/// is), and only when that direction is armed.
+pub fn hf(t: &Tables, src: IpAddr, dst: IpAddr, proto: u8, port: u16) -> Verdict {
+    let me = |ip: &IpAddr| t.hf_self.contains(ip);
+    let check = |dir: Dir, flag: u32, node: IpAddr, peer: IpAddr| {
+        if !me(&node) || t.state_flags & flag == 0 {
+            return Check::Open;
+        }
+        admit(t, Layer::Hf, dir, 0, 0, None, peer, proto, port)
+    };
+    Verdict {
+        egress: check(Dir::Egress, POL_F_HF_EGRESS, src, dst),
+        ingress: check(Dir::Ingress, POL_F_HF_INGRESS, dst, src),
+    }
+}
+
+/// Every address of `t` that names a pod of the default network (for tests and tools).
+pub fn np_addresses(t: &Tables) -> BTreeSet<IpAddr> {
+    t.np_idents.keys().copied().collect()
+}

@@ -1,0 +1,218 @@
+//! HostFirewalls compile into entries whose verdicts are the documented semantics: node
+//! ingress and egress by CIDR/except, protocol, port and range, both families; unselected
+//! nodes and unarmed directions stay open; refused constructs allow nothing.
+
+use std::net::IpAddr;
+
+use cozyplane_apis::v1alpha1::{
+    HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule, HostFirewallPeer, HostFirewallPort,
+    HostFirewallSpec,
+};
+use cozyplane_policy::Reason;
+use cozyplane_policy::hf::{HfCompiler, NodeInfo};
+use cozyplane_policy::model::{POL_F_HF_EGRESS, POL_F_HF_INGRESS, proto};
+use cozyplane_policy::verdict;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+fn peer(cidr: &str, except: &[&str]) -> HostFirewallPeer {
+    HostFirewallPeer {
+        cidr: cidr.into(),
+        except: except.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn port(p: &str, n: i32, end: i32) -> HostFirewallPort {
+    HostFirewallPort {
+        protocol: p.into(),
+        port: n,
+        end_port: end,
+    }
+}
+
+fn fw(
+    name: &str,
+    types: &[&str],
+    ingress: Vec<HostFirewallIngressRule>,
+    egress: Vec<HostFirewallEgressRule>,
+) -> HostFirewall {
+    HostFirewall {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: HostFirewallSpec {
+            node_selector: LabelSelector {
+                match_labels: Some([("role".to_string(), "worker".to_string())].into()),
+                match_expressions: None,
+            },
+            policy_types: types.iter().map(ToString::to_string).collect(),
+            ingress,
+            egress,
+        },
+        status: None,
+    }
+}
+
+fn node(role: &str) -> NodeInfo {
+    NodeInfo {
+        name: "n1".into(),
+        labels: [("role".to_string(), role.to_string())].into(),
+        addresses: vec!["10.10.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
+    }
+}
+
+fn compiler(role: &str) -> HfCompiler {
+    let mut c = HfCompiler::new(node(role));
+    c.set_firewall(&fw(
+        "api-guard",
+        &[],
+        vec![HostFirewallIngressRule {
+            from: vec![],
+            ports: vec![port("TCP", 6443, 0)],
+        }],
+        vec![],
+    ));
+    c.set_firewall(&fw(
+        "ssh",
+        &[],
+        vec![
+            HostFirewallIngressRule {
+                from: vec![peer("192.168.0.0/16", &["192.168.5.0/24"])],
+                ports: vec![port("TCP", 22, 0)],
+            },
+            HostFirewallIngressRule {
+                from: vec![peer("10.0.0.0/8", &[])],
+                ports: vec![port("TCP", 30000, 32767)],
+            },
+            HostFirewallIngressRule {
+                from: vec![peer("fd00::/64", &[])],
+                ports: vec![port("UDP", 53, 0)],
+            },
+            HostFirewallIngressRule {
+                from: vec![peer("::/0", &[])],
+                ports: vec![port("UDP", 123, 0)],
+            },
+        ],
+        vec![],
+    ));
+    c.set_firewall(&fw(
+        "out",
+        &["Egress"],
+        vec![],
+        vec![HostFirewallEgressRule {
+            to: vec![peer("10.20.0.0/16", &[])],
+            ports: vec![port("TCP", 443, 0)],
+        }],
+    ));
+    c
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn inbound(c: &HfCompiler, src: &str, dst: &str, pr: u8, port: u16) -> bool {
+    verdict::hf(c.tables(), ip(src), ip(dst), pr, port).allowed()
+}
+
+#[test]
+fn ingress_by_cidr_except_protocol_port_and_range_in_both_families() {
+    let c = compiler("worker");
+    assert_eq!(c.tables().state_flags, POL_F_HF_INGRESS | POL_F_HF_EGRESS);
+    let node = "10.10.0.1";
+    assert!(
+        inbound(&c, "1.2.3.4", node, proto::TCP, 6443),
+        "guard rule from anywhere"
+    );
+    assert!(
+        inbound(&c, "2001:db8::9", "fd00::1", proto::TCP, 6443),
+        "any includes IPv6"
+    );
+    assert!(!inbound(&c, "1.2.3.4", node, proto::TCP, 22));
+    assert!(inbound(&c, "192.168.1.1", node, proto::TCP, 22));
+    assert!(!inbound(&c, "192.168.5.5", node, proto::TCP, 22), "except");
+    assert!(!inbound(&c, "192.168.1.1", node, proto::UDP, 22), "protocol");
+    assert!(inbound(&c, "10.1.1.1", node, proto::TCP, 31000), "range");
+    assert!(inbound(&c, "10.1.1.1", node, proto::TCP, 32767), "range end");
+    assert!(!inbound(&c, "10.1.1.1", node, proto::TCP, 29999), "below range");
+    assert!(inbound(&c, "fd00::5", "fd00::1", proto::UDP, 53), "IPv6 CIDR");
+    assert!(
+        !inbound(&c, "2001:db8::1", "fd00::1", proto::UDP, 53),
+        "IPv6 ingress is filtered"
+    );
+    assert!(inbound(&c, "2001:db8::1", "fd00::1", proto::UDP, 123), "::/0");
+    assert!(!inbound(&c, "1.2.3.4", node, proto::UDP, 123), "::/0 is not IPv4");
+    assert!(
+        inbound(&c, "1.2.3.4", "10.99.0.1", proto::TCP, 22),
+        "not the node: not HF's"
+    );
+}
+
+#[test]
+fn egress_is_gated_only_when_armed() {
+    let c = compiler("worker");
+    assert!(inbound(&c, "10.10.0.1", "10.20.1.1", proto::TCP, 443));
+    assert!(!inbound(&c, "10.10.0.1", "10.30.0.1", proto::TCP, 443));
+    let mut c = c;
+    let d = c.remove_firewall("out");
+    assert!(d.narrows() || d.state_flags.is_some());
+    assert_eq!(c.tables().state_flags, POL_F_HF_INGRESS);
+    assert!(
+        inbound(&c, "10.10.0.1", "10.30.0.1", proto::TCP, 443),
+        "egress disarmed"
+    );
+}
+
+#[test]
+fn an_unselected_node_is_open() {
+    let c = compiler("control-plane");
+    assert_eq!(c.tables().state_flags, 0);
+    assert!(c.tables().rules.is_empty());
+    assert!(inbound(&c, "1.2.3.4", "10.10.0.1", proto::TCP, 22));
+}
+
+#[test]
+fn removing_a_rule_narrows_only_its_entries() {
+    let mut c = compiler("worker");
+    let before = c.tables().rules.len();
+    let d = c.remove_firewall("ssh");
+    assert!(d.narrows());
+    assert!(
+        !d.rules.remove.is_empty() && d.rules.remove.len() < before,
+        "{} of {before}",
+        d.rules.remove.len()
+    );
+    assert!(!inbound(&c, "192.168.1.1", "10.10.0.1", proto::TCP, 22));
+    assert!(inbound(&c, "1.2.3.4", "10.10.0.1", proto::TCP, 6443));
+}
+
+#[test]
+fn refused_constructs_allow_nothing_and_are_reported() {
+    let mut c = HfCompiler::new(node("worker"));
+    c.set_firewall(&fw(
+        "bad",
+        &[],
+        vec![
+            HostFirewallIngressRule {
+                from: vec![peer("nope", &[])],
+                ports: vec![port("TCP", 22, 0)],
+            },
+            HostFirewallIngressRule {
+                from: vec![],
+                ports: vec![port("ICMP", 0, 0), port("TCP", 90, 80)],
+            },
+        ],
+        vec![],
+    ));
+    let reasons: Vec<Reason> = c.warnings().iter().map(|w| w.reason.clone()).collect();
+    assert!(reasons.contains(&Reason::Cidr("nope".into())), "{reasons:?}");
+    assert!(reasons.contains(&Reason::Protocol("ICMP".into())), "{reasons:?}");
+    assert!(reasons.contains(&Reason::Port("90-80".into())), "{reasons:?}");
+    for (src, pr, port) in [
+        ("1.2.3.4", proto::TCP, 22),
+        ("1.2.3.4", proto::TCP, 85),
+        ("1.2.3.4", proto::UDP, 53),
+    ] {
+        assert!(!inbound(&c, src, "10.10.0.1", pr, port), "{pr}/{port} widened");
+    }
+}

@@ -1,0 +1,312 @@
+//! SecurityGroups compile into entries whose verdicts are the documented semantics: grouped
+//! endpoints are default-deny both ways; rules admit by group, by a peered VPC's group, by
+//! CIDR, per protocol and port, ICMP by type; ungrouped endpoints stay open; a Port's
+//! relabel rewrites only its member entry; refused constructs allow nothing.
+
+use std::net::IpAddr;
+
+use cozyplane_apis::v1alpha1::{
+    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupEgressRule,
+    SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
+    VPCRef,
+};
+use cozyplane_policy::model::proto;
+use cozyplane_policy::sg::SgCompiler;
+use cozyplane_policy::verdict::{self, Endpoint};
+use cozyplane_policy::{Reason, Tables};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+const VA: u32 = 100;
+const VB: u32 = 200;
+
+fn group_peer(name: &str) -> SecurityGroupPeer {
+    SecurityGroupPeer {
+        group: name.into(),
+        ..Default::default()
+    }
+}
+
+fn peered(name: &str, vpc: &str) -> SecurityGroupPeer {
+    SecurityGroupPeer {
+        group: name.into(),
+        vpc: Some(VPCRef {
+            namespace: "t1".into(),
+            name: vpc.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn cidr(c: &str) -> SecurityGroupPeer {
+    SecurityGroupPeer {
+        cidr: c.into(),
+        ..Default::default()
+    }
+}
+
+fn port(p: &str, n: i32) -> SecurityGroupPort {
+    SecurityGroupPort {
+        protocol: p.into(),
+        port: n,
+    }
+}
+
+type Rules = Vec<(SecurityGroupPeer, Vec<SecurityGroupPort>)>;
+
+fn group(name: &str, vpc: &str, id: i32, ingress: Rules, egress: Rules) -> SecurityGroup {
+    SecurityGroup {
+        metadata: ObjectMeta {
+            namespace: Some("t1".into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: SecurityGroupSpec {
+            vpc_ref: LocalVPCRef { name: vpc.into() },
+            ingress: ingress
+                .into_iter()
+                .map(|(from, ports)| SecurityGroupIngressRule { from, ports })
+                .collect(),
+            egress: egress
+                .into_iter()
+                .map(|(to, ports)| SecurityGroupEgressRule { to, ports })
+                .collect(),
+            ..Default::default()
+        },
+        status: Some(SecurityGroupStatus {
+            id,
+            ..Default::default()
+        }),
+    }
+}
+
+fn port_obj(name: &str, vpc: &str, ip: &str, groups: &[i32]) -> Port {
+    Port {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: PortSpec {
+            vpc_ref: VPCRef {
+                namespace: "t1".into(),
+                name: vpc.into(),
+            },
+            ip: ip.into(),
+            ..Default::default()
+        },
+        status: Some(PortStatus {
+            groups: groups.to_vec(),
+        }),
+    }
+}
+
+fn web() -> SecurityGroup {
+    group(
+        "web",
+        "va",
+        1,
+        vec![
+            (group_peer("app"), vec![port("TCP", 80), port("ICMP", 8)]),
+            (cidr("203.0.113.0/24"), vec![port("TCP", 443)]),
+        ],
+        vec![],
+    )
+}
+
+fn setup() -> SgCompiler {
+    let mut c = SgCompiler::new();
+    c.set_vpc("t1", "va", VA);
+    c.set_vpc("t1", "vb", VB);
+    c.set_group(&web());
+    c.set_group(&group(
+        "app",
+        "va",
+        2,
+        vec![],
+        vec![
+            (group_peer("web"), vec![]),
+            (cidr("0.0.0.0/0"), vec![port("UDP", 53)]),
+            (peered("peer", "vb"), vec![port("TCP", 5432)]),
+        ],
+    ));
+    c.set_group(&group("db", "va", 3, vec![], vec![]));
+    c.set_group(&group(
+        "peer",
+        "vb",
+        1,
+        vec![(peered("app", "va"), vec![port("TCP", 5432)])],
+        vec![],
+    ));
+    for (n, v, ip, g) in [
+        ("p-web", "va", "10.1.0.2", &[1][..]),
+        ("p-app", "va", "10.1.0.3", &[2]),
+        ("p-free", "va", "10.1.0.4", &[]),
+        ("p-free2", "va", "10.1.0.7", &[]),
+        ("p-db", "va", "10.1.0.5", &[3]),
+        ("p-multi", "va", "10.1.0.6", &[1, 2]),
+        ("p-peer", "vb", "10.2.0.2", &[1]),
+    ] {
+        c.set_port(&port_obj(n, v, ip, g));
+    }
+    c
+}
+
+fn ep(net: u32, ip: &str) -> Endpoint {
+    Endpoint {
+        net,
+        ip: ip.parse::<IpAddr>().unwrap(),
+    }
+}
+
+fn allowed(t: &Tables, s: Endpoint, d: Endpoint, pr: u8, port: u16) -> bool {
+    verdict::sg(t, s, d, pr, port).allowed()
+}
+
+#[test]
+fn groups_are_default_deny_and_rules_reopen_by_group_peer_group_and_cidr() {
+    let c = setup();
+    let t = c.tables();
+    let (web, app, free, free2, db, multi, peer) = (
+        ep(VA, "10.1.0.2"),
+        ep(VA, "10.1.0.3"),
+        ep(VA, "10.1.0.4"),
+        ep(VA, "10.1.0.7"),
+        ep(VA, "10.1.0.5"),
+        ep(VA, "10.1.0.6"),
+        ep(VB, "10.2.0.2"),
+    );
+    let tcp = proto::TCP;
+    assert!(allowed(&t, app, web, tcp, 80), "by group");
+    assert!(!allowed(&t, app, web, tcp, 81), "other port");
+    assert!(!allowed(&t, app, web, proto::UDP, 80), "other protocol");
+    assert!(
+        !allowed(&t, free, web, tcp, 80),
+        "ungrouped source, grouped destination"
+    );
+    assert!(
+        !allowed(&t, web, free, tcp, 80),
+        "grouped source without egress rules"
+    );
+    assert!(allowed(&t, free, free2, tcp, 1234), "ungrouped stay open");
+    assert!(
+        !allowed(&t, app, db, tcp, 80),
+        "a group without rules admits nothing"
+    );
+    assert!(allowed(&t, multi, web, tcp, 80), "one of several groups suffices");
+    assert!(allowed(&t, ep(VA, "203.0.113.7"), web, tcp, 443), "by CIDR");
+    assert!(
+        !allowed(&t, ep(VA, "203.0.114.7"), web, tcp, 443),
+        "outside the CIDR"
+    );
+    assert!(
+        !allowed(&t, ep(VA, "203.0.113.7"), web, tcp, 80),
+        "CIDR rule's port only"
+    );
+    assert!(
+        allowed(&t, app, ep(VA, "8.8.8.8"), proto::UDP, 53),
+        "egress by CIDR"
+    );
+    assert!(
+        !allowed(&t, app, ep(VA, "8.8.8.8"), tcp, 53),
+        "egress CIDR rule's protocol only"
+    );
+    assert!(
+        !allowed(&t, app, ep(VA, "2001:db8::1"), proto::UDP, 53),
+        "0.0.0.0/0 is not IPv6"
+    );
+    assert!(allowed(&t, app, peer, tcp, 5432), "by a peered VPC's group");
+    assert!(!allowed(&t, app, peer, tcp, 5433), "peered rule's port only");
+    assert!(
+        allowed(&t, multi, peer, tcp, 5432),
+        "peer admits group app of va: multi is in it"
+    );
+    assert!(!allowed(&t, web, peer, tcp, 5432), "web is not");
+    assert!(
+        allowed(&t, app, web, proto::ICMP, 8 << 8),
+        "ICMP echo request by type"
+    );
+    assert!(
+        allowed(&t, app, web, proto::ICMP, (8 << 8) | 3),
+        "any code of the type"
+    );
+    assert!(!allowed(&t, app, web, proto::ICMP, 13 << 8), "other ICMP type");
+}
+
+#[test]
+fn a_port_relabel_rewrites_only_its_member_entry() {
+    let mut c = setup();
+    let d = c.set_port(&port_obj("p-free", "va", "10.1.0.4", &[2]));
+    assert!(d.rules.is_empty() && d.cidrs.is_empty(), "{d:?}");
+    assert_eq!(d.sg_members.len(), 1);
+    let t = c.tables();
+    assert!(verdict::sg(&t, ep(VA, "10.1.0.4"), ep(VA, "10.1.0.2"), proto::TCP, 80).allowed());
+    // Leaving every group: the entry goes, the endpoint is open again, and that narrows
+    // what grouped peers admit (it no longer carries group app).
+    let d = c.set_port(&port_obj("p-free", "va", "10.1.0.4", &[]));
+    assert_eq!(d.sg_members.remove.len(), 1);
+    assert!(d.narrows());
+    assert!(
+        !verdict::sg(
+            &c.tables(),
+            ep(VA, "10.1.0.4"),
+            ep(VA, "10.1.0.2"),
+            proto::TCP,
+            80
+        )
+        .allowed()
+    );
+}
+
+#[test]
+fn removing_a_rule_narrows_and_cuts_what_it_alone_allowed() {
+    let mut c = setup();
+    let mut w = web();
+    w.spec.ingress.remove(0);
+    let d = c.set_group(&w);
+    assert!(d.narrows(), "established flows must be re-checked");
+    assert!(!d.rules.remove.is_empty());
+    let t = c.tables();
+    assert!(!verdict::sg(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), proto::TCP, 80).allowed());
+    assert!(verdict::sg(&t, ep(VA, "203.0.113.7"), ep(VA, "10.1.0.2"), proto::TCP, 443).allowed());
+    // Only va's partition was rewritten: vb's entries are untouched.
+    assert!(
+        d.rules
+            .upsert
+            .iter()
+            .map(|(k, _)| k)
+            .chain(&d.rules.remove)
+            .all(|k| k.net == VA)
+    );
+}
+
+#[test]
+fn refused_constructs_allow_nothing_and_are_reported() {
+    let mut c = setup();
+    c.set_group(&group(
+        "web",
+        "va",
+        1,
+        vec![
+            (group_peer("nope"), vec![]),
+            (cidr("not-a-cidr"), vec![]),
+            (group_peer("app"), vec![port("GRE", 0)]),
+        ],
+        vec![],
+    ));
+    let reasons: Vec<Reason> = c.warnings().map(|w| w.reason.clone()).collect();
+    assert!(
+        reasons.contains(&Reason::UnknownGroup("t1/nope".into())),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&Reason::Cidr("not-a-cidr".into())),
+        "{reasons:?}"
+    );
+    assert!(reasons.contains(&Reason::Protocol("GRE".into())), "{reasons:?}");
+    let t = c.tables();
+    for (pr, port) in [(proto::TCP, 80), (proto::UDP, 53), (proto::ICMP, 8 << 8)] {
+        assert!(
+            !verdict::sg(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), pr, port).allowed(),
+            "{pr}/{port} widened by a refused construct"
+        );
+    }
+}
