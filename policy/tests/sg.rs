@@ -310,3 +310,28 @@ fn refused_constructs_allow_nothing_and_are_reported() {
         );
     }
 }
+
+#[test]
+fn order_of_arrival_does_not_matter_and_rules_are_named() {
+    // Ports and groups before their VPCs, then the VPCs: the same maps as setup().
+    let mut c = SgCompiler::new();
+    c.set_port(&port_obj("p-web", "va", "10.1.0.2", &[1]));
+    c.set_port(&port_obj("p-app", "va", "10.1.0.3", &[2]));
+    c.set_group(&web());
+    c.set_group(&group("app", "va", 2, vec![], vec![]));
+    c.remove_port("never-existed");
+    let d = c.set_vpc("t1", "va", VA);
+    assert!(!d.sg_members.upsert.is_empty(), "members appear with their VPC");
+    let t = c.tables();
+    assert!(
+        verdict::sg(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), proto::TCP, 80)
+            .ingress
+            .allows()
+    );
+    let verdict::Check::Rule(id) =
+        verdict::sg(&t, ep(VA, "203.0.113.9"), ep(VA, "10.1.0.2"), proto::TCP, 443).ingress
+    else {
+        panic!("admitted by a rule");
+    };
+    assert_eq!(c.rule_name(id), Some("SecurityGroup t1/web spec.ingress[1]"));
+}
