@@ -133,11 +133,11 @@ fn bench(c: &mut Criterion) {
     );
     // A replica moves to another existing label set: O(1), only its address entry.
     let mut existing = pods[0].clone();
-    existing.labels.insert("app".into(), "app7".into());
+    existing.labels.insert("app".into(), "app3".into());
     g.bench_function("one_label_change_existing_set", |b| {
-        b.iter_batched(
+        b.iter_batched_ref(
             || base.clone(),
-            |mut c| black_box(c.set_pod(existing.clone())),
+            |c| black_box(c.set_pod(existing.clone())),
             BatchSize::LargeInput,
         );
     });
@@ -145,9 +145,9 @@ fn bench(c: &mut Criterion) {
     let mut fresh = pods[0].clone();
     fresh.labels.insert("canary".into(), "true".into());
     g.bench_function("one_label_change_new_set", |b| {
-        b.iter_batched(
+        b.iter_batched_ref(
             || base.clone(),
-            |mut c| black_box(c.set_pod(fresh.clone())),
+            |c| black_box(c.set_pod(fresh.clone())),
             BatchSize::LargeInput,
         );
     });

@@ -9,6 +9,7 @@
 
 pub mod cidr;
 pub mod classes;
+pub mod ct;
 pub mod error;
 pub mod hf;
 pub mod identity;

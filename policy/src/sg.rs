@@ -20,6 +20,8 @@ use crate::model::{CidrKey, Diff, Dir, Layer, MapDiff, RuleKey, RuleVal, Tables,
 use crate::ports::{self, PortBlock, ProtoBlocks};
 
 type ObjKey = (String, String);
+/// `sdn_sg_members` entries: `(net, address)` → groups.
+type Members = BTreeMap<(u32, IpAddr), u64>;
 
 /// Group ids a VPC may use; 63 is reserved.
 const GROUP_IDS: std::ops::RangeInclusive<i32> = 1..=62;
@@ -28,6 +30,8 @@ const GROUP_IDS: std::ops::RangeInclusive<i32> = 1..=62;
 struct Partition {
     rules: BTreeMap<RuleKey, RuleVal>,
     cidrs: BTreeMap<CidrKey, u32>,
+    /// Rule id → where the rule is, for the trace.
+    names: BTreeMap<u32, String>,
 }
 
 /// The SecurityGroup compiler.
@@ -35,8 +39,8 @@ struct Partition {
 pub struct SgCompiler {
     vpcs: BTreeMap<ObjKey, u32>,
     groups: BTreeMap<ObjKey, SecurityGroup>,
-    /// Port name → its member entries.
-    ports: BTreeMap<String, BTreeMap<(u32, IpAddr), u64>>,
+    /// Port name → the Port and its member entries.
+    ports: BTreeMap<String, (Port, Members)>,
     members: BTreeMap<(u32, IpAddr), u64>,
     parts: BTreeMap<u32, Partition>,
     warnings: BTreeMap<ObjKey, Vec<Warning>>,
@@ -83,16 +87,37 @@ impl SgCompiler {
         self.warnings.values().flatten()
     }
 
-    /// A VPC and its net (VNI); every partition is recompiled (VPCs change rarely).
+    /// A VPC and its net (VNI); every partition and member entry is recompiled (VPCs
+    /// change rarely).
     pub fn set_vpc(&mut self, ns: &str, name: &str, net: u32) -> Diff {
         self.vpcs.insert((ns.into(), name.into()), net);
-        self.recompile_all()
+        self.refresh_vpcs()
     }
 
     /// A VPC is gone.
     pub fn remove_vpc(&mut self, ns: &str, name: &str) -> Diff {
         self.vpcs.remove(&(ns.to_string(), name.to_string()));
-        self.recompile_all()
+        self.refresh_vpcs()
+    }
+
+    /// Where rule `id` is (`SecurityGroup ns/name spec.ingress[i]`), for the trace.
+    pub fn rule_name(&self, id: u32) -> Option<&str> {
+        self.parts
+            .values()
+            .find_map(|p| p.names.get(&id))
+            .map(String::as_str)
+    }
+
+    fn refresh_vpcs(&mut self) -> Diff {
+        let mut d = self.recompile_all();
+        let ports: Vec<Port> = self.ports.values().map(|(p, _)| p.clone()).collect();
+        for p in &ports {
+            let m = self.set_port(p).sg_members;
+            d.sg_members.upsert.extend(m.upsert);
+            d.sg_members.remove.extend(m.remove);
+            d.sg_members.overwrote |= m.overwrote;
+        }
+        d
     }
 
     /// Create or replace a group.
@@ -117,6 +142,10 @@ impl SgCompiler {
     /// Create or replace a Port: its address's groups (`status.groups`).
     pub fn set_port(&mut self, p: &Port) -> Diff {
         let name = p.metadata.name.clone().unwrap_or_default();
+        self.ports
+            .entry(name.clone())
+            .or_insert_with(|| (p.clone(), BTreeMap::new()))
+            .0 = p.clone();
         let vpc = (p.spec.vpc_ref.namespace.clone(), p.spec.vpc_ref.name.clone());
         let mut entries = BTreeMap::new();
         if let (Some(net), Ok(ip)) = (self.vpcs.get(&vpc), p.spec.ip.parse::<IpAddr>()) {
@@ -135,19 +164,21 @@ impl SgCompiler {
 
     /// Delete a Port.
     pub fn remove_port(&mut self, name: &str) -> Diff {
-        self.port_entries(name, BTreeMap::new())
+        let d = self.port_entries(name, BTreeMap::new());
+        self.ports.remove(name);
+        d
     }
 
-    fn port_entries(&mut self, name: &str, new: BTreeMap<(u32, IpAddr), u64>) -> Diff {
-        let old = self.ports.remove(name).unwrap_or_default();
-        let d = MapDiff::between(&old, &new);
+    fn port_entries(&mut self, name: &str, new: Members) -> Diff {
+        let Some((_, slot)) = self.ports.get_mut(name) else {
+            return Diff::default();
+        };
+        let old = std::mem::replace(slot, new);
+        let d = MapDiff::between(&old, slot);
         for k in old.keys() {
             self.members.remove(k);
         }
-        self.members.extend(new.iter().map(|(k, v)| (*k, *v)));
-        if !new.is_empty() {
-            self.ports.insert(name.to_string(), new);
-        }
+        self.members.extend(slot.iter().map(|(k, v)| (*k, *v)));
         Diff {
             sg_members: d,
             ..Diff::default()
@@ -229,6 +260,7 @@ impl SgCompiler {
         }
         let class_map = classes::assign(net, Layer::Sg, &blocks.iter().collect::<Vec<_>>());
         let mut contrib = Contrib::default();
+        let mut names = BTreeMap::new();
         for (key, g) in &mine {
             let object = format!("SecurityGroup {}/{}", key.0, key.1);
             let mut warns = Vec::new();
@@ -255,6 +287,7 @@ impl SgCompiler {
                 );
                 *idx += 1;
                 let rid = rule_id(&key.0, &key.1, dir, *idx - 1);
+                names.insert(rid, format!("{object} {here}"));
                 let tokens: Vec<(u32, u64)> = if !peer.group.is_empty() {
                     match self.resolve_group(peer, &key.0) {
                         Some((pnet, pid)) => vec![(pnet, 1u64 << pid)],
@@ -312,6 +345,7 @@ impl SgCompiler {
         Partition {
             rules: contrib.entries(Layer::Sg, net),
             cidrs: classes::cidr_entries(net, Layer::Sg, &class_map),
+            names,
         }
     }
 

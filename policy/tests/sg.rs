@@ -15,6 +15,7 @@ use cozyplane_policy::sg::SgCompiler;
 use cozyplane_policy::verdict::{self, Endpoint};
 use cozyplane_policy::{Reason, Tables};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use proptest::prelude::*;
 
 const VA: u32 = 100;
 const VB: u32 = 200;
@@ -308,5 +309,127 @@ fn refused_constructs_allow_nothing_and_are_reported() {
             !verdict::sg(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), pr, port).allowed(),
             "{pr}/{port} widened by a refused construct"
         );
+    }
+}
+
+#[test]
+fn order_of_arrival_does_not_matter_and_rules_are_named() {
+    // Ports and groups before their VPCs, then the VPCs: the same maps as setup().
+    let mut c = SgCompiler::new();
+    c.set_port(&port_obj("p-web", "va", "10.1.0.2", &[1]));
+    c.set_port(&port_obj("p-app", "va", "10.1.0.3", &[2]));
+    c.set_group(&web());
+    c.set_group(&group("app", "va", 2, vec![], vec![]));
+    c.remove_port("never-existed");
+    let d = c.set_vpc("t1", "va", VA);
+    assert!(!d.sg_members.upsert.is_empty(), "members appear with their VPC");
+    let t = c.tables();
+    assert!(
+        verdict::sg(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), proto::TCP, 80)
+            .ingress
+            .allows()
+    );
+    let verdict::Check::Rule(id) =
+        verdict::sg(&t, ep(VA, "203.0.113.9"), ep(VA, "10.1.0.2"), proto::TCP, 443).ingress
+    else {
+        panic!("admitted by a rule");
+    };
+    assert_eq!(c.rule_name(id), Some("SecurityGroup t1/web spec.ingress[1]"));
+}
+
+/// A random group of VPC va or vb: rules by local group, peered group, CIDR.
+fn random_group(r: &[u8]) -> SecurityGroup {
+    let names = ["web", "app", "db", "peer"];
+    let name = names[r[0] as usize % 4];
+    let vpc = if name == "peer" { "vb" } else { "va" };
+    let id = 1 + i32::from(r[1] % 4);
+    let peer = |b: u8| match b % 5 {
+        0 => group_peer(names[(b / 5) as usize % 3]),
+        1 => peered("peer", "vb"),
+        2 => peered("app", "va"),
+        3 => cidr(["10.0.0.0/8", "10.1.0.0/24", "0.0.0.0/0", "::/0"][(b / 5) as usize % 4]),
+        _ => cidr("203.0.113.0/24"),
+    };
+    let ports = |b: u8| match b % 4 {
+        0 => vec![],
+        1 => vec![port("TCP", 80)],
+        2 => vec![port("UDP", 53), port("ICMP", 8)],
+        _ => vec![port("TCP", 0)],
+    };
+    let ingress = r[2..4]
+        .iter()
+        .map(|b| (peer(*b), ports(b / 3)))
+        .take(r[4] as usize % 3)
+        .collect();
+    let egress = r[5..7]
+        .iter()
+        .map(|b| (peer(*b), ports(b / 7)))
+        .take(r[7] as usize % 3)
+        .collect();
+    group(name, vpc, id, ingress, egress)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Incremental SecurityGroup compilation and its diffs equal a fresh compile of the final
+    /// state, whatever the order of VPCs, groups and Ports.
+    #[test]
+    fn sg_incremental_equals_full(ops in prop::collection::vec(prop::collection::vec(any::<u8>(), 9), 1..30)) {
+        let mut c = SgCompiler::new();
+        let mut applied = Tables::default();
+        let mut groups = std::collections::BTreeMap::new();
+        let mut ports = std::collections::BTreeMap::new();
+        let mut vpcs = std::collections::BTreeMap::new();
+        for r in &ops {
+            let d = match r[8] % 6 {
+                0 | 1 => {
+                    let g = random_group(r);
+                    groups.insert(g.metadata.name.clone().unwrap(), g.clone());
+                    c.set_group(&g)
+                }
+                2 => {
+                    let name = ["web", "app", "db", "peer"][r[0] as usize % 4];
+                    groups.remove(name);
+                    c.remove_group("t1", name)
+                }
+                3 => {
+                    let n = r[0] % 6;
+                    let (vpc, ip) = if n < 4 { ("va", format!("10.1.0.{n}")) } else { ("vb", format!("10.2.0.{n}")) };
+                    let gs: Vec<i32> = (1..=4).filter(|g| r[1] & (1 << g) != 0).collect();
+                    let p = port_obj(&format!("p{n}"), vpc, &ip, &gs);
+                    ports.insert(n, p.clone());
+                    c.set_port(&p)
+                }
+                4 => {
+                    let n = r[0] % 6;
+                    ports.remove(&n);
+                    c.remove_port(&format!("p{n}"))
+                }
+                _ => {
+                    let (name, net) = if r[0] % 2 == 0 { ("va", VA) } else { ("vb", VB) };
+                    if r[1] % 3 == 0 {
+                        vpcs.remove(name);
+                        c.remove_vpc("t1", name)
+                    } else {
+                        vpcs.insert(name, net);
+                        c.set_vpc("t1", name, net)
+                    }
+                }
+            };
+            d.apply(&mut applied);
+        }
+        let mut full = SgCompiler::new();
+        for (n, net) in &vpcs {
+            full.set_vpc("t1", n, *net);
+        }
+        for g in groups.values() {
+            full.set_group(g);
+        }
+        for p in ports.values() {
+            full.set_port(p);
+        }
+        prop_assert!(c.tables() == full.tables(), "incremental differs from a fresh compile");
+        prop_assert!(applied == c.tables(), "the diffs do not rebuild the maps");
     }
 }

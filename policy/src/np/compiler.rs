@@ -127,6 +127,22 @@ impl NpCompiler {
         self.idents.get(&ip).map(|(id, _)| *id)
     }
 
+    /// Where rule `id` is (`NetworkPolicy ns/name spec.ingress[i]`), for the trace.
+    pub fn rule_name(&self, id: u32) -> Option<String> {
+        self.policies.values().find_map(|p| {
+            [
+                (Dir::Ingress, &p.ingress, "ingress"),
+                (Dir::Egress, &p.egress, "egress"),
+            ]
+            .into_iter()
+            .flat_map(|(dir, rules, field)| {
+                (0..rules.as_ref().map_or(0, Vec::len)).map(move |i| (dir, field, i))
+            })
+            .find(|(dir, _, i)| rule_id(&p.ns, &p.name, *dir, *i) == id)
+            .map(|(_, field, i)| format!("NetworkPolicy {}/{} spec.{field}[{i}]", p.ns, p.name))
+        })
+    }
+
     /// Create or replace a policy.
     pub fn set_policy(&mut self, np: &NetworkPolicy) -> Diff {
         let (dirty, cidrs) = self.store_policy(np);
