@@ -341,6 +341,7 @@ pub(crate) fn sync(
     applied: &mut Desired,
     applied_gate: &mut HashSet<u32>,
     prunable: bool,
+    gate_prunable: bool,
 ) {
     let (Ok(mut front), Ok(mut rev), Ok(mut gate)) = (
         LbFrontMap::from_pin(pin_dir),
@@ -354,8 +355,9 @@ pub(crate) fn sync(
         return;
     };
     // The gate closes only on what the API says (a VPC's gateway not listed yet is no
-    // reason to close): pruning waits for complete lists like every other removal.
-    if prunable {
+    // reason to close): it waits for complete lists of VPCs and gateways, and only those,
+    // so a Service watch that cannot list never keeps a gate open.
+    if gate_prunable {
         for net in applied_gate.clone().difference(want_gate) {
             if gate.refuse(*net).is_ok() {
                 applied_gate.remove(net);
