@@ -186,16 +186,17 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names:
                 pod_addrs.entry(pod.clone()).or_default().push((vni, ip));
             }
         }
-        let want_lb = lb_gate::desired(&svcs.live, &slices.live, &pod_addrs);
+        let want_lb = lb_gate::desired(&svcs.live, &slices.live, &pod_addrs, &[api.node_ip]);
         let want_gate = lb_gate::admitted(&vnis, gws.live.values());
-        let synced = vpcs.synced && ports.synced && gws.synced && svcs.synced && slices.synced;
+        let fronts_synced = vpcs.synced && ports.synced && svcs.synced && slices.synced;
         lb_gate::sync(
             &pin_dir,
             &want_lb,
             &want_gate,
             &mut applied_lb,
             &mut applied_gate,
-            synced,
+            fronts_synced,
+            vpcs.synced && gws.synced,
         );
     }
 }

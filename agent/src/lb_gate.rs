@@ -7,7 +7,10 @@
 //!   IP of the backends' family, with the backends' VPC addresses (their Ports, found by
 //!   the pod of each EndpointSlice endpoint) and target ports; at most 16 (sorted, the rest
 //!   left out, logged);
-//! * `sdn_lb_rev[{vni, backend, target port, protocol}]` → the frontend, for the replies.
+//! * `sdn_lb_rev[{vni, backend, target port, protocol}]` → the frontend, for the replies;
+//! * for a Service port with a `nodePort`, a gate-only frontend on each of this node's
+//!   addresses (`SDN_LB_F_GATE_ONLY`): the gate applies there too, and an admitted packet is
+//!   left to the node's Service proxy. Otherwise the NodePort would be a side door.
 //!
 //! A Service with a default-network backend is not a door into a VPC: it is left to
 //! whatever serves Services on the node (kube-proxy). The Services the server owns for
@@ -23,6 +26,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use cozyplane_apis::v1alpha1::VPCGateway;
+use cozyplane_bpf::abi::LbFront;
 use cozyplane_bpf::maps::lb_front::{Frontend, LbFrontMap};
 use cozyplane_bpf::maps::lb_ingress::LbIngressMap;
 use cozyplane_bpf::maps::lb_rev::{Backend, LbRevMap};
@@ -62,7 +66,7 @@ pub(crate) fn gw_row(g: &VPCGateway) -> Option<(ObjKey, GwRow)> {
     ))
 }
 
-/// A Service port: `(name, port, protocol)`.
+/// A port: `(name, port, protocol)`.
 type SvcPort = (String, u16, u8);
 
 /// What the decision needs of a LoadBalancer Service.
@@ -70,6 +74,8 @@ type SvcPort = (String, u16, u8);
 pub(crate) struct SvcRow {
     pub(crate) ingress: Vec<IpAddr>,
     pub(crate) ports: Vec<SvcPort>,
+    /// `(port name, nodePort, protocol)` of the ports that have one.
+    pub(crate) node_ports: Vec<SvcPort>,
 }
 
 fn proto(p: Option<&String>) -> Option<u8> {
@@ -117,7 +123,27 @@ pub(crate) fn svc_row(s: &Service) -> Option<(ObjKey, SvcRow)> {
                 .collect()
         })
         .unwrap_or_default();
-    Some((name_of(&s.metadata), SvcRow { ingress, ports }))
+    let node_ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| {
+            let np = u16::try_from(p.node_port?).ok()?;
+            Some((
+                p.name.clone().unwrap_or_default(),
+                np,
+                proto(p.protocol.as_ref())?,
+            ))
+        })
+        .collect();
+    Some((
+        name_of(&s.metadata),
+        SvcRow {
+            ingress,
+            ports,
+            node_ports,
+        },
+    ))
 }
 
 /// What the decision needs of an EndpointSlice.
@@ -196,19 +222,24 @@ pub(crate) fn admitted<'a>(
         .collect()
 }
 
+/// A frontend's value: `(net, SDN_LB_F_* flags, backends)`.
+pub(crate) type FrontValue = (u32, u32, Vec<(IpAddr, u16)>);
+
 /// The frontend and reverse entries this node should hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Desired {
-    pub(crate) front: HashMap<Frontend, (u32, Vec<(IpAddr, u16)>)>,
+    pub(crate) front: HashMap<Frontend, FrontValue>,
     pub(crate) rev: HashMap<Backend, Frontend>,
 }
 
 /// The entries for `services`, their `slices`, and the VPC addresses of pods
-/// (`(pod namespace, pod name)` → `(vni, vpc address)`, one per family).
+/// (`(pod namespace, pod name)` → `(vni, vpc address)`, one per family); `node_addrs` are
+/// this node's addresses, for the NodePorts.
 pub(crate) fn desired(
     services: &HashMap<ObjKey, SvcRow>,
     slices: &HashMap<ObjKey, SliceRow>,
     pod_addrs: &HashMap<ObjKey, Vec<(u32, IpAddr)>>,
+    node_addrs: &[IpAddr],
 ) -> Desired {
     let mut by_svc: HashMap<&ObjKey, Vec<&SliceRow>> = HashMap::new();
     for s in slices.values() {
@@ -258,7 +289,22 @@ pub(crate) fn desired(
                 for (ip, tport) in &backends {
                     d.rev.entry((net, (*ip, *tport, *proto))).or_insert(front);
                 }
-                d.front.insert(front, (net, backends));
+                d.front.insert(front, (net, 0, backends));
+            }
+        }
+        // The VPC of the Service's frontends gates its NodePorts on this node.
+        let nets: HashSet<u32> = d
+            .front
+            .iter()
+            .filter(|((a, _, _), _)| svc.ingress.contains(a))
+            .map(|(_, (net, _, _))| *net)
+            .collect();
+        if let (1, Some(net)) = (nets.len(), nets.iter().next()) {
+            for (_, np, proto) in &svc.node_ports {
+                for node in node_addrs {
+                    d.front
+                        .insert((*node, *np, *proto), (*net, LbFront::F_GATE_ONLY, Vec::new()));
+                }
             }
         }
     }
@@ -271,7 +317,7 @@ pub(crate) fn pinned(pin_dir: &Path) -> (Desired, HashSet<u32>) {
         .and_then(|m| m.entries())
         .unwrap_or_default()
         .into_iter()
-        .map(|(f, net, be)| (f, (net, be)))
+        .map(|(f, net, flags, be)| (f, (net, flags, be)))
         .collect();
     let rev = LbRevMap::from_pin(pin_dir)
         .and_then(|m| m.entries())
@@ -295,6 +341,7 @@ pub(crate) fn sync(
     applied: &mut Desired,
     applied_gate: &mut HashSet<u32>,
     prunable: bool,
+    gate_prunable: bool,
 ) {
     let (Ok(mut front), Ok(mut rev), Ok(mut gate)) = (
         LbFrontMap::from_pin(pin_dir),
@@ -308,8 +355,9 @@ pub(crate) fn sync(
         return;
     };
     // The gate closes only on what the API says (a VPC's gateway not listed yet is no
-    // reason to close): pruning waits for complete lists like every other removal.
-    if prunable {
+    // reason to close): it waits for complete lists of VPCs and gateways, and only those,
+    // so a Service watch that cannot list never keeps a gate open.
+    if gate_prunable {
         for net in applied_gate.clone().difference(want_gate) {
             if gate.refuse(*net).is_ok() {
                 applied_gate.remove(net);
@@ -322,11 +370,11 @@ pub(crate) fn sync(
             applied.rev.insert(*b, *f);
         }
     }
-    for (f, (net, be)) in &want.front {
-        if applied.front.get(f) != Some(&(*net, be.clone())) {
-            match front.upsert(*f, *net, be) {
+    for (f, v) in &want.front {
+        if applied.front.get(f) != Some(v) {
+            match front.upsert(*f, v.0, v.1, &v.2) {
                 Ok(()) => {
-                    applied.front.insert(*f, (*net, be.clone()));
+                    applied.front.insert(*f, v.clone());
                 }
                 Err(e) => tracing::warn!(frontend = ?f, "sdn_lb_front upsert: {e}"),
             }
@@ -412,6 +460,7 @@ mod tests {
         SvcRow {
             ingress: ingress.iter().map(|s| ip(s)).collect(),
             ports: vec![("web".into(), 80, TCP)],
+            node_ports: vec![("web".into(), 30080, TCP)],
         }
     }
 
@@ -439,6 +488,7 @@ mod tests {
             &HashMap::from([(key("t1", "s"), s)]),
             &HashMap::from([(key("t1", "s-1"), sl)]),
             &pods(),
+            &[ip("192.0.2.2")],
         )
     }
 
@@ -450,12 +500,18 @@ mod tests {
         );
         assert_eq!(
             d.front[&(ip("203.0.113.20"), 80, TCP)],
-            (100, vec![(ip("10.0.0.1"), 8080), (ip("10.0.0.2"), 8080)])
+            (100, 0, vec![(ip("10.0.0.1"), 8080), (ip("10.0.0.2"), 8080)])
         );
         assert_eq!(
             d.front[&(ip("2001:db8::20"), 80, TCP)],
-            (100, vec![(ip("fd00:a::1"), 8080)])
+            (100, 0, vec![(ip("fd00:a::1"), 8080)])
         );
+        // The NodePort on this node's address: the gate only.
+        assert_eq!(
+            d.front[&(ip("192.0.2.2"), 30080, TCP)],
+            (100, LbFront::F_GATE_ONLY, vec![])
+        );
+        assert_eq!(d.front.len(), 3);
         assert_eq!(
             d.rev[&(100, (ip("10.0.0.2"), 8080, TCP))],
             (ip("203.0.113.20"), 80, TCP)

@@ -161,6 +161,11 @@ static __always_inline int sdn_fip_from_uplink(struct __sk_buff *skb,
 	__u32 net;
 	int ret;
 
+	/* Neighbour discovery for the address is the link's (whatever attracts
+	 * it answers), never the target's.
+	 */
+	if (sdn_is_ndp(p))
+		return 0;
 	f = bpf_map_lookup_elem(&sdn_fip_in, &pub);
 	if (!f)
 		return 0;

@@ -18,7 +18,9 @@
  *       backends' VPC admits LoadBalancer ingress; then DNATed straight to one
  *       backend's VPC address and target port, the client preserved, chosen
  *       by a hash of the client's address and ports (the same on every node,
- *       so no flow state), and delivered like a Floating IP's packet.
+ *       so no flow state), and delivered like a Floating IP's packet. A
+ *       NodePort of this node (SDN_LB_F_GATE_ONLY) is only gated: admitted, it
+ *       is the host's (its Service proxy DNATs it to the fabric bridge).
  *   sdn_lb_from_pod(skb, p, net)  a VPC pod's packet from a backend address
  *       and target port (sdn_lb_rev) to a non-internal destination is a reply:
  *       its source becomes the frontend, and it leaves by the node's route.
@@ -73,6 +75,10 @@ static __always_inline int sdn_lb_from_uplink(struct __sk_buff *skb,
 	if (!bpf_map_lookup_elem(&sdn_lb_ingress, &net)) {
 		sdn_meter_refused(skb, net, SDN_DOOR_LOADBALANCER, SDN_DIR_IN);
 		return DROP_LB_REFUSED;
+	}
+	if (f->flags & SDN_LB_F_GATE_ONLY) {
+		sdn_meter_door(skb, net, SDN_DOOR_LOADBALANCER, SDN_DIR_IN);
+		return 0;
 	}
 	n = f->count;
 	if (!n || n > SDN_LB_BACKENDS)

@@ -454,9 +454,17 @@ abi_struct! {
         pub net: u32,
         /// Backends in use (0: none ready).
         pub count: u32,
+        /// `SDN_LB_F_*`: [`LbFront::F_GATE_ONLY`].
+        pub flags: u32,
         /// The backends; the first `count` are used.
         pub be: [LbBackend; LB_BACKENDS],
     }
+}
+
+impl LbFront {
+    /// `SDN_LB_F_GATE_ONLY`: a NodePort of this node; only the gate applies, an admitted
+    /// packet is the host's.
+    pub const F_GATE_ONLY: u32 = 1 << 0;
 }
 
 abi_struct! {

@@ -382,3 +382,12 @@ fn a_family_mismatch_is_not_translated() {
     assert_dropped(&dp, r.verdict, DropReason::Unsupported);
     let _ = Ipv4Addr::UNSPECIFIED;
 }
+
+#[test]
+fn neighbour_discovery_for_the_public_address_stays_with_the_host() {
+    let dp = setup();
+    // A unicast neighbour solicitation (reachability probe) addressed to the address.
+    let ns = pkt::ipv6(ROUTER_MAC, UPLINK_MAC, v6(CLIENT6), v6(PUB6), ICMPV6, 0, 0, 135);
+    let r = dp.run(FROM_UPLINK, &ns, LO, 0);
+    assert_eq!((r.verdict, &r.packet), (TC_ACT_OK, &ns));
+}

@@ -141,3 +141,27 @@ fn ipv6_frontend_is_gated_and_delivered() {
     assert_eq!((got.dst, got.dport), (backend, 8443));
     pkt::assert_v6_checksums(&r.packet);
 }
+
+/// A NodePort of the Service on this node is no side door: gated like the frontend, and
+/// once admitted left to the host's Service proxy (which DNATs it to the fabric bridge).
+#[test]
+fn a_node_port_is_gated_then_left_to_the_host() {
+    let mut dp = setup();
+    lb_node_port(&mut dp, "192.0.2.2", 30080, TCP, VPC_A);
+    let p = pkt::ipv4(
+        ROUTER_MAC,
+        UPLINK_MAC,
+        v4(CLIENT),
+        v4("192.0.2.2"),
+        TCP,
+        40000,
+        30080,
+        0,
+    );
+    assert_dropped(&dp, dp.run(FROM_UPLINK, &p, LO, 0).verdict, DropReason::LbRefused);
+    lb_admit(&mut dp, VPC_A, true);
+    let r = dp.run(FROM_UPLINK, &p, LO, 0);
+    assert_eq!((r.verdict, &r.packet), (TC_ACT_OK, &p), "the host's, untouched");
+    let st = door(&dp, VPC_A, DoorKey::LOADBALANCER, DoorKey::IN);
+    assert_eq!((st.refused_packets, st.packets), (1, 1));
+}

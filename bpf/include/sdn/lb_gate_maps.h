@@ -37,9 +37,17 @@ _Static_assert(sizeof(struct sdn_lb_backend) == 20, "ABI: sdn_lb_backend");
 struct sdn_lb_front {
 	__u32 net;		/* VNI of the backends' VPC */
 	__u32 count;
+	__u32 flags;		/* SDN_LB_F_* */
 	struct sdn_lb_backend be[SDN_LB_BACKENDS];
 };
-_Static_assert(sizeof(struct sdn_lb_front) == 328, "ABI: sdn_lb_front");
+_Static_assert(sizeof(struct sdn_lb_front) == 332, "ABI: sdn_lb_front");
+
+/* The frontend is a NodePort of this node (node address, nodePort): only the
+ * gate applies here; an admitted packet is left to the host, whose Service
+ * proxy (kube-proxy) DNATs it to the backend's fabric address and the bridge.
+ * Without this entry a NodePort would be a side door around the gate.
+ */
+#define SDN_LB_F_GATE_ONLY	(1u << 0)
 
 /* sdn_lb_rev key: a backend as its replies leave it -> the frontend (struct
  * sdn_lb_key) they must come from.

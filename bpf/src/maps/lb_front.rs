@@ -26,8 +26,9 @@ map_wrapper!(
 /// A frontend or a backend: `(address, port, protocol)`; the port in host order.
 pub type Frontend = (IpAddr, u16, u8);
 
-/// A frontend's entry: its backends' net and the backends `(vpc address, target port)`.
-pub type Entry = (Frontend, u32, Vec<(IpAddr, u16)>);
+/// A frontend's entry: its backends' net, its `SDN_LB_F_*` flags and the backends
+/// `(vpc address, target port)`.
+pub type Entry = (Frontend, u32, u32, Vec<(IpAddr, u16)>);
 
 /// The ABI key of a frontend.
 pub fn lb_key((addr, port, proto): Frontend) -> LbKey {
@@ -55,7 +56,7 @@ impl<T: Borrow<MapData>> LbFrontMap<T> {
                         .iter()
                         .map(|b| (IpAddr::from(b.ip), u16::from_be(b.port)))
                         .collect();
-                    (frontend(&k), v.net, be)
+                    (frontend(&k), v.net, v.flags, be)
                 })
             })
             .collect()
@@ -63,10 +64,18 @@ impl<T: Borrow<MapData>> LbFrontMap<T> {
 }
 
 impl<T: BorrowMut<MapData>> LbFrontMap<T> {
-    /// Insert or replace a frontend of VPC `net`; backends beyond 16 are left out.
-    pub fn upsert(&mut self, f: Frontend, net: u32, backends: &[(IpAddr, u16)]) -> Result<(), MapError> {
+    /// Insert or replace a frontend of VPC `net` with `flags` (`SDN_LB_F_*`); backends
+    /// beyond 16 are left out.
+    pub fn upsert(
+        &mut self,
+        f: Frontend,
+        net: u32,
+        flags: u32,
+        backends: &[(IpAddr, u16)],
+    ) -> Result<(), MapError> {
         let mut v = LbFront {
             net,
+            flags,
             ..LbFront::default()
         };
         for (slot, (ip, port)) in v.be.iter_mut().zip(backends) {

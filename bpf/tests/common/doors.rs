@@ -61,12 +61,25 @@ pub fn lb_frontend(dp: &mut Datapath, addr: &str, port: u16, proto: u8, net: u32
     let be: Vec<(IpAddr, u16)> = backends.iter().map(|(a, p)| (ip(a), *p)).collect();
     LbFrontMap::try_from(dp.map_mut(lb_front::NAME))
         .unwrap()
-        .upsert((ip(addr), port, proto), net, &be)
+        .upsert((ip(addr), port, proto), net, 0, &be)
         .unwrap();
     let mut rev = LbRevMap::try_from(dp.map_mut(lb_rev::NAME)).unwrap();
     for (a, p) in be {
         rev.upsert((net, (a, p, proto)), (ip(addr), port, proto)).unwrap();
     }
+}
+
+/// A NodePort `node:port/proto` of this node into VPC `net`: gated only.
+pub fn lb_node_port(dp: &mut Datapath, node: &str, port: u16, proto: u8, net: u32) {
+    LbFrontMap::try_from(dp.map_mut(lb_front::NAME))
+        .unwrap()
+        .upsert(
+            (ip(node), port, proto),
+            net,
+            cozyplane_bpf::abi::LbFront::F_GATE_ONLY,
+            &[],
+        )
+        .unwrap();
 }
 
 /// The VPC's gateway admits LoadBalancer ingress (or no longer does).
