@@ -104,6 +104,9 @@ pub struct AgentConfig {
     /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
     pub node_ip: Option<IpAddr>,
+    /// The split-horizon resolver for VPC pods ([`crate::dns`]).
+    #[command(flatten)]
+    pub dns: crate::dns::DnsFlags,
 }
 
 /// A mark bit: decimal or `0x` hex.

@@ -16,6 +16,8 @@ pub mod attachment;
 pub mod cni_server;
 pub mod config;
 pub mod datapath;
+pub mod dns;
+mod dns_view;
 pub mod ipam;
 pub mod metrics;
 pub mod peering;
@@ -145,7 +147,17 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     let state = Arc::new(state);
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
+    let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
     if let Some(api) = api {
+        if cfg.dns.dns_resolver {
+            dns::start(
+                api.clone(),
+                state.pin_dir().to_path_buf(),
+                cfg.dns.clone(),
+                metrics.dns(),
+            )
+            .await?;
+        }
         // Others route to this node's block once it is announced; retried until it is.
         let announcer = api.clone();
         tokio::spawn(async move {
@@ -165,7 +177,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         tokio::spawn(sever::run(api.clone(), state.clone()));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
-    let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());
     state.set_metrics(metrics.clone());
     let listener = cni_server::bind(&cfg.cni_socket).map_err(|source| StartError::Io {
         what: format!("bind {}", cfg.cni_socket.display()),
