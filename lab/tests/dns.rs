@@ -153,7 +153,11 @@ async fn body(lab: &mut Lab) {
     for tcp in [false, true] {
         let m = ask_until(&c1, "web.t1.svc.cozy.local.", tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
-        assert_eq!(addrs(&m), vec![blue_vip], "blue resolves its Service to the VIP (tcp: {tcp})");
+        assert_eq!(
+            addrs(&m),
+            vec![blue_vip],
+            "blue resolves its Service to the VIP (tcp: {tcp})"
+        );
         let m = ask_until(&c2, "web.t2.svc.cozy.local.", tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![red_vip], "red resolves its own (tcp: {tcp})");
         // The other tenant's name: NXDOMAIN with the zone's SOA, like a name that does not exist.
