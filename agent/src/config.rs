@@ -109,6 +109,9 @@ pub struct AgentConfig {
     /// inside the cluster, isolated.
     #[arg(long, env = "COZYPLANE_INTERNAL_CIDRS", value_delimiter = ',')]
     pub internal_cidrs: Vec<cozyplane_apis::net::IpNet>,
+    /// The split-horizon resolver for VPC pods ([`crate::dns`]).
+    #[command(flatten)]
+    pub dns: crate::dns::DnsFlags,
 }
 
 /// A mark bit: decimal or `0x` hex.

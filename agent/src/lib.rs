@@ -18,6 +18,8 @@ pub mod config;
 pub mod datapath;
 pub mod doors;
 pub mod fip;
+pub mod dns;
+mod dns_view;
 pub mod ipam;
 pub mod lb_gate;
 pub mod metrics;
@@ -149,7 +151,21 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
     let vpc_names = metrics::VpcNames::default();
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
     // retry with backoff.
+    let metrics = metrics::Metrics::with_identity(
+        state.pin_dir().to_path_buf(),
+        cfg.node_name.clone().unwrap_or_default(),
+        vpc_names.clone(),
+    );
     if let Some(api) = api {
+        if cfg.dns.dns_resolver {
+            dns::start(
+                api.clone(),
+                state.pin_dir().to_path_buf(),
+                cfg.dns.clone(),
+                metrics.dns(),
+            )
+            .await?;
+        }
         // Others route to this node's block once it is announced; retried until it is.
         let announcer = api.clone();
         tokio::spawn(async move {
@@ -175,11 +191,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         ));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
-    let metrics = metrics::Metrics::with_identity(
-        state.pin_dir().to_path_buf(),
-        cfg.node_name.clone().unwrap_or_default(),
-        vpc_names,
-    );
     state.set_metrics(metrics.clone());
     let listener = cni_server::bind(&cfg.cni_socket).map_err(|source| StartError::Io {
         what: format!("bind {}", cfg.cni_socket.display()),

@@ -20,7 +20,9 @@
 //!   ([`VpcNames`]); empty until it has seen the VPC;
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
-//! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram).
+//! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram);
+//! - `cozyplane_dns_*`: the VPC resolver's queries by answer, forwards, refusals, drops and
+//!   latency ([`cozyplane_resolver::metrics`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -81,6 +83,7 @@ pub struct Metrics {
     sync_errors: Family<Labels, Counter>,
     cni_requests: Family<Labels, Counter>,
     add_steps: Family<Labels, Histogram, fn() -> Histogram>,
+    dns: cozyplane_resolver::Metrics,
 }
 
 impl Metrics {
@@ -118,12 +121,19 @@ impl Metrics {
             add_steps.clone(),
         );
         registry.register_collector(Box::new(MapCollector { pin_dir, node, vpcs }));
+        let dns = cozyplane_resolver::Metrics::register(&mut registry);
         Self {
             registry: Arc::new(registry),
             sync_errors,
             cni_requests,
             add_steps,
+            dns,
         }
+    }
+
+    /// The resolver's metrics (`cozyplane_dns_*`, see [`cozyplane_resolver::metrics`]).
+    pub fn dns(&self) -> cozyplane_resolver::Metrics {
+        self.dns.clone()
     }
 
     /// Count a failed datapath operation.

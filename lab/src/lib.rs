@@ -477,6 +477,11 @@ impl Node {
     /// The first node is given its block with `--fabric-block` (its Node has no podCIDR);
     /// the others read it from their Node's `spec.podCIDR`, so both ways are exercised.
     pub fn start_agent(&self, kube: &Path, sdn: &Path) {
+        self.start_agent_with(kube, sdn, &[]);
+    }
+
+    /// [`Node::start_agent`] with extra flags (e.g. `--dns-resolver`).
+    pub fn start_agent_with(&self, kube: &Path, sdn: &Path, extra: &[&str]) {
         let mut slot = self.agent.lock().expect("agent lock");
         slot.take();
         let log = std::fs::OpenOptions::new()
@@ -521,6 +526,7 @@ impl Node {
             .arg(kube)
             .arg("--sdn-kubeconfig")
             .arg(sdn)
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

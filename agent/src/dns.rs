@@ -1,0 +1,458 @@
+//! The node's split-horizon resolver for VPC pods (crate `cozyplane-resolver`) and the
+//! DNS steering that brings their queries to it (`bpf/lib/dns.h`).
+//!
+//! With `--dns-resolver` the agent:
+//! * serves the resolver on `<node-ip>:<--dns-port>` (UDP and TCP), answering the cluster
+//!   domain (`--cluster-domain`) from the querier's VPC's view and forwarding the rest to
+//!   `--dns-upstream` (default: the nameservers of `--dns-resolv-conf`);
+//! * writes `sdn_dns_cfg` (that address and port: steering on), `sdn_dns_dsts` (the
+//!   `--cluster-dns` addresses, the cluster DNS Service's ClusterIPs as the watch sees
+//!   them, and `--dns-internal-cidrs`), and `sdn_dns_pods` (each VPC pod of this node:
+//!   its VPC address → its fabric address);
+//! * watches this node's Pods, Ports, VPCs, VPCPeerings, ServiceVIPs, and cluster-wide
+//!   Services and EndpointSlices, rebuilding the view ([`crate::dns_view`]) after each
+//!   change.
+//!
+//! Steering needs an IPv4 node address (the datapath steers IPv4 queries only).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cozyplane_apis::net::parse_cidr;
+use cozyplane_apis::v1alpha1::{Port, ServiceVIP, VPC, VPCPeering};
+use cozyplane_bpf::maps::dns_cfg::DnsCfgMap;
+use cozyplane_bpf::maps::dns_dsts::{DnsDstsMap, Prefix};
+use cozyplane_bpf::maps::dns_pods::DnsPodsMap;
+use cozyplane_resolver::{Resolver, Upstreams, ViewHandle, Zone};
+use futures::{StreamExt as _, stream::BoxStream};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+
+use crate::api::ApiClients;
+use crate::dns_view::{self, Inputs, Key};
+use crate::watch::{Cache, changes_live, name_of, plan};
+
+/// `cozyplane-agent` flags of the resolver.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DnsFlags {
+    /// Run the split-horizon resolver for VPC pods and steer their DNS to it (needs an API
+    /// and an IPv4 `--node-ip`).
+    #[arg(long, env = "COZYPLANE_DNS_RESOLVER")]
+    pub dns_resolver: bool,
+    /// The resolver's port on the node address (UDP and TCP).
+    #[arg(long, env = "COZYPLANE_DNS_PORT", default_value_t = cozyplane_resolver::DEFAULT_PORT)]
+    pub dns_port: u16,
+    /// The cluster domain answered authoritatively (Cozystack: `cozy.local`).
+    #[arg(long, env = "COZYPLANE_CLUSTER_DOMAIN", default_value = cozyplane_resolver::DEFAULT_DOMAIN)]
+    pub cluster_domain: String,
+    /// Upstream resolvers for other names (`ip` or `ip:port`, comma-separated). Default: the
+    /// nameservers of `--dns-resolv-conf`.
+    #[arg(long, env = "COZYPLANE_DNS_UPSTREAM", value_delimiter = ',', value_parser = parse_upstream)]
+    pub dns_upstream: Vec<SocketAddr>,
+    /// The node's resolv.conf, read for upstreams when `--dns-upstream` is not given.
+    #[arg(long, env = "COZYPLANE_DNS_RESOLV_CONF", default_value = "/etc/resolv.conf")]
+    pub dns_resolv_conf: PathBuf,
+    /// How long each upstream may take before the next is tried (milliseconds).
+    #[arg(long, default_value_t = 2000)]
+    pub dns_upstream_timeout_ms: u64,
+    /// Cluster DNS addresses whose port 53 is steered (comma-separated); the ClusterIPs of
+    /// `kube-system/kube-dns` are added as the watch sees them.
+    #[arg(long, env = "COZYPLANE_CLUSTER_DNS", value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+    /// Cluster-internal ranges whose port 53 is steered too (Service and pod CIDRs; a
+    /// socket-level load balancer may already have turned the ClusterIP into a pod's).
+    #[arg(long, env = "COZYPLANE_DNS_INTERNAL_CIDRS", value_delimiter = ',', value_parser = parse_prefix)]
+    pub dns_internal_cidrs: Vec<Prefix>,
+}
+
+fn parse_upstream(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+        .map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    let n = parse_cidr(s).map_err(|e| format!("{s:?}: {e}"))?.trunc();
+    Ok((n.addr(), n.prefix_len()))
+}
+
+/// Why the resolver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    /// `--cluster-domain` is no DNS name.
+    #[error(transparent)]
+    Zone(#[from] cozyplane_resolver::answer::ZoneError),
+    /// Steering needs an IPv4 node address.
+    #[error("--dns-resolver needs an IPv4 --node-ip, got {0}")]
+    NodeFamily(IpAddr),
+    /// A pinned DNS map could not be opened or written.
+    #[error("{map}: {source}")]
+    Map {
+        /// The map.
+        map: &'static str,
+        /// The error.
+        source: aya::maps::MapError,
+    },
+}
+
+/// The upstreams: the flag, else the resolv.conf's nameservers (none is allowed: every
+/// forwarded query then gets SERVFAIL, and the cluster domain still works).
+fn upstreams(flags: &DnsFlags) -> Vec<SocketAddr> {
+    if !flags.dns_upstream.is_empty() {
+        return flags.dns_upstream.clone();
+    }
+    match std::fs::read_to_string(&flags.dns_resolv_conf) {
+        Ok(t) => cozyplane_resolver::forward::from_resolv_conf(&t),
+        Err(e) => {
+            tracing::warn!("{}: {e}; no upstream resolvers", flags.dns_resolv_conf.display());
+            Vec::new()
+        }
+    }
+}
+
+/// Start the resolver and the steering; returns once the sockets are bound (the work
+/// goes on in spawned tasks).
+pub async fn start(
+    api: ApiClients,
+    pin_dir: PathBuf,
+    flags: DnsFlags,
+    metrics: cozyplane_resolver::Metrics,
+) -> Result<(), crate::StartError> {
+    let node_ip = api.node_ip;
+    if !node_ip.is_ipv4() {
+        return Err(crate::StartError::Api(DnsError::NodeFamily(node_ip).to_string()));
+    }
+    let zone = Zone::new(&flags.cluster_domain, cozyplane_resolver::DEFAULT_TTL)
+        .map_err(|e| crate::StartError::Api(e.to_string()))?;
+    let addr = SocketAddr::new(node_ip, flags.dns_port);
+    let ups = upstreams(&flags);
+    tracing::info!(%addr, domain = zone.domain(), upstreams = ?ups, "dns resolver");
+    let view = ViewHandle::default();
+    let resolver = Arc::new(Resolver::new(
+        view.clone(),
+        zone,
+        Upstreams {
+            servers: ups,
+            timeout: Duration::from_millis(flags.dns_upstream_timeout_ms),
+        },
+        metrics,
+    ));
+    let (udp, tcp) =
+        cozyplane_resolver::server::bind(addr)
+            .await
+            .map_err(|source| crate::StartError::Io {
+                what: format!("bind dns {addr}"),
+                source,
+            })?;
+    tokio::spawn({
+        let r = resolver.clone();
+        async move {
+            if let Err(e) = r.serve_udp(udp).await {
+                tracing::error!("dns udp stopped: {e}");
+            }
+        }
+    });
+    tokio::spawn(async move {
+        if let Err(e) = resolver.serve_tcp(tcp).await {
+            tracing::error!("dns tcp stopped: {e}");
+        }
+    });
+    if let Err(e) = set_config(&pin_dir, Some(addr)) {
+        tracing::warn!("dns steering not configured: {e}");
+    }
+    tokio::spawn(run(api, pin_dir, flags, view));
+    Ok(())
+}
+
+fn set_config(pin_dir: &Path, addr: Option<SocketAddr>) -> Result<(), DnsError> {
+    let map = |source| DnsError::Map {
+        map: cozyplane_bpf::maps::dns_cfg::NAME,
+        source,
+    };
+    DnsCfgMap::from_pin(pin_dir).map_err(map)?.set(addr).map_err(map)
+}
+
+enum Ev {
+    Pod(Box<Result<Event<Pod>, watcher::Error>>),
+    Port(Result<Event<Port>, watcher::Error>),
+    Vpc(Result<Event<VPC>, watcher::Error>),
+    Peering(Result<Event<VPCPeering>, watcher::Error>),
+    Service(Box<Result<Event<Service>, watcher::Error>>),
+    Slice(Box<Result<Event<EndpointSlice>, watcher::Error>>),
+    Vip(Result<Event<ServiceVIP>, watcher::Error>),
+}
+
+/// What the DNS task keeps of a Service: attached to a VPC, or the cluster DNS.
+#[derive(Clone, Debug)]
+struct ServiceFacts {
+    attached: Option<dns_view::ServiceRow>,
+    cluster_dns: Vec<IpAddr>,
+}
+
+fn service_facts(s: &Service) -> Option<(Key, ServiceFacts)> {
+    let attached = dns_view::service_row(s).map(|(_, r)| r);
+    let cluster_dns = dns_view::cluster_dns_row(s);
+    (attached.is_some() || !cluster_dns.is_empty()).then(|| {
+        (
+            name_of(&s.metadata),
+            ServiceFacts {
+                attached,
+                cluster_dns,
+            },
+        )
+    })
+}
+
+fn vpc_vni(v: &VPC) -> Option<(Key, u32)> {
+    let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
+    (vni != 0).then(|| (name_of(&v.metadata), vni))
+}
+
+/// The watches, feeding the view and `sdn_dns_pods`/`sdn_dns_dsts` until the process ends.
+async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandle) {
+    let cfg = watcher::Config::default();
+    let streams: Vec<BoxStream<'static, Ev>> = vec![
+        watcher::watcher(
+            Api::<Pod>::all(api.kube.clone()),
+            cfg.clone().fields(&format!("spec.nodeName={}", api.node)),
+        )
+        .default_backoff()
+        .map(|e| Ev::Pod(Box::new(e)))
+        .boxed(),
+        watcher::watcher(Api::<Port>::all(api.sdn.clone()), cfg.clone())
+            .default_backoff()
+            .map(Ev::Port)
+            .boxed(),
+        watcher::watcher(Api::<VPC>::all(api.sdn.clone()), cfg.clone())
+            .default_backoff()
+            .map(Ev::Vpc)
+            .boxed(),
+        watcher::watcher(Api::<VPCPeering>::all(api.sdn.clone()), cfg.clone())
+            .default_backoff()
+            .map(Ev::Peering)
+            .boxed(),
+        watcher::watcher(Api::<Service>::all(api.kube.clone()), cfg.clone())
+            .default_backoff()
+            .map(|e| Ev::Service(Box::new(e)))
+            .boxed(),
+        watcher::watcher(Api::<EndpointSlice>::all(api.kube.clone()), cfg.clone())
+            .default_backoff()
+            .map(|e| Ev::Slice(Box::new(e)))
+            .boxed(),
+        watcher::watcher(Api::<ServiceVIP>::all(api.sdn.clone()), cfg)
+            .default_backoff()
+            .map(Ev::Vip)
+            .boxed(),
+    ];
+    let mut events = futures::stream::select_all(streams);
+
+    let mut pods: Cache<Key, Vec<IpAddr>> = Cache::new();
+    let mut ports: Cache<String, dns_view::PortRow> = Cache::new();
+    let mut vpcs: Cache<Key, u32> = Cache::new();
+    let mut peerings: Cache<Key, (Key, Key)> = Cache::new();
+    let mut services: Cache<Key, ServiceFacts> = Cache::new();
+    let mut slices: Cache<Key, (Key, Vec<dns_view::SliceEndpoint>)> = Cache::new();
+    let mut vips: Cache<Key, (Key, Key, IpAddr)> = Cache::new();
+    let mut applied_pods: HashMap<(u32, IpAddr), IpAddr> = DnsPodsMap::from_pin(&pin_dir)
+        .and_then(|m| m.entries())
+        .map(|e| e.into_iter().collect())
+        .unwrap_or_default();
+    let mut applied_dsts: HashSet<Prefix> = DnsDstsMap::from_pin(&pin_dir)
+        .and_then(|m| m.prefixes())
+        .map(|e| e.into_iter().collect())
+        .unwrap_or_default();
+    let mut generation = 0u32;
+
+    while let Some(ev) = events.next().await {
+        let res = match ev {
+            Ev::Pod(r) => (*r).map(|e| {
+                let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
+                pods.apply(e, dns_view::pod_row, |p| name_of(&p.metadata));
+                live
+            }),
+            Ev::Port(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    ports.apply(e, dns_view::port_row, |p| {
+                        p.metadata.name.clone().unwrap_or_default()
+                    });
+                    live
+                })
+            }
+            Ev::Vpc(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    vpcs.apply(e, vpc_vni, |v| name_of(&v.metadata));
+                    live
+                })
+            }
+            Ev::Peering(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    peerings.apply(e, dns_view::peering_row, |p| name_of(&p.metadata));
+                    live
+                })
+            }
+            Ev::Service(r) => (*r).map(|e| {
+                let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
+                services.apply(e, service_facts, |s| name_of(&s.metadata));
+                live
+            }),
+            Ev::Slice(r) => (*r).map(|e| {
+                let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
+                slices.apply(e, dns_view::slice_row, |s| name_of(&s.metadata));
+                live
+            }),
+            Ev::Vip(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    vips.apply(e, dns_view::vip_row, |v| name_of(&v.metadata));
+                    live
+                })
+            }
+        };
+        match res {
+            Err(e) => {
+                tracing::warn!("dns watch: {e}");
+                continue;
+            }
+            Ok(false) => continue,
+            Ok(true) => {}
+        }
+        generation = generation.wrapping_add(1);
+        let attached: HashMap<Key, dns_view::ServiceRow> = services
+            .live
+            .iter()
+            .filter_map(|(k, f)| Some((k.clone(), f.attached.clone()?)))
+            .collect();
+        let inputs = Inputs {
+            node: &api.node,
+            pods: Some(&pods.live),
+            ports: Some(&ports.live),
+            peerings: Some(&peerings.live),
+            services: Some(&attached),
+            slices: Some(&slices.live),
+            vips: Some(&vips.live),
+        };
+        view.set(dns_view::build(&inputs, generation));
+
+        let want = dns_view::steering_sources(&api.node, &pods.live, &ports.live, &vpcs.live);
+        let synced = pods.synced && ports.synced && vpcs.synced;
+        sync_pods(&pin_dir, &want, &mut applied_pods, synced);
+        let dsts: HashSet<Prefix> = flags
+            .cluster_dns
+            .iter()
+            .chain(services.live.values().flat_map(|f| f.cluster_dns.iter()))
+            .map(|ip| (*ip, if ip.is_ipv4() { 32 } else { 128 }))
+            .chain(flags.dns_internal_cidrs.iter().copied())
+            .collect();
+        sync_dsts(&pin_dir, &dsts, &mut applied_dsts, services.synced);
+    }
+}
+
+fn sync_pods(
+    pin_dir: &Path,
+    want: &HashMap<(u32, IpAddr), IpAddr>,
+    applied: &mut HashMap<(u32, IpAddr), IpAddr>,
+    synced: bool,
+) {
+    let (write, remove) = plan(want, applied, |_| synced);
+    if write.is_empty() && remove.is_empty() {
+        return;
+    }
+    let mut m = match DnsPodsMap::from_pin(pin_dir) {
+        Ok(m) => m,
+        Err(e) => return tracing::warn!("{}: {e}", cozyplane_bpf::maps::dns_pods::NAME),
+    };
+    for ((net, ip), fabric) in write {
+        match m.upsert(net, ip, fabric) {
+            Ok(()) => {
+                applied.insert((net, ip), fabric);
+            }
+            Err(e) => tracing::warn!("dns steering source {net}/{ip}: {e}"),
+        }
+    }
+    for (net, ip) in remove {
+        match m.remove(net, ip) {
+            Ok(()) => {
+                applied.remove(&(net, ip));
+            }
+            Err(e) => tracing::warn!("dns steering source {net}/{ip}: {e}"),
+        }
+    }
+}
+
+fn sync_dsts(pin_dir: &Path, want: &HashSet<Prefix>, applied: &mut HashSet<Prefix>, synced: bool) {
+    let add: Vec<Prefix> = want.difference(applied).copied().collect();
+    let gone: Vec<Prefix> = if synced {
+        applied.difference(want).copied().collect()
+    } else {
+        Vec::new()
+    };
+    if add.is_empty() && gone.is_empty() {
+        return;
+    }
+    let mut m = match DnsDstsMap::from_pin(pin_dir) {
+        Ok(m) => m,
+        Err(e) => return tracing::warn!("{}: {e}", cozyplane_bpf::maps::dns_dsts::NAME),
+    };
+    for p in add {
+        match m.insert(p) {
+            Ok(()) => {
+                applied.insert(p);
+            }
+            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
+        }
+    }
+    for p in gone {
+        match m.remove(p) {
+            Ok(()) => {
+                applied.remove(&p);
+            }
+            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::AgentConfig;
+
+    #[test]
+    fn resolver_flags_parse_with_defaults() {
+        let c = AgentConfig::try_parse_from(["cozyplane-agent"]).unwrap();
+        assert!(!c.dns.dns_resolver);
+        assert_eq!(c.dns.dns_port, 15353);
+        assert_eq!(c.dns.cluster_domain, "cluster.local");
+        let c = AgentConfig::try_parse_from([
+            "cozyplane-agent",
+            "--dns-resolver",
+            "--cluster-domain",
+            "cozy.local",
+            "--dns-upstream",
+            "10.0.0.2,10.0.0.3:5353",
+            "--cluster-dns",
+            "10.96.0.10",
+            "--dns-internal-cidrs",
+            "10.96.0.0/12,10.244.0.0/16",
+        ])
+        .unwrap();
+        assert!(c.dns.dns_resolver);
+        assert_eq!(c.dns.cluster_domain, "cozy.local");
+        assert_eq!(
+            c.dns.dns_upstream,
+            vec!["10.0.0.2:53".parse().unwrap(), "10.0.0.3:5353".parse().unwrap()]
+        );
+        assert_eq!(c.dns.dns_internal_cidrs.len(), 2);
+        assert_eq!(c.dns.dns_internal_cidrs[0].1, 12);
+        assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dns-internal-cidrs", "nope"]).is_err());
+    }
+}
