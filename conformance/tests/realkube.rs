@@ -13,6 +13,8 @@
 //! Without the binaries (`KUBE_BIN_DIR`) the tests are reported as ignored after a loud banner;
 //! in CI (`CI=true`) or with `REQUIRE_KUBE=1` that is a failure.
 
+#[path = "realkube/doors.rs"]
+mod doors;
 #[path = "realkube/lifecycle.rs"]
 mod lifecycle;
 #[path = "realkube/registration.rs"]
@@ -85,6 +87,10 @@ fn tests() -> Vec<(&'static str, Test)> {
         (
             "port_groups_follow_pod_labels",
             lifecycle::security_group_membership,
+        ),
+        (
+            "gateway_nat_service_address_from_the_ingress_the_test_writes",
+            doors::gateway_nat_service,
         ),
     ]
 }

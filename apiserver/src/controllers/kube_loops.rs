@@ -22,6 +22,13 @@
 //!   its node's agent was down (its DEL never deleted the Port). The Port is then terminating:
 //!   the agent, back, severs and releases it; a node that never comes back is Port GC's.
 //!
+//! * **Doors** ([`nat_gateway`], [`floating_ip`]; shared parts in [`doors`] and [`owned`]): the
+//!   LoadBalancer Services and EndpointSlices a VPC's effective NAT gateway and its exclusive
+//!   FloatingIPs own, and their status from the addresses the cluster's LoadBalancer
+//!   implementation assigns. They have their own queue and worker, fed by mirrors of VPCs,
+//!   gateways and FloatingIPs, this loop's Port mirror, and Service/EndpointSlice informers
+//!   limited by label to the objects they own.
+//!
 //! All are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
 //! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
 //! there for backoff, `/readyz` and metrics). Indexes by node, by pod and by VPC turn each

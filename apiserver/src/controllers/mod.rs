@@ -15,14 +15,16 @@
 //! * VPCPeering status: `phase`, `peerVNI`, conditions `PeerMatched`, `VPCReady`,
 //!   `PeerVPCReady`, `CIDRsDisjoint`.
 //! * VPCGateway status: one boundary per VPC (oldest wins): `Exclusive`, `VPCResolved`,
-//!   `NATReady`, `phase`.
+//!   `NATReady`, `phase` (only without a kube connection; with one the gateway door loop below
+//!   writes it, NAT addresses included).
 //! * VPCBinding reap: deleting a binding deletes the Ports it authorized unless another live
 //!   binding in the namespace grants the same VPC, then removes the finalizer.
 //!
-//! With a kube connection also ([`kube_loops`], the same pattern with the Node and Pod informers):
-//! Port GC for Ports whose Node does not exist,
-//! and SecurityGroup membership (`Port.status.groups` from pod labels). Without one (plain
-//! `--standalone`) those two are off.
+//! With a kube connection also ([`kube_loops`], the same pattern with the Node, Pod, Service and
+//! EndpointSlice informers): Port GC for Ports whose Node does not exist, SecurityGroup
+//! membership (`Port.status.groups` from pod labels), Port claimants, and the doors of VPCs: the
+//! LoadBalancer Services and EndpointSlices of VPCGateways and FloatingIPs and their status.
+//! Without one (plain `--standalone`) those are off.
 //!
 //! Port sever (`sdn.cozystack.io/sever`) is the agent's finalizer: the server only keeps a
 //! terminating Port (and its address claim) until the agent removes it; see

@@ -137,7 +137,7 @@ pub(super) fn ingress(s: &Service, family: Family) -> Option<String> {
         .iter()
         .filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok())
         .find(|ip| Family::of(*ip) == family)
-        .map(|ip| cozyplane_apis::net::canonical_ip(ip))
+        .map(cozyplane_apis::net::canonical_ip)
 }
 
 /// Objects of one kind the loops own: by namespace and name, and by door.

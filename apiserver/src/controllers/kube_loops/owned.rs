@@ -60,12 +60,12 @@ where
         }
     }
 
-    fn put(&mut self, o: Arc<K>) {
+    fn put(&mut self, o: &Arc<K>) {
         let key = key_of(o.meta());
         if let Some(old) = self.objects.insert(key, o.clone()) {
             self.index(&old, false);
         }
-        self.index(&o, true);
+        self.index(o, true);
     }
 
     fn remove(&mut self, key: &Key) -> Option<Arc<K>> {
@@ -119,7 +119,7 @@ where
         if only_new && g.objects.contains_key(&key_of(o.meta())) {
             return;
         }
-        g.put(Arc::new(o));
+        g.put(&Arc::new(o));
     }
 
     /// Forgets `ns`/`name` (deleted by us).
@@ -151,13 +151,13 @@ where
                     if let Some(d) = Door::of(o.meta()) {
                         doors.insert(d);
                     }
-                    g.put(o);
+                    g.put(&o);
                 }
                 g.synced = true;
                 (doors.into_iter().collect(), true)
             }
             watcher::Event::Apply(o) => {
-                g.put(Arc::new(o.clone()));
+                g.put(&Arc::new(o.clone()));
                 (Door::of(o.meta()).into_iter().collect(), false)
             }
             watcher::Event::Delete(o) => {
@@ -472,6 +472,7 @@ fn slim_endpoints(s: &EndpointSlice) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::kube_loops::doors::{PROXY_NAME, ingress};
 
     fn want(family: Family, class: &str, claim: &str) -> WantService {
         WantService {
