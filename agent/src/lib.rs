@@ -16,12 +16,14 @@ pub mod attachment;
 pub mod cni_server;
 pub mod config;
 pub mod datapath;
+pub mod egress;
 pub mod ipam;
 pub mod metrics;
 pub mod peering;
 pub mod prepare;
 pub mod sever;
 pub mod tunnel_sources;
+pub mod uplink;
 pub mod watch;
 
 use std::sync::Arc;
@@ -40,6 +42,9 @@ pub enum StartError {
     /// Netlink work on the node failed.
     #[error("netlink: {0}")]
     Netdev(#[from] datapath::netdev::NetdevError),
+    /// The uplink could not be set up.
+    #[error("uplink: {0}")]
+    Uplink(#[from] uplink::UplinkError),
     /// The IPAM state could not be read.
     #[error("ipam: {0}")]
     Ipam(#[from] ipam::IpamError),
@@ -163,6 +168,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         };
         tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(sever::run(api.clone(), state.clone()));
+        tokio::spawn(egress::run(
+            api.clone(),
+            state.pin_dir().to_path_buf(),
+            cfg.service_cidr.clone(),
+            cfg.nat_shards,
+        ));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());

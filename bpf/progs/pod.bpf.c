@@ -9,6 +9,7 @@
 #include "../lib/crossnet.h"
 #include "../lib/dnat.h"
 #include "../lib/drop.h"
+#include "../lib/egress.h"
 #include "../lib/endpoint.h"
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
@@ -24,14 +25,21 @@
  * to the host even when its destination is on another node (lib/dnat.h).
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
-					 const struct sdn_pkt *p,
+					 struct sdn_pkt *p,
 					 __u32 port_flags)
 {
 	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
 	int ret;
 
-	if (!r || sdn_dnat_reply(port_flags, p))
+	if (sdn_dnat_reply(port_flags, p))
 		return sdn_to_host(skb);
+	if (!r) {
+		/* Outside the cluster: masqueraded (lib/egress.h). */
+		ret = sdn_masq_from_pod(skb, p);
+		if (ret != SDN_SNAT_PASS)
+			return ret < 0 ? sdn_drop(skb, ret) : ret;
+		return sdn_to_host(skb);
+	}
 	ret = sdn_encap(skb, 0, r);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }
@@ -42,7 +50,7 @@ static __always_inline int from_pod_net0(struct __sk_buff *skb,
  * source net's VNI, so the receiver decides again (sdn_from_overlay).
  */
 static __always_inline int from_pod_peer(struct __sk_buff *skb,
-					 const struct sdn_pkt *p, __u32 net)
+					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_endpoint *ep;
 	struct sdn_remote *r;
@@ -50,6 +58,11 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	int ret;
 
 	ret = sdn_xnet_resolve(skb, net, &p->dst, &to);
+	if (ret == DROP_VPC_ISOLATION) {
+		/* No peer holds it: outside the cluster, the gateway's door. */
+		ret = sdn_gw_from_pod(skb, p, net);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
+	}
 	if (ret)
 		return sdn_drop(skb, ret);
 	ep = sdn_endpoint_lookup(to, &p->dst);
@@ -231,6 +244,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 
 	if (!net) {
 		sdn_dnat_note(skb, port, &p);
+		sdn_masq_note_inbound(port, &p);
 		sdn_count_rx(skb, 0);
 		return TC_ACT_OK;
 	}
@@ -245,6 +259,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return sdn_drop(skb, DROP_VPC_ISOLATION);
 	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
 	sdn_dnat_note(skb, port, &p);
+	sdn_masq_note_inbound(port, &p);
 	ret = sdn_bridge_forward(skb, &p, b);
 	if (ret)
 		return sdn_drop(skb, ret);

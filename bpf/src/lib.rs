@@ -26,6 +26,8 @@ pub use layout::MapLayout;
 static POD_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/pod.o");
 /// `obj/overlay.o`: `sdn_from_overlay`.
 static OVERLAY_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/overlay.o");
+/// `obj/uplink.o`: `sdn_from_uplink`.
+static UPLINK_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/uplink.o");
 
 /// One embedded ELF object; one per attach device (style: one object per attach point).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,17 +36,20 @@ pub enum Object {
     Pod,
     /// The tunnel device hook (`progs/overlay.bpf.c`).
     Overlay,
+    /// The uplink device hook (`progs/uplink.bpf.c`).
+    Uplink,
 }
 
 impl Object {
     /// Every object.
-    pub const ALL: [Self; 2] = [Self::Pod, Self::Overlay];
+    pub const ALL: [Self; 3] = [Self::Pod, Self::Overlay, Self::Uplink];
 
     /// The ELF bytes, 8-byte aligned as aya requires.
     pub fn bytes(self) -> &'static [u8] {
         match self {
             Self::Pod => POD_OBJECT,
             Self::Overlay => OVERLAY_OBJECT,
+            Self::Uplink => UPLINK_OBJECT,
         }
     }
 
@@ -53,6 +58,7 @@ impl Object {
         match self {
             Self::Pod => "pod.o",
             Self::Overlay => "overlay.o",
+            Self::Uplink => "uplink.o",
         }
     }
 }

@@ -11,6 +11,8 @@ pub enum AttachPoint {
     PodVethEgress,
     /// Ingress of the node's collect-metadata tunnel device.
     OverlayIngress,
+    /// Ingress of the node's uplink (the default route's device), ahead of its routing.
+    UplinkIngress,
 }
 
 /// One entry program.
@@ -43,5 +45,12 @@ pub const FROM_OVERLAY: ProgramSpec = ProgramSpec {
     attach: AttachPoint::OverlayIngress,
 };
 
+/// `sdn_from_uplink`.
+pub const FROM_UPLINK: ProgramSpec = ProgramSpec {
+    name: "sdn_from_uplink",
+    object: Object::Uplink,
+    attach: AttachPoint::UplinkIngress,
+};
+
 /// Every entry program.
-pub const ALL: [ProgramSpec; 3] = [FROM_POD, TO_POD, FROM_OVERLAY];
+pub const ALL: [ProgramSpec; 4] = [FROM_POD, TO_POD, FROM_OVERLAY, FROM_UPLINK];

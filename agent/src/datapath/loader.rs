@@ -83,6 +83,7 @@ pub struct Datapath {
     pin_dir: PathBuf,
     pod: Ebpf,
     overlay: Ebpf,
+    uplink: Ebpf,
     /// How many maps were already pinned when this process loaded them.
     pub reused_maps: usize,
     /// Pinned maps whose layout had changed: created afresh by this load.
@@ -136,10 +137,12 @@ impl Datapath {
         };
         let pod = load(Object::Pod)?;
         let overlay = load(Object::Overlay)?;
+        let uplink = load(Object::Uplink)?;
         Ok(Self {
             pin_dir: pin_dir.to_path_buf(),
             pod,
             overlay,
+            uplink,
             reused_maps,
             rebuilt_maps,
         })
@@ -164,6 +167,13 @@ impl Datapath {
     /// Attach `sdn_from_overlay` to the tunnel device's ingress.
     pub fn attach_overlay(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
         self.attach(&programs::FROM_OVERLAY, dev, TcAttachType::Ingress)
+    }
+
+    /// Attach `sdn_from_uplink` to the uplink's ingress (a pinned TCX link, like the
+    /// overlay's: a restarted agent swaps its program in, and the hook stays while no agent
+    /// runs).
+    pub fn attach_uplink(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
+        self.attach(&programs::FROM_UPLINK, dev, TcAttachType::Ingress)
     }
 
     /// Remove the link pins of `dev` (a pod's filters go with its veth; pins are left only
@@ -205,6 +215,7 @@ impl Datapath {
         let ebpf = match spec.object {
             Object::Pod => &mut self.pod,
             Object::Overlay => &mut self.overlay,
+            Object::Uplink => &mut self.uplink,
         };
         let prog = classifier(ebpf, spec)?;
         let err = |source: Box<dyn std::error::Error + Send + Sync>| LoadError::Attach {

@@ -32,6 +32,13 @@
 #define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
 #define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 #define DROP_SEVERED		-19	/* VPC traffic from or to a pod whose Port was revoked (lib/sever.h) */
+/* -20..-27: north-south SNAT (lib/snat.h, lib/egress.h) */
+#define DROP_NO_GATEWAY		-20	/* VPC pod to outside the cluster, its VPC has no NAT gateway (for the family) */
+#define DROP_SNAT_FULL		-21	/* no free NAT port for a new flow */
+#define DROP_SNAT_NO_ROUTE	-22	/* a NATed packet has no route out of the uplink */
+#define DROP_SNAT_NO_OWNER	-23	/* reply to a VPC NAT address whose port shard has no known node */
+#define DROP_SNAT_NO_CT		-24	/* reply to a VPC NAT address without a NAT flow at its owner */
+#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error) */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -396,3 +396,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
+
+/* North-south SNAT maps (h1): their own header. */
+#include <sdn/snat_maps.h>

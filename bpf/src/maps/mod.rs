@@ -20,11 +20,19 @@ pub mod node_blocks;
 pub mod nodes;
 pub mod ports;
 pub mod remotes;
+pub mod snat_addrs;
+pub mod snat_conf;
+pub mod snat_fwd;
+pub mod snat_gws;
+pub mod snat_inside;
+pub mod snat_rev;
+pub mod snat_shards;
+pub mod snat_work;
 pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 22] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -39,6 +47,14 @@ pub const ALL: [&str; 14] = [
     xnet_allow::NAME,
     nodes::NAME,
     frags::NAME,
+    snat_conf::NAME,
+    snat_inside::NAME,
+    snat_addrs::NAME,
+    snat_gws::NAME,
+    snat_shards::NAME,
+    snat_fwd::NAME,
+    snat_rev::NAME,
+    snat_work::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -108,7 +124,8 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        Frag, FragKey, NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
+        Frag, FragKey, NetStats, NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside,
+        SnatKey, SnatRev, SnatRkey, SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -137,7 +154,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 14] = [
+        let expect: [(&str, usize, usize); 22] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -152,6 +169,14 @@ mod tests {
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
+            (snat_conf::NAME, size_of::<u32>(), size_of::<SnatConf>()),
+            (snat_inside::NAME, size_of::<XnetKey>(), size_of::<SnatInside>()),
+            (snat_addrs::NAME, size_of::<Addr>(), size_of::<SnatAddr>()),
+            (snat_gws::NAME, size_of::<u32>(), size_of::<SnatGw>()),
+            (snat_shards::NAME, size_of::<u32>(), size_of::<Remote>()),
+            (snat_fwd::NAME, size_of::<SnatKey>(), size_of::<SnatFwd>()),
+            (snat_rev::NAME, size_of::<SnatRkey>(), size_of::<SnatRev>()),
+            (snat_work::NAME, size_of::<u32>(), size_of::<SnatWork>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

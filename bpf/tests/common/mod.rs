@@ -54,6 +54,7 @@ pub fn require_root() {
 pub struct Datapath {
     pub pod: Ebpf,
     pub overlay: Ebpf,
+    pub uplink: Ebpf,
     pin_dir: PathBuf,
 }
 
@@ -94,10 +95,12 @@ impl Datapath {
         values.apply(&mut loader);
         let mut pod = loader.load(Object::Pod.bytes()).expect("load pod.o");
         let mut overlay = loader.load(Object::Overlay.bytes()).expect("load overlay.o");
+        let mut uplink = loader.load(Object::Uplink.bytes()).expect("load uplink.o");
         for spec in programs::ALL {
             let ebpf = match spec.object {
                 Object::Pod => &mut pod,
                 Object::Overlay => &mut overlay,
+                Object::Uplink => &mut uplink,
             };
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(spec.name)
@@ -111,6 +114,7 @@ impl Datapath {
         Self {
             pod,
             overlay,
+            uplink,
             pin_dir,
         }
     }
@@ -118,6 +122,8 @@ impl Datapath {
     fn prog(&self, name: &str) -> &SchedClassifier {
         let ebpf = if name == programs::FROM_OVERLAY.name {
             &self.overlay
+        } else if name == programs::FROM_UPLINK.name {
+            &self.uplink
         } else {
             &self.pod
         };
