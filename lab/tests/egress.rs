@@ -9,7 +9,8 @@
 //! routed by `rtr` to one node. Tenant t1's VPC a (10.30.0.0/24) has a VPCGateway with NAT
 //! whose `natAddress` is 203.0.113.10; tenant t2's VPC b has no gateway.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -90,10 +91,15 @@ fn gateways(n: &Node) -> Vec<(u32, Option<Ipv4Addr>)> {
         .unwrap_or_default()
 }
 
+/// What the echo server saw: every source (address, port) and the payloads it carried.
+type Seen = Arc<Mutex<HashMap<std::net::SocketAddr, HashSet<Vec<u8>>>>>;
+
 /// A UDP echo server in `ns` on every address, port [`ECHO_PORT`]; it runs until the process
-/// ends (a thread in the internet host's netns).
-fn echo_server(ns: &Netns) {
+/// ends (a thread in the internet host's netns) and records who sent what.
+fn echo_server(ns: &Netns) -> Seen {
     let path = ns.path();
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
@@ -102,10 +108,12 @@ fn echo_server(ns: &Netns) {
         tx.send(()).unwrap();
         let mut buf = [0u8; 2048];
         while let Ok((n, from)) = s.recv_from(&mut buf) {
+            log.lock().unwrap().entry(from).or_default().insert(buf[..n].to_vec());
             let _ = s.send_to(&buf[..n], from);
         }
     });
     rx.recv().unwrap();
+    seen
 }
 
 /// `n` UDP flows from inside `pod` to the echo server, all open at once: each client sends its
@@ -290,7 +298,7 @@ async fn body(lab: &mut Lab) {
     // one NAT address attracted to n2, which does not own a1's flows: each client gets its
     // own payload back, none gets another's.
     outside.attract(lab, 1);
-    echo_server(&outside.internet);
+    let seen = echo_server(&outside.internet);
     let ((got1, wrong1), (got2, wrong2)) = std::thread::scope(|s| {
         let h1 = s.spawn(|| flows(&a1, FLOWS_PER_POD));
         let h2 = s.spawn(|| flows(&a2, FLOWS_PER_POD));
@@ -299,6 +307,14 @@ async fn body(lab: &mut Lab) {
     eprintln!(
         "flows: a1 {got1}/{FLOWS_PER_POD} (wrong {wrong1}), a2 {got2}/{FLOWS_PER_POD} (wrong {wrong2})"
     );
+    // What the internet host saw: each flow from a NAT port of its own, no port shared.
+    let seen = seen.lock().unwrap();
+    let shared = seen.values().filter(|p| p.len() > 1).count();
+    let from_nat = seen.keys().filter(|a| a.ip() == IpAddr::V4(nat4)).count();
+    eprintln!("internet host: {} sources ({from_nat} from the NAT address), {shared} shared by flows", seen.len());
+    assert_eq!(shared, 0, "a NAT port carried two flows at once");
+    assert_eq!(from_nat, 2 * FLOWS_PER_POD, "one NAT port per flow, all from the NAT address");
+    assert_eq!(seen.len(), 2 * FLOWS_PER_POD, "nothing left un-NATed");
     assert_eq!((wrong1, wrong2), (0, 0), "no reply landed in the wrong flow");
     assert_eq!(
         (got1, got2),
