@@ -10,8 +10,8 @@
 //! whose `natAddress` is 203.0.113.10; tenant t2's VPC b has no gateway.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::VPCGateway;
@@ -108,7 +108,11 @@ fn echo_server(ns: &Netns) -> Seen {
         tx.send(()).unwrap();
         let mut buf = [0u8; 2048];
         while let Ok((n, from)) = s.recv_from(&mut buf) {
-            log.lock().unwrap().entry(from).or_default().insert(buf[..n].to_vec());
+            log.lock()
+                .unwrap()
+                .entry(from)
+                .or_default()
+                .insert(buf[..n].to_vec());
             let _ = s.send_to(&buf[..n], from);
         }
     });
@@ -311,9 +315,16 @@ async fn body(lab: &mut Lab) {
     let seen = seen.lock().unwrap();
     let shared = seen.values().filter(|p| p.len() > 1).count();
     let from_nat = seen.keys().filter(|a| a.ip() == IpAddr::V4(nat4)).count();
-    eprintln!("internet host: {} sources ({from_nat} from the NAT address), {shared} shared by flows", seen.len());
+    eprintln!(
+        "internet host: {} sources ({from_nat} from the NAT address), {shared} shared by flows",
+        seen.len()
+    );
     assert_eq!(shared, 0, "a NAT port carried two flows at once");
-    assert_eq!(from_nat, 2 * FLOWS_PER_POD, "one NAT port per flow, all from the NAT address");
+    assert_eq!(
+        from_nat,
+        2 * FLOWS_PER_POD,
+        "one NAT port per flow, all from the NAT address"
+    );
     assert_eq!(seen.len(), 2 * FLOWS_PER_POD, "nothing left un-NATed");
     assert_eq!((wrong1, wrong2), (0, 0), "no reply landed in the wrong flow");
     assert_eq!(
