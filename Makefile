@@ -102,6 +102,8 @@ bench: deps
 	$(CARGO) bench -p cozyplane-conformance --bench alloc
 	# The datapath bench builds network namespaces: root only.
 	$(CARGO) bench -p cozyplane-lab --bench datapath
+	# North-south (issue 12): masquerade and gateway NAT against iptables MASQUERADE.
+	$(CARGO) bench -p cozyplane-lab --bench northsouth
 
 clean:
 	rm -rf $(RUN_DIR)

@@ -99,6 +99,23 @@ pub struct AgentConfig {
     /// This node's name (required with an API).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// The node's uplink, where north-south traffic leaves and its replies arrive
+    /// (`sdn_from_uplink` is attached to its ingress). Default: the default route's device.
+    #[arg(long, env = "COZYPLANE_UPLINK_DEVICE")]
+    pub uplink_device: Option<String>,
+    /// Egress masquerade of default-network pods to outside the cluster: `bpf` (the datapath
+    /// translates to the uplink's address) or `off` (an operator who masquerades elsewhere).
+    #[arg(long, value_enum, default_value = "bpf")]
+    pub masquerade: crate::uplink::Masquerade,
+    /// The cluster's Service CIDRs (comma-separated): cluster-internal, never masqueraded and
+    /// never a way out of a VPC.
+    #[arg(long, value_delimiter = ',', default_value = "10.96.0.0/12")]
+    pub service_cidr: Vec<cozyplane_apis::net::IpNet>,
+    /// Shards of the VPC gateway NAT port range (1024–65535): each node allocates from the
+    /// shard its fabric block names, so two nodes never use one port of one NAT address. The
+    /// same on every node.
+    #[arg(long, default_value_t = 16)]
+    pub nat_shards: u16,
     /// This node's underlay address: the outer address peers tunnel to (required with an
     /// API; a DaemonSet passes `status.hostIP`). IPv4 or IPv6: an IPv6 address makes this
     /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).

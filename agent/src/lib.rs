@@ -20,6 +20,7 @@ pub mod doors;
 pub mod fip;
 pub mod dns;
 mod dns_view;
+pub mod egress;
 pub mod ipam;
 pub mod lb_gate;
 pub mod metrics;
@@ -27,6 +28,7 @@ pub mod peering;
 pub mod prepare;
 pub mod sever;
 pub mod tunnel_sources;
+pub mod uplink;
 pub mod watch;
 
 use std::sync::Arc;
@@ -45,6 +47,9 @@ pub enum StartError {
     /// Netlink work on the node failed.
     #[error("netlink: {0}")]
     Netdev(#[from] datapath::netdev::NetdevError),
+    /// The uplink could not be set up.
+    #[error("uplink: {0}")]
+    Uplink(#[from] uplink::UplinkError),
     /// The IPAM state could not be read.
     #[error("ipam: {0}")]
     Ipam(#[from] ipam::IpamError),
@@ -188,6 +193,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             state.pin_dir().to_path_buf(),
             cfg.internal_cidrs.clone(),
             vpc_names.clone(),
+        ));
+        tokio::spawn(egress::run(
+            api.clone(),
+            state.pin_dir().to_path_buf(),
+            cfg.service_cidr.clone(),
+            cfg.nat_shards,
         ));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }

@@ -19,18 +19,15 @@
 #include "common.h"
 #include "parse.h"
 
-/* sdn_to_pod, before any rewrite: p is the packet the host routed in (client
- * -> pod). Records the flow if netfilter marked it DNATed.
+/* Records p's flow (client -> pod, as routed in) so that sdn_from_pod hands
+ * its replies to the host unchanged, and flags the port.
  */
-static __always_inline void sdn_dnat_note(struct __sk_buff *skb,
-					  struct sdn_port *port,
-					  const struct sdn_pkt *p)
+static __always_inline void sdn_dnat_record(struct sdn_port *port,
+					    const struct sdn_pkt *p)
 {
 	struct sdn_dnat_key k = {};
 	struct sdn_dnat v = {};
 
-	if (likely(!(skb->mark & CONFIG(dnat_mark))))
-		return;
 	k.pod = p->dst;
 	k.peer = p->src;
 	k.pod_port = p->dport;
@@ -44,6 +41,18 @@ static __always_inline void sdn_dnat_note(struct __sk_buff *skb,
 	 */
 	if (!(port->flags & SDN_PORT_F_DNAT))
 		port->flags |= SDN_PORT_F_DNAT;
+}
+
+/* sdn_to_pod, before any rewrite: p is the packet the host routed in (client
+ * -> pod). Records the flow if netfilter marked it DNATed.
+ */
+static __always_inline void sdn_dnat_note(struct __sk_buff *skb,
+					  struct sdn_port *port,
+					  const struct sdn_pkt *p)
+{
+	if (likely(!(skb->mark & CONFIG(dnat_mark))))
+		return;
+	sdn_dnat_record(port, p);
 }
 
 /* sdn_from_pod: whether p (pod -> client; for a bridged VPC pod after the

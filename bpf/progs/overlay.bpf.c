@@ -3,6 +3,7 @@
 #include "../lib/common.h"
 #include "../lib/crossnet.h"
 #include "../lib/drop.h"
+#include "../lib/egress.h"
 #include "../lib/endpoint.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
@@ -71,6 +72,12 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	to = net;
 	ep = sdn_endpoint_lookup(net, &p.dst);
 	if (!ep) {
+		/* A reply to net's NAT address, sent on by the node it is
+		 * attracted to (lib/egress.h).
+		 */
+		ret = sdn_snat_from_overlay(skb, &p, net);
+		if (ret != SDN_SNAT_PASS)
+			return ret < 0 ? sdn_drop(skb, ret) : ret;
 		/* A peered net's pod: the sender decided too, but the peering
 		 * may be gone here already.
 		 */

@@ -11,6 +11,7 @@
 #include "../lib/dns.h"
 #include "../lib/doors.h"
 #include "../lib/drop.h"
+#include "../lib/egress.h"
 #include "../lib/endpoint.h"
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
@@ -26,14 +27,21 @@
  * to the host even when its destination is on another node (lib/dnat.h).
  */
 static __always_inline int from_pod_net0(struct __sk_buff *skb,
-					 const struct sdn_pkt *p,
+					 struct sdn_pkt *p,
 					 __u32 port_flags)
 {
 	struct sdn_remote *r = sdn_net0_remote_lookup(&p->dst);
 	int ret;
 
-	if (!r || sdn_dnat_reply(port_flags, p))
+	if (sdn_dnat_reply(port_flags, p))
 		return sdn_to_host(skb);
+	if (!r) {
+		/* Outside the cluster: masqueraded (lib/egress.h). */
+		ret = sdn_masq_from_pod(skb, p);
+		if (ret != SDN_SNAT_PASS)
+			return ret < 0 ? sdn_drop(skb, ret) : ret;
+		return sdn_to_host(skb);
+	}
 	ret = sdn_encap(skb, 0, r);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }
@@ -53,10 +61,13 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 
 	ret = sdn_xnet_resolve(skb, net, &p->dst, &to);
 	if (ret == DROP_VPC_ISOLATION) {
-		/* In no net it may reach: out through a door, or nowhere. */
+		/* In no net it may reach: out through a door (a Floating IP or
+		 * a LoadBalancer reply first, then the gateway), or nowhere.
+		 */
 		ret = sdn_doors_from_pod(skb, p, net);
 		if (!ret)
-			ret = DROP_VPC_ISOLATION;
+			ret = sdn_gw_from_pod(skb, p, net);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	}
 	if (ret)
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
@@ -242,6 +253,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 
 	if (!net) {
 		sdn_dnat_note(skb, port, &p);
+		sdn_masq_note_inbound(port, &p);
 		sdn_count_rx(skb, 0);
 		return TC_ACT_OK;
 	}
@@ -259,6 +271,7 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return ret < 0 ? sdn_drop(skb, ret) : to_pod_deliver(skb, &p, net);
 	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
 	sdn_dnat_note(skb, port, &p);
+	sdn_masq_note_inbound(port, &p);
 	ret = sdn_bridge_forward(skb, &p, b);
 	if (ret)
 		return sdn_drop(skb, ret);

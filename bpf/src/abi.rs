@@ -562,6 +562,15 @@ pub const LAYOUTS: &[StructLayout] = &[
     NodeEntry::LAYOUT,
     FragKey::LAYOUT,
     Frag::LAYOUT,
+    SnatConf::LAYOUT,
+    SnatInside::LAYOUT,
+    SnatAddr::LAYOUT,
+    SnatGw::LAYOUT,
+    SnatKey::LAYOUT,
+    SnatFwd::LAYOUT,
+    SnatRkey::LAYOUT,
+    SnatRev::LAYOUT,
+    SnatWork::LAYOUT,
     DnsCfg::LAYOUT,
     DnsDst::LAYOUT,
     DnsPod::LAYOUT,
@@ -607,3 +616,162 @@ impl std::ops::AddAssign for DropStats {
 // The policy layers' structs (include/sdn/policy_maps.h, ct.h) live in their own file.
 mod policy;
 pub use policy::*;
+
+abi_struct! {
+    /// `struct sdn_snat_conf`, the one value of `sdn_snat_conf`: the node's NAT settings.
+    /// Ports in host byte order.
+    pub struct SnatConf = "sdn_snat_conf" {
+        /// `SDN_SNAT_F_*` ([`SnatConf::F_MASQ`], ...).
+        pub flags: u32,
+        /// Where NATed packets leave; 0 = no uplink.
+        pub uplink_ifindex: u32,
+        /// The uplink's IPv4 address (net-0 masquerade).
+        pub node4: Addr,
+        /// The uplink's IPv6 address.
+        pub node6: Addr,
+        /// Lowest net-0 masquerade port.
+        pub masq_min: u16,
+        /// Highest net-0 masquerade port.
+        pub masq_max: u16,
+        /// First port of the gateway range.
+        pub gw_min: u16,
+        /// Ports per gateway shard.
+        pub gw_shard_size: u16,
+        /// Number of gateway shards.
+        pub gw_shards: u16,
+        /// This node's shard.
+        pub shard: u16,
+    }
+}
+
+impl SnatConf {
+    /// `SDN_SNAT_F_MASQ`: net-0 masquerade on.
+    pub const F_MASQ: u32 = 1;
+    /// `SDN_SNAT_F_HAVE4`: `node4` is set.
+    pub const F_HAVE4: u32 = 1 << 1;
+    /// `SDN_SNAT_F_HAVE6`: `node6` is set.
+    pub const F_HAVE6: u32 = 1 << 2;
+}
+
+abi_struct! {
+    /// `struct sdn_snat_inside`, value of `sdn_snat_inside` (key: [`XnetKey`]).
+    pub struct SnatInside = "sdn_snat_inside" {
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_addr`, value of `sdn_snat_addrs` (key: a NAT address).
+    pub struct SnatAddr = "sdn_snat_addr" {
+        /// Whose: 0 for this node's masquerade address, else the VPC's VNI.
+        pub net: u32,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_gw`, value of `sdn_snat_gws` (key: VNI).
+    pub struct SnatGw = "sdn_snat_gw" {
+        /// The IPv4 NAT address (valid with [`SnatGw::F_HAVE4`]).
+        pub addr4: Addr,
+        /// The IPv6 NAT address (valid with [`SnatGw::F_HAVE6`]).
+        pub addr6: Addr,
+        /// `SDN_SNAT_GW_F_*`.
+        pub flags: u32,
+    }
+}
+
+impl SnatGw {
+    /// `SDN_SNAT_GW_F_HAVE4`.
+    pub const F_HAVE4: u32 = 1;
+    /// `SDN_SNAT_GW_F_HAVE6`.
+    pub const F_HAVE6: u32 = 1 << 1;
+}
+
+abi_struct! {
+    /// `struct sdn_snat_key`: key of `sdn_snat_fwd`, a NATed flow as it leaves the pod.
+    pub struct SnatKey = "sdn_snat_key" {
+        /// The pod's net.
+        pub net: u32,
+        /// The pod.
+        pub src: Addr,
+        /// The peer outside.
+        pub dst: Addr,
+        /// Source port (network order); ICMP echo: the id.
+        pub sport: u16,
+        /// Destination port (network order); ICMP echo: 0.
+        pub dport: u16,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_fwd`, value of `sdn_snat_fwd`.
+    pub struct SnatFwd = "sdn_snat_fwd" {
+        /// The NAT address.
+        pub nat: Addr,
+        /// The NAT port (network order).
+        pub nat_port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_rkey`: key of `sdn_snat_rev`, a reply as it arrives from outside.
+    pub struct SnatRkey = "sdn_snat_rkey" {
+        /// The NAT address.
+        pub nat: Addr,
+        /// The peer outside.
+        pub peer: Addr,
+        /// The NAT port (network order).
+        pub nat_port: u16,
+        /// The peer's port (network order); ICMP echo: 0.
+        pub peer_port: u16,
+        /// IP protocol number.
+        pub proto: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_rev`, value of `sdn_snat_rev`: the pod's side of the flow.
+    pub struct SnatRev = "sdn_snat_rev" {
+        /// The pod's net.
+        pub net: u32,
+        /// The pod.
+        pub pod: Addr,
+        /// The pod's port (network order).
+        pub pod_port: u16,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+        /// Last seen, in units of 2^30 ns of the kernel's monotonic clock.
+        pub seen: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_snat_work`, the per-CPU scratch value of `sdn_snat_work`.
+    pub struct SnatWork = "sdn_snat_work" {
+        /// The flow's forward key.
+        pub fk: SnatKey,
+        /// The flow's reverse key.
+        pub rk: SnatRkey,
+        /// The flow's reverse value.
+        pub rv: SnatRev,
+        /// The flow's forward value.
+        pub fv: SnatFwd,
+        /// The datagram's fragment key.
+        pub frk: FragKey,
+        /// An expired flow's forward key.
+        pub old: SnatKey,
+        /// What a first fragment became.
+        pub frag: Frag,
+    }
+}

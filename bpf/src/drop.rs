@@ -44,6 +44,19 @@ pub enum DropReason {
     OverlaySource = -18,
     /// `DROP_SEVERED`: VPC traffic from or to a pod whose Port was revoked.
     Severed = -19,
+    /// `DROP_NO_GATEWAY`: a VPC pod to outside the cluster, and its VPC has no NAT gateway
+    /// (for the packet's family).
+    NoGateway = -20,
+    /// `DROP_SNAT_FULL`: no free NAT port for a new flow.
+    SnatFull = -21,
+    /// `DROP_SNAT_NO_ROUTE`: a NATed packet has no route out of the uplink.
+    SnatNoRoute = -22,
+    /// `DROP_SNAT_NO_OWNER`: a reply to a VPC NAT address whose port shard has no known node.
+    SnatNoOwner = -23,
+    /// `DROP_SNAT_NO_CT`: a reply to a VPC NAT address without a NAT flow at its owner.
+    SnatNoCt = -24,
+    /// `DROP_SNAT_UNSUPPORTED`: VPC traffic to outside that the gateway cannot translate.
+    SnatUnsupported = -25,
     /// `DROP_FIP_NO_TARGET`: a Floating IP whose target is neither on this node nor known remotely.
     FipNoTarget = -28,
     /// `DROP_NS_NO_ROUTE`: north-south egress with no route out of the node (`bpf_fib_lookup`).
@@ -85,6 +98,12 @@ impl DropReason {
         Self::XnetDenied,
         Self::OverlaySource,
         Self::Severed,
+        Self::NoGateway,
+        Self::SnatFull,
+        Self::SnatNoRoute,
+        Self::SnatNoOwner,
+        Self::SnatNoCt,
+        Self::SnatUnsupported,
         Self::FipNoTarget,
         Self::NsNoRoute,
         Self::LbRefused,
@@ -116,6 +135,12 @@ impl DropReason {
             Self::XnetDenied => "DROP_XNET_DENIED",
             Self::OverlaySource => "DROP_OVERLAY_SOURCE",
             Self::Severed => "DROP_SEVERED",
+            Self::NoGateway => "DROP_NO_GATEWAY",
+            Self::SnatFull => "DROP_SNAT_FULL",
+            Self::SnatNoRoute => "DROP_SNAT_NO_ROUTE",
+            Self::SnatNoOwner => "DROP_SNAT_NO_OWNER",
+            Self::SnatNoCt => "DROP_SNAT_NO_CT",
+            Self::SnatUnsupported => "DROP_SNAT_UNSUPPORTED",
             Self::FipNoTarget => "DROP_FIP_NO_TARGET",
             Self::NsNoRoute => "DROP_NS_NO_ROUTE",
             Self::LbRefused => "DROP_LB_REFUSED",

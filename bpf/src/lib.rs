@@ -36,7 +36,7 @@ pub enum Object {
     Pod,
     /// The tunnel device hook (`progs/overlay.bpf.c`).
     Overlay,
-    /// The uplink hook (`progs/uplink.bpf.c`).
+    /// The uplink device hook (`progs/uplink.bpf.c`).
     Uplink,
 }
 

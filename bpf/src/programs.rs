@@ -11,7 +11,7 @@ pub enum AttachPoint {
     PodVethEgress,
     /// Ingress of the node's collect-metadata tunnel device.
     OverlayIngress,
-    /// Ingress of the node's uplink (the device of its default route).
+    /// Ingress of the node's uplink (the default route's device), ahead of its routing.
     UplinkIngress,
 }
 

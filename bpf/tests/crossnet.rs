@@ -126,8 +126,9 @@ fn an_allowed_pair_without_a_route_stays_isolated() {
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
     allow(&mut dp, VPC_A, VPC_B);
 
+    // No peer holds it, so it is outside (the gateway's door), and A has no gateway.
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "10.1.0.7"), LO, 0);
-    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+    assert_dropped(&dp, out.verdict, DropReason::NoGateway);
 }
 
 // A–B and B–C peered: A reaches B, B reaches C, A does not reach C.
@@ -142,8 +143,9 @@ fn peering_is_not_transitive() {
 
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "10.1.0.7"), LO, 0);
     assert_eq!(out.verdict, TC_ACT_REDIRECT, "A reaches B");
+    // No peer of A holds it: outside, and A has no gateway.
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "10.2.0.7"), LO, 0);
-    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+    assert_dropped(&dp, out.verdict, DropReason::NoGateway);
 }
 
 // Routes are keyed by the source net: B and C hold the same addresses, A is peered with

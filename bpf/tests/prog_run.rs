@@ -100,8 +100,10 @@ fn cross_vpc_traffic_is_dropped_at_the_source() {
     vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, VPC_B, "10.1.0.7", 7, MAC_B1);
 
+    // Another VPC's address is outside A (no peering says otherwise): the gateway's door,
+    // and A has no gateway.
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "10.1.0.7"), LO, 0);
-    assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
+    assert_dropped(&dp, out.verdict, DropReason::NoGateway);
 }
 
 // The destination hook refuses what reaches a VPC pod through the host end otherwise
@@ -127,12 +129,17 @@ fn vpc_pod_cannot_reach_default_network_node_or_gateway() {
     let mut dp = Datapath::load(&cfg());
     vpc_pod(&mut dp, VPC_A, "10.0.0.1", MAC_A1);
     endpoint(&mut dp, 0, "10.244.1.20", 9, MAC_OTHER); // a net-0 pod on this node
+    // The cluster-internal ranges, as the agent writes them (agent/src/egress.rs).
+    inside(&mut dp, 0, "10.244.0.0", 16);
+    inside(&mut dp, 0, "192.168.10.1", 32);
 
     for dst in ["10.244.1.20", "192.168.10.1", "8.8.8.8"] {
         let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", dst), LO, 0);
         assert_eq!(out.verdict, TC_ACT_SHOT, "{dst}");
     }
-    assert_eq!(drops_of(&dp, DropReason::VpcIsolation), 3);
+    assert_eq!(drops_of(&dp, DropReason::VpcIsolation), 2);
+    // The Internet is the gateway's door; without a gateway it is shut.
+    assert_eq!(drops_of(&dp, DropReason::NoGateway), 1);
 
     let out = dp.run(FROM_POD, &udp4(MAC_A1, "10.0.0.1", "169.254.1.1"), LO, 0);
     assert_eq!(out.verdict, TC_ACT_SHOT);

@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
+pub mod outside;
+pub use outside::Outside;
+
 /// Underlay address of the control namespace.
 pub const CTL_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 100);
 /// Where each node's agent serves `/metrics` (on the node's underlay address).
@@ -517,6 +520,9 @@ impl Node {
                 vec![]
             })
             .args(["--underlay-dev", "ul0"])
+            // North-south leaves through the underlay: the lab's routers are on it
+            // (outside.rs); stated, since a lab node has no default route until then.
+            .args(["--uplink-device", "ul0"])
             .args([
                 "--node-name",
                 &self.name,

@@ -249,6 +249,7 @@ impl AgentState {
             "datapath loaded"
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
+        crate::uplink::setup(&mut datapath, &netdev, cfg, &block).await?;
         crate::datapath::netfilter::install(dp_cfg.dnat_mark, HOST_VETH_PREFIX).await?;
         let mut ipam = Ipam::open(&cfg.state_dir, block)?;
         ipam.set_block6(block6);

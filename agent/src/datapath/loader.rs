@@ -169,7 +169,9 @@ impl Datapath {
         self.attach(&programs::FROM_OVERLAY, dev, TcAttachType::Ingress)
     }
 
-    /// Attach `sdn_from_uplink` to the uplink's ingress (the north-south doors).
+    /// Attach `sdn_from_uplink` to the uplink's ingress (a pinned TCX link, like the
+    /// overlay's: a restarted agent swaps its program in, and the hook stays while no agent
+    /// runs).
     pub fn attach_uplink(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
         self.attach(&programs::FROM_UPLINK, dev, TcAttachType::Ingress)
     }

@@ -151,6 +151,11 @@ impl NetDev {
         link_by_name(&self.h, name).await
     }
 
+    /// The rtnetlink handle, for the agent's other netlink work (e.g. [`crate::uplink`]).
+    pub fn handle(&self) -> &Handle {
+        &self.h
+    }
+
     /// The MTU the overlay must fit in: `dev`'s, else the default route's device's, else
     /// 1500 (a node without a default route, as in tests).
     pub async fn underlay_mtu(&self, dev: Option<&str>) -> Result<u32, NetdevError> {

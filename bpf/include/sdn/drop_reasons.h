@@ -32,7 +32,13 @@
 #define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
 #define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 #define DROP_SEVERED		-19	/* VPC traffic from or to a pod whose Port was revoked (lib/sever.h) */
-/* -20..-27: reserved for the gateway NAT and masquerade. */
+/* -20..-27: north-south SNAT (lib/snat.h, lib/egress.h) */
+#define DROP_NO_GATEWAY		-20	/* VPC pod to outside the cluster, its VPC has no NAT gateway (for the family) */
+#define DROP_SNAT_FULL		-21	/* no free NAT port for a new flow */
+#define DROP_SNAT_NO_ROUTE	-22	/* a NATed packet has no route out of the uplink */
+#define DROP_SNAT_NO_OWNER	-23	/* reply to a VPC NAT address whose port shard has no known node */
+#define DROP_SNAT_NO_CT		-24	/* reply to a VPC NAT address without a NAT flow at its owner */
+#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error) */
 #define DROP_FIP_NO_TARGET	-28	/* Floating IP whose target is neither on this node nor known remotely */
 #define DROP_NS_NO_ROUTE	-29	/* north-south egress: no route out of the node (bpf_fib_lookup) */
 #define DROP_LB_REFUSED		-30	/* LoadBalancer traffic into a VPC whose gateway does not admit it */

@@ -403,3 +403,5 @@ struct {
 #include <sdn/meter_maps.h>
 #include <sdn/fip_maps.h>
 #include <sdn/lb_gate_maps.h>
+/* North-south SNAT maps (h1): their own header. */
+#include <sdn/snat_maps.h>

@@ -31,6 +31,14 @@ pub mod node_blocks;
 pub mod nodes;
 pub mod ports;
 pub mod remotes;
+pub mod snat_addrs;
+pub mod snat_conf;
+pub mod snat_fwd;
+pub mod snat_gws;
+pub mod snat_inside;
+pub mod snat_rev;
+pub mod snat_shards;
+pub mod snat_work;
 pub mod xnet_allow;
 pub mod xnet_routes;
 
@@ -63,6 +71,14 @@ pub const ALL: &[&str] = &[
     xnet_allow::NAME,
     nodes::NAME,
     frags::NAME,
+    snat_conf::NAME,
+    snat_inside::NAME,
+    snat_addrs::NAME,
+    snat_gws::NAME,
+    snat_shards::NAME,
+    snat_fwd::NAME,
+    snat_rev::NAME,
+    snat_work::NAME,
     door_stats::NAME,
     fip_in::NAME,
     fip_out::NAME,
@@ -150,6 +166,9 @@ mod tests {
     use super::*;
     use crate::Object;
     use crate::abi::{
+        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
+        Frag, FragKey, NetStats, NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside,
+        SnatKey, SnatRev, SnatRkey, SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
         DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbFront, LbKey, LbRevKey, NetStats,
         NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
@@ -212,6 +231,14 @@ mod tests {
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
+            (snat_conf::NAME, size_of::<u32>(), size_of::<SnatConf>()),
+            (snat_inside::NAME, size_of::<XnetKey>(), size_of::<SnatInside>()),
+            (snat_addrs::NAME, size_of::<Addr>(), size_of::<SnatAddr>()),
+            (snat_gws::NAME, size_of::<u32>(), size_of::<SnatGw>()),
+            (snat_shards::NAME, size_of::<u32>(), size_of::<Remote>()),
+            (snat_fwd::NAME, size_of::<SnatKey>(), size_of::<SnatFwd>()),
+            (snat_rev::NAME, size_of::<SnatRkey>(), size_of::<SnatRev>()),
+            (snat_work::NAME, size_of::<u32>(), size_of::<SnatWork>()),
             (door_stats::NAME, size_of::<DoorKey>(), size_of::<DoorStats>()),
             (fip_in::NAME, size_of::<Addr>(), size_of::<Fip>()),
             (fip_out::NAME, size_of::<EpKey>(), size_of::<FipPub>()),

@@ -1,0 +1,409 @@
+//! What the north-south SNAT doors need to know, from watches: which destinations are inside
+//! (never NATed), which VPC may leave through which NAT address, and which node owns which
+//! gateway port shard.
+//!
+//! * **Nodes** (kube API): every node's fabric blocks (both families) and addresses become
+//!   net-0 ranges of `sdn_snat_inside`, with the `--service-cidr`s; every node's shard
+//!   ([`crate::uplink::shard_of`] of its block) maps to its tunnel address in
+//!   `sdn_snat_shards`, so a reply to a VPC NAT address attracted to this node reaches the
+//!   node that allocated its port.
+//! * **VPCs**: each VPC's own ranges become `sdn_snat_inside` under its VNI (its gateway never
+//!   NATs them).
+//! * **VPCGateways**, cluster-wide: a VPC's effective gateway is the oldest one naming it that
+//!   is not being deleted (ties by name, as the server's status loop decides). If it has
+//!   `spec.nat.enabled` and a `status.natAddress`/`natAddress6`, the VPC's VNI gets those in
+//!   `sdn_snat_gws` and the addresses go into `sdn_snat_addrs` (net = VNI) on every node:
+//!   whichever node the address is attracted to must recognise the replies. Otherwise the
+//!   VPC has no way out.
+//!
+//! One task holds the caches and writes the difference after each event; entries are pruned
+//! only once all three watches have listed, so a restarted agent keeps the pinned state until
+//! it knows better.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use cozyplane_apis::net::IpNet;
+use cozyplane_apis::v1alpha1::{VPC, VPCGateway};
+use cozyplane_bpf::maps::snat_addrs::SnatAddrsMap;
+use cozyplane_bpf::maps::snat_gws::{Gw, SnatGwsMap};
+use cozyplane_bpf::maps::snat_inside::{Range, SnatInsideMap};
+use cozyplane_bpf::maps::snat_shards::SnatShardsMap;
+use futures::{StreamExt as _, stream::BoxStream};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+
+use crate::api::{ApiClients, node_address, node_pod_block, node_pod_block6};
+use crate::watch::{Cache, changes_live, name_of};
+
+/// What one Node contributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeFacts {
+    /// Fabric blocks, both families.
+    blocks: Vec<(IpAddr, u8)>,
+    /// Its addresses (status, and the announced tunnel address).
+    addrs: Vec<IpAddr>,
+    /// Its IPv4 block, which names its shard.
+    block4: Option<(Ipv4Addr, u8)>,
+    /// Its tunnel address.
+    tunnel: Option<IpAddr>,
+}
+
+/// What one VPC contributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct VpcFacts {
+    vni: u32,
+    cidrs: Vec<(IpAddr, u8)>,
+}
+
+/// What one VPCGateway contributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GwFacts {
+    vpc: String,
+    /// Sort key of "oldest": creation time, then name.
+    age: (Option<Time>, String),
+    deleting: bool,
+    nat: bool,
+    addr4: Option<Ipv4Addr>,
+    addr6: Option<Ipv6Addr>,
+}
+
+fn node_facts(n: &Node) -> Option<(String, NodeFacts)> {
+    let block4 = node_pod_block(n).map(|b| (b.base(), b.prefix()));
+    let mut blocks: Vec<(IpAddr, u8)> = block4.iter().map(|(b, l)| (IpAddr::V4(*b), *l)).collect();
+    blocks.extend(node_pod_block6(n).map(|b| (IpAddr::V6(b.base()), b.prefix())));
+    let tunnel = node_address(n);
+    let mut addrs: Vec<IpAddr> = n
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    addrs.extend(tunnel);
+    Some((
+        n.metadata.name.clone()?,
+        NodeFacts {
+            blocks,
+            addrs,
+            block4,
+            tunnel,
+        },
+    ))
+}
+
+fn vpc_facts(v: &VPC) -> Option<((String, String), VpcFacts)> {
+    let vni = u32::try_from(v.status.as_ref()?.vni).ok().filter(|v| *v > 0)?;
+    let cidrs = v
+        .spec
+        .cidrs
+        .iter()
+        .filter_map(|c| c.parse::<IpNet>().ok())
+        .map(|n| (n.network(), n.prefix_len()))
+        .collect();
+    Some((name_of(&v.metadata), VpcFacts { vni, cidrs }))
+}
+
+fn gw_facts(g: &VPCGateway) -> Option<((String, String), GwFacts)> {
+    let st = g.status.clone().unwrap_or_default();
+    let name = g.metadata.name.clone()?;
+    Some((
+        name_of(&g.metadata),
+        GwFacts {
+            vpc: g.spec.vpc_ref.name.clone(),
+            age: (g.metadata.creation_timestamp.clone(), name),
+            deleting: g.metadata.deletion_timestamp.is_some(),
+            nat: g.spec.nat.enabled,
+            addr4: st.nat_address.parse().ok(),
+            addr6: st.nat_address6.parse().ok(),
+        },
+    ))
+}
+
+/// Everything this node's maps should hold.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Desired {
+    inside: BTreeSet<Range>,
+    addrs: BTreeMap<IpAddr, u32>,
+    gws: BTreeMap<u32, Gw>,
+    shards: BTreeMap<u32, IpAddr>,
+}
+
+/// The effective gateway of each `(namespace, vpc)`: the oldest non-deleting one.
+fn effective(gws: &HashMap<(String, String), GwFacts>) -> HashMap<(String, String), &GwFacts> {
+    let mut best: HashMap<(String, String), &GwFacts> = HashMap::new();
+    for ((ns, _), g) in gws.iter().filter(|(_, g)| !g.deleting) {
+        let k = (ns.clone(), g.vpc.clone());
+        match best.get(&k) {
+            Some(b) if b.age <= g.age => {}
+            _ => {
+                best.insert(k, g);
+            }
+        }
+    }
+    best
+}
+
+pub(crate) fn desired(
+    nodes: &HashMap<String, NodeFacts>,
+    vpcs: &HashMap<(String, String), VpcFacts>,
+    gws: &HashMap<(String, String), GwFacts>,
+    (service_cidrs, shards): (&[IpNet], u16),
+) -> Desired {
+    let mut d = Desired::default();
+    for s in service_cidrs {
+        d.inside.insert((0, s.network(), s.prefix_len()));
+    }
+    for n in nodes.values() {
+        for (b, l) in &n.blocks {
+            d.inside.insert((0, *b, *l));
+        }
+        for a in &n.addrs {
+            d.inside.insert((0, *a, if a.is_ipv4() { 32 } else { 128 }));
+        }
+        if let (Some(b), Some(t)) = (n.block4, n.tunnel) {
+            d.shards.insert(u32::from(crate::uplink::shard_of(b, shards)), t);
+        }
+    }
+    for v in vpcs.values() {
+        for (b, l) in &v.cidrs {
+            d.inside.insert((v.vni, *b, *l));
+        }
+    }
+    for ((ns, vpc), g) in effective(gws) {
+        let Some(v) = vpcs.get(&(ns, vpc)) else {
+            continue;
+        };
+        if !g.nat || (g.addr4.is_none() && g.addr6.is_none()) {
+            continue;
+        }
+        d.gws.insert(v.vni, (g.addr4, g.addr6));
+        for a in [g.addr4.map(IpAddr::V4), g.addr6.map(IpAddr::V6)]
+            .into_iter()
+            .flatten()
+        {
+            d.addrs.insert(a, v.vni);
+        }
+    }
+    d
+}
+
+/// Writes `want` over what is pinned; removals only when `prune`.
+fn sync(pins: &Path, want: &Desired, prune: bool) -> Result<(), aya::maps::MapError> {
+    let mut inside = SnatInsideMap::from_pin(pins)?;
+    let have: BTreeSet<Range> = inside.ranges()?.into_iter().collect();
+    for r in want.inside.difference(&have) {
+        inside.insert(*r)?;
+    }
+    if prune {
+        for r in have.difference(&want.inside) {
+            inside.remove(*r)?;
+        }
+    }
+
+    let mut addrs = SnatAddrsMap::from_pin(pins)?;
+    let have: BTreeMap<IpAddr, u32> = addrs.entries()?.into_iter().collect();
+    for (a, net) in &want.addrs {
+        if have.get(a) != Some(net) {
+            addrs.insert(*a, *net)?;
+        }
+    }
+    if prune {
+        // Net 0 is the uplink's own addresses (crate::uplink).
+        for (a, net) in &have {
+            if *net != 0 && !want.addrs.contains_key(a) {
+                addrs.remove(*a)?;
+            }
+        }
+    }
+
+    let mut gws = SnatGwsMap::from_pin(pins)?;
+    let have: BTreeMap<u32, Gw> = gws.entries()?.into_iter().collect();
+    for (vni, g) in &want.gws {
+        if have.get(vni) != Some(g) {
+            gws.upsert(*vni, *g)?;
+        }
+    }
+    if prune {
+        for vni in have.keys().filter(|v| !want.gws.contains_key(v)) {
+            gws.remove(*vni)?;
+        }
+    }
+
+    let mut shards = SnatShardsMap::from_pin(pins)?;
+    for (s, node) in &want.shards {
+        if shards.get(*s)? != Some(*node) {
+            shards.set(*s, Some(*node))?;
+        }
+    }
+    if prune {
+        for s in 0..cozyplane_bpf::maps::snat_shards::MAX {
+            if !want.shards.contains_key(&s) && shards.get(s)?.is_some() {
+                shards.set(s, None)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+enum Ev {
+    Node(Box<Result<Event<Node>, watcher::Error>>),
+    Vpc(Result<Event<VPC>, watcher::Error>),
+    Gw(Result<Event<VPCGateway>, watcher::Error>),
+}
+
+/// Runs the watches forever, keeping the SNAT maps under `pin_dir` in line.
+pub async fn run(api: ApiClients, pin_dir: PathBuf, service_cidrs: Vec<IpNet>, shards: u16) {
+    let cfg = watcher::Config::default();
+    let nodes = watcher::watcher(Api::<Node>::all(api.kube.clone()), cfg.clone())
+        .default_backoff()
+        .map(|e| Ev::Node(Box::new(e)));
+    let vpcs = watcher::watcher(Api::<VPC>::all(api.sdn.clone()), cfg.clone())
+        .default_backoff()
+        .map(Ev::Vpc);
+    let gws = watcher::watcher(Api::<VPCGateway>::all(api.sdn.clone()), cfg)
+        .default_backoff()
+        .map(Ev::Gw);
+    let streams: Vec<BoxStream<'static, Ev>> = vec![nodes.boxed(), vpcs.boxed(), gws.boxed()];
+    let mut events = futures::stream::select_all(streams);
+    let mut node_cache: Cache<String, NodeFacts> = Cache::new();
+    let mut vpc_cache: Cache<(String, String), VpcFacts> = Cache::new();
+    let mut gw_cache: Cache<(String, String), GwFacts> = Cache::new();
+    let mut last: Option<(Desired, bool)> = None;
+    tracing::info!("watching Nodes, VPCs and VPCGateways for the north-south doors");
+    while let Some(ev) = events.next().await {
+        let res = match ev {
+            Ev::Node(r) => (*r).map(|e| {
+                let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
+                node_cache.apply(e, node_facts, |n| n.metadata.name.clone().unwrap_or_default());
+                live
+            }),
+            Ev::Vpc(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    vpc_cache.apply(e, vpc_facts, |v| name_of(&v.metadata));
+                    live
+                })
+            }
+            Ev::Gw(r) => {
+                let live = changes_live(&r);
+                r.map(|e| {
+                    gw_cache.apply(e, gw_facts, |g| name_of(&g.metadata));
+                    live
+                })
+            }
+        };
+        match res {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!("egress watch: {e}");
+                continue;
+            }
+        }
+        let want = desired(
+            &node_cache.live,
+            &vpc_cache.live,
+            &gw_cache.live,
+            (&service_cidrs, shards),
+        );
+        let prune = node_cache.synced && vpc_cache.synced && gw_cache.synced;
+        if let Some((l, p)) = &last
+            && *l == want
+            && *p == prune
+        {
+            continue;
+        }
+        match sync(&pin_dir, &want, prune) {
+            Ok(()) => {
+                tracing::debug!(
+                    gateways = want.gws.len(),
+                    inside = want.inside.len(),
+                    "egress maps synced"
+                );
+                last = Some((want, prune));
+            }
+            Err(e) => tracing::warn!("egress maps: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gw(vpc: &str, t: i64, name: &str, nat: bool, a: Option<&str>) -> GwFacts {
+        let t = k8s_openapi::jiff::Timestamp::from_second(t).unwrap();
+        GwFacts {
+            vpc: vpc.into(),
+            age: (Some(Time(t)), name.into()),
+            deleting: false,
+            nat,
+            addr4: a.map(|a| a.parse().unwrap()),
+            addr6: None,
+        }
+    }
+
+    #[test]
+    fn the_oldest_gateway_wins_and_needs_nat_and_an_address() {
+        let vpcs: HashMap<_, _> = [(
+            ("t1".to_string(), "a".to_string()),
+            VpcFacts {
+                vni: 100,
+                cidrs: vec![("10.30.0.0".parse().unwrap(), 24)],
+            },
+        )]
+        .into();
+        let mut gws: HashMap<(String, String), GwFacts> = HashMap::new();
+        gws.insert(
+            ("t1".into(), "young".into()),
+            gw("a", 2, "young", true, Some("203.0.113.9")),
+        );
+        gws.insert(
+            ("t1".into(), "old".into()),
+            gw("a", 1, "old", true, Some("203.0.113.10")),
+        );
+        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        assert_eq!(d.gws[&100], (Some("203.0.113.10".parse().unwrap()), None));
+        assert_eq!(d.addrs[&"203.0.113.10".parse::<IpAddr>().unwrap()], 100);
+        assert!(d.inside.contains(&(100, "10.30.0.0".parse().unwrap(), 24)));
+
+        // The oldest disables NAT: the VPC has no way out, the younger one does not step in.
+        gws.get_mut(&("t1".to_string(), "old".to_string())).unwrap().nat = false;
+        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        assert!(d.gws.is_empty() && d.addrs.is_empty());
+
+        // Deleting the oldest makes the younger effective.
+        gws.get_mut(&("t1".to_string(), "old".to_string()))
+            .unwrap()
+            .deleting = true;
+        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        assert_eq!(d.gws[&100], (Some("203.0.113.9".parse().unwrap()), None));
+    }
+
+    #[test]
+    fn nodes_give_inside_ranges_and_shard_owners() {
+        let nodes: HashMap<_, _> = [(
+            "n2".to_string(),
+            NodeFacts {
+                blocks: vec![("10.244.2.0".parse().unwrap(), 24)],
+                addrs: vec!["192.168.77.2".parse().unwrap()],
+                block4: Some(("10.244.2.0".parse().unwrap(), 24)),
+                tunnel: Some("192.168.77.2".parse().unwrap()),
+            },
+        )]
+        .into();
+        let svc: Vec<IpNet> = vec!["10.96.0.0/12".parse().unwrap()];
+        let d = desired(&nodes, &HashMap::new(), &HashMap::new(), (&svc, 16));
+        assert!(d.inside.contains(&(0, "10.244.2.0".parse().unwrap(), 24)));
+        assert!(d.inside.contains(&(0, "192.168.77.2".parse().unwrap(), 32)));
+        assert!(d.inside.contains(&(0, "10.96.0.0".parse().unwrap(), 12)));
+        assert_eq!(d.shards[&2], "192.168.77.2".parse::<IpAddr>().unwrap());
+    }
+}

@@ -1,0 +1,317 @@
+//! The node's uplink: where north-south traffic leaves and its replies come back.
+//!
+//! At start the agent picks the uplink (`--uplink-device`, else the device of the IPv4
+//! default route, else the IPv6 one), attaches `sdn_from_uplink` to its ingress (a pinned TCX
+//! link like the overlay's, so the hook and the NAT flows survive an agent restart: the
+//! datapath fails static) and writes the node's NAT settings (`sdn_snat_conf`): the uplink's
+//! ifindex and global addresses (what net-0 pods are masqueraded to), the masquerade port
+//! range, and this node's shard of the gateway port range ([`shard_of`]). The uplink's
+//! addresses also go into `sdn_snat_addrs` as net 0, so that `sdn_from_uplink` recognises
+//! replies to masqueraded flows.
+//!
+//! A node without an uplink (no default route, no flag) masquerades nothing: its pods' traffic
+//! goes to the host stack as with `--masquerade=off`.
+
+use std::net::IpAddr;
+
+use cozyplane_bpf::abi::{Addr, SnatConf};
+use cozyplane_bpf::maps::snat_addrs::SnatAddrsMap;
+use cozyplane_bpf::maps::snat_conf::SnatConfMap;
+use futures::TryStreamExt as _;
+use netlink_packet_route::address::{AddressAttribute, AddressScope};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+use rtnetlink::RouteMessageBuilder;
+
+use crate::datapath::loader::Datapath;
+use crate::datapath::netdev::NetDev;
+use crate::ipam::Block;
+
+/// `--masquerade`: who translates default-network pods' traffic to outside the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Masquerade {
+    /// The datapath (eBPF), to the uplink's address.
+    Bpf,
+    /// Nobody here: the operator masquerades elsewhere (or routes pod addresses).
+    Off,
+}
+
+/// Net-0 masquerade ports: above the host's default ephemeral range (32768–60999), so the
+/// node's own connections never collide with masqueraded ones.
+pub const MASQ_PORTS: (u16, u16) = (61000, 65535);
+/// The gateway NAT range, cut into `--nat-shards` equal shards; the NAT address is the VPC's
+/// own, so the whole unprivileged range is available.
+pub const GW_PORTS: (u16, u16) = (1024, 65535);
+
+/// Why the uplink could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    /// Netlink work failed.
+    #[error("{what}: {source}")]
+    Netlink {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: rtnetlink::Error,
+    },
+    /// The named device does not exist.
+    #[error("uplink device {0} not found")]
+    Missing(String),
+    /// `--nat-shards` out of range.
+    #[error("--nat-shards must be 1..={max}, got {0}", max = cozyplane_bpf::maps::snat_shards::MAX)]
+    Shards(u16),
+    /// Attaching `sdn_from_uplink`.
+    #[error("{0}")]
+    Attach(#[from] crate::datapath::loader::LoadError),
+    /// Writing the maps.
+    #[error("{what}: {source}")]
+    Map {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: aya::maps::MapError,
+    },
+}
+
+/// The uplink as found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uplink {
+    /// Device name.
+    pub dev: String,
+    /// Its ifindex.
+    pub index: u32,
+    /// Its first global IPv4 and IPv6 addresses.
+    pub addr4: Option<std::net::Ipv4Addr>,
+    /// See `addr4`.
+    pub addr6: Option<std::net::Ipv6Addr>,
+}
+
+/// This node's shard of the gateway port range: its fabric block's number (the block base
+/// shifted right by the host bits) modulo `shards`. Deterministic and known to every node
+/// (blocks are on the Nodes), and collision-free as long as the cluster's pod CIDR holds at
+/// most `shards` blocks (a /16 cut into /24s needs 256: raise `--nat-shards`, which narrows
+/// each shard, or use larger blocks). The node IPAM hands out blocks in order, so the first
+/// `shards` nodes never collide whatever the CIDR.
+pub fn shard_of(block: (std::net::Ipv4Addr, u8), shards: u16) -> u16 {
+    let (base, len) = block;
+    let number = u32::from(base)
+        .checked_shr(32 - u32::from(len.min(32)))
+        .unwrap_or(0);
+    u16::try_from(number % u32::from(shards.max(1))).unwrap_or(0)
+}
+
+/// Ports per shard for `shards` shards of [`GW_PORTS`].
+pub fn shard_size(shards: u16) -> u16 {
+    let span = u32::from(GW_PORTS.1) - u32::from(GW_PORTS.0) + 1;
+    u16::try_from(span / u32::from(shards.max(1))).unwrap_or(u16::MAX)
+}
+
+/// The settings `sdn_snat_conf` gets.
+pub fn conf(up: Option<&Uplink>, masq: Masquerade, block: &Block, shards: u16) -> SnatConf {
+    let mut c = SnatConf {
+        masq_min: MASQ_PORTS.0,
+        masq_max: MASQ_PORTS.1,
+        gw_min: GW_PORTS.0,
+        gw_shard_size: shard_size(shards),
+        gw_shards: shards,
+        shard: shard_of((block.base(), block.prefix()), shards),
+        ..SnatConf::default()
+    };
+    let Some(up) = up else { return c };
+    c.uplink_ifindex = up.index;
+    if masq == Masquerade::Bpf {
+        c.flags |= SnatConf::F_MASQ;
+    }
+    if let Some(a) = up.addr4 {
+        c.node4 = Addr::from(a);
+        c.flags |= SnatConf::F_HAVE4;
+    }
+    if let Some(a) = up.addr6 {
+        c.node6 = Addr::from(a);
+        c.flags |= SnatConf::F_HAVE6;
+    }
+    c
+}
+
+fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> UplinkError {
+    let what = what.into();
+    move |source| UplinkError::Netlink { what, source }
+}
+
+/// The output device of a default route among `routes`.
+fn default_oif(routes: &[RouteMessage]) -> Option<u32> {
+    routes
+        .iter()
+        .filter(|r| r.header.destination_prefix_length == 0)
+        .find_map(|r| {
+            r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            })
+        })
+}
+
+/// Finds the uplink: `dev`, else the default route's device (IPv4 first); None without one.
+pub async fn find(netdev: &NetDev, dev: Option<&str>) -> Result<Option<Uplink>, UplinkError> {
+    let h = netdev.handle();
+    let index = match dev {
+        Some(d) => Some(
+            netdev
+                .link(d)
+                .await
+                .map_err(|e| UplinkError::Missing(format!("{d}: {e}")))?
+                .ok_or_else(|| UplinkError::Missing(d.to_string()))?
+                .index,
+        ),
+        None => {
+            let v4: Vec<RouteMessage> = h
+                .route()
+                .get(RouteMessageBuilder::<std::net::Ipv4Addr>::new().build())
+                .execute()
+                .try_collect()
+                .await
+                .map_err(nl("list IPv4 routes"))?;
+            let v6: Vec<RouteMessage> = h
+                .route()
+                .get(RouteMessageBuilder::<std::net::Ipv6Addr>::new().build())
+                .execute()
+                .try_collect()
+                .await
+                .map_err(nl("list IPv6 routes"))?;
+            default_oif(&v4).or_else(|| default_oif(&v6))
+        }
+    };
+    let Some(index) = index else { return Ok(None) };
+    let mut links = h.link().get().match_index(index).execute();
+    let name = links
+        .try_next()
+        .await
+        .map_err(nl(format!("get link {index}")))?
+        .and_then(|m| {
+            m.attributes.iter().find_map(|a| match a {
+                netlink_packet_route::link::LinkAttribute::IfName(n) => Some(n.clone()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default();
+    let addrs: Vec<_> = h
+        .address()
+        .get()
+        .set_link_index_filter(index)
+        .execute()
+        .try_collect()
+        .await
+        .map_err(nl(format!("addresses of {name}")))?;
+    let mut up = Uplink {
+        dev: name,
+        index,
+        addr4: None,
+        addr6: None,
+    };
+    for m in addrs.iter().filter(|m| m.header.scope == AddressScope::Universe) {
+        for a in &m.attributes {
+            match a {
+                AddressAttribute::Address(IpAddr::V4(v4)) if up.addr4.is_none() => up.addr4 = Some(*v4),
+                AddressAttribute::Address(IpAddr::V6(v6)) if up.addr6.is_none() => up.addr6 = Some(*v6),
+                _ => {}
+            }
+        }
+    }
+    Ok(Some(up))
+}
+
+/// Start-up: find the uplink, attach `sdn_from_uplink`, write `sdn_snat_conf` and this
+/// node's addresses into `sdn_snat_addrs` (net 0; earlier ones no longer on the uplink go).
+pub async fn setup(
+    datapath: &mut Datapath,
+    netdev: &NetDev,
+    cfg: &crate::AgentConfig,
+    block: &Block,
+) -> Result<Option<Uplink>, UplinkError> {
+    if cfg.nat_shards == 0 || u32::from(cfg.nat_shards) > cozyplane_bpf::maps::snat_shards::MAX {
+        return Err(UplinkError::Shards(cfg.nat_shards));
+    }
+    let up = find(netdev, cfg.uplink_device.as_deref()).await?;
+    if let Some(u) = &up {
+        datapath.attach_uplink(&u.dev)?;
+    }
+    let pins = datapath.pin_dir();
+    let map = |what: &str| {
+        let what = what.to_string();
+        move |source| UplinkError::Map { what, source }
+    };
+    let c = conf(up.as_ref(), cfg.masquerade, block, cfg.nat_shards);
+    SnatConfMap::from_pin(pins)
+        .and_then(|mut m| m.set(c))
+        .map_err(map("write sdn_snat_conf"))?;
+    let mut addrs = SnatAddrsMap::from_pin(pins).map_err(map("open sdn_snat_addrs"))?;
+    let mine: Vec<IpAddr> = up
+        .iter()
+        .flat_map(|u| [u.addr4.map(IpAddr::V4), u.addr6.map(IpAddr::V6)])
+        .flatten()
+        .collect();
+    for (ip, net) in addrs.entries().map_err(map("read sdn_snat_addrs"))? {
+        if net == 0 && !mine.contains(&ip) {
+            addrs.remove(ip).map_err(map("prune sdn_snat_addrs"))?;
+        }
+    }
+    for ip in &mine {
+        addrs.insert(*ip, 0).map_err(map("write sdn_snat_addrs"))?;
+    }
+    match &up {
+        Some(u) => tracing::info!(uplink = %u.dev, addr4 = ?u.addr4, addr6 = ?u.addr6,
+            masquerade = ?cfg.masquerade, shard = c.shard, shard_size = c.gw_shard_size,
+            "uplink attached"),
+        None => tracing::warn!("no uplink (no default route, no --uplink-device): nothing is masqueraded"),
+    }
+    Ok(up)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shard_is_the_block_number_modulo_the_shards() {
+        let b = |s: &str| {
+            let b: Block = s.parse().unwrap();
+            (b.base(), b.prefix())
+        };
+        assert_eq!(shard_of(b("10.244.1.0/24"), 16), 1);
+        assert_eq!(shard_of(b("10.244.2.0/24"), 16), 2);
+        assert_eq!(shard_of(b("10.244.17.0/24"), 16), 1);
+        assert_eq!(shard_of(b("10.244.0.0/16"), 16), 4);
+        // Different blocks of one /16 cut into /24s never share a shard with 256 shards.
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..=255u8 {
+            assert!(seen.insert(shard_of(b(&format!("10.244.{i}.0/24")), 256)));
+        }
+    }
+
+    #[test]
+    fn shards_cut_the_gateway_range_without_overlap() {
+        for shards in [1u16, 16, 64, 1024] {
+            let size = u32::from(shard_size(shards));
+            let last = u32::from(GW_PORTS.0) + u32::from(shards) * size - 1;
+            assert!(last <= u32::from(GW_PORTS.1), "{shards} shards end at {last}");
+            assert!(size > 0);
+        }
+    }
+
+    #[test]
+    fn no_uplink_masquerades_nothing() {
+        let block: Block = "10.244.1.0/24".parse().unwrap();
+        let c = conf(None, Masquerade::Bpf, &block, 16);
+        assert_eq!(c.flags & SnatConf::F_MASQ, 0);
+        let up = Uplink {
+            dev: "eth0".into(),
+            index: 2,
+            addr4: Some("192.0.2.7".parse().unwrap()),
+            addr6: None,
+        };
+        let c = conf(Some(&up), Masquerade::Bpf, &block, 16);
+        assert_eq!(c.flags, SnatConf::F_MASQ | SnatConf::F_HAVE4);
+        let c = conf(Some(&up), Masquerade::Off, &block, 16);
+        assert_eq!(c.flags, SnatConf::F_HAVE4);
+        assert_eq!((c.shard, c.gw_shard_size), (1, 4032));
+    }
+}

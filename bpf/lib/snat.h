@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The stateful SNAT engine of the north-south doors: net-0 masquerade and the
+ * VPC gateway (lib/egress.h decides who is NATed to what; this file keeps the
+ * flows). Both families, addresses 128 bits as everywhere.
+ *
+ * A flow has two halves. sdn_snat_fwd is keyed by the flow as it leaves the
+ * pod ({net, pod, peer, ports, proto}: the net keeps overlapping tenants
+ * apart) and names its NAT address and port. sdn_snat_rev is keyed by the
+ * reply as it arrives from outside ({nat, peer, ports, proto}) and names the
+ * pod. The reverse half is inserted with BPF_NOEXIST, so a NAT port is never
+ * shared by two flows towards the same peer address and port: that is the
+ * whole collision rule, and why one port serves many peers.
+ *
+ * Ports come from a range the caller gives (a dedicated masquerade range, or
+ * this node's gateway shard), probed at random. Both halves are LRU maps, so
+ * a full table evicts the least recently used flows; besides, a reverse entry
+ * not seen for SDN_SNAT_TTL_* may be taken over by a new flow (its forward
+ * half is removed with it, so the old flow cannot keep using the port). A new
+ * flow that finds no port is dropped and counted (DROP_SNAT_FULL).
+ *
+ * TCP and UDP by port, ICMP and ICMPv6 echo by identifier. IPv4 ICMP errors
+ * about a NATed flow (fragmentation needed, time exceeded, unreachable) are
+ * translated back, their quote included (lib/icmp_err.h); ICMPv6 errors are
+ * not yet. IPv4 fragments follow their first fragment (lib/frag.h).
+ */
+#pragma once
+
+#include "common.h"
+#include "frag.h"
+#include "icmp_err.h"
+#include "nat.h"
+#include "nat6.h"
+#include "parse.h"
+
+/* "Not mine, carry on": returned by the door functions besides a tc verdict
+ * or a DROP_* reason (negative). No tc action has this value.
+ */
+#define SDN_SNAT_PASS		0x100
+
+#define SDN_SNAT_TRIES		16
+/* Idle seconds (units of 2^30 ns) after which a flow's port may be reused. */
+#define SDN_SNAT_TTL_TCP	3600
+#define SDN_SNAT_TTL_OTHER	120
+
+/* The NAT paths are BPF-to-BPF calls, not inlined: each has its own stack
+ * frame, which keeps every program's frame within the 512 bytes.
+ */
+#define __sdn_noinline		__attribute__((noinline))
+
+#define SDN_AF_INET		2
+#define SDN_AF_INET6		10
+
+static __always_inline struct sdn_snat_conf *sdn_snat_conf_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&sdn_snat_conf, &zero);
+}
+
+static __always_inline __u32 sdn_snat_now(void)
+{
+	return bpf_ktime_get_ns() >> 30;
+}
+
+/* Whether dst is cluster-internal, or (net != 0) inside net's own ranges. */
+static __always_inline int sdn_snat_is_inside(__u32 net,
+					      const struct sdn_addr *dst)
+{
+	struct sdn_xnet_key k = {
+		.prefixlen = 32 + 128,
+		.net = 0,
+		.ip = *dst,
+	};
+
+	if (bpf_map_lookup_elem(&sdn_snat_inside, &k))
+		return 1;
+	if (!net)
+		return 0;
+	k.net = net;
+	return bpf_map_lookup_elem(&sdn_snat_inside, &k) != NULL;
+}
+
+/* The flow's ports as it leaves the pod; DROP_SNAT_UNSUPPORTED if the engine
+ * cannot translate it (other protocols, ICMP other than an echo request).
+ */
+static __always_inline int sdn_snat_out_ports(const struct sdn_pkt *p,
+					      __be16 *sport, __be16 *dport)
+{
+	switch (p->proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		*sport = p->sport;
+		*dport = p->dport;
+		return 0;
+	case IPPROTO_ICMP:
+		if (p->family != 4 || p->icmp_type != ICMP_ECHO)
+			return DROP_SNAT_UNSUPPORTED;
+		*sport = p->sport;
+		*dport = 0;
+		return 0;
+	case IPPROTO_ICMPV6:
+		if (p->family != 6 || p->icmp_type != ICMPV6_ECHO_REQUEST)
+			return DROP_SNAT_UNSUPPORTED;
+		*sport = p->sport;
+		*dport = 0;
+		return 0;
+	}
+	return DROP_SNAT_UNSUPPORTED;
+}
+
+/* A free NAT port in [min, min + span) for the reverse key w->rk (nat, peer,
+ * peer_port, proto set): on success w->rk.nat_port is it and w->rv is
+ * inserted.
+ */
+static __sdn_noinline int sdn_snat_alloc(struct sdn_snat_work *w, __u32 min,
+					 __u32 span)
+{
+	__u32 ttl = w->rk.proto == IPPROTO_TCP ? SDN_SNAT_TTL_TCP :
+						 SDN_SNAT_TTL_OTHER;
+
+	if (!span)
+		return DROP_SNAT_FULL;
+#pragma unroll
+	for (int i = 0; i < SDN_SNAT_TRIES; i++) {
+		struct sdn_snat_rev *old;
+
+		w->rk.nat_port =
+			bpf_htons((__u16)(min + bpf_get_prandom_u32() % span));
+		if (!bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_NOEXIST))
+			return 0;
+		old = bpf_map_lookup_elem(&sdn_snat_rev, &w->rk);
+		if (!old || w->rv.seen - old->seen <= ttl)
+			continue;
+		/* Expired: the old flow loses its forward half with the port. */
+		w->old.net = old->net;
+		w->old.src = old->pod;
+		w->old.dst = w->rk.peer;
+		w->old.sport = old->pod_port;
+		w->old.dport = w->rk.peer_port;
+		w->old.proto = w->rk.proto;
+		bpf_map_delete_elem(&sdn_snat_fwd, &w->old);
+		if (!bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_ANY))
+			return 0;
+	}
+	return DROP_SNAT_FULL;
+}
+
+/*
+ * Translates p, leaving a pod of net, to the source nat with a port from
+ * [min, min + span) (range: min << 32 | span). On success p holds the new source and port; a first
+ * fragment's outcome is noted for the later ones. Returns 0 or a DROP_*.
+ */
+static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
+				       struct sdn_pkt *p, __u32 net,
+				       const struct sdn_addr *nat, __u64 range)
+{
+	__u32 min = range >> 32, span = (__u32)range;
+	struct sdn_snat_work *w;
+	struct sdn_snat_fwd *hit;
+	__be16 sport, dport, nat_port;
+	__u32 zero = 0;
+	int ret, have = 0;
+
+	ret = sdn_snat_out_ports(p, &sport, &dport);
+	if (ret)
+		return ret;
+	w = bpf_map_lookup_elem(&sdn_snat_work, &zero);
+	if (!w)
+		return DROP_SNAT_FULL;
+	__builtin_memset(w, 0, sizeof(*w));
+	w->fk.net = net;
+	w->fk.src = p->src;
+	w->fk.dst = p->dst;
+	w->fk.sport = sport;
+	w->fk.dport = dport;
+	w->fk.proto = p->proto;
+	w->rk.nat = *nat;
+	w->rk.peer = p->dst;
+	w->rk.peer_port = dport;
+	w->rk.proto = p->proto;
+	w->rv.net = net;
+	w->rv.pod = p->src;
+	w->rv.pod_port = sport;
+	w->rv.seen = sdn_snat_now();
+
+	hit = bpf_map_lookup_elem(&sdn_snat_fwd, &w->fk);
+	if (hit && sdn_addr_eq(&hit->nat, nat)) {
+		struct sdn_snat_rev *cur;
+
+		w->fv = *hit;
+		w->rk.nat_port = w->fv.nat_port;
+		cur = bpf_map_lookup_elem(&sdn_snat_rev, &w->rk);
+		if (cur && cur->net == net && cur->pod_port == sport &&
+		    sdn_addr_eq(&cur->pod, &p->src)) {
+			if (cur->seen != w->rv.seen)
+				cur->seen = w->rv.seen;
+			have = 1;
+		} else if (!cur && !bpf_map_update_elem(&sdn_snat_rev, &w->rk,
+							&w->rv, BPF_NOEXIST)) {
+			/* The LRU had evicted only the reverse half. */
+			have = 1;
+		}
+	}
+	if (!have) {
+		ret = sdn_snat_alloc(w, min, span);
+		if (ret)
+			return ret;
+		w->fv.nat = *nat;
+		w->fv.nat_port = w->rk.nat_port;
+		if (bpf_map_update_elem(&sdn_snat_fwd, &w->fk, &w->fv, BPF_ANY)) {
+			bpf_map_delete_elem(&sdn_snat_rev, &w->rk);
+			return DROP_SNAT_FULL;
+		}
+	}
+	nat_port = w->fv.nat_port;
+
+	sdn_frag_key(&w->frk, p, net);
+	if (p->family == 4) {
+		if (sdn_nat4_addr(skb, p, 1, p->src.w[3], nat->w[3]) ||
+		    sdn_nat4_port(skb, p, 1, sport, nat_port))
+			return DROP_REWRITE;
+	} else if (sdn_nat6_addr(skb, p, 1, &p->src, nat) ||
+		   sdn_nat4_port(skb, p, 1, sport, nat_port)) {
+		return DROP_REWRITE;
+	}
+	p->src = *nat;
+	p->sport = nat_port;
+	if (p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6)
+		p->dport = nat_port;
+	if (p->frag) {
+		/* sdn_frag_note, with the value in the scratch space. */
+		w->frag.src = p->src;
+		w->frag.dst = p->dst;
+		w->frag.sport = p->sport;
+		w->frag.dport = p->dport;
+		bpf_map_update_elem(&sdn_frags, &w->frk, &w->frag, BPF_ANY);
+	}
+	return 0;
+}
+
+/*
+ * Sends a NATed packet out of the uplink: the host's FIB picks the next hop
+ * (restricted to the uplink), the MACs are set from its neighbour entry, or
+ * bpf_redirect_neigh resolves it. Not through the host stack: a packet whose
+ * source is now a local address (masquerade) would be dropped there as a
+ * martian, and netfilter has no business with it.
+ */
+static __sdn_noinline int sdn_snat_send(struct __sk_buff *skb,
+					 const struct sdn_pkt *p,
+					 const struct sdn_snat_conf *c)
+{
+	struct bpf_fib_lookup fib = {};
+	struct bpf_redir_neigh nh = {};
+	int rc;
+
+	if (!c->uplink_ifindex)
+		return DROP_SNAT_NO_ROUTE;
+	fib.ifindex = c->uplink_ifindex;
+	fib.l4_protocol = p->proto;
+	if (p->family == 4) {
+		fib.family = SDN_AF_INET;
+		fib.ipv4_src = p->src.w[3];
+		fib.ipv4_dst = p->dst.w[3];
+	} else {
+		fib.family = SDN_AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, p->src.b, 16);
+		__builtin_memcpy(fib.ipv6_dst, p->dst.b, 16);
+	}
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_OUTPUT);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		if (sdn_set_macs(skb, fib.dmac, fib.smac) < 0)
+			return DROP_REWRITE;
+		skb->mark = 0;
+		return bpf_redirect(fib.ifindex, 0);
+	}
+	if (rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return DROP_SNAT_NO_ROUTE;
+	nh.nh_family = fib.family;
+	if (p->family == 4)
+		nh.ipv4_nh = fib.ipv4_dst;
+	else
+		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+	skb->mark = 0;
+	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+}
+
+/* A reply arriving at a NAT address, as the engine keys it. */
+struct sdn_snat_reply {
+	struct sdn_snat_rkey rk;
+	struct sdn_icmp_quote q;	/* an ICMP error's quote */
+	__u8 is_err;
+};
+
+/* Fills r for p (to the NAT address p->dst); -1 if p cannot be the reply
+ * of a NATed flow (or an error about one).
+ */
+static __always_inline int sdn_snat_reply_key(struct __sk_buff *skb,
+					      const struct sdn_pkt *p,
+					      struct sdn_snat_reply *r)
+{
+	r->rk.nat = p->dst;
+	r->rk.proto = p->proto;
+	if (sdn_icmp4_is_error(p)) {
+		if (sdn_icmp4_quote(skb, p, &r->q))
+			return -1;
+		/* The quoted packet left through this NAT address. */
+		if (r->q.src != p->dst.w[3])
+			return -1;
+		if (r->q.proto == IPPROTO_ICMP && r->q.icmp_type != ICMP_ECHO)
+			return -1;
+		r->rk.proto = r->q.proto;
+		sdn_addr_from_v4(&r->rk.peer, r->q.dst);
+		r->rk.nat_port = r->q.sport;
+		r->rk.peer_port = r->q.proto == IPPROTO_ICMP ? 0 : r->q.dport;
+		r->is_err = 1;
+		return 0;
+	}
+	if (p->frag == SDN_FRAG_LATER)
+		return -1;
+	r->rk.peer = p->src;
+	switch (p->proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		r->rk.nat_port = p->dport;
+		r->rk.peer_port = p->sport;
+		return 0;
+	case IPPROTO_ICMP:
+		if (p->family != 4 || p->icmp_type != ICMP_ECHOREPLY)
+			return -1;
+		break;
+	case IPPROTO_ICMPV6:
+		if (p->family != 6 || p->icmp_type != ICMPV6_ECHO_REPLY)
+			return -1;
+		break;
+	default:
+		return -1;
+	}
+	r->rk.nat_port = p->sport;
+	r->rk.peer_port = 0;
+	return 0;
+}
+
+/*
+ * Un-NATs the reply r on the node that owns its flow: the destination (and
+ * for an ICMP error the quoted source) becomes the pod's. On success p->dst
+ * is the pod and *net its net. Returns 0 or DROP_SNAT_NO_CT / DROP_REWRITE.
+ */
+static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
+				       struct sdn_pkt *p,
+				       struct sdn_snat_reply *r, __u32 *net)
+{
+	struct sdn_frag_key frk = {};
+	struct sdn_snat_rev *cur;
+	struct sdn_snat_rev rv;
+	__u32 now = sdn_snat_now();
+
+	cur = bpf_map_lookup_elem(&sdn_snat_rev, &r->rk);
+	if (!cur)
+		return DROP_SNAT_NO_CT;
+	if (cur->seen != now)
+		cur->seen = now;
+	rv = *cur;
+	*net = rv.net;
+	if (r->is_err) {
+		if (!sdn_addr_is_v4(&rv.pod))
+			return DROP_SNAT_NO_CT;
+		if (sdn_icmp_quote_addr(skb, p, &r->q, 1, rv.pod.w[3]) ||
+		    sdn_icmp_quote_port(skb, p, &r->q, 1, rv.pod_port) ||
+		    sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv.pod.w[3]))
+			return DROP_REWRITE;
+		p->dst = rv.pod;
+		return 0;
+	}
+	sdn_frag_key(&frk, p, rv.net);
+	if (p->family == 4) {
+		if (sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv.pod.w[3]) ||
+		    sdn_nat4_port(skb, p, 0, r->rk.nat_port, rv.pod_port))
+			return DROP_REWRITE;
+	} else if (sdn_nat6_addr(skb, p, 0, &p->dst, &rv.pod) ||
+		   sdn_nat4_port(skb, p, 0, r->rk.nat_port, rv.pod_port)) {
+		return DROP_REWRITE;
+	}
+	p->dst = rv.pod;
+	p->dport = rv.pod_port;
+	if (p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6)
+		p->sport = rv.pod_port;
+	if (p->frag)
+		sdn_frag_note(&frk, p);
+	return 0;
+}
