@@ -1,22 +1,22 @@
 //! LoadBalancer ingress into VPCs (`bpf/lib/lb_gate.h`), the agent's half:
 //!
-//! * `sdn_lb_ingress[vni]` for every VPC whose effective VPCGateway (the oldest of the
+//! * `sdn_lbg_ingress[vni]` for every VPC whose effective VPCGateway (the oldest of the
 //!   VPC's gateways: creation time, then name) has `spec.ingress.loadBalancer: true`;
-//! * `sdn_lb_front[{address, port, protocol}]` for every port of every LoadBalancer Service
+//! * `sdn_lbg_front[{address, port, protocol}]` for every port of every LoadBalancer Service
 //!   whose ready backends are all VPC pods of one VPC: each `status.loadBalancer.ingress`
 //!   IP of the backends' family, with the backends' VPC addresses (their Ports, found by
 //!   the pod of each EndpointSlice endpoint) and target ports; at most 16 (sorted, the rest
 //!   left out, logged);
-//! * `sdn_lb_rev[{vni, backend, target port, protocol}]` → the frontend, for the replies;
+//! * `sdn_lbg_rev[{vni, backend, target port, protocol}]` → the frontend, for the replies;
 //! * for a Service port with a `nodePort`, a gate-only frontend on each of this node's
-//!   addresses (`SDN_LB_F_GATE_ONLY`): the gate applies there too, and an admitted packet is
+//!   addresses (`SDN_LBG_F_GATE_ONLY`): the gate applies there too, and an admitted packet is
 //!   left to the node's Service proxy. Otherwise the NodePort would be a side door.
 //!
 //! A Service with a default-network backend is not a door into a VPC: it is left to
 //! whatever serves Services on the node (kube-proxy). The Services the server owns for
 //! FloatingIPs and gateways (`service.kubernetes.io/service-proxy-name: cozyplane`) are
 //! the Floating IP's and the gateway NAT's, not LoadBalancer ingress. Frontends are
-//! programmed whatever the gate says: the gate is `sdn_lb_ingress`, so opening or closing
+//! programmed whatever the gate says: the gate is `sdn_lbg_ingress`, so opening or closing
 //! it is one entry per VPC, and a refused packet is counted as a refusal.
 //!
 //! The watches live in [`crate::doors`]; this module is the decision and the writes.
@@ -26,10 +26,10 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use cozyplane_apis::v1alpha1::VPCGateway;
-use cozyplane_bpf::abi::LbFront;
-use cozyplane_bpf::maps::lb_front::{Frontend, LbFrontMap};
-use cozyplane_bpf::maps::lb_ingress::LbIngressMap;
-use cozyplane_bpf::maps::lb_rev::{Backend, LbRevMap};
+use cozyplane_bpf::abi::LbgFront;
+use cozyplane_bpf::maps::lbg_front::{Frontend, LbgFrontMap};
+use cozyplane_bpf::maps::lbg_ingress::LbgIngressMap;
+use cozyplane_bpf::maps::lbg_rev::{Backend, LbgRevMap};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -222,7 +222,7 @@ pub(crate) fn admitted<'a>(
         .collect()
 }
 
-/// A frontend's value: `(net, SDN_LB_F_* flags, backends)`.
+/// A frontend's value: `(net, SDN_LBG_F_* flags, backends)`.
 pub(crate) type FrontValue = (u32, u32, Vec<(IpAddr, u16)>);
 
 /// The frontend and reverse entries this node should hold.
@@ -303,7 +303,7 @@ pub(crate) fn desired(
             for (_, np, proto) in &svc.node_ports {
                 for node in node_addrs {
                     d.front
-                        .insert((*node, *np, *proto), (*net, LbFront::F_GATE_ONLY, Vec::new()));
+                        .insert((*node, *np, *proto), (*net, LbgFront::F_GATE_ONLY, Vec::new()));
                 }
             }
         }
@@ -313,18 +313,18 @@ pub(crate) fn desired(
 
 /// What is pinned now (adopted at start).
 pub(crate) fn pinned(pin_dir: &Path) -> (Desired, HashSet<u32>) {
-    let front = LbFrontMap::from_pin(pin_dir)
+    let front = LbgFrontMap::from_pin(pin_dir)
         .and_then(|m| m.entries())
         .unwrap_or_default()
         .into_iter()
         .map(|(f, net, flags, be)| (f, (net, flags, be)))
         .collect();
-    let rev = LbRevMap::from_pin(pin_dir)
+    let rev = LbgRevMap::from_pin(pin_dir)
         .and_then(|m| m.entries())
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let gate = LbIngressMap::from_pin(pin_dir)
+    let gate = LbgIngressMap::from_pin(pin_dir)
         .and_then(|m| m.nets())
         .unwrap_or_default()
         .into_iter()
@@ -344,12 +344,12 @@ pub(crate) fn sync(
     gate_prunable: bool,
 ) {
     let (Ok(mut front), Ok(mut rev), Ok(mut gate)) = (
-        LbFrontMap::from_pin(pin_dir),
-        LbRevMap::from_pin(pin_dir),
-        LbIngressMap::from_pin(pin_dir),
+        LbgFrontMap::from_pin(pin_dir),
+        LbgRevMap::from_pin(pin_dir),
+        LbgIngressMap::from_pin(pin_dir),
     ) else {
         tracing::warn!(
-            "sdn_lb_front/sdn_lb_rev/sdn_lb_ingress are not pinned under {}",
+            "sdn_lbg_front/sdn_lbg_rev/sdn_lbg_ingress are not pinned under {}",
             pin_dir.display()
         );
         return;
@@ -376,7 +376,7 @@ pub(crate) fn sync(
                 Ok(()) => {
                     applied.front.insert(*f, v.clone());
                 }
-                Err(e) => tracing::warn!(frontend = ?f, "sdn_lb_front upsert: {e}"),
+                Err(e) => tracing::warn!(frontend = ?f, "sdn_lbg_front upsert: {e}"),
             }
         }
     }
@@ -410,7 +410,7 @@ pub(crate) fn sync(
                 applied_gate.insert(*net);
                 tracing::info!(net, "LoadBalancer ingress admitted");
             }
-            Err(e) => tracing::warn!(net, "sdn_lb_ingress admit: {e}"),
+            Err(e) => tracing::warn!(net, "sdn_lbg_ingress admit: {e}"),
         }
     }
 }
@@ -509,7 +509,7 @@ mod tests {
         // The NodePort on this node's address: the gate only.
         assert_eq!(
             d.front[&(ip("192.0.2.2"), 30080, TCP)],
-            (100, LbFront::F_GATE_ONLY, vec![])
+            (100, LbgFront::F_GATE_ONLY, vec![])
         );
         assert_eq!(d.front.len(), 3);
         assert_eq!(

@@ -17,7 +17,7 @@ use cozyplane_apis::v1alpha1::{
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::maps::fip_in::FipInMap;
 use cozyplane_bpf::maps::internal::InternalMap;
-use cozyplane_bpf::maps::lb_ingress::LbIngressMap;
+use cozyplane_bpf::maps::lbg_ingress::LbgIngressMap;
 use cozyplane_conformance::objects::{port, wait_for};
 use cozyplane_conformance::{Backend, TestServer};
 use cozyplane_lab::{require_root, sh, sh_ok};
@@ -165,13 +165,13 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     g.metadata.namespace = Some("default".into());
     gws.create(&pp, &g).await.unwrap();
     eventually("the gate opens", || {
-        (LbIngressMap::from_pin(&pins).unwrap().nets().unwrap() == [vni]).then_some(())
+        (LbgIngressMap::from_pin(&pins).unwrap().nets().unwrap() == [vni]).then_some(())
     })
     .await;
     // And closes when the gateway goes.
     gws.delete("gw", &DeleteParams::default()).await.unwrap();
     eventually("the gate closes", || {
-        LbIngressMap::from_pin(&pins)
+        LbgIngressMap::from_pin(&pins)
             .unwrap()
             .nets()
             .unwrap()

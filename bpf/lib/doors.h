@@ -18,7 +18,7 @@
 static __always_inline int sdn_doors_from_pod(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)
 {
-	int ret = sdn_lb_from_pod(skb, p, net);
+	int ret = sdn_lbg_from_pod(skb, p, net);
 
 	if (ret)
 		return ret;
@@ -32,5 +32,5 @@ static __always_inline int sdn_doors_from_uplink(struct __sk_buff *skb,
 
 	if (ret)
 		return ret;
-	return sdn_lb_from_uplink(skb, p);
+	return sdn_lbg_from_uplink(skb, p);
 }

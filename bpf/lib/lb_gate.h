@@ -10,19 +10,19 @@
  * the host stack, where the address itself still says "LoadBalancer": at the
  * uplink (sdn_from_uplink, ahead of kube-proxy's netfilter hooks, and working
  * where no kube-proxy runs at all). The agent feeds the frontends
- * (sdn_lb_front) and which VPCs admit them (sdn_lb_ingress, from the VPC's
+ * (sdn_lbg_front) and which VPCs admit them (sdn_lbg_ingress, from the VPC's
  * effective VPCGateway's spec.ingress.loadBalancer).
  *
- *   sdn_lb_from_uplink(skb, p)  a TCP/UDP packet to a frontend: refused
+ *   sdn_lbg_from_uplink(skb, p)  a TCP/UDP packet to a frontend: refused
  *       (DROP_LB_REFUSED, metered as a refusal of door loadbalancer) unless the
  *       backends' VPC admits LoadBalancer ingress; then DNATed straight to one
  *       backend's VPC address and target port, the client preserved, chosen
  *       by a hash of the client's address and ports (the same on every node,
  *       so no flow state), and delivered like a Floating IP's packet. A
- *       NodePort of this node (SDN_LB_F_GATE_ONLY) is only gated: admitted, it
+ *       NodePort of this node (SDN_LBG_F_GATE_ONLY) is only gated: admitted, it
  *       is the host's (its Service proxy DNATs it to the fabric bridge).
- *   sdn_lb_from_pod(skb, p, net)  a VPC pod's packet from a backend address
- *       and target port (sdn_lb_rev) to a non-internal destination is a reply:
+ *   sdn_lbg_from_pod(skb, p, net)  a VPC pod's packet from a backend address
+ *       and target port (sdn_lbg_rev) to a non-internal destination is a reply:
  *       its source becomes the frontend, and it leaves by the node's route.
  *
  * Both return 0 when the packet is not theirs, the tc verdict, or a DROP_*
@@ -40,7 +40,7 @@
 /* The backend a client's flow goes to: depends only on the client's address
  * and the ports, so every node picks the same one for a flow.
  */
-static __always_inline __u32 sdn_lb_hash(const struct sdn_pkt *p)
+static __always_inline __u32 sdn_lbg_hash(const struct sdn_pkt *p)
 {
 	__u32 h = p->src.w[0] ^ p->src.w[1] ^ p->src.w[2] ^ p->src.w[3];
 
@@ -53,12 +53,12 @@ static __always_inline __u32 sdn_lb_hash(const struct sdn_pkt *p)
 	return h;
 }
 
-static __always_inline int sdn_lb_from_uplink(struct __sk_buff *skb,
+static __always_inline int sdn_lbg_from_uplink(struct __sk_buff *skb,
 					      struct sdn_pkt *p)
 {
-	struct sdn_lb_key k = {};
-	struct sdn_lb_backend be;
-	struct sdn_lb_front *f;
+	struct sdn_lbg_key k = {};
+	struct sdn_lbg_backend be;
+	struct sdn_lbg_front *f;
 	__u32 net, n, i;
 	int ret;
 
@@ -68,22 +68,22 @@ static __always_inline int sdn_lb_from_uplink(struct __sk_buff *skb,
 	k.addr = p->dst;
 	k.port = p->dport;
 	k.proto = p->proto;
-	f = bpf_map_lookup_elem(&sdn_lb_front, &k);
+	f = bpf_map_lookup_elem(&sdn_lbg_front, &k);
 	if (!f)
 		return 0;
 	net = f->net;
-	if (!bpf_map_lookup_elem(&sdn_lb_ingress, &net)) {
+	if (!bpf_map_lookup_elem(&sdn_lbg_ingress, &net)) {
 		sdn_meter_refused(skb, net, SDN_DOOR_LOADBALANCER, SDN_DIR_IN);
 		return DROP_LB_REFUSED;
 	}
-	if (f->flags & SDN_LB_F_GATE_ONLY) {
+	if (f->flags & SDN_LBG_F_GATE_ONLY) {
 		sdn_meter_door(skb, net, SDN_DOOR_LOADBALANCER, SDN_DIR_IN);
 		return 0;
 	}
 	n = f->count;
-	if (!n || n > SDN_LB_BACKENDS)
+	if (!n || n > SDN_LBG_BACKENDS)
 		return DROP_LB_NO_BACKEND;
-	i = sdn_lb_hash(p) % n;
+	i = sdn_lbg_hash(p) % n;
 	/* Keep the mask the verifier needs: clang knows i < 16 and drops it. */
 	asm volatile("%0 &= 15" : "+r"(i));
 	be = f->be[i];
@@ -101,12 +101,12 @@ static __always_inline int sdn_lb_from_uplink(struct __sk_buff *skb,
 			      DROP_LB_NO_BACKEND);
 }
 
-static __always_inline int sdn_lb_from_pod(struct __sk_buff *skb,
+static __always_inline int sdn_lbg_from_pod(struct __sk_buff *skb,
 					   struct sdn_pkt *p, __u32 net)
 {
-	struct sdn_lb_rev_key k = {};
-	struct sdn_lb_key *fe;
-	struct sdn_lb_key front;
+	struct sdn_lbg_rev_key k = {};
+	struct sdn_lbg_key *fe;
+	struct sdn_lbg_key front;
 	int ret;
 
 	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) ||
@@ -116,7 +116,7 @@ static __always_inline int sdn_lb_from_pod(struct __sk_buff *skb,
 	k.ip = p->src;
 	k.port = p->sport;
 	k.proto = p->proto;
-	fe = bpf_map_lookup_elem(&sdn_lb_rev, &k);
+	fe = bpf_map_lookup_elem(&sdn_lbg_rev, &k);
 	if (!fe)
 		return 0;
 	front = *fe;

@@ -418,9 +418,9 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `struct sdn_lb_key`: a LoadBalancer frontend (key of `sdn_lb_front`, value of
-    /// `sdn_lb_rev`).
-    pub struct LbKey = "sdn_lb_key" {
+    /// `struct sdn_lbg_key`: a LoadBalancer frontend (key of `sdn_lbg_front`, value of
+    /// `sdn_lbg_rev`).
+    pub struct LbgKey = "sdn_lbg_key" {
         /// The `status.loadBalancer.ingress` address.
         pub addr: Addr,
         /// The Service port, network order.
@@ -433,8 +433,8 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `struct sdn_lb_backend`: one backend of a frontend.
-    pub struct LbBackend = "sdn_lb_backend" {
+    /// `struct sdn_lbg_backend`: one backend of a frontend.
+    pub struct LbgBackend = "sdn_lbg_backend" {
         /// The backend pod's VPC address.
         pub ip: Addr,
         /// The target port, network order.
@@ -444,32 +444,32 @@ abi_struct! {
     }
 }
 
-/// `SDN_LB_BACKENDS`: backends per frontend.
+/// `SDN_LBG_BACKENDS`: backends per frontend.
 pub const LB_BACKENDS: usize = 16;
 
 abi_struct! {
-    /// `struct sdn_lb_front`, value of `sdn_lb_front`.
-    pub struct LbFront = "sdn_lb_front" {
+    /// `struct sdn_lbg_front`, value of `sdn_lbg_front`.
+    pub struct LbgFront = "sdn_lbg_front" {
         /// VNI of the backends' VPC.
         pub net: u32,
         /// Backends in use (0: none ready).
         pub count: u32,
-        /// `SDN_LB_F_*`: [`LbFront::F_GATE_ONLY`].
+        /// `SDN_LBG_F_*`: [`LbgFront::F_GATE_ONLY`].
         pub flags: u32,
         /// The backends; the first `count` are used.
-        pub be: [LbBackend; LB_BACKENDS],
+        pub be: [LbgBackend; LB_BACKENDS],
     }
 }
 
-impl LbFront {
-    /// `SDN_LB_F_GATE_ONLY`: a NodePort of this node; only the gate applies, an admitted
+impl LbgFront {
+    /// `SDN_LBG_F_GATE_ONLY`: a NodePort of this node; only the gate applies, an admitted
     /// packet is the host's.
     pub const F_GATE_ONLY: u32 = 1 << 0;
 }
 
 abi_struct! {
-    /// `struct sdn_lb_rev_key`: a backend as its replies leave it (key of `sdn_lb_rev`).
-    pub struct LbRevKey = "sdn_lb_rev_key" {
+    /// `struct sdn_lbg_rev_key`: a backend as its replies leave it (key of `sdn_lbg_rev`).
+    pub struct LbgRevKey = "sdn_lbg_rev_key" {
         /// VNI of the backend's VPC.
         pub net: u32,
         /// The backend's VPC address.
@@ -580,10 +580,10 @@ pub const LAYOUTS: &[StructLayout] = &[
     DoorStats::LAYOUT,
     Fip::LAYOUT,
     FipPub::LAYOUT,
-    LbKey::LAYOUT,
-    LbBackend::LAYOUT,
-    LbFront::LAYOUT,
-    LbRevKey::LAYOUT,
+    LbgKey::LAYOUT,
+    LbgBackend::LAYOUT,
+    LbgFront::LAYOUT,
+    LbgRevKey::LAYOUT,
 ];
 
 // === impl NetStats / DropStats ===

@@ -23,9 +23,9 @@ pub mod fip_in;
 pub mod fip_out;
 pub mod frags;
 pub mod internal;
-pub mod lb_front;
-pub mod lb_ingress;
-pub mod lb_rev;
+pub mod lbg_front;
+pub mod lbg_ingress;
+pub mod lbg_rev;
 pub mod net_stats;
 pub mod node_blocks;
 pub mod nodes;
@@ -83,9 +83,9 @@ pub const ALL: &[&str] = &[
     fip_in::NAME,
     fip_out::NAME,
     internal::NAME,
-    lb_front::NAME,
-    lb_rev::NAME,
-    lb_ingress::NAME,
+    lbg_front::NAME,
+    lbg_rev::NAME,
+    lbg_ingress::NAME,
 ];
 
 /// The policy layers' maps (`include/sdn/policy_maps.h`). Not in [`ALL`] until a program
@@ -170,7 +170,7 @@ mod tests {
         Frag, FragKey, NetStats, NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside,
         SnatKey, SnatRev, SnatRkey, SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
-        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbFront, LbKey, LbRevKey, NetStats,
+        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbgFront, LbgKey, LbgRevKey, NetStats,
         NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
@@ -243,9 +243,9 @@ mod tests {
             (fip_in::NAME, size_of::<Addr>(), size_of::<Fip>()),
             (fip_out::NAME, size_of::<EpKey>(), size_of::<FipPub>()),
             (internal::NAME, size_of::<XnetKey>(), size_of::<u32>()),
-            (lb_front::NAME, size_of::<LbKey>(), size_of::<LbFront>()),
-            (lb_rev::NAME, size_of::<LbRevKey>(), size_of::<LbKey>()),
-            (lb_ingress::NAME, size_of::<u32>(), size_of::<u32>()),
+            (lbg_front::NAME, size_of::<LbgKey>(), size_of::<LbgFront>()),
+            (lbg_rev::NAME, size_of::<LbgRevKey>(), size_of::<LbgKey>()),
+            (lbg_ingress::NAME, size_of::<u32>(), size_of::<u32>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

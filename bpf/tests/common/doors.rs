@@ -10,9 +10,9 @@ use cozyplane_bpf::maps::{
     fip_in::{self, FipInMap},
     fip_out::{self, FipOutMap},
     internal::{self, InternalMap},
-    lb_front::{self, LbFrontMap},
-    lb_ingress::{self, LbIngressMap},
-    lb_rev::{self, LbRevMap},
+    lbg_front::{self, LbgFrontMap},
+    lbg_ingress::{self, LbgIngressMap},
+    lbg_rev::{self, LbgRevMap},
     remotes::{self, RemotesMap},
 };
 
@@ -59,11 +59,11 @@ pub fn remote(dp: &mut Datapath, net: u32, vpc_ip: &str, node: &str) {
 /// back for each backend.
 pub fn lb_frontend(dp: &mut Datapath, addr: &str, port: u16, proto: u8, net: u32, backends: &[(&str, u16)]) {
     let be: Vec<(IpAddr, u16)> = backends.iter().map(|(a, p)| (ip(a), *p)).collect();
-    LbFrontMap::try_from(dp.map_mut(lb_front::NAME))
+    LbgFrontMap::try_from(dp.map_mut(lbg_front::NAME))
         .unwrap()
         .upsert((ip(addr), port, proto), net, 0, &be)
         .unwrap();
-    let mut rev = LbRevMap::try_from(dp.map_mut(lb_rev::NAME)).unwrap();
+    let mut rev = LbgRevMap::try_from(dp.map_mut(lbg_rev::NAME)).unwrap();
     for (a, p) in be {
         rev.upsert((net, (a, p, proto)), (ip(addr), port, proto)).unwrap();
     }
@@ -71,12 +71,12 @@ pub fn lb_frontend(dp: &mut Datapath, addr: &str, port: u16, proto: u8, net: u32
 
 /// A NodePort `node:port/proto` of this node into VPC `net`: gated only.
 pub fn lb_node_port(dp: &mut Datapath, node: &str, port: u16, proto: u8, net: u32) {
-    LbFrontMap::try_from(dp.map_mut(lb_front::NAME))
+    LbgFrontMap::try_from(dp.map_mut(lbg_front::NAME))
         .unwrap()
         .upsert(
             (ip(node), port, proto),
             net,
-            cozyplane_bpf::abi::LbFront::F_GATE_ONLY,
+            cozyplane_bpf::abi::LbgFront::F_GATE_ONLY,
             &[],
         )
         .unwrap();
@@ -84,7 +84,7 @@ pub fn lb_node_port(dp: &mut Datapath, node: &str, port: u16, proto: u8, net: u3
 
 /// The VPC's gateway admits LoadBalancer ingress (or no longer does).
 pub fn lb_admit(dp: &mut Datapath, net: u32, admit: bool) {
-    let mut m = LbIngressMap::try_from(dp.map_mut(lb_ingress::NAME)).unwrap();
+    let mut m = LbgIngressMap::try_from(dp.map_mut(lbg_ingress::NAME)).unwrap();
     if admit {
         m.admit(net).unwrap();
     } else {

@@ -1,4 +1,4 @@
-//! `sdn_lb_ingress`: net → flags; presence means the VPC's effective VPCGateway admits
+//! `sdn_lbg_ingress`: net → flags; presence means the VPC's effective VPCGateway admits
 //! LoadBalancer ingress (`spec.ingress.loadBalancer: true`). Written by the agent
 //! (`agent/src/lb_gate.rs`). C side: `include/sdn/lb_gate_maps.h`, `lib/lb_gate.h`.
 //!
@@ -12,22 +12,22 @@ use aya::maps::{MapData, MapError};
 use super::{map_wrapper, optional};
 
 /// Pinned name; identical to the C identifier.
-pub const NAME: &str = "sdn_lb_ingress";
+pub const NAME: &str = "sdn_lbg_ingress";
 
 map_wrapper!(
     /// VPCs that admit LoadBalancer ingress.
-    #[doc(alias = "sdn_lb_ingress")]
-    LbIngressMap, HashMap<u32, u32>
+    #[doc(alias = "sdn_lbg_ingress")]
+    LbgIngressMap, HashMap<u32, u32>
 );
 
-impl<T: Borrow<MapData>> LbIngressMap<T> {
+impl<T: Borrow<MapData>> LbgIngressMap<T> {
     /// Every admitting net.
     pub fn nets(&self) -> Result<Vec<u32>, MapError> {
         self.0.keys().collect()
     }
 }
 
-impl<T: BorrowMut<MapData>> LbIngressMap<T> {
+impl<T: BorrowMut<MapData>> LbgIngressMap<T> {
     /// Admit LoadBalancer traffic into `net`.
     pub fn admit(&mut self, net: u32) -> Result<(), MapError> {
         self.0.insert(net, 0, 0)

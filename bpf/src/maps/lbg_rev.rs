@@ -1,5 +1,5 @@
-//! `sdn_lb_rev`: a VPC backend `{net, address, target port, protocol}` → the frontend its
-//! replies must come from ([`LbKey`]). Written by the agent with `sdn_lb_front`. C side:
+//! `sdn_lbg_rev`: a VPC backend `{net, address, target port, protocol}` → the frontend its
+//! replies must come from ([`LbgKey`]). Written by the agent with `sdn_lbg_front`. C side:
 //! `include/sdn/lb_gate_maps.h`, `lib/lb_gate.h`; read by `sdn_from_pod`.
 //!
 //! # Kernel requirements
@@ -9,24 +9,24 @@ use std::borrow::{Borrow, BorrowMut};
 
 use aya::maps::{MapData, MapError};
 
-use super::lb_front::{Frontend, lb_key};
+use super::lbg_front::{Frontend, lb_key};
 use super::{map_wrapper, optional};
-use crate::abi::{LbKey, LbRevKey};
+use crate::abi::{LbgKey, LbgRevKey};
 
 /// Pinned name; identical to the C identifier.
-pub const NAME: &str = "sdn_lb_rev";
+pub const NAME: &str = "sdn_lbg_rev";
 
 map_wrapper!(
     /// LoadBalancer backends' replies.
-    #[doc(alias = "sdn_lb_rev")]
-    LbRevMap, HashMap<LbRevKey, LbKey>
+    #[doc(alias = "sdn_lbg_rev")]
+    LbgRevMap, HashMap<LbgRevKey, LbgKey>
 );
 
 /// A backend: `(net, (vpc address, target port, protocol))`.
 pub type Backend = (u32, Frontend);
 
-fn key((net, (ip, port, proto)): Backend) -> LbRevKey {
-    LbRevKey {
+fn key((net, (ip, port, proto)): Backend) -> LbgRevKey {
+    LbgRevKey {
         net,
         ip: ip.into(),
         port: port.to_be(),
@@ -35,7 +35,7 @@ fn key((net, (ip, port, proto)): Backend) -> LbRevKey {
     }
 }
 
-impl<T: Borrow<MapData>> LbRevMap<T> {
+impl<T: Borrow<MapData>> LbgRevMap<T> {
     /// Every backend with its frontend.
     pub fn entries(&self) -> Result<Vec<(Backend, Frontend)>, MapError> {
         self.0
@@ -50,7 +50,7 @@ impl<T: Borrow<MapData>> LbRevMap<T> {
     }
 }
 
-impl<T: BorrowMut<MapData>> LbRevMap<T> {
+impl<T: BorrowMut<MapData>> LbgRevMap<T> {
     /// Insert or replace: replies of `b` leave as `f`.
     pub fn upsert(&mut self, b: Backend, f: Frontend) -> Result<(), MapError> {
         self.0.insert(key(b), lb_key(f), 0)

@@ -1,5 +1,5 @@
-//! `sdn_lb_front`: a LoadBalancer frontend `{address, port, protocol}` whose backends are
-//! VPC pods → [`LbFront`] (their VPC and up to 16 backends). Written by the agent on every
+//! `sdn_lbg_front`: a LoadBalancer frontend `{address, port, protocol}` whose backends are
+//! VPC pods → [`LbgFront`] (their VPC and up to 16 backends). Written by the agent on every
 //! node (`agent/src/lb_gate.rs`). C side: `include/sdn/lb_gate_maps.h`, `lib/lb_gate.h`;
 //! read by `sdn_from_uplink`.
 //!
@@ -12,27 +12,27 @@ use std::net::IpAddr;
 use aya::maps::{MapData, MapError};
 
 use super::{map_wrapper, optional};
-use crate::abi::{LB_BACKENDS, LbBackend, LbFront, LbKey};
+use crate::abi::{LB_BACKENDS, LbgBackend, LbgFront, LbgKey};
 
 /// Pinned name; identical to the C identifier.
-pub const NAME: &str = "sdn_lb_front";
+pub const NAME: &str = "sdn_lbg_front";
 
 map_wrapper!(
     /// LoadBalancer frontends into VPCs.
-    #[doc(alias = "sdn_lb_front")]
-    LbFrontMap, HashMap<LbKey, LbFront>
+    #[doc(alias = "sdn_lbg_front")]
+    LbgFrontMap, HashMap<LbgKey, LbgFront>
 );
 
 /// A frontend or a backend: `(address, port, protocol)`; the port in host order.
 pub type Frontend = (IpAddr, u16, u8);
 
-/// A frontend's entry: its backends' net, its `SDN_LB_F_*` flags and the backends
+/// A frontend's entry: its backends' net, its `SDN_LBG_F_*` flags and the backends
 /// `(vpc address, target port)`.
 pub type Entry = (Frontend, u32, u32, Vec<(IpAddr, u16)>);
 
 /// The ABI key of a frontend.
-pub fn lb_key((addr, port, proto): Frontend) -> LbKey {
-    LbKey {
+pub fn lb_key((addr, port, proto): Frontend) -> LbgKey {
+    LbgKey {
         addr: addr.into(),
         port: port.to_be(),
         proto,
@@ -40,11 +40,11 @@ pub fn lb_key((addr, port, proto): Frontend) -> LbKey {
     }
 }
 
-fn frontend(k: &LbKey) -> Frontend {
+fn frontend(k: &LbgKey) -> Frontend {
     (IpAddr::from(k.addr), u16::from_be(k.port), k.proto)
 }
 
-impl<T: Borrow<MapData>> LbFrontMap<T> {
+impl<T: Borrow<MapData>> LbgFrontMap<T> {
     /// Every frontend with its net and backends `(vpc address, target port)`.
     pub fn entries(&self) -> Result<Vec<Entry>, MapError> {
         self.0
@@ -63,8 +63,8 @@ impl<T: Borrow<MapData>> LbFrontMap<T> {
     }
 }
 
-impl<T: BorrowMut<MapData>> LbFrontMap<T> {
-    /// Insert or replace a frontend of VPC `net` with `flags` (`SDN_LB_F_*`); backends
+impl<T: BorrowMut<MapData>> LbgFrontMap<T> {
+    /// Insert or replace a frontend of VPC `net` with `flags` (`SDN_LBG_F_*`); backends
     /// beyond 16 are left out.
     pub fn upsert(
         &mut self,
@@ -73,13 +73,13 @@ impl<T: BorrowMut<MapData>> LbFrontMap<T> {
         flags: u32,
         backends: &[(IpAddr, u16)],
     ) -> Result<(), MapError> {
-        let mut v = LbFront {
+        let mut v = LbgFront {
             net,
             flags,
-            ..LbFront::default()
+            ..LbgFront::default()
         };
         for (slot, (ip, port)) in v.be.iter_mut().zip(backends) {
-            *slot = LbBackend {
+            *slot = LbgBackend {
                 ip: (*ip).into(),
                 port: port.to_be(),
                 pad: [0; 2],
