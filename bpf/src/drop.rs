@@ -158,7 +158,7 @@ impl DropReason {
 
     /// The reason stored at `sdn_drops[index]`, if it is one this build knows.
     pub fn from_index(index: u32) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.index() == index)
+        Self::ALL.iter().copied().find(|r| r.index() == index)
     }
 }
 

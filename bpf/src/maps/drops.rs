@@ -34,7 +34,8 @@ impl<T: Borrow<MapData>> DropsMap<T> {
     /// Every known reason with its counters, summed over CPUs.
     pub fn all(&self) -> Result<Vec<(DropReason, DropStats)>, MapError> {
         DropReason::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .map(|r| Ok((r, self.get(r)?)))
             .collect()
     }

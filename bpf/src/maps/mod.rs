@@ -166,19 +166,17 @@ mod tests {
     use super::*;
     use crate::Object;
     use crate::abi::{
-        Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        Frag, FragKey, NetStats, NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside,
-        SnatKey, SnatRev, SnatRkey, SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
         DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbgFront, LbgKey, LbgRevKey, NetStats,
-        NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
+        NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside, SnatKey, SnatRev, SnatRkey,
+        SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
     fn every_map_name_is_in_every_object() {
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
-            for name in ALL {
+            for &name in ALL {
                 assert!(
                     parsed.maps.contains_key(name),
                     "{name} missing from {}",
@@ -200,22 +198,6 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-            (dns_cfg::NAME, size_of::<u32>(), size_of::<crate::abi::DnsCfg>()),
-            (
-                dns_dsts::NAME,
-                size_of::<BlockKey>(),
-                size_of::<crate::abi::DnsDst>(),
-            ),
-            (
-                dns_pods::NAME,
-                size_of::<EpKey>(),
-                size_of::<crate::abi::DnsPod>(),
-            ),
-            (
-                dns_ct::NAME,
-                size_of::<crate::abi::DnsCtKey>(),
-                size_of::<crate::abi::DnsCt>(),
-            ),
         let expect: &[(&str, usize, usize)] = &[
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
@@ -246,10 +228,26 @@ mod tests {
             (lbg_front::NAME, size_of::<LbgKey>(), size_of::<LbgFront>()),
             (lbg_rev::NAME, size_of::<LbgRevKey>(), size_of::<LbgKey>()),
             (lbg_ingress::NAME, size_of::<u32>(), size_of::<u32>()),
+            (dns_cfg::NAME, size_of::<u32>(), size_of::<crate::abi::DnsCfg>()),
+            (
+                dns_dsts::NAME,
+                size_of::<BlockKey>(),
+                size_of::<crate::abi::DnsDst>(),
+            ),
+            (
+                dns_pods::NAME,
+                size_of::<EpKey>(),
+                size_of::<crate::abi::DnsPod>(),
+            ),
+            (
+                dns_ct::NAME,
+                size_of::<crate::abi::DnsCtKey>(),
+                size_of::<crate::abi::DnsCt>(),
+            ),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
-            for (name, key, value) in expect {
+            for &(name, key, value) in expect {
                 let m = &parsed.maps[name];
                 assert_eq!(m.key_size() as usize, key, "{name} key in {}", obj.file_name());
                 assert_eq!(
