@@ -9,7 +9,10 @@
 //! apiserver` (`make bench` does both). Sizes (defaults in [`Config::from_env`]):
 //! `BENCH_ROUNDS`, `BENCH_CREATES`, `BENCH_GETS`, `BENCH_LIST_OBJECTS`, `BENCH_LISTS`,
 //! `BENCH_WATCHERS`, `BENCH_WATCH_CREATES`, `BENCH_WATCH_RATE`, `BENCH_NODE_WATCHERS`,
-//! `BENCH_STORED`; `BENCH_PEERS=ours` (or `go`) runs one side only. Without `sample-apiserver`
+//! `BENCH_STORED`; `BENCH_PEERS=ours` (or `go`) runs one side only; `BENCH_PHASES` (a comma list
+//! of `plain`, `settled`, `ipam`, `get`, `list`, `watch`, `nodewatch`, `memory`; default all)
+//! runs only those phases, the rows of the others say "not run"; `BENCH_SHOW_ITEM=1` prints the
+//! first item of each list. Without `sample-apiserver`
 //! the Go side does not run and the bench says so loudly (it fails with `REQUIRE_KUBE=1` or in
 //! CI). `BENCH_SOLO=embedded,etcd` adds the older single-server report of issue 3 ([`solo`]).
 //! `COZYPLANE_APISERVER=<path>` picks another server binary.
@@ -51,6 +54,8 @@ pub(crate) struct Config {
     pub(crate) watch_rate: usize,
     pub(crate) node_watchers: usize,
     pub(crate) stored: usize,
+    /// `BENCH_PHASES`: the phases to run (`None`: all).
+    phases: Option<Vec<String>>,
 }
 
 impl Config {
@@ -66,7 +71,15 @@ impl Config {
             watch_rate: env_count("BENCH_WATCH_RATE", 100),
             node_watchers: env_count("BENCH_NODE_WATCHERS", 5_000),
             stored: env_count("BENCH_STORED", 100_000),
+            phases: std::env::var("BENCH_PHASES")
+                .ok()
+                .map(|v| v.split(',').map(|p| p.trim().to_string()).collect()),
         }
+    }
+
+    /// Whether phase `p` runs.
+    fn runs(&self, p: &str) -> bool {
+        self.phases.as_ref().is_none_or(|ps| ps.iter().any(|x| x == p))
     }
 }
 
@@ -75,19 +88,20 @@ const NODES: usize = 100;
 const WARM_UP: usize = 200;
 
 /// Everything measured on one server in one round.
+/// A phase left out by `BENCH_PHASES` is `None`.
 pub(crate) struct Outcome {
-    pub(crate) plain: Creates,
+    pub(crate) plain: Option<Creates>,
     /// Go: Flunders; ours: VPCBindings (a kind with a controller).
-    pub(crate) settled: Creates,
+    pub(crate) settled: Option<Creates>,
     pub(crate) port: Option<Creates>,
     pub(crate) vpc: Option<Creates>,
-    pub(crate) get: Stats,
-    pub(crate) consistent: Lists,
-    pub(crate) rv0: Lists,
-    pub(crate) paged: Lists,
-    pub(crate) watch: FanOut,
+    pub(crate) get: Option<Stats>,
+    pub(crate) consistent: Option<Lists>,
+    pub(crate) rv0: Option<Lists>,
+    pub(crate) paged: Option<Lists>,
+    pub(crate) watch: Option<FanOut>,
     pub(crate) node_watch: Option<FanOut>,
-    pub(crate) mem: Memory,
+    pub(crate) mem: Option<Memory>,
 }
 
 /// A set-up create; retried while etcd times out (503) on a loaded machine.
@@ -153,24 +167,29 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
         objects += WARM_UP;
     }
     let n = cfg.creates;
-    let plain = {
+    let plain = if cfg.runs("plain") {
         let s2 = s.clone();
-        creates(&s, &c, n, move |i| {
+        let plain = creates(&s, &c, n, move |i| {
             (s2.plain_path("bench"), s2.plain(&format!("p-{i:06}"), i))
         })
-        .await
+        .await;
+        objects += n;
+        println!(
+            "{who}: plain creates {:.0}/s p99 {:.1} ms, {:.0}/s settled, {} errors",
+            plain.stats.rate(),
+            plain.stats.ms(0.99),
+            plain.settled_rate().unwrap_or(0.0),
+            plain.stats.errors
+        );
+        Some(plain)
+    } else {
+        None
     };
-    objects += n;
-    println!(
-        "{who}: plain creates {:.0}/s p99 {:.1} ms, {:.0}/s settled, {} errors",
-        plain.stats.rate(),
-        plain.stats.ms(0.99),
-        plain.settled_rate().unwrap_or(0.0),
-        plain.stats.errors
-    );
-    let settled = {
+    // The plain collection's names so far (`p-` when the plain creates ran).
+    let in_plain = if plain.is_some() { n } else { 0 };
+    let settled = if cfg.runs("settled") {
         let s2 = s.clone();
-        if ours {
+        let settled = if ours {
             creates(&s, &c, n, move |i| {
                 let b = json!({
                     "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCBinding",
@@ -185,17 +204,20 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
                 (s2.plain_path("settle"), s2.plain(&format!("s-{i:06}"), i))
             })
             .await
-        }
+        };
+        objects += n;
+        println!(
+            "{who}: {} creates {:.0}/s acknowledged, {:.0}/s including the work after the point, {} errors",
+            if ours { "VPCBinding" } else { "Flunder" },
+            settled.stats.rate(),
+            settled.settled_rate().unwrap_or(0.0),
+            settled.stats.errors
+        );
+        Some(settled)
+    } else {
+        None
     };
-    objects += n;
-    println!(
-        "{who}: {} creates {:.0}/s acknowledged, {:.0}/s including the work after the point, {} errors",
-        if ours { "VPCBinding" } else { "Flunder" },
-        settled.stats.rate(),
-        settled.settled_rate().unwrap_or(0.0),
-        settled.stats.errors
-    );
-    let (port_c, vpc_c) = if ours {
+    let (port_c, vpc_c) = if ours && cfg.runs("ipam") {
         let s2 = s.clone();
         let p = creates(&s, &c, n, move |i| port(&s2, "p-", i)).await;
         println!(
@@ -224,24 +246,16 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
     } else {
         (None, None)
     };
-    let get = {
-        let s2 = s.clone();
-        run(&c, cfg.gets, 200, move |i| {
-            let k = (i * 7919) % n.max(1);
-            ("GET", format!("{}/p-{k:06}", s2.plain_path("bench")), None)
-        })
-        .await
-    };
-    println!("{who}: GET {:.0}/s p99 {:.1} ms", get.rate(), get.ms(0.99));
-    // The listed collection holds exactly `list_objects` objects.
-    let top_up = cfg.list_objects.saturating_sub(n);
-    {
+    // The listed collection holds exactly `list_objects` objects (the GETs read them too).
+    let mut in_bench = in_plain;
+    if cfg.runs("get") || cfg.runs("list") {
+        let top_up = cfg.list_objects.saturating_sub(in_plain);
         let s2 = s.clone();
         let st = run(&c, top_up, 201, move |i| {
             (
                 "POST",
                 s2.plain_path("bench"),
-                Some(s2.plain(&format!("l-{i:06}"), n + i)),
+                Some(s2.plain(&format!("l-{i:06}"), in_plain + i)),
             )
         })
         .await;
@@ -252,25 +266,47 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             );
         }
         objects += top_up;
+        in_bench += top_up;
     }
-    let in_bench = n + top_up;
-    let path = s.plain_path("bench");
-    let consistent = lists(&c, &path, cfg.lists).await;
-    let rv0 = lists(&c, &format!("{path}?resourceVersion=0"), cfg.lists).await;
-    let paged = paged_walks(&c, &path, 500, cfg.lists).await;
-    for (what, l) in [
-        ("consistent", &consistent),
-        ("rv=0", &rv0),
-        ("paged walk", &paged),
-    ] {
-        println!(
-            "{who}: LIST {in_bench} {what}: p50 {:.1} ms, {} items, {} bytes",
-            l.p50_ms, l.items, l.bytes
-        );
-    }
-    let watch = {
+    let get = if cfg.runs("get") {
         let s2 = s.clone();
-        fan_out(
+        let (prefix, of) = if in_plain > 0 {
+            ("p", in_plain)
+        } else {
+            ("l", in_bench)
+        };
+        let get = run(&c, cfg.gets, 200, move |i| {
+            let k = (i * 7919) % of.max(1);
+            ("GET", format!("{}/{prefix}-{k:06}", s2.plain_path("bench")), None)
+        })
+        .await;
+        println!("{who}: GET {:.0}/s p99 {:.1} ms", get.rate(), get.ms(0.99));
+        Some(get)
+    } else {
+        None
+    };
+    let path = s.plain_path("bench");
+    let (consistent, rv0, paged) = if cfg.runs("list") {
+        let consistent = lists(&c, &path, cfg.lists).await;
+        let rv0 = lists(&c, &format!("{path}?resourceVersion=0"), cfg.lists).await;
+        let paged = paged_walks(&c, &path, 500, cfg.lists).await;
+        for (what, l) in [
+            ("consistent", &consistent),
+            ("rv=0", &rv0),
+            ("paged walk", &paged),
+        ] {
+            println!(
+                "{who}: LIST {in_bench} {what}: p50 {:.1} ms, {} items, {} bytes",
+                l.p50_ms, l.items, l.bytes
+            );
+        }
+        (Some(consistent), Some(rv0), Some(paged))
+    } else {
+        (None, None, None)
+    };
+    let watch = if cfg.runs("watch") {
+        let s2 = s.clone();
+        let watch = fan_out(
             &s,
             Plan {
                 watches: vec![format!("{path}?watch=1"); cfg.watchers],
@@ -287,11 +323,15 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
                 prefix: "wch-",
             },
         )
-        .await
+        .await;
+        objects += cfg.watch_creates;
+        in_bench += cfg.watch_creates;
+        print_fan_out(who, &format!("{} watchers", cfg.watchers), &watch);
+        Some(watch)
+    } else {
+        None
     };
-    objects += cfg.watch_creates;
-    print_fan_out(who, &format!("{} watchers", cfg.watchers), &watch);
-    let node_watch = if ours {
+    let node_watch = if ours && cfg.runs("nodewatch") {
         let s2 = s.clone();
         let ports = s.ports_path();
         let f = fan_out(
@@ -321,9 +361,8 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
         None
     };
     // Memory: the listed collection filled up to `stored` objects.
-    let have = in_bench + cfg.watch_creates;
-    let fill = cfg.stored.saturating_sub(have);
-    {
+    let mem = if cfg.runs("memory") {
+        let fill = cfg.stored.saturating_sub(in_bench);
         let s2 = s.clone();
         let st = run(&c, fill, 201, move |i| {
             (
@@ -339,17 +378,20 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             st.errors
         );
         objects += fill;
-    }
-    let mem = memory(&s, &c, objects, &path).await;
-    println!(
-        "{who}: {objects} objects stored, RSS {:.0} MiB ({:.1} KiB per object); full LIST of {} items ({:.0} MiB) in {:.2} s, peak RSS {:.0} MiB",
-        mem.rss_kib as f64 / 1024.0,
-        mem.rss_kib as f64 / objects as f64,
-        mem.list_items,
-        mem.list_bytes as f64 / (1 << 20) as f64,
-        mem.list_time.as_secs_f64(),
-        mem.peak_kib as f64 / 1024.0
-    );
+        let mem = memory(&s, &c, objects, &path).await;
+        println!(
+            "{who}: {objects} objects stored, RSS {:.0} MiB ({:.1} KiB per object); full LIST of {} items ({:.0} MiB) in {:.2} s, peak RSS {:.0} MiB",
+            mem.rss_kib as f64 / 1024.0,
+            mem.rss_kib as f64 / objects as f64,
+            mem.list_items,
+            mem.list_bytes as f64 / (1 << 20) as f64,
+            mem.list_time.as_secs_f64(),
+            mem.peak_kib as f64 / 1024.0
+        );
+        Some(mem)
+    } else {
+        None
+    };
     Outcome {
         plain,
         settled,

@@ -134,6 +134,11 @@ pub(crate) async fn lists(c: &Arc<Client>, path: &str, times: usize) -> Lists {
         assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&b));
         last = b;
     }
+    if std::env::var_os("BENCH_SHOW_ITEM").is_some()
+        && let Ok(v) = serde_json::from_slice::<Value>(&last)
+    {
+        println!("first item of GET {path}: {}", v["items"][0]);
+    }
     Lists {
         p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
         items: items(&last),

@@ -6,7 +6,7 @@
 //! smaller).
 
 use crate::fanout::FanOut;
-use crate::phases::Creates;
+use crate::phases::{Creates, Memory, Stats};
 use crate::{Config, Outcome};
 
 /// How a row's ratio is formed.
@@ -138,62 +138,52 @@ pub(crate) fn table(cfg: &Config, go: &[Outcome], ours: &[Outcome]) -> String {
     let mut rows = vec![
         Row {
             label: format!("plain creates/s, {n} at c=32 (Flunder vs FloatingIP)"),
-            go: cells(go, |o| Some(rate_p99(&o.plain))),
-            ours: cells(ours, |o| Some(rate_p99(&o.plain))),
+            go: cells(go, |o| o.plain.as_ref().map(rate_p99)),
+            ours: cells(ours, |o| o.plain.as_ref().map(rate_p99)),
             better: Better::Higher,
         },
         Row {
             label: format!(
                 "creates/s counting the work after the point, {n} at c=32 (Flunder vs VPCBinding)"
             ),
-            go: cells(go, |o| Some(settled(&o.settled))),
-            ours: cells(ours, |o| Some(settled(&o.settled))),
+            go: cells(go, |o| o.settled.as_ref().map(settled)),
+            ours: cells(ours, |o| o.settled.as_ref().map(settled)),
             better: Better::Higher,
         },
         Row {
             label: "Port creates/s with server-side IPAM (vs Go plain creates)".into(),
-            go: cells(go, |o| Some(rate_p99(&o.plain))),
+            go: cells(go, |o| o.plain.as_ref().map(rate_p99)),
             ours: cells(ours, |o| o.port.as_ref().map(rate_p99)),
             better: Better::Higher,
         },
         Row {
             label: "VPC creates/s with VNI allocation (vs Go plain creates)".into(),
-            go: cells(go, |o| Some(rate_p99(&o.plain))),
+            go: cells(go, |o| o.plain.as_ref().map(rate_p99)),
             ours: cells(ours, |o| o.vpc.as_ref().map(rate_p99)),
             better: Better::Higher,
         },
         Row {
             label: format!("GET one object, req/s ({} at c=32)", cfg.gets),
-            go: cells(go, |o| {
-                Some((
-                    Some(o.get.rate()),
-                    format!("{:.0} (p99 {:.0} ms)", o.get.rate(), o.get.ms(0.99)),
-                ))
-            }),
-            ours: cells(ours, |o| {
-                Some((
-                    Some(o.get.rate()),
-                    format!("{:.0} (p99 {:.0} ms)", o.get.rate(), o.get.ms(0.99)),
-                ))
-            }),
+            go: cells(go, |o| o.get.as_ref().map(get)),
+            ours: cells(ours, |o| o.get.as_ref().map(get)),
             better: Better::Higher,
         },
         Row {
             label: format!("LIST {}, consistent, p50", cfg.list_objects),
-            go: cells(go, |o| Some(ms(o.consistent.p50_ms))),
-            ours: cells(ours, |o| Some(ms(o.consistent.p50_ms))),
+            go: cells(go, |o| o.consistent.as_ref().map(|l| ms(l.p50_ms))),
+            ours: cells(ours, |o| o.consistent.as_ref().map(|l| ms(l.p50_ms))),
             better: Better::Lower,
         },
         Row {
             label: format!("LIST {}, `resourceVersion=0`, p50", cfg.list_objects),
-            go: cells(go, |o| Some(ms(o.rv0.p50_ms))),
-            ours: cells(ours, |o| Some(ms(o.rv0.p50_ms))),
+            go: cells(go, |o| o.rv0.as_ref().map(|l| ms(l.p50_ms))),
+            ours: cells(ours, |o| o.rv0.as_ref().map(|l| ms(l.p50_ms))),
             better: Better::Lower,
         },
         Row {
             label: format!("full paged walk of {}, limit=500, p50", cfg.list_objects),
-            go: cells(go, |o| Some(ms(o.paged.p50_ms))),
-            ours: cells(ours, |o| Some(ms(o.paged.p50_ms))),
+            go: cells(go, |o| o.paged.as_ref().map(|l| ms(l.p50_ms))),
+            ours: cells(ours, |o| o.paged.as_ref().map(|l| ms(l.p50_ms))),
             better: Better::Lower,
         },
         Row {
@@ -201,8 +191,8 @@ pub(crate) fn table(cfg: &Config, go: &[Outcome], ours: &[Outcome]) -> String {
                 "{} watchers, {} creates at {}/s: delivery p99",
                 cfg.watchers, cfg.watch_creates, cfg.watch_rate
             ),
-            go: cells(go, |o| Some(watch(&o.watch))),
-            ours: cells(ours, |o| Some(watch(&o.watch))),
+            go: cells(go, |o| o.watch.as_ref().map(watch)),
+            ours: cells(ours, |o| o.watch.as_ref().map(watch)),
             better: Better::Lower,
         },
         Row {
@@ -219,14 +209,14 @@ pub(crate) fn table(cfg: &Config, go: &[Outcome], ours: &[Outcome]) -> String {
         },
         Row {
             label: "RSS per stored object (server RSS / objects stored)".into(),
-            go: cells(go, |o| Some(per_object(o))),
-            ours: cells(ours, |o| Some(per_object(o))),
+            go: cells(go, |o| o.mem.as_ref().map(per_object)),
+            ours: cells(ours, |o| o.mem.as_ref().map(per_object)),
             better: Better::Smaller,
         },
         Row {
             label: "peak RSS during one full LIST of the collection".into(),
-            go: cells(go, |o| Some(peak(o))),
-            ours: cells(ours, |o| Some(peak(o))),
+            go: cells(go, |o| o.mem.as_ref().map(peak)),
+            ours: cells(ours, |o| o.mem.as_ref().map(peak)),
             better: Better::Smaller,
         },
     ];
@@ -247,27 +237,34 @@ pub(crate) fn table(cfg: &Config, go: &[Outcome], ours: &[Outcome]) -> String {
     out.join("\n")
 }
 
-fn per_object(o: &Outcome) -> (Option<f64>, String) {
-    let kib = o.mem.rss_kib as f64 / o.mem.objects as f64;
+fn get(s: &Stats) -> (Option<f64>, String) {
+    (
+        Some(s.rate()),
+        format!("{:.0} (p99 {:.0} ms)", s.rate(), s.ms(0.99)),
+    )
+}
+
+fn per_object(m: &Memory) -> (Option<f64>, String) {
+    let kib = m.rss_kib as f64 / m.objects as f64;
     (
         Some(kib),
         format!(
             "{kib:.1} KiB ({:.0} MiB for {} objects)",
-            o.mem.rss_kib as f64 / 1024.0,
-            o.mem.objects
+            m.rss_kib as f64 / 1024.0,
+            m.objects
         ),
     )
 }
 
-fn peak(o: &Outcome) -> (Option<f64>, String) {
-    let mib = o.mem.peak_kib as f64 / 1024.0;
+fn peak(m: &Memory) -> (Option<f64>, String) {
+    let mib = m.peak_kib as f64 / 1024.0;
     (
         Some(mib),
         format!(
             "{mib:.0} MiB ({} items, {:.0} MiB of JSON in {:.1} s)",
-            o.mem.list_items,
-            o.mem.list_bytes as f64 / (1 << 20) as f64,
-            o.mem.list_time.as_secs_f64()
+            m.list_items,
+            m.list_bytes as f64 / (1 << 20) as f64,
+            m.list_time.as_secs_f64()
         ),
     )
 }

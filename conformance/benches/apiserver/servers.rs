@@ -322,11 +322,17 @@ impl Server {
     /// A plain object named `name` (`i` varies its content the way a real workload would).
     pub(crate) fn plain(&self, name: &str, i: usize) -> Value {
         match self.peer {
+            // The same content as ours (a reference and an address), so both servers store,
+            // list and watch objects of a like size, managedFields included (an empty spec
+            // would leave Go's objects without any).
             Peer::Go => json!({
                 "apiVersion": "wardle.example.com/v1alpha1",
                 "kind": "Flunder",
                 "metadata": { "name": name },
-                "spec": {},
+                "spec": {
+                    "reference": format!("10.{}.{}.{}", 1 + i / 62_500, (i / 250) % 250, 1 + i % 250),
+                    "referenceType": "Flunder",
+                },
             }),
             Peer::Ours => json!({
                 "apiVersion": "sdn.cozystack.io/v1alpha1",

@@ -30,16 +30,24 @@ use object::Entry;
 /// pages it serves at a past revision).
 const HISTORY: usize = 1024;
 
+/// How often progress reaches the watchers (their bookmarks are at least 5 s apart).
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How many encodings of one change [`EventLines`] holds: three event types (`ADDED`,
+/// `MODIFIED`, `DELETED`) in each of five forms (the object, PartialObjectMetadata, and a Table
+/// row with each `includeObject`).
+pub const EVENT_FORMS: usize = 15;
+
 /// The watch event lines of one change, encoded on first use and shared by every watcher that
-/// sends the change as the plain object (`ADDED`, `MODIFIED`, `DELETED`).
+/// sends the change in the same form.
 #[derive(Debug, Default)]
-pub struct EventLines([OnceLock<Bytes>; 3]);
+pub struct EventLines([OnceLock<Bytes>; EVENT_FORMS]);
 
 impl EventLines {
-    /// The line for event type `index` (0 `ADDED`, 1 `MODIFIED`, 2 `DELETED`), made by `make`
-    /// the first time it is asked for.
+    /// The line in slot `index` (the watch handler numbers the forms), made by `make` the first
+    /// time it is asked for.
     pub fn get(&self, index: usize, make: impl FnOnce() -> Bytes) -> Bytes {
-        self.0[index.min(2)].get_or_init(make).clone()
+        self.0[index.min(EVENT_FORMS - 1)].get_or_init(make).clone()
     }
 }
 
@@ -188,6 +196,7 @@ impl WatchCache {
             };
         }
         self.revision.send_replace(revision);
+        let mut progress_sent = tokio::time::Instant::now();
         let mut stream = self.resource.watch(None, Some(revision)).await?;
         while let Some(ev) = stream.next().await {
             let ev = ev.map_err(|e| ApiError::from_storage(self.resource.info(), "", e))?;
@@ -253,9 +262,17 @@ impl WatchCache {
                         st.oldest = old.revision();
                     }
                 }
-                // Sent under the lock so a subscriber that snapshots under it sees each change
-                // exactly once: either in its snapshot or from the channel.
-                let _ = self.events.send(change);
+                // Every subscriber wakes for every broadcast: progress (storage ticks several
+                // times a second) goes out only as often as watchers can use it for bookmarks.
+                let progress = matches!(change, Change::Progress { .. });
+                if !progress || progress_sent.elapsed() >= PROGRESS_EVERY {
+                    if progress {
+                        progress_sent = tokio::time::Instant::now();
+                    }
+                    // Sent under the lock so a subscriber that snapshots under it sees each
+                    // change exactly once: either in its snapshot or from the channel.
+                    let _ = self.events.send(change);
+                }
             }
             self.revision.send_replace(rev);
         }
