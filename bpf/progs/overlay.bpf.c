@@ -4,6 +4,7 @@
 #include "../lib/crossnet.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
+#include "../lib/lb.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
 
@@ -67,6 +68,10 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 	if (!p.family)
 		return sdn_drop(skb, DROP_UNKNOWN_L3);
+	/* A reply from a Service backend on that node to a client of this one. */
+	ret = sdn_lb_reverse(skb, &p, net);
+	if (ret)
+		return sdn_drop(skb, ret);
 
 	to = net;
 	ep = sdn_endpoint_lookup(net, &p.dst);

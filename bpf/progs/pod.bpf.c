@@ -10,6 +10,7 @@
 #include "../lib/dnat.h"
 #include "../lib/drop.h"
 #include "../lib/endpoint.h"
+#include "../lib/lb.h"
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
@@ -42,7 +43,7 @@ static __always_inline int from_pod_net0(struct __sk_buff *skb,
  * source net's VNI, so the receiver decides again (sdn_from_overlay).
  */
 static __always_inline int from_pod_peer(struct __sk_buff *skb,
-					 const struct sdn_pkt *p, __u32 net)
+					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_endpoint *ep;
 	struct sdn_remote *r;
@@ -50,6 +51,8 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	int ret;
 
 	ret = sdn_xnet_resolve(skb, net, &p->dst, &to);
+	if (!ret)
+		ret = sdn_lb_forward(skb, p, net, to);
 	if (ret)
 		return sdn_drop(skb, ret);
 	ep = sdn_endpoint_lookup(to, &p->dst);
@@ -94,6 +97,9 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 			return sdn_drop(skb, ret);
 		return from_pod_net0(skb, p, port_flags);
 	}
+	ret = sdn_lb_from_pod(skb, p, net);
+	if (ret)
+		return sdn_drop(skb, ret);
 
 	ep = sdn_endpoint_lookup(net, &p->dst);
 	if (ep) {

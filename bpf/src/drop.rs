@@ -44,6 +44,8 @@ pub enum DropReason {
     OverlaySource = -18,
     /// `DROP_SEVERED`: VPC traffic from or to a pod whose Port was revoked.
     Severed = -19,
+    /// `DROP_LB_NO_BACKEND`: a new flow to a ServiceVIP port that has no backend.
+    LbNoBackend = -38,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -51,7 +53,7 @@ pub const DROP_MAX: u32 = 64;
 
 impl DropReason {
     /// Every reason, in value order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Invalid,
         Self::UnknownL3,
         Self::NoPort,
@@ -71,6 +73,7 @@ impl DropReason {
         Self::XnetDenied,
         Self::OverlaySource,
         Self::Severed,
+        Self::LbNoBackend,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -95,6 +98,7 @@ impl DropReason {
             Self::XnetDenied => "DROP_XNET_DENIED",
             Self::OverlaySource => "DROP_OVERLAY_SOURCE",
             Self::Severed => "DROP_SEVERED",
+            Self::LbNoBackend => "DROP_LB_NO_BACKEND",
         }
     }
 
@@ -114,11 +118,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn indexes_are_dense_unique_and_fit_the_map() {
-        for (i, r) in DropReason::ALL.iter().enumerate() {
-            assert_eq!(r.index() as usize, i + 1, "{r:?}");
+    fn indexes_are_ascending_unique_and_fit_the_map() {
+        // Ascending, not dense: each feature numbers its reasons in its own block.
+        let mut last = 0;
+        for r in DropReason::ALL {
+            assert!(r.index() > last, "{r:?}");
+            last = r.index();
             assert!(r.index() < DROP_MAX);
-            assert_eq!(DropReason::from_index(r.index()), Some(*r));
+            assert_eq!(DropReason::from_index(r.index()), Some(r));
         }
     }
 }

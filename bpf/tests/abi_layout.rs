@@ -59,6 +59,18 @@ fn generated_asserts() -> String {
     writeln!(c, "_Static_assert(SDN_DROP_MAX == {DROP_MAX}, \"DROP_MAX\");").unwrap();
     writeln!(
         c,
+        "_Static_assert(SDN_LB_SLOTS == {} && SDN_LB_F_HAIRPIN == {} && SDN_LB_STAT_MAX == {} \
+         && SDN_LB_STAT_FLOWS == {} && SDN_LB_STAT_SELECTIONS == {} && SDN_LB_STAT_MISSES == {}, \"lb\");",
+        cozyplane_bpf::abi::LB_SLOTS,
+        cozyplane_bpf::abi::LbFlow::F_HAIRPIN,
+        maps::lb_stats::MAX,
+        maps::lb_stats::FLOWS,
+        maps::lb_stats::SELECTIONS,
+        maps::lb_stats::MISSES,
+    )
+    .unwrap();
+    writeln!(
+        c,
         "_Static_assert(SDN_PORT_F_DNAT == {}, \"SDN_PORT_F_DNAT\");",
         cozyplane_bpf::abi::Port::F_DNAT
     )
@@ -125,7 +137,8 @@ fn every_c_drop_reason_has_a_rust_variant() {
 
 #[test]
 fn every_c_map_has_a_rust_wrapper() {
-    let h = header("maps.h");
+    // maps.h and the per-feature map headers it includes.
+    let h = header("maps.h") + &header("lb_maps.h");
     let mut c: Vec<&str> = h
         .lines()
         .filter_map(|l| l.strip_prefix("} ")?.strip_suffix(" SEC(\".maps\");"))

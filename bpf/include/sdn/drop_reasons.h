@@ -32,6 +32,7 @@
 #define DROP_XNET_DENIED	-17	/* destination in a peer net, but the peering is not allowed */
 #define DROP_OVERLAY_SOURCE	-18	/* decapsulated packet from an outer source that is no known node */
 #define DROP_SEVERED		-19	/* VPC traffic from or to a pod whose Port was revoked (lib/sever.h) */
+#define DROP_LB_NO_BACKEND	-38	/* a new flow to a ServiceVIP port that has no backend (lib/lb.h) */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

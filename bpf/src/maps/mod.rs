@@ -15,6 +15,13 @@ pub mod dnat;
 pub mod drops;
 pub mod endpoints;
 pub mod frags;
+pub mod lb_affinity;
+pub mod lb_backends;
+pub mod lb_flows;
+pub mod lb_maglev;
+pub mod lb_rev;
+pub mod lb_stats;
+pub mod lb_svc;
 pub mod net_stats;
 pub mod node_blocks;
 pub mod nodes;
@@ -24,7 +31,7 @@ pub mod xnet_allow;
 pub mod xnet_routes;
 
 /// Every map name; each is in every object.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 21] = [
     ports::NAME,
     endpoints::NAME,
     remotes::NAME,
@@ -39,6 +46,13 @@ pub const ALL: [&str; 14] = [
     xnet_allow::NAME,
     nodes::NAME,
     frags::NAME,
+    lb_svc::NAME,
+    lb_maglev::NAME,
+    lb_backends::NAME,
+    lb_flows::NAME,
+    lb_rev::NAME,
+    lb_affinity::NAME,
+    lb_stats::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
@@ -108,7 +122,8 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DropStats, Endpoint, EpKey,
-        Frag, FragKey, NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
+        Frag, FragKey, LbAff, LbAffKey, LbBackend, LbFlow, LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable,
+        NetStats, NodeEntry, Port, Remote, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -137,7 +152,7 @@ mod tests {
     /// a second check of the layout besides tests/abi_layout.rs.
     #[test]
     fn object_key_and_value_sizes_match_the_rust_types() {
-        let expect: [(&str, usize, usize); 14] = [
+        let expect: [(&str, usize, usize); 21] = [
             (ports::NAME, size_of::<u32>(), size_of::<Port>()),
             (endpoints::NAME, size_of::<EpKey>(), size_of::<Endpoint>()),
             (remotes::NAME, size_of::<EpKey>(), size_of::<Remote>()),
@@ -152,6 +167,13 @@ mod tests {
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
+            (lb_svc::NAME, size_of::<LbKey>(), size_of::<LbSvc>()),
+            (lb_maglev::NAME, size_of::<u32>(), size_of::<LbTable>()),
+            (lb_backends::NAME, size_of::<u32>(), size_of::<LbBackend>()),
+            (lb_flows::NAME, size_of::<LbFlowKey>(), size_of::<LbFlow>()),
+            (lb_rev::NAME, size_of::<LbRevKey>(), size_of::<LbRev>()),
+            (lb_affinity::NAME, size_of::<LbAffKey>(), size_of::<LbAff>()),
+            (lb_stats::NAME, size_of::<u32>(), size_of::<u64>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");
