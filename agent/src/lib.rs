@@ -20,6 +20,7 @@ pub mod ipam;
 pub mod metrics;
 pub mod peering;
 pub mod prepare;
+pub mod services;
 pub mod sever;
 pub mod tunnel_sources;
 pub mod watch;
@@ -163,6 +164,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         };
         tokio::spawn(peering::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(sever::run(api.clone(), state.clone()));
+        tokio::spawn(services::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     let metrics = metrics::Metrics::new(state.pin_dir().to_path_buf());

@@ -9,6 +9,8 @@
 //! - `cozyplane_xnet_packets_total{from,to}`, `cozyplane_xnet_bytes_total{from,to}`: VPC
 //!   peering crossings this node let through (from `sdn_xnet_allow`; a pair's counters
 //!   start over when its peering is re-created);
+//! - `cozyplane_lb_flows_total`, `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total`:
+//!   the ServiceVIP load balancer's counters (`sdn_lb_stats`, [`crate::services`]);
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
 //! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram).
@@ -126,7 +128,7 @@ struct MapCollector {
     pin_dir: PathBuf,
 }
 
-fn counter_family(
+pub(crate) fn counter_family(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -230,6 +232,7 @@ impl Collector for MapCollector {
                 &by,
             )?;
         }
+        crate::services::encode_metrics(&mut enc, &self.pin_dir)?;
         Ok(())
     }
 }
@@ -279,5 +282,6 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     if let Ok(m) = NodesMap::from_pin(dir) {
         out.push((maps::nodes::NAME, m.inner().keys().count()));
     }
+    out.extend(crate::services::map_sizes(dir));
     out
 }
