@@ -22,6 +22,8 @@
 //!   its node's agent was down (its DEL never deleted the Port). The Port is then terminating:
 //!   the agent, back, severs and releases it; a node that never comes back is Port GC's.
 //!
+//! * **ServiceVIPs** ([`service_vip`]): Services annotated for a VPC get their ServiceVIPs.
+//!
 //! All are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
 //! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
 //! there for backoff, `/readyz` and metrics). Indexes by node, by pod and by VPC turn each
@@ -86,6 +88,7 @@ enum Work {
 }
 
 mod claimant;
+pub mod service_vip;
 
 type Index<K> = Mutex<HashMap<K, BTreeSet<String>>>;
 
@@ -490,6 +493,7 @@ impl KubeLoops {
             pw,
             move |ev| sh.on_pod(ev),
         ));
+        tasks.extend(service_vip::start(&cfg.kube, kinds, caches, leader.clone()));
         let r = Reconciler {
             shared,
             ports: ports.clone(),

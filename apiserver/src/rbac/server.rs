@@ -74,6 +74,36 @@ pub const PODS: Access = Access {
     when: When::Always,
     why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone",
 };
+/// ServiceVIPs: the Service watch, and the annotation saying why a Service is not attached.
+pub const SERVICES: Access = Access {
+    group: "",
+    resource: "services",
+    verbs: &["get", "list", "watch", "patch"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "ServiceVIPs: the Service watch; patch writes the sdn.cozystack.io/vpc-attachment annotation",
+};
+/// ServiceVIPs: the EndpointSlice watch (backends).
+pub const ENDPOINTSLICES: Access = Access {
+    group: "discovery.k8s.io",
+    resource: "endpointslices",
+    verbs: &["list", "watch"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "ServiceVIPs: the EndpointSlice watch (a Service's backends)",
+};
+/// ServiceVIPs: the Event on a Service that cannot be attached.
+pub const EVENTS: Access = Access {
+    group: "",
+    resource: "events",
+    verbs: &["create"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "ServiceVIPs: an Event on a Service annotated for a VPC its namespace has no VPCBinding for",
+};
 /// Namespace lifecycle admission.
 pub const NAMESPACES: Access = Access {
     group: "",
@@ -159,9 +189,12 @@ pub const AUTHENTICATION_CONFIGMAP: Access = Access {
 };
 
 /// Every access of the server, in the order the chart lists them.
-pub const SERVER_ACCESS: [&Access; 10] = [
+pub const SERVER_ACCESS: [&Access; 13] = [
     &NODES,
     &PODS,
+    &SERVICES,
+    &ENDPOINTSLICES,
+    &EVENTS,
     &NAMESPACES,
     &RESOURCEQUOTAS,
     &RESOURCEQUOTAS_STATUS,
