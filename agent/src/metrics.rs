@@ -128,7 +128,7 @@ struct MapCollector {
     pin_dir: PathBuf,
 }
 
-pub(crate) fn counter_family(
+fn counter_family(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

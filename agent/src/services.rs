@@ -399,25 +399,30 @@ pub(crate) fn encode_metrics(
     let Ok(s) = LbStatsMap::from_pin(pin_dir).and_then(|m| m.get()) else {
         return Ok(());
     };
-    let one = |v: u64| [(Vec::new(), v)];
-    crate::metrics::counter_family(
-        enc,
-        "cozyplane_lb_flows",
-        "Flows to a ServiceVIP this node pinned to a backend",
-        &one(s.flows),
-    )?;
-    crate::metrics::counter_family(
-        enc,
-        "cozyplane_lb_selections",
-        "Packets to a ServiceVIP this node DNATed to a backend",
-        &one(s.selections),
-    )?;
-    crate::metrics::counter_family(
-        enc,
-        "cozyplane_lb_misses",
-        "Packets to a ServiceVIP port that found no backend",
-        &one(s.misses),
-    )
+    use prometheus_client::encoding::EncodeMetric as _;
+    use prometheus_client::metrics::MetricType;
+    for (name, help, v) in [
+        (
+            "cozyplane_lb_flows",
+            "Flows to a ServiceVIP this node pinned to a backend",
+            s.flows,
+        ),
+        (
+            "cozyplane_lb_selections",
+            "Packets to a ServiceVIP this node DNATed to a backend",
+            s.selections,
+        ),
+        (
+            "cozyplane_lb_misses",
+            "Packets to a ServiceVIP port that found no backend",
+            s.misses,
+        ),
+    ] {
+        // Unlabelled: the counter is encoded on the descriptor itself (no `{}`).
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        prometheus_client::metrics::counter::ConstCounter::new(v).encode(m)?;
+    }
+    Ok(())
 }
 
 /// Entries of the load balancer's hash maps, for `cozyplane_bpf_map_entries`.
