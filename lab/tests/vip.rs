@@ -14,7 +14,6 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::process::Stdio;
-use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
 use cozyplane_bpf::maps::lb_svc::{Frontend, LbSvcMap};
@@ -257,5 +256,4 @@ async fn body(lab: &mut Lab) {
         metric(&text, "cozyplane_lb_flows_total") >= 40.0,
         "n1 counts its balanced flows:\n{text}"
     );
-    drop(Duration::ZERO);
 }
