@@ -16,16 +16,17 @@ pub mod attachment;
 pub mod cni_server;
 pub mod config;
 pub mod datapath;
-pub mod doors;
-pub mod fip;
 pub mod dns;
 mod dns_view;
+pub mod doors;
 pub mod egress;
+pub mod fip;
 pub mod ipam;
 pub mod lb_gate;
 pub mod metrics;
 pub mod peering;
 pub mod prepare;
+pub mod services;
 pub mod sever;
 pub mod tunnel_sources;
 pub mod uplink;
@@ -200,6 +201,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             cfg.service_cidr.clone(),
             cfg.nat_shards,
         ));
+        tokio::spawn(services::run(api.clone(), state.pin_dir().to_path_buf()));
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     state.set_metrics(metrics.clone());

@@ -18,6 +18,8 @@
 //!   `{vni,vpc_namespace,vpc,node,direction}`: east-west traffic per VPC (`sdn_net_stats`,
 //!   `tx`/`rx`; net 0 is no VPC and is left out). VPC names come from the VPC watch
 //!   ([`VpcNames`]); empty until it has seen the VPC;
+//! - `cozyplane_lb_flows_total`, `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total`:
+//!   the ServiceVIP load balancer's counters (`sdn_lb_stats`, [`crate::services`]);
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
 //! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram);
@@ -376,6 +378,7 @@ impl Collector for MapCollector {
                 &by,
             )?;
         }
+        crate::services::encode_metrics(&mut enc, &self.pin_dir)?;
         Ok(())
     }
 }
@@ -425,5 +428,6 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
     if let Ok(m) = NodesMap::from_pin(dir) {
         out.push((maps::nodes::NAME, m.inner().keys().count()));
     }
+    out.extend(crate::services::map_sizes(dir));
     out
 }

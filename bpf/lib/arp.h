@@ -18,7 +18,7 @@
  * into the reply (caller redirects it back out), 0 if it is any other ARP,
  * or a DROP_* reason.
  */
-static __always_inline int sdn_arp_gateway_reply(struct __sk_buff *skb,
+static __sdn_noinline int sdn_arp_gateway_reply(struct __sk_buff *skb,
 						 const struct sdn_pkt *p)
 {
 	__u8 arp[SDN_ARP_LEN];

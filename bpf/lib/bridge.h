@@ -155,7 +155,7 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
  * client. On success p's addresses and ports are those of the rewritten packet:
  * the fabric IP and the client.
  */
-static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
+static __sdn_noinline int sdn_bridge_reverse(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_ct_rev_key rk = {};

@@ -88,3 +88,13 @@ static __always_inline void sdn_tunnel_mac(__u8 *out)
 	for (int i = 0; i < 6; i++)
 		out[i] = CONFIG(tunnel_mac).addr[i];
 }
+
+/* A BPF-to-BPF subprogram: its locals live in its own frame, not in the
+ * caller's. The pod program inlines every feature's path, and the sum of their
+ * locals went past the verifier's 512-byte combined stack (576 once the doors,
+ * DNS steering, the VPC load balancer and the SNAT engine were all in): the
+ * bigger branches of sdn_from_pod are subprograms for that reason.
+ */
+#ifndef __sdn_noinline
+#define __sdn_noinline		__attribute__((noinline, unused))
+#endif

@@ -41,7 +41,7 @@ static __always_inline struct sdn_dns_cfg *sdn_dns_config(void)
 /* 0: not a query to steer (the caller goes on); 1: steered, hand it to the host
  * stack; < 0: a DROP_* reason.
  */
-static __always_inline int sdn_dns_steer(struct __sk_buff *skb,
+static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_dns_ct_key k = {};

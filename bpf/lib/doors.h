@@ -15,7 +15,7 @@
 #include "fip.h"
 #include "lb_gate.h"
 
-static __always_inline int sdn_doors_from_pod(struct __sk_buff *skb,
+static __sdn_noinline int sdn_doors_from_pod(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)
 {
 	int ret = sdn_lbg_from_pod(skb, p, net);

@@ -36,7 +36,7 @@ static __always_inline int sdn_egress_v4_group(const struct sdn_pkt *p)
 }
 
 /* sdn_from_pod, net 0, destination on no node. */
-static __always_inline int sdn_masq_from_pod(struct __sk_buff *skb,
+static __sdn_noinline int sdn_masq_from_pod(struct __sk_buff *skb,
 					     struct sdn_pkt *p)
 {
 	struct sdn_snat_conf *c = sdn_snat_conf_get();
@@ -91,7 +91,7 @@ static __always_inline void sdn_masq_note_inbound(struct sdn_port *port,
 }
 
 /* sdn_from_pod, a VPC pod's destination that is no endpoint, remote or peer. */
-static __always_inline int sdn_gw_from_pod(struct __sk_buff *skb,
+static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 					   struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_snat_conf *c;

@@ -28,7 +28,7 @@ static __always_inline int sdn_is_ns(const struct sdn_pkt *p)
  * into the advertisement (caller redirects it back out), 0 if it asks for
  * anything else (DAD from ::, another target), or a DROP_* reason.
  */
-static __always_inline int sdn_ndp_gateway_reply(struct __sk_buff *skb,
+static __sdn_noinline int sdn_ndp_gateway_reply(struct __sk_buff *skb,
 						 const struct sdn_pkt *p)
 {
 	/* The pseudo-header and the ICMPv6 message, summed in one go. */

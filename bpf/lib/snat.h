@@ -46,7 +46,9 @@
 /* The NAT paths are BPF-to-BPF calls, not inlined: each has its own stack
  * frame, which keeps every program's frame within the 512 bytes.
  */
-#define __sdn_noinline		__attribute__((noinline))
+#ifndef __sdn_noinline
+#define __sdn_noinline		__attribute__((noinline, unused))
+#endif
 
 #define SDN_AF_INET		2
 #define SDN_AF_INET6		10

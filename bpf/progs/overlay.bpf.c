@@ -5,6 +5,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/endpoint.h"
+#include "../lib/lb.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
 
@@ -68,6 +69,10 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 	if (!p.family)
 		return sdn_drop(skb, DROP_UNKNOWN_L3);
+	/* A reply from a Service backend on that node to a client of this one. */
+	ret = sdn_lb_reverse(skb, &p, net);
+	if (ret)
+		return sdn_drop(skb, ret);
 
 	to = net;
 	ep = sdn_endpoint_lookup(net, &p.dst);

@@ -13,6 +13,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/endpoint.h"
+#include "../lib/lb.h"
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
@@ -69,6 +70,8 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 			ret = sdn_gw_from_pod(skb, p, net);
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	}
+	if (!ret)
+		ret = sdn_lb_forward(skb, p, net, to);
 	if (ret)
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	ep = sdn_endpoint_lookup(to, &p->dst);
@@ -113,6 +116,9 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 			return sdn_drop(skb, ret);
 		return from_pod_net0(skb, p, port_flags);
 	}
+	ret = sdn_lb_from_pod(skb, p, net);
+	if (ret)
+		return sdn_drop(skb, ret);
 
 	ep = sdn_endpoint_lookup(net, &p->dst);
 	if (ep) {

@@ -562,6 +562,17 @@ pub const LAYOUTS: &[StructLayout] = &[
     NodeEntry::LAYOUT,
     FragKey::LAYOUT,
     Frag::LAYOUT,
+    LbKey::LAYOUT,
+    LbSvc::LAYOUT,
+    LbTable::LAYOUT,
+    LbBackend::LAYOUT,
+    LbFlowKey::LAYOUT,
+    LbFlow::LAYOUT,
+    LbRevKey::LAYOUT,
+    LbRev::LAYOUT,
+    LbAffKey::LAYOUT,
+    LbAff::LAYOUT,
+    LbWork::LAYOUT,
     SnatConf::LAYOUT,
     SnatInside::LAYOUT,
     SnatAddr::LAYOUT,
@@ -774,4 +785,191 @@ abi_struct! {
         /// What a first fragment became.
         pub frag: Frag,
     }
+}
+
+// === The load balancer's maps (include/sdn/lb_maps.h) ===
+
+/// `SDN_LB_SLOTS`: slots of one Maglev table.
+pub const LB_SLOTS: usize = 1021;
+
+abi_struct! {
+    /// `struct sdn_lb_key`: key of `sdn_lb_svc`, a ServiceVIP port.
+    pub struct LbKey = "sdn_lb_key" {
+        /// The VIP's net (VNI).
+        pub net: u32,
+        /// The virtual address.
+        pub vip: Addr,
+        /// The Service port, network order.
+        pub port: u16,
+        /// `IPPROTO_TCP` or `IPPROTO_UDP`.
+        pub proto: u8,
+        /// Zero.
+        pub pad: u8,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_svc`, value of `sdn_lb_svc`.
+    pub struct LbSvc = "sdn_lb_svc" {
+        /// Key of the frontend's table in `sdn_lb_maglev`.
+        pub id: u32,
+        /// Backends in the table; 0: none.
+        pub count: u32,
+        /// ClientIP affinity timeout in seconds; 0: none.
+        pub affinity: u32,
+        /// Reserved, 0.
+        pub flags: u32,
+    }
+}
+
+/// `struct sdn_lb_table`, value of `sdn_lb_maglev`: a backend id per slot. Not through
+/// `abi_struct!`, which derives `Default` (arrays this long have none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbTable {
+    /// The backend id of each slot.
+    pub slot: [u32; LB_SLOTS],
+}
+
+const _: () = assert!(size_of::<LbTable>() == 4 * LB_SLOTS);
+
+impl Abi for LbTable {
+    const LAYOUT: StructLayout = StructLayout {
+        c_name: "sdn_lb_table",
+        size: size_of::<LbTable>(),
+        align: align_of::<LbTable>(),
+        fields: &[("slot", offset_of!(LbTable, slot))],
+    };
+}
+
+// SAFETY: repr(C), one u32 array, no padding (asserted above), layout checked against the
+// C header by tests/abi_layout.rs; every bit pattern is a valid value.
+#[expect(unsafe_code, reason = "aya::Pod for an ABI struct shared with the kernel")]
+unsafe impl aya::Pod for LbTable {}
+
+abi_struct! {
+    /// `struct sdn_lb_backend`, value of `sdn_lb_backends`.
+    pub struct LbBackend = "sdn_lb_backend" {
+        /// The backend's net (VNI).
+        pub net: u32,
+        /// Its address.
+        pub addr: Addr,
+        /// The target port, network order.
+        pub port: u16,
+        /// Zero.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_flow_key`: key of `sdn_lb_flows`, a client's flow to a VIP.
+    pub struct LbFlowKey = "sdn_lb_flow_key" {
+        /// The client's net.
+        pub net: u32,
+        /// The client.
+        pub client: Addr,
+        /// The VIP.
+        pub vip: Addr,
+        /// Network order.
+        pub client_port: u16,
+        /// Network order.
+        pub vip_port: u16,
+        /// L4 protocol.
+        pub proto: u8,
+        /// Zero.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_flow`, value of `sdn_lb_flows`: the backend pinned for the flow.
+    pub struct LbFlow = "sdn_lb_flow" {
+        /// The backend.
+        pub backend: Addr,
+        /// The backend's net.
+        pub net: u32,
+        /// Network order.
+        pub backend_port: u16,
+        /// `SDN_LB_F_*`.
+        pub flags: u8,
+        /// Zero.
+        pub pad: u8,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_rev_key`: key of `sdn_lb_rev`, a backend's reply as it leaves it.
+    pub struct LbRevKey = "sdn_lb_rev_key" {
+        /// The backend's net.
+        pub net: u32,
+        /// The backend.
+        pub backend: Addr,
+        /// The client (the hairpin address for a hairpin flow).
+        pub client: Addr,
+        /// Network order.
+        pub backend_port: u16,
+        /// Network order.
+        pub client_port: u16,
+        /// L4 protocol.
+        pub proto: u8,
+        /// Zero.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_rev`, value of `sdn_lb_rev`.
+    pub struct LbRev = "sdn_lb_rev" {
+        /// The VIP the reply must come from.
+        pub vip: Addr,
+        /// The real client.
+        pub client: Addr,
+        /// Network order.
+        pub vip_port: u16,
+        /// Zero.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_work`, the per-CPU scratch value of `sdn_lb_work`.
+    pub struct LbWork = "sdn_lb_work" {
+        /// The flow's key.
+        pub fk: LbFlowKey,
+        /// The reverse key of a new flow.
+        pub rk: LbRevKey,
+        /// The reverse value of a new flow.
+        pub rv: LbRev,
+        /// The flow's value.
+        pub nf: LbFlow,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_aff_key`: key of `sdn_lb_affinity`.
+    pub struct LbAffKey = "sdn_lb_aff_key" {
+        /// The client's net.
+        pub net: u32,
+        /// The client.
+        pub client: Addr,
+        /// The frontend id.
+        pub svc: u32,
+    }
+}
+
+abi_struct! {
+    /// `struct sdn_lb_aff`, value of `sdn_lb_affinity`.
+    pub struct LbAff = "sdn_lb_aff" {
+        /// `bpf_ktime_get_ns()` of the client's last new flow.
+        pub seen_ns: u64,
+        /// The backend id it was given.
+        pub backend: u32,
+        /// Zero.
+        pub pad: u32,
+    }
+}
+
+impl LbFlow {
+    /// `SDN_LB_F_HAIRPIN`.
+    pub const F_HAIRPIN: u8 = 1;
 }

@@ -71,6 +71,8 @@ pub enum DropReason {
     DnsCtFull = -35,
     /// `DROP_DNS_NO_CT`: an answer from the node resolver's port with no steered query.
     DnsNoCt = -36,
+    /// `DROP_VIP_NO_BACKEND`: a new flow to a ServiceVIP port that has no backend.
+    VipNoBackend = -38,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -111,6 +113,7 @@ impl DropReason {
         Self::DnsNoSource,
         Self::DnsCtFull,
         Self::DnsNoCt,
+        Self::VipNoBackend,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -148,6 +151,7 @@ impl DropReason {
             Self::DnsNoSource => "DROP_DNS_NO_SOURCE",
             Self::DnsCtFull => "DROP_DNS_CT_FULL",
             Self::DnsNoCt => "DROP_DNS_NO_CT",
+            Self::VipNoBackend => "DROP_VIP_NO_BACKEND",
         }
     }
 

@@ -54,3 +54,25 @@ pub const FROM_UPLINK: ProgramSpec = ProgramSpec {
 
 /// Every entry program.
 pub const ALL: [ProgramSpec; 4] = [FROM_POD, TO_POD, FROM_OVERLAY, FROM_UPLINK];
+
+/// Times [`load`] tries a program the kernel refused with `EAGAIN`.
+const LOAD_TRIES: u32 = 5;
+
+/// Loads `prog` into the kernel, trying again when the verifier was interrupted.
+///
+/// The verifier gives up with `EAGAIN` when a signal is pending for the loading thread
+/// while it works; `sdn_from_pod` takes it over a second on a loaded machine, long enough
+/// for that to happen now and then (seen in the test suite). libbpf retries the same way.
+pub fn load(prog: &mut aya::programs::SchedClassifier) -> Result<(), aya::programs::ProgramError> {
+    let mut tries = 0;
+    loop {
+        match prog.load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(11) && tries + 1 < LOAD_TRIES =>
+            {
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}

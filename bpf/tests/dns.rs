@@ -44,6 +44,9 @@ fn setup(steering: bool) -> Datapath {
     // The cluster's internal ranges, which here overlap the VPC's own: its own
     // addresses still win.
     dsts.insert((ip("10.0.0.0"), 8)).unwrap();
+    // The same ranges as the gateway door sees them (agent/src/egress.rs): inside the
+    // cluster, so a query that is not steered meets isolation, not the gateway.
+    common::fixtures::inside(&mut dp, 0, "10.0.0.0", 8);
     if steering {
         DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
             .unwrap()

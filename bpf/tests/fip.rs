@@ -142,12 +142,13 @@ fn outbound_to_internal_destinations_is_never_natted() {
 }
 
 #[test]
-fn a_pod_without_a_floating_ip_stays_isolated() {
+fn a_pod_without_a_floating_ip_or_gateway_gets_nothing_out() {
     in_routed_netns(|| {
         let mut dp = Datapath::load(&cfg());
         vpc_pod(&mut dp, VPC_A, VPC_IP, MAC_A1);
         let r = dp.run(FROM_POD, &udp4(MAC_A1, VPC_IP, CLIENT), LO, 0);
-        assert_dropped(&dp, r.verdict, DropReason::VpcIsolation);
+        // The last door tried is the gateway's, and this VPC has none.
+        assert_dropped(&dp, r.verdict, DropReason::NoGateway);
     });
 }
 

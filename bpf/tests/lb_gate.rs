@@ -115,9 +115,10 @@ fn the_backends_reply_leaves_as_the_frontend() {
         assert_eq!((got.dst, got.dport), (v4(CLIENT), 40000));
         pkt::assert_v4_checksums(&r.packet);
         assert_eq!(door(&dp, VPC_A, DoorKey::LOADBALANCER, DoorKey::OUT).packets, 1);
-        // Another source port of the backend is no reply of the frontend.
+        // Another source port of the backend is no reply of the frontend: it tries the
+        // gateway door, and this VPC has none.
         let p = pkt::ipv4(MAC_A1, cfg().gw_mac, v4(BACKEND), v4(CLIENT), TCP, 8081, 40000, 0);
-        assert_dropped(&dp, dp.run(FROM_POD, &p, LO, 0).verdict, DropReason::VpcIsolation);
+        assert_dropped(&dp, dp.run(FROM_POD, &p, LO, 0).verdict, DropReason::NoGateway);
     });
 }
 

@@ -128,7 +128,7 @@ impl Datapath {
             })?;
             for spec in programs::ALL.iter().filter(|s| s.object == obj) {
                 let prog = classifier(&mut ebpf, spec)?;
-                prog.load().map_err(|e| LoadError::Load {
+                programs::load(prog).map_err(|e| LoadError::Load {
                     what: spec.name.to_string(),
                     source: Box::new(e),
                 })?;

@@ -28,6 +28,7 @@
 //!   implementation assigns. They have their own queue and worker, fed by mirrors of VPCs,
 //!   gateways and FloatingIPs, this loop's Port mirror, and Service/EndpointSlice informers
 //!   limited by label to the objects they own.
+//! * **ServiceVIPs** ([`service_vip`]): Services annotated for a VPC get their ServiceVIPs.
 //!
 //! All are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
 //! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
@@ -97,6 +98,7 @@ mod doors;
 mod floating_ip;
 mod nat_gateway;
 mod owned;
+pub mod service_vip;
 
 type Index<K> = Mutex<HashMap<K, BTreeSet<String>>>;
 
@@ -518,6 +520,7 @@ impl KubeLoops {
             pw,
             move |ev| sh.on_pod(ev),
         ));
+        tasks.extend(service_vip::start(&cfg.kube, kinds, caches, leader.clone()));
         let r = Reconciler {
             shared,
             ports: ports.clone(),

@@ -74,19 +74,19 @@ pub const PODS: Access = Access {
     when: When::Always,
     why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone",
 };
-/// The doors of VPCs: the LoadBalancer Services the VPCGateway and FloatingIP loops own (a
-/// watch limited to `service.kubernetes.io/service-proxy-name=cozyplane`).
+/// The Services the server reads and owns: the LoadBalancer Services the VPCGateway and
+/// FloatingIP loops own (a watch limited to `service.kubernetes.io/service-proxy-name=cozyplane`),
+/// and the Services annotated for a VPC that get ServiceVIPs.
 pub const SERVICES: Access = Access {
     group: "",
     resource: "services",
-    verbs: &["list", "watch", "create", "patch", "delete"],
+    verbs: &["get", "list", "watch", "create", "patch", "delete"],
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "VPCGateway and FloatingIP loops: the LoadBalancer Services they own (create, align, delete; the watch reads the assigned address)",
+    why: "VPCGateway and FloatingIP loops: the LoadBalancer Services they own (create, align, delete; the watch reads the assigned address); ServiceVIPs: the Service watch, and patch writes the sdn.cozystack.io/vpc-attachment annotation",
 };
-/// The EndpointSlices of those Services (a watch limited to
-/// `endpointslice.kubernetes.io/managed-by=cozyplane`).
+/// EndpointSlices: those the door loops own, and the backends of ServiceVIPs.
 pub const ENDPOINTSLICES: Access = Access {
     group: "discovery.k8s.io",
     resource: "endpointslices",
@@ -94,7 +94,17 @@ pub const ENDPOINTSLICES: Access = Access {
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "VPCGateway and FloatingIP loops: the EndpointSlices of their Services",
+    why: "VPCGateway and FloatingIP loops: the EndpointSlices of their Services; ServiceVIPs: the EndpointSlice watch (a Service's backends)",
+};
+/// ServiceVIPs: the Event on a Service that cannot be attached.
+pub const EVENTS: Access = Access {
+    group: "",
+    resource: "events",
+    verbs: &["create"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "ServiceVIPs: an Event on a Service annotated for a VPC its namespace has no VPCBinding for",
 };
 /// Namespace lifecycle admission.
 pub const NAMESPACES: Access = Access {
@@ -181,11 +191,12 @@ pub const AUTHENTICATION_CONFIGMAP: Access = Access {
 };
 
 /// Every access of the server, in the order the chart lists them.
-pub const SERVER_ACCESS: [&Access; 12] = [
+pub const SERVER_ACCESS: [&Access; 13] = [
     &NODES,
     &PODS,
     &SERVICES,
     &ENDPOINTSLICES,
+    &EVENTS,
     &NAMESPACES,
     &RESOURCEQUOTAS,
     &RESOURCEQUOTAS_STATUS,

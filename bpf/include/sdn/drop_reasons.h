@@ -46,6 +46,7 @@
 #define DROP_DNS_NO_SOURCE	-34	/* VPC pod's DNS query to steer, but its fabric address is unknown (lib/dns.h) */
 #define DROP_DNS_CT_FULL	-35	/* DNS steering: the query state could not be recorded */
 #define DROP_DNS_NO_CT		-36	/* an answer from the node resolver's port with no steered query */
+#define DROP_VIP_NO_BACKEND	-38	/* a new flow to a ServiceVIP port that has no backend (lib/lb.h) */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -18,6 +18,7 @@
 #include <linux/types.h>
 #include <sdn/addr.h>
 #include <sdn/drop_reasons.h>
+#include <sdn/lb_maps.h>
 
 /* sdn_ports: host-side veth ifindex -> port. Written by the CNI on ADD. */
 struct sdn_port {

@@ -23,6 +23,14 @@ pub mod fip_in;
 pub mod fip_out;
 pub mod frags;
 pub mod internal;
+pub mod lb_affinity;
+pub mod lb_backends;
+pub mod lb_flows;
+pub mod lb_maglev;
+pub mod lb_rev;
+pub mod lb_stats;
+pub mod lb_svc;
+pub mod lb_work;
 pub mod lbg_front;
 pub mod lbg_ingress;
 pub mod lbg_rev;
@@ -86,6 +94,14 @@ pub const ALL: &[&str] = &[
     lbg_front::NAME,
     lbg_rev::NAME,
     lbg_ingress::NAME,
+    lb_svc::NAME,
+    lb_maglev::NAME,
+    lb_backends::NAME,
+    lb_flows::NAME,
+    lb_rev::NAME,
+    lb_affinity::NAME,
+    lb_stats::NAME,
+    lb_work::NAME,
 ];
 
 /// The policy layers' maps (`include/sdn/policy_maps.h`). Not in [`ALL`] until a program
@@ -167,7 +183,8 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
-        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbgFront, LbgKey, LbgRevKey, NetStats,
+        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbAff, LbAffKey, LbBackend, LbFlow,
+        LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable, LbWork, LbgFront, LbgKey, LbgRevKey, NetStats,
         NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside, SnatKey, SnatRev, SnatRkey,
         SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
@@ -244,6 +261,14 @@ mod tests {
                 size_of::<crate::abi::DnsCtKey>(),
                 size_of::<crate::abi::DnsCt>(),
             ),
+            (lb_svc::NAME, size_of::<LbKey>(), size_of::<LbSvc>()),
+            (lb_maglev::NAME, size_of::<u32>(), size_of::<LbTable>()),
+            (lb_backends::NAME, size_of::<u32>(), size_of::<LbBackend>()),
+            (lb_flows::NAME, size_of::<LbFlowKey>(), size_of::<LbFlow>()),
+            (lb_rev::NAME, size_of::<LbRevKey>(), size_of::<LbRev>()),
+            (lb_affinity::NAME, size_of::<LbAffKey>(), size_of::<LbAff>()),
+            (lb_stats::NAME, size_of::<u32>(), size_of::<u64>()),
+            (lb_work::NAME, size_of::<u32>(), size_of::<LbWork>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

@@ -45,6 +45,8 @@ pub fn internal_range(dp: &mut Datapath, net: u32, cidr: &str) {
         .unwrap()
         .insert((net, ip(base), len.parse().unwrap()))
         .unwrap();
+    // The gateway door keeps its own copy of the same ranges (agent/src/egress.rs).
+    super::fixtures::inside(dp, net, base, len.parse().unwrap());
 }
 
 /// `vpc_ip` of `net` lives on the node `node`.

@@ -108,8 +108,7 @@ impl Datapath {
                 .unwrap_or_else(|| panic!("{} not in object", spec.name))
                 .try_into()
                 .expect("a tc classifier");
-            prog.load()
-                .unwrap_or_else(|e| panic!("verifier rejected {}: {e:?}", spec.name));
+            programs::load(prog).unwrap_or_else(|e| panic!("verifier rejected {}: {e:?}", spec.name));
         }
         guard.0 = None;
         Self {

@@ -81,6 +81,18 @@ pub const KINDS: &[KindDef] = &[
     kind!(
         "",
         "v1",
+        "Event",
+        "events",
+        "event",
+        ["ev"],
+        true,
+        false,
+        &[],
+        Flavor::Plain
+    ),
+    kind!(
+        "",
+        "v1",
         "ConfigMap",
         "configmaps",
         "configmap",
