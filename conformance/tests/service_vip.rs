@@ -50,6 +50,7 @@ async fn grant(s: &StandIn) {
 async fn setup() -> (StandIn, Cozyplane, kube::Client) {
     let s = StandIn::start(Options {
         tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
+        ..Default::default()
     })
     .await;
     grant(&s).await;
