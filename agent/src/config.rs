@@ -126,6 +126,11 @@ pub struct AgentConfig {
     /// inside the cluster, isolated.
     #[arg(long, env = "COZYPLANE_INTERNAL_CIDRS", value_delimiter = ',')]
     pub internal_cidrs: Vec<cozyplane_apis::net::IpNet>,
+    /// The policy layers (SecurityGroups, NetworkPolicy, HostFirewall; `docs/policy.md`):
+    /// `on` watches the policy objects and writes the compiled entries to the policy maps
+    /// ([`crate::policy`]); `off` leaves those maps as they are.
+    #[arg(long, env = "COZYPLANE_POLICY", value_enum, default_value = "on")]
+    pub policy: crate::policy::Mode,
     /// The split-horizon resolver for VPC pods ([`crate::dns`]).
     #[command(flatten)]
     pub dns: crate::dns::DnsFlags,

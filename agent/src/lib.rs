@@ -25,6 +25,7 @@ pub mod ipam;
 pub mod lb_gate;
 pub mod metrics;
 pub mod peering;
+pub mod policy;
 pub mod prepare;
 pub mod services;
 pub mod sever;
@@ -202,6 +203,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
             cfg.nat_shards,
         ));
         tokio::spawn(services::run(api.clone(), state.pin_dir().to_path_buf()));
+        if cfg.policy == policy::Mode::On {
+            tokio::spawn(policy::run(
+                api.clone(),
+                state.pin_dir().to_path_buf(),
+                metrics.clone(),
+            ));
+        }
         tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
     }
     state.set_metrics(metrics.clone());

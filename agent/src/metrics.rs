@@ -20,6 +20,8 @@
 //!   ([`VpcNames`]); empty until it has seen the VPC;
 //! - `cozyplane_lb_flows_total`, `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total`:
 //!   the ServiceVIP load balancer's counters (`sdn_lb_stats`, [`crate::services`]);
+//! - `cozyplane_policy_*`: the policy writer's compile and write times, refused constructs
+//!   ([`crate::policy::metrics`]); policy map sizes are in `cozyplane_bpf_map_entries`;
 //! - `cozyplane_sync_errors_total{op}`: agent-side failures to program the datapath;
 //! - `cozyplane_cni_requests_total{command,outcome}`;
 //! - `cozyplane_cni_add_step_seconds{step}`: where a pod ADD spends its time (histogram);
@@ -86,6 +88,7 @@ pub struct Metrics {
     cni_requests: Family<Labels, Counter>,
     add_steps: Family<Labels, Histogram, fn() -> Histogram>,
     dns: cozyplane_resolver::Metrics,
+    policy: crate::policy::metrics::PolicyMetrics,
 }
 
 impl Metrics {
@@ -124,18 +127,25 @@ impl Metrics {
         );
         registry.register_collector(Box::new(MapCollector { pin_dir, node, vpcs }));
         let dns = cozyplane_resolver::Metrics::register(&mut registry);
+        let policy = crate::policy::metrics::PolicyMetrics::register(&mut registry);
         Self {
             registry: Arc::new(registry),
             sync_errors,
             cni_requests,
             add_steps,
             dns,
+            policy,
         }
     }
 
     /// The resolver's metrics (`cozyplane_dns_*`, see [`cozyplane_resolver::metrics`]).
     pub fn dns(&self) -> cozyplane_resolver::Metrics {
         self.dns.clone()
+    }
+
+    /// The policy writer's metrics (`cozyplane_policy_*`, see [`crate::policy::metrics`]).
+    pub fn policy(&self) -> crate::policy::metrics::PolicyMetrics {
+        self.policy.clone()
     }
 
     /// Count a failed datapath operation.
@@ -429,5 +439,6 @@ fn map_sizes(dir: &std::path::Path) -> Vec<(&'static str, usize)> {
         out.push((maps::nodes::NAME, m.inner().keys().count()));
     }
     out.extend(crate::services::map_sizes(dir));
+    out.extend(crate::policy::metrics::map_sizes(dir));
     out
 }

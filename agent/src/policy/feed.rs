@@ -1,0 +1,306 @@
+//! The compilers and what feeds them: one listing per watched kind, turned into compiler
+//! calls, each returning the [`Diff`] of the entries it touches.
+//!
+//! Until every watch has listed once, nothing is compiled: the listings fill, and then the
+//! compilers are built in one go ([`Feed::build`]; NetworkPolicy with
+//! [`NpCompiler::build`], which is much cheaper than adding pods one by one). After that
+//! every change is compiled as it comes ([`Feed::step`]). A relist of one kind (after a
+//! watch expired) turns into the changes between what was listed before and now.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use cozyplane_apis::v1alpha1::{HostFirewall, Port, SecurityGroup};
+use cozyplane_policy::hf::{HfCompiler, NodeInfo};
+use cozyplane_policy::model::{Diff, Tables};
+use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
+use cozyplane_policy::sg::SgCompiler;
+use cozyplane_policy::Warning;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::watcher::Event;
+
+/// `(namespace, name)`; the namespace is empty for cluster-scoped kinds.
+pub type Key = (String, String);
+
+/// What a watch event means for the compilers.
+#[derive(Clone, Debug)]
+pub enum Step<T> {
+    /// The object is (now) this.
+    Set(Key, T),
+    /// The object is gone.
+    Gone(Key),
+}
+
+/// One kind's list+watch state: `live` is what the compilers were given.
+#[derive(Debug)]
+pub struct Listing<T> {
+    /// The objects, by key.
+    pub live: BTreeMap<Key, T>,
+    pending: Option<BTreeMap<Key, T>>,
+    /// Listed completely at least once.
+    pub synced: bool,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Self {
+            live: BTreeMap::new(),
+            pending: None,
+            synced: false,
+        }
+    }
+}
+
+impl<T: Clone + PartialEq> Listing<T> {
+    /// Take one watch event; the steps it means for the compilers (a list's items only at
+    /// its end, and only those that differ from what was live). `row` reads an object
+    /// (`None`: as good as absent, e.g. a VPC without a VNI yet).
+    pub fn event<O>(
+        &mut self,
+        ev: Event<O>,
+        key: impl Fn(&O) -> Key,
+        row: impl Fn(&O) -> Option<T>,
+    ) -> Vec<Step<T>> {
+        match ev {
+            Event::Init => {
+                self.pending = Some(BTreeMap::new());
+                Vec::new()
+            }
+            Event::InitApply(o) => {
+                if let (Some(p), Some(v)) = (self.pending.as_mut(), row(&o)) {
+                    p.insert(key(&o), v);
+                }
+                Vec::new()
+            }
+            Event::InitDone => {
+                self.synced = true;
+                let Some(new) = self.pending.take() else {
+                    return Vec::new();
+                };
+                let old = std::mem::replace(&mut self.live, new);
+                let mut steps: Vec<Step<T>> = self
+                    .live
+                    .iter()
+                    .filter(|(k, v)| old.get(*k) != Some(*v))
+                    .map(|(k, v)| Step::Set(k.clone(), v.clone()))
+                    .collect();
+                steps.extend(
+                    old.into_keys()
+                        .filter(|k| !self.live.contains_key(k))
+                        .map(Step::Gone),
+                );
+                steps
+            }
+            Event::Apply(o) => {
+                let k = key(&o);
+                match row(&o) {
+                    Some(v) if self.live.get(&k) == Some(&v) => Vec::new(),
+                    Some(v) => {
+                        self.live.insert(k.clone(), v.clone());
+                        vec![Step::Set(k, v)]
+                    }
+                    None => self.gone(k),
+                }
+            }
+            Event::Delete(o) => self.gone(key(&o)),
+        }
+    }
+
+    fn gone(&mut self, k: Key) -> Vec<Step<T>> {
+        match self.live.remove(&k) {
+            Some(_) => vec![Step::Gone(k)],
+            None => Vec::new(),
+        }
+    }
+}
+
+/// Every watched kind.
+#[derive(Debug, Default)]
+pub struct Listings {
+    /// NetworkPolicies.
+    pub policies: Listing<NetworkPolicy>,
+    /// Pods of every node (not finished ones).
+    pub pods: Listing<PodInfo>,
+    /// Namespaces' labels.
+    pub namespaces: Listing<NamespaceInfo>,
+    /// This node (labels, addresses).
+    pub node: Listing<NodeInfo>,
+    /// VPCs with a VNI: the net.
+    pub vpcs: Listing<u32>,
+    /// SecurityGroups.
+    pub groups: Listing<SecurityGroup>,
+    /// Ports (every node's: remote members are looked up too).
+    pub ports: Listing<Port>,
+    /// HostFirewalls.
+    pub firewalls: Listing<HostFirewall>,
+}
+
+impl Listings {
+    /// Has every kind listed once?
+    pub fn synced(&self) -> bool {
+        self.policies.synced
+            && self.pods.synced
+            && self.namespaces.synced
+            && self.node.synced
+            && self.vpcs.synced
+            && self.groups.synced
+            && self.ports.synced
+            && self.firewalls.synced
+    }
+}
+
+/// A change for the compilers, of any kind.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// A NetworkPolicy.
+    Policy(Step<NetworkPolicy>),
+    /// A Pod.
+    Pod(Step<PodInfo>),
+    /// A Namespace.
+    Namespace(Step<NamespaceInfo>),
+    /// This node.
+    Node(Step<NodeInfo>),
+    /// A VPC's net.
+    Vpc(Step<u32>),
+    /// A SecurityGroup.
+    Group(Step<SecurityGroup>),
+    /// A Port.
+    Port(Step<Port>),
+    /// A HostFirewall.
+    Firewall(Step<HostFirewall>),
+}
+
+/// The three compilers of this node.
+#[derive(Debug)]
+pub struct Feed {
+    /// NetworkPolicy.
+    pub np: NpCompiler,
+    /// SecurityGroups.
+    pub sg: SgCompiler,
+    /// This node's HostFirewall.
+    pub hf: HfCompiler,
+    /// What the node is when its Node object is unknown: its name and `--node-ip`.
+    bare_node: NodeInfo,
+}
+
+/// The node's addresses in its Node object, and the agent's own underlay address.
+pub fn node_info(n: &k8s_openapi::api::core::v1::Node, node_ip: IpAddr) -> NodeInfo {
+    let mut addresses: Vec<IpAddr> = n
+        .status
+        .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    addresses.push(node_ip);
+    addresses.sort_unstable();
+    addresses.dedup();
+    NodeInfo {
+        name: n.metadata.name.clone().unwrap_or_default(),
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        addresses,
+    }
+}
+
+impl Feed {
+    /// Build the compilers from complete listings.
+    pub fn build(l: &Listings, bare_node: NodeInfo) -> Self {
+        let np = NpCompiler::build(
+            l.namespaces.live.values().cloned(),
+            l.pods.live.values().cloned(),
+            l.policies.live.values(),
+        );
+        let mut sg = SgCompiler::new();
+        for ((ns, name), net) in &l.vpcs.live {
+            sg.set_vpc(ns, name, *net);
+        }
+        for g in l.groups.live.values() {
+            sg.set_group(g);
+        }
+        for p in l.ports.live.values() {
+            sg.set_port(p);
+        }
+        let node = l.node.live.values().next().cloned().unwrap_or_else(|| bare_node.clone());
+        let mut hf = HfCompiler::new(node);
+        for f in l.firewalls.live.values() {
+            hf.set_firewall(f);
+        }
+        Self { np, sg, hf, bare_node }
+    }
+
+    /// Every entry the three compilers own: what the maps must hold.
+    pub fn tables(&self) -> Tables {
+        let np = self.np.tables();
+        let mut t = self.sg.tables();
+        t.rules.extend(np.rules);
+        t.cidrs.extend(np.cidrs);
+        t.np_idents = np.np_idents;
+        let hf = self.hf.tables();
+        t.rules.extend(hf.rules.iter().map(|(k, v)| (*k, *v)));
+        t.cidrs.extend(hf.cidrs.iter().map(|(k, v)| (*k, *v)));
+        t.hf_self.clone_from(&hf.hf_self);
+        t.state_flags = hf.state_flags;
+        t
+    }
+
+    /// Every construct currently refused.
+    pub fn warnings(&self) -> BTreeSet<WarningKey> {
+        self.np
+            .warnings()
+            .chain(self.sg.warnings())
+            .chain(self.hf.warnings())
+            .map(|w| WarningKey(w.clone()))
+            .collect()
+    }
+
+    /// Compile one change; the layer it concerned and its diff.
+    pub fn step(&mut self, c: Change) -> (&'static str, Diff) {
+        match c {
+            Change::Policy(Step::Set(_, np)) => ("np", self.np.set_policy(&np)),
+            Change::Policy(Step::Gone((ns, name))) => ("np", self.np.remove_policy(&ns, &name)),
+            Change::Pod(Step::Set(_, p)) => ("np", self.np.set_pod(p)),
+            Change::Pod(Step::Gone((ns, name))) => ("np", self.np.remove_pod(&ns, &name)),
+            Change::Namespace(Step::Set(_, n)) => ("np", self.np.set_namespace(&n)),
+            Change::Namespace(Step::Gone((_, name))) => ("np", self.np.remove_namespace(&name)),
+            Change::Node(Step::Set(_, n)) => ("hf", self.hf.set_node(n)),
+            Change::Node(Step::Gone(_)) => ("hf", self.hf.set_node(self.bare_node.clone())),
+            Change::Vpc(Step::Set((ns, name), net)) => ("sg", self.sg.set_vpc(&ns, &name, net)),
+            Change::Vpc(Step::Gone((ns, name))) => ("sg", self.sg.remove_vpc(&ns, &name)),
+            Change::Group(Step::Set(_, g)) => ("sg", self.sg.set_group(&g)),
+            Change::Group(Step::Gone((ns, name))) => ("sg", self.sg.remove_group(&ns, &name)),
+            Change::Port(Step::Set(_, p)) => ("sg", self.sg.set_port(&p)),
+            Change::Port(Step::Gone((_, name))) => ("sg", self.sg.remove_port(&name)),
+            Change::Firewall(Step::Set(_, f)) => ("hf", self.hf.set_firewall(&f)),
+            Change::Firewall(Step::Gone((_, name))) => ("hf", self.hf.remove_firewall(&name)),
+        }
+    }
+
+    /// [`Feed::step`], timed.
+    pub fn timed_step(&mut self, c: Change) -> (&'static str, Diff, f64) {
+        let started = Instant::now();
+        let (layer, d) = self.step(c);
+        (layer, d, started.elapsed().as_secs_f64())
+    }
+}
+
+/// A [`Warning`], ordered (for the set of what was already reported).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarningKey(pub Warning);
+
+impl WarningKey {
+    fn sort_key(&self) -> (&str, &str, String) {
+        (&self.0.object, &self.0.field, self.0.reason.to_string())
+    }
+}
+
+impl PartialOrd for WarningKey {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for WarningKey {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.sort_key().cmp(&o.sort_key())
+    }
+}
