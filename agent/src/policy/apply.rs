@@ -1,42 +1,64 @@
-//! Writing a compiler [`Diff`] to the maps in an order that never lets a packet meet a state
-//! allowing what neither the old nor the new policy allows, then bumping the generation when
-//! something may have narrowed.
+//! Writing a compiler [`Diff`] to the maps so that no packet meets a state allowing what
+//! neither the old nor the new policy allows, then bumping the generation when something
+//! may have narrowed.
 //!
-//! The datapath admits a peer if any of its three tokens (own identity or net, CIDR class,
-//! any) finds an admitting rule, and an NP subject is isolated only while its marker entry
-//! exists. So writing an allow entry can only widen, towards the new state; deleting one
-//! or adding a marker can only narrow, towards it. The order:
+//! A flow must pass its source's egress and its destination's ingress, each of which admits
+//! a peer if any of the peer's tokens (identity or net, CIDR class, any) finds an admitting
+//! rule. Writing entries one by one from the old set to the new in any fixed order of maps
+//! gets this wrong somewhere: lifting the source's egress isolation before the
+//! destination's old ingress rules are gone admits, for a moment, a flow the old state
+//! stopped at the source and the new one stops at the destination. So the writes come in
+//! two phases, and every write is **monotone** in its phase:
 //!
-//! 1. rule upserts, allow entries first, then isolation markers: a subject becomes isolated
-//!    only once the rules that reopen what the new policy allows are in;
-//! 2. CIDR class upserts: an address moves to a new, longer class only once that class has
-//!    its rules (until then it keeps its old class and old verdict);
-//! 3. endpoint groups, identities and this node's addresses, written: an address takes its
-//!    new token once every rule naming the token is in;
-//! 4. the same, deleted (an address without a token is judged by its class and "any", which
-//!    the new rules already answer for);
-//! 5. the armed HostFirewall directions (arming after its rules; disarming before they go);
-//! 6. CIDR class deletes, shortest prefix first: an address whose longest class goes falls
-//!    back to the next longest, which is either kept (new rules) or about to go and still
-//!    carries the old rules, so it is judged by the old or the new state, never a third;
-//! 7. rule deletes, isolation markers first (a subject the new policy leaves open is opened
-//!    before its rules go), then allow entries;
-//! 8. if the change removed or overwrote anything ([`Diff::narrows`]), bump
-//!    `sdn_pol_state.generation`, so established flows are re-checked on their next packet.
+//! * **narrow** (each write only ever removes from what is allowed, so every state in
+//!   this phase allows a subset of the old): isolation markers and armed HostFirewall
+//!   directions added; this node's new addresses added; new CIDR classes added (a new class
+//!   id no rule names yet: addresses moving to it are denied by class until the widen
+//!   phase); rule entries lowered to what both states allow (the intersection of an SG
+//!   group bitmap) or removed; every address whose identity or groups change parked on the
+//!   quarantine identity ([`QUARANTINE`]) or group bitmap ([`QUARANTINE_GROUPS`]), which
+//!   deny both ways and match no rule;
+//! * **widen** (each write only ever adds, so every state in this phase allows a subset of
+//!   the new): rule entries added or raised to their new value; addresses moved from the
+//!   quarantine to their new identity or groups (or dropped); CIDR classes removed (their
+//!   rules went in the narrow phase, so an address falls back to a class that has its new
+//!   rules); this node's old addresses and disarmed directions removed; isolation markers
+//!   removed; the quarantine's own markers removed.
 //!
-//! A packet between two writes is judged against a state whose every lookup returns the old
-//! or the new answer. The writes of steps 1–3 may deny for a moment what both allow (a class
-//! or identity written before a rule of the other lookup order): fail closed, never open.
+//! Rule entries are monotone in this sense because the compiler stores in every port block
+//! the union of the blocks enclosing it (`ports::union_down`), so a longer block never
+//! admits less than a shorter one of the same state, and the narrow phase keeps that true
+//! of the intersections. Then, if anything was removed or overwritten
+//! ([`Diff::narrows`]), `sdn_pol_state.generation` is bumped so established flows are
+//! re-checked on their next packet. `apply_tests.rs` checks every intermediate state
+//! against the compiler's verdict, for single changes and for restarts between two
+//! arbitrary compiles.
+//!
+//! The quarantine relies on the datapath following `verdict.rs`: an identity with both
+//! isolation markers and no rule admits nothing, and an endpoint whose group bitmap is
+//! non-zero but names no group (bit 0) is grouped and admits nothing.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Instant;
 
-use cozyplane_policy::model::{Diff, PEER_ISOLATED, Tables};
+use cozyplane_policy::model::{ALL, Diff, Dir, Layer, PEER_ISOLATED, RuleKey, RuleVal, Tables};
+use cozyplane_policy::ports::PortBlock;
 
 use super::PolicyError;
 use super::maps::{Op, PolicyMaps};
 
+/// The NetworkPolicy identity an address is parked on while its identity changes:
+/// isolated both ways, no rules, named by no rule. Below the compiler's first id (16), in
+/// the range it keeps reserved, so no label set ever has it.
+pub const QUARANTINE: u32 = 15;
+
+/// The group bitmap an endpoint is parked on while its groups change: non-zero (so the
+/// endpoint is grouped, default-deny) but no group id (those are bits 1..=62).
+pub const QUARANTINE_GROUPS: u64 = 1;
+
 /// What [`apply`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Applied {
     /// Entry writes and deletes.
     pub ops: usize,
@@ -46,58 +68,145 @@ pub struct Applied {
     pub seconds: f64,
 }
 
-/// The operations for `d`, in the order of the module docs (the generation bump last).
-pub fn ops(d: &Diff) -> Vec<Op> {
-    let mut out = Vec::with_capacity(d.len() + 1);
-    let marker = |k: &cozyplane_policy::model::RuleKey| k.peer == PEER_ISOLATED;
-    // 1. Rules: allow entries, then markers.
-    out.extend(
-        d.rules
-            .upsert
-            .iter()
-            .filter(|(k, _)| !marker(k))
-            .map(|(k, v)| Op::Rule(*k, *v)),
-    );
-    out.extend(
-        d.rules
-            .upsert
-            .iter()
-            .filter(|(k, _)| marker(k))
-            .map(|(k, v)| Op::Rule(*k, *v)),
-    );
-    // 2. Classes.
-    out.extend(d.cidrs.upsert.iter().map(|(k, c)| Op::Cidr(*k, *c)));
-    // 3. Tokens written.
-    out.extend(d.sg_members.upsert.iter().map(|(k, g)| Op::Member(*k, *g)));
-    out.extend(d.np_idents.upsert.iter().map(|(ip, id)| Op::Ident(*ip, *id)));
-    out.extend(d.hf_self.upsert.iter().map(|(ip, ())| Op::SelfAddr(*ip)));
-    // 4. Tokens deleted.
-    out.extend(d.sg_members.remove.iter().map(|k| Op::Unmember(*k)));
-    out.extend(d.np_idents.remove.iter().map(|ip| Op::Unident(*ip)));
-    out.extend(d.hf_self.remove.iter().map(|ip| Op::Unself(*ip)));
-    // 5. Armed directions.
-    out.extend(d.state_flags.map(Op::Flags));
-    // 6. Classes deleted, shortest first.
-    let mut cidrs = d.cidrs.remove.clone();
-    cidrs.sort_by_key(|k| k.prefix.len);
-    out.extend(cidrs.into_iter().map(Op::Uncidr));
-    // 7. Rules deleted: markers, then allow entries.
-    out.extend(d.rules.remove.iter().filter(|k| marker(k)).map(|k| Op::Unrule(*k)));
-    out.extend(d.rules.remove.iter().filter(|k| !marker(k)).map(|k| Op::Unrule(*k)));
-    // 8. Re-check established flows.
-    if d.narrows() {
-        out.push(Op::Bump);
+fn quarantine_marker(dir: Dir) -> RuleKey {
+    RuleKey {
+        layer: Layer::Np,
+        dir,
+        net: 0,
+        subject: QUARANTINE,
+        peer: PEER_ISOLATED,
+        proto: 0,
+        port: PortBlock::ANY,
     }
-    out
 }
 
-/// Write `d` to `maps` (see the module docs). Stops at the first failed write: the maps
-/// are then somewhere between the old and the new state, and the caller reconciles.
-pub fn apply(maps: &mut impl PolicyMaps, d: &Diff) -> Result<Applied, PolicyError> {
+fn is_marker(k: &RuleKey) -> bool {
+    k.peer == PEER_ISOLATED
+}
+
+/// The operations that take the maps from `have` to `have` with `d` applied, in the two
+/// phases of the module docs (the generation bump last).
+pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
+    let mut narrow = Vec::new();
+    let mut widen = Vec::new();
+
+    // Tokens that change are parked first (their identities' markers before them).
+    let idents: BTreeMap<IpAddr, Option<u32>> = d
+        .np_idents
+        .upsert
+        .iter()
+        .map(|(ip, id)| (*ip, Some(*id)))
+        .chain(d.np_idents.remove.iter().map(|ip| (*ip, None)))
+        .filter(|(ip, id)| have.np_idents.get(ip).copied() != *id)
+        .collect();
+    let park = !idents.is_empty();
+    if park {
+        let isolated = RuleVal { peers: ALL, rule: 0 };
+        for dir in [Dir::Ingress, Dir::Egress] {
+            if have.rules.get(&quarantine_marker(dir)) != Some(&isolated) {
+                narrow.push(Op::Rule(quarantine_marker(dir), isolated));
+            }
+        }
+    }
+    for ip in idents.keys() {
+        if have.np_idents.get(ip) != Some(&QUARANTINE) {
+            narrow.push(Op::Ident(*ip, QUARANTINE));
+        }
+    }
+    let members: BTreeMap<(u32, IpAddr), Option<u64>> = d
+        .sg_members
+        .upsert
+        .iter()
+        .map(|(k, g)| (*k, Some(*g)))
+        .chain(d.sg_members.remove.iter().map(|k| (*k, None)))
+        .filter(|(k, g)| have.sg_members.get(k).copied() != *g)
+        .collect();
+    for k in members.keys() {
+        if have.sg_members.get(k) != Some(&QUARANTINE_GROUPS) {
+            narrow.push(Op::Member(*k, QUARANTINE_GROUPS));
+        }
+    }
+
+    // The node as a HostFirewall subject: more addresses and armed directions narrow.
+    narrow.extend(d.hf_self.upsert.iter().map(|(ip, ())| Op::SelfAddr(*ip)));
+    if let Some(f) = d.state_flags {
+        let union = f | have.state_flags;
+        if union != have.state_flags {
+            narrow.push(Op::Flags(union));
+        }
+        if union != f {
+            widen.push(Op::Flags(f));
+        }
+    }
+
+    // New classes (no rule names their ids yet).
+    narrow.extend(d.cidrs.upsert.iter().map(|(k, c)| Op::Cidr(*k, *c)));
+
+    // Rules: markers added; values lowered to the intersection; entries removed.
+    for (k, v) in d.rules.upsert.iter().filter(|(k, _)| is_marker(k)) {
+        narrow.push(Op::Rule(*k, *v));
+    }
+    for (k, v) in d.rules.upsert.iter().filter(|(k, _)| !is_marker(k)) {
+        if let Some(old) = have.rules.get(k) {
+            let both = old.peers & v.peers;
+            if both != old.peers {
+                narrow.push(Op::Rule(*k, RuleVal { peers: both, rule: old.rule }));
+            }
+        }
+    }
+    narrow.extend(d.rules.remove.iter().filter(|k| !is_marker(k)).map(|k| Op::Unrule(*k)));
+
+    // Widen: rules added or raised to their value.
+    widen.extend(
+        d.rules
+            .upsert
+            .iter()
+            .filter(|(k, _)| !is_marker(k))
+            .map(|(k, v)| Op::Rule(*k, *v)),
+    );
+    // Tokens leave the quarantine.
+    for (ip, id) in &idents {
+        widen.push(match id {
+            Some(id) => Op::Ident(*ip, *id),
+            None => Op::Unident(*ip),
+        });
+    }
+    for (k, g) in &members {
+        widen.push(match g {
+            Some(g) => Op::Member(*k, *g),
+            None => Op::Unmember(*k),
+        });
+    }
+    // Classes whose rules are gone; the node's old addresses; markers.
+    widen.extend(d.cidrs.remove.iter().map(|k| Op::Uncidr(*k)));
+    widen.extend(d.hf_self.remove.iter().map(|ip| Op::Unself(*ip)));
+    widen.extend(d.rules.remove.iter().filter(|k| is_marker(k)).map(|k| Op::Unrule(*k)));
+    if park {
+        for dir in [Dir::Ingress, Dir::Egress] {
+            let k = quarantine_marker(dir);
+            if !d.rules.remove.contains(&k) {
+                widen.push(Op::Unrule(k));
+            }
+        }
+    }
+
+    narrow.extend(widen);
+    if d.narrows() {
+        narrow.push(Op::Bump);
+    }
+    narrow
+}
+
+/// Write `d` to `maps`, whose content `mirror` is (kept equal, operation by operation).
+/// Stops at the first failed write: the maps are then somewhere between the old and the new
+/// state, `mirror` says where, and the caller reconciles.
+pub fn apply(maps: &mut impl PolicyMaps, mirror: &mut Tables, d: &Diff) -> Result<Applied, PolicyError> {
     let started = Instant::now();
-    let ops = ops(d);
+    let ops = ops(mirror, d);
+    let mut generation = 0;
     for op in &ops {
         maps.op(op)?;
+        super::maps::Memory::step(mirror, &mut generation, op);
     }
     Ok(Applied {
         ops: ops.len(),
@@ -107,7 +216,7 @@ pub fn apply(maps: &mut impl PolicyMaps, d: &Diff) -> Result<Applied, PolicyErro
 }
 
 /// What a reconcile found and did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Reconciled {
     /// Entries the maps held that the compilers agree with, left untouched.
     pub kept: usize,
@@ -118,18 +227,20 @@ pub struct Reconciled {
 }
 
 /// Bring whatever the maps hold (a previous agent's entries, a half-applied change) to
-/// `want`, the compilers' full output: entries that agree stay as they are, the rest is
-/// written as one [`Diff`] in the safe order. Entries this agent cannot read at all are
-/// removed last (nothing of ours looks them up; a generation bump follows).
-pub fn reconcile(maps: &mut impl PolicyMaps, want: &Tables) -> Result<Reconciled, PolicyError> {
+/// `want`, the compilers' full output: the maps are read back into `mirror`, entries that
+/// agree stay as they are, and the difference is written like any change (the two phases
+/// make a restart between two arbitrary compiles as safe as one change). Entries this agent
+/// cannot read at all are removed last (nothing of ours looks them up; a bump follows).
+pub fn reconcile(maps: &mut impl PolicyMaps, mirror: &mut Tables, want: &Tables) -> Result<Reconciled, PolicyError> {
     let (have, unreadable) = maps.read()?;
-    let d = Diff::between(&have, want);
     let kept = same(&have.rules, &want.rules)
         + same(&have.cidrs, &want.cidrs)
         + same(&have.sg_members, &want.sg_members)
         + same(&have.np_idents, &want.np_idents)
         + have.hf_self.intersection(&want.hf_self).count();
-    let mut applied = apply(maps, &d)?;
+    *mirror = have;
+    let d = Diff::between(mirror, want);
+    let mut applied = apply(maps, mirror, &d)?;
     let purged = if unreadable > 0 { maps.purge_unreadable()? } else { 0 };
     if purged > 0 && !applied.bumped {
         maps.op(&Op::Bump)?;
@@ -142,10 +253,7 @@ pub fn reconcile(maps: &mut impl PolicyMaps, want: &Tables) -> Result<Reconciled
     })
 }
 
-fn same<K: Ord, V: PartialEq>(
-    have: &std::collections::BTreeMap<K, V>,
-    want: &std::collections::BTreeMap<K, V>,
-) -> usize {
+fn same<K: Ord, V: PartialEq>(have: &BTreeMap<K, V>, want: &BTreeMap<K, V>) -> usize {
     have.iter().filter(|(k, v)| want.get(k) == Some(v)).count()
 }
 

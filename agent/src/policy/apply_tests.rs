@@ -79,7 +79,10 @@ const APPS: [&str; 3] = ["web", "db", "api"];
 fn peer() -> impl Strategy<Value = Value> {
     prop_oneof![
         (0..3usize).prop_map(|a| json!({"podSelector": {"matchLabels": {"app": APPS[a]}}})),
-        (0..2usize).prop_map(|t| json!({"namespaceSelector": {"matchLabels": {"team": ["x", "y"][t]}}})),
+        (0..2usize).prop_map(|t| {
+            let team = ["x", "y"][t];
+            json!({"namespaceSelector": {"matchLabels": {"team": team}}})
+        }),
         Just(json!({"ipBlock": {"cidr": "10.0.0.0/29", "except": ["10.0.0.4/30"]}})),
         Just(json!({"ipBlock": {"cidr": "10.0.0.0/24"}})),
     ]
@@ -196,16 +199,18 @@ proptest! {
     fn every_intermediate_state_is_within_old_or_new(changes in proptest::collection::vec(change(), 1..10)) {
         let mut np = NpCompiler::new();
         let mut maps = Memory::default();
+        let mut mirror = Tables::default();
         for c in &changes {
             for d in step(&mut np, c) {
                 let old = maps.tables.clone();
                 let mut new = old.clone();
                 d.apply(&mut new);
                 let before = maps.log.len();
-                let a = apply(&mut maps, &d).unwrap();
+                let a = apply(&mut maps, &mut mirror, &d).unwrap();
                 let written = &maps.log[before..];
                 replay_checked(&old, &new, written);
                 prop_assert_eq!(a.bumped, d.narrows());
+                prop_assert_eq!(&mirror, &maps.tables, "the mirror follows the maps");
             }
             prop_assert_eq!(&maps.tables, &np.tables(), "the maps are the full compile");
         }
@@ -229,7 +234,8 @@ proptest! {
         let old = old_np.tables();
         let new = new_np.tables();
         let mut maps = Memory { tables: old.clone(), ..Memory::default() };
-        let r = reconcile(&mut maps, &new).unwrap();
+        let mut mirror = Tables::default();
+        let r = reconcile(&mut maps, &mut mirror, &new).unwrap();
         replay_checked(&old, &new, &maps.log);
         prop_assert_eq!(&maps.tables, &new);
         prop_assert_eq!(r.applied.bumped, Diff::between(&old, &new).narrows());
@@ -237,11 +243,12 @@ proptest! {
 }
 
 #[test]
-fn writes_come_before_deletes_and_a_narrowing_bumps_the_generation() {
+fn narrowing_writes_come_first_and_a_narrowing_bumps_the_generation() {
     let allow = json!({"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
         "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": 80}]}]});
     let mut np = NpCompiler::new();
     let mut maps = Memory::default();
+    let mut mirror = Tables::default();
     for (i, app) in [(0u8, "web"), (1, "db")] {
         let d = np.set_pod(PodInfo {
             ns: "a".into(),
@@ -250,33 +257,31 @@ fn writes_come_before_deletes_and_a_narrowing_bumps_the_generation() {
             ips: vec![pod_ip(i)],
             ..PodInfo::default()
         });
-        apply(&mut maps, &d).unwrap();
+        apply(&mut maps, &mut mirror, &d).unwrap();
     }
-    // Isolating db while allowing web: the allow entry is written before the marker.
+    let marker = |o: &Op| matches!(o, Op::Rule(k, _) | Op::Unrule(k) if k.peer == cozyplane_policy::model::PEER_ISOLATED);
+    let rule = |o: &Op| matches!(o, Op::Rule(k, _) | Op::Unrule(k) if k.peer != cozyplane_policy::model::PEER_ISOLATED);
+    // Isolating db while allowing web: the marker (narrowing) before the allow entry.
+    maps.log.clear();
     let d = np.set_policy(&policy(0, 0, &allow));
-    let a = apply(&mut maps, &d).unwrap();
-    let marker = maps
-        .log
-        .iter()
-        .position(|o| matches!(o, Op::Rule(k, _) if k.peer == cozyplane_policy::model::PEER_ISOLATED))
-        .unwrap();
-    let rule = maps
-        .log
-        .iter()
-        .position(|o| matches!(o, Op::Rule(k, _) if k.peer != cozyplane_policy::model::PEER_ISOLATED))
-        .unwrap();
-    assert!(rule < marker, "{:?}", maps.log);
+    let a = apply(&mut maps, &mut mirror, &d).unwrap();
+    let m = maps.log.iter().position(marker).unwrap();
+    let r = maps.log.iter().position(rule).unwrap();
+    assert!(m < r, "{:?}", maps.log);
     assert!(!a.bumped, "a policy that only adds entries narrows nothing established");
     assert!(verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 80).allowed());
-    // Removing the policy: the marker goes before its rules, and the generation moves.
+    assert!(!verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 81).allowed());
+    // Removing it: the allow entry (narrowing) goes before the marker, then the bump.
     maps.log.clear();
     let d = np.remove_policy("a", "p0");
-    let a = apply(&mut maps, &d).unwrap();
+    let a = apply(&mut maps, &mut mirror, &d).unwrap();
     assert!(a.bumped);
     assert_eq!(maps.generation, 1);
-    let first_delete = maps.log.iter().position(|o| matches!(o, Op::Unrule(_))).unwrap();
-    assert!(matches!(&maps.log[first_delete], Op::Unrule(k) if k.peer == cozyplane_policy::model::PEER_ISOLATED));
+    let m = maps.log.iter().position(marker).unwrap();
+    let r = maps.log.iter().position(rule).unwrap();
+    assert!(r < m, "{:?}", maps.log);
     assert_eq!(maps.log.last(), Some(&Op::Bump));
+    assert_eq!(mirror, maps.tables);
 }
 
 #[test]
@@ -290,7 +295,8 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
         ..PodInfo::default()
     });
     let mut maps = Memory::default();
-    apply(&mut maps, &d).unwrap();
+        let mut mirror = Tables::default();
+    apply(&mut maps, &mut mirror, &d).unwrap();
     // A stale identity from a previous agent's pod, and a stale rule.
     let mut stale = maps.tables.clone();
     stale.np_idents.insert(pod_ip(5), 4242);
@@ -306,9 +312,140 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
     stale.rules.insert(k, cozyplane_policy::model::RuleVal { peers: cozyplane_policy::model::ALL, rule: 0 });
     maps.tables = stale;
     maps.log.clear();
-    let r = reconcile(&mut maps, &np.tables()).unwrap();
+    let r = reconcile(&mut maps, &mut mirror, &np.tables()).unwrap();
     assert_eq!(maps.tables, np.tables());
     assert_eq!(r.kept, 1, "the live pod's identity is left as it is");
     assert!(r.applied.bumped);
-    assert_eq!(maps.log.len(), 3, "two deletes and the bump: {:?}", maps.log);
+    assert!(
+        !maps.log.iter().any(|o| matches!(o, Op::Ident(ip, _) | Op::Unident(ip) if *ip == pod_ip(0))),
+        "the entry that holds is never rewritten: {:?}",
+        maps.log
+    );
+    assert!(
+        maps.log.contains(&Op::Ident(pod_ip(5), QUARANTINE)),
+        "the stale address is parked before its identity goes: {:?}",
+        maps.log
+    );
+}
+
+/// SecurityGroups: the same property for incremental group and member changes.
+mod sg {
+    use cozyplane_apis::v1alpha1::{Port, SecurityGroup};
+    use cozyplane_policy::sg::SgCompiler;
+    use cozyplane_policy::verdict::Endpoint;
+
+    use super::*;
+
+    const NET: u32 = 100;
+
+    fn ep(i: u8) -> Endpoint {
+        Endpoint {
+            net: NET,
+            ip: IpAddr::from([10, 1, 0, i + 1]),
+        }
+    }
+
+    fn allowed_sg(t: &Tables) -> Vec<(u8, u8, u16)> {
+        let mut out = Vec::new();
+        // 0..4: ports; 4: an address outside the VPC (north-south).
+        let all: Vec<Endpoint> = (0..4)
+            .map(ep)
+            .chain([Endpoint {
+                net: NET,
+                ip: IpAddr::from([203, 0, 113, 9]),
+            }])
+            .collect();
+        for (a, s) in all.iter().enumerate() {
+            for (b, d) in all.iter().enumerate() {
+                for p in PORTS {
+                    if a != b && verdict::sg(t, *s, *d, proto::TCP, p).allowed() {
+                        out.push((a as u8, b as u8, p));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[derive(Clone, Debug)]
+    enum SgChange {
+        Group { g: u8, rules: Vec<(Option<u8>, Option<u16>)> },
+        GroupGone(u8),
+        Port { i: u8, groups: Vec<i32> },
+    }
+
+    fn sg_change() -> impl Strategy<Value = SgChange> {
+        let rule = (prop_oneof![Just(None), (0..2u8).prop_map(Some)], prop_oneof![Just(None), Just(Some(80u16)), Just(Some(443))]);
+        prop_oneof![
+            2 => (0..2u8, proptest::collection::vec(rule, 0..3)).prop_map(|(g, rules)| SgChange::Group { g, rules }),
+            1 => (0..2u8).prop_map(SgChange::GroupGone),
+            2 => (0..4u8, proptest::collection::vec(1..3i32, 0..2)).prop_map(|(i, groups)| SgChange::Port { i, groups }),
+        ]
+    }
+
+    fn group(g: u8, rules: &[(Option<u8>, Option<u16>)]) -> SecurityGroup {
+        let ingress: Vec<Value> = rules
+            .iter()
+            .map(|(peer, port)| {
+                let from = match peer {
+                    Some(p) => json!({"group": format!("g{p}")}),
+                    None => json!({"cidr": "203.0.113.0/24"}),
+                };
+                let ports = port.map_or(json!([]), |p| json!([{"protocol": "TCP", "port": p}]));
+                json!({"from": from, "ports": ports})
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "SecurityGroup",
+            "metadata": {"name": format!("g{g}"), "namespace": "t"},
+            "spec": {"vpcRef": {"name": "v"}, "ingress": ingress},
+            "status": {"id": i32::from(g) + 1},
+        }))
+        .unwrap()
+    }
+
+    fn port(i: u8, groups: &[i32]) -> Port {
+        serde_json::from_value(json!({
+            "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "Port",
+            "metadata": {"name": format!("p{i}")},
+            "spec": {"vpcRef": {"namespace": "t", "name": "v"}, "ip": ep(i).ip.to_string(), "node": "n", "nodeIP": "192.0.2.1"},
+            "status": {"groups": groups},
+        }))
+        .unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn sg_changes_pass_only_through_states_within_old_or_new(changes in proptest::collection::vec(sg_change(), 1..10)) {
+            let mut c = SgCompiler::new();
+            let mut maps = Memory::default();
+        let mut mirror = Tables::default();
+            let d = c.set_vpc("t", "v", NET);
+            apply(&mut maps, &mut mirror, &d).unwrap();
+            for ch in &changes {
+                let d = match ch {
+                    SgChange::Group { g, rules } => c.set_group(&group(*g, rules)),
+                    SgChange::GroupGone(g) => c.remove_group("t", &format!("g{g}")),
+                    SgChange::Port { i, groups } => c.set_port(&port(*i, groups)),
+                };
+                let old = maps.tables.clone();
+                let mut new = old.clone();
+                d.apply(&mut new);
+                let (before, after) = (allowed_sg(&old), allowed_sg(&new));
+                let start = maps.log.len();
+                apply(&mut maps, &mut mirror, &d).unwrap();
+                let mut t = old.clone();
+                let mut generation = 0;
+                for op in &maps.log[start..] {
+                    Memory::step(&mut t, &mut generation, op);
+                    for a in allowed_sg(&t) {
+                        prop_assert!(before.contains(&a) || after.contains(&a), "{op:?}: {a:?}");
+                    }
+                }
+                prop_assert_eq!(&maps.tables, &c.tables());
+            }
+        }
+    }
 }

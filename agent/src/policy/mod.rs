@@ -42,8 +42,8 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use self::feed::{Change, Feed, Key, Listings, Step, WarningKey};
-use self::maps::{Pinned, PolicyMaps};
+use self::feed::{Change, Feed, Key, Listings, WarningKey};
+use self::maps::Pinned;
 use crate::api::ApiClients;
 
 /// `--policy`.
@@ -116,7 +116,11 @@ fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
             .default_backoff()
             .map(Ev::Pod)
             .boxed(),
-        kube::runtime::metadata_watcher(Api::<Namespace>::all(kube.clone()), cfg.clone())
+        // Metadata only: a namespace is its labels here.
+        watcher::watcher(
+            Api::<kube::core::PartialObjectMeta<Namespace>>::all(kube.clone()),
+            cfg.clone(),
+        )
             .default_backoff()
             .map(Ev::Namespace)
             .boxed(),
@@ -229,6 +233,8 @@ fn changes(l: &mut Listings, ev: Ev, node_ip: std::net::IpAddr) -> Result<Vec<Ch
 struct Writer {
     api: ApiClients,
     maps: Pinned,
+    /// What the maps hold (the old values a write needs), kept in step with every write.
+    mirror: cozyplane_policy::Tables,
     metrics: crate::metrics::Metrics,
     feed: Option<Feed>,
     reported: BTreeSet<WarningKey>,
@@ -251,7 +257,7 @@ impl Writer {
     fn reconcile(&mut self) {
         let Some(feed) = &self.feed else { return };
         let want = feed.tables();
-        match apply::reconcile(&mut self.maps, &want) {
+        match apply::reconcile(&mut self.maps, &mut self.mirror, &want) {
             Ok(r) => {
                 self.dirty = false;
                 self.metrics.policy().synced();
@@ -281,7 +287,7 @@ impl Writer {
         if d.is_empty() {
             return;
         }
-        match apply::apply(&mut self.maps, &d) {
+        match apply::apply(&mut self.maps, &mut self.mirror, &d) {
             Ok(a) => {
                 self.metrics.policy().applied(&a, &d);
                 tracing::debug!(layer, entries = a.ops, bumped = a.bumped, "policy change written");
@@ -316,6 +322,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, metrics: crate::metrics::Met
     let mut w = Writer {
         api,
         maps,
+        mirror: cozyplane_policy::Tables::default(),
         metrics,
         feed: None,
         reported: BTreeSet::new(),
