@@ -7,7 +7,8 @@
 //! while it is down. With `--kubeconfig` it also watches Nodes (other nodes' fabric blocks
 //! into `sdn_node_blocks`), its own node's Pods (kube API) and other nodes' Ports, VPCs and
 //! VPCBindings (our API) ([`watch`]), and attaches pods annotated `sdn.cozystack.io/vpc`
-//! to their VPC ([`api`], [`attachment`]).
+//! to their VPC ([`api`], [`attachment`]). With `--policy=on` (the default) it also feeds the
+//! policy compiler and keeps the pinned policy maps equal to its output ([`policy`]).
 //!
 //! Start at [`run`].
 

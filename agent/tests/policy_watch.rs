@@ -47,24 +47,62 @@ impl Drop for Bpffs {
 /// Creates and pins the six maps the writer opens, with the header's types and sizes.
 fn pin_policy_maps(dir: &Path) {
     use aya::maps::MapData;
-    use cozyplane_bpf::abi::{Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember};
+    use cozyplane_bpf::abi::{
+        Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember,
+    };
     use cozyplane_bpf::maps::{hf_self, np_idents, pol_cidrs, pol_rules, pol_state, sg_members};
     const HASH: u32 = 1;
     const ARRAY: u32 = 2;
     const LPM_TRIE: u32 = 11;
     const NO_PREALLOC: u32 = 1;
     let defs: [(&str, u32, usize, usize, u32, u32); 6] = [
-        (pol_rules::NAME, LPM_TRIE, size_of::<PruleKey>(), size_of::<Prule>(), 4096, NO_PREALLOC),
-        (pol_cidrs::NAME, LPM_TRIE, size_of::<PcidrKey>(), size_of::<Pcidr>(), 1024, NO_PREALLOC),
-        (sg_members::NAME, HASH, size_of::<EpKey>(), size_of::<SgMember>(), 1024, NO_PREALLOC),
-        (np_idents::NAME, HASH, size_of::<Addr>(), size_of::<NpIdent>(), 1024, NO_PREALLOC),
+        (
+            pol_rules::NAME,
+            LPM_TRIE,
+            size_of::<PruleKey>(),
+            size_of::<Prule>(),
+            4096,
+            NO_PREALLOC,
+        ),
+        (
+            pol_cidrs::NAME,
+            LPM_TRIE,
+            size_of::<PcidrKey>(),
+            size_of::<Pcidr>(),
+            1024,
+            NO_PREALLOC,
+        ),
+        (
+            sg_members::NAME,
+            HASH,
+            size_of::<EpKey>(),
+            size_of::<SgMember>(),
+            1024,
+            NO_PREALLOC,
+        ),
+        (
+            np_idents::NAME,
+            HASH,
+            size_of::<Addr>(),
+            size_of::<NpIdent>(),
+            1024,
+            NO_PREALLOC,
+        ),
         (hf_self::NAME, HASH, size_of::<Addr>(), size_of::<HfSelf>(), 64, 0),
-        (pol_state::NAME, ARRAY, size_of::<u32>(), size_of::<PolState>(), 1, 0),
+        (
+            pol_state::NAME,
+            ARRAY,
+            size_of::<u32>(),
+            size_of::<PolState>(),
+            1,
+            0,
+        ),
     ];
     for (name, ty, k, v, max, flags) in defs {
         let obj = aya_obj::Map::new_from_params(ty, k as u32, v as u32, max, flags);
         let m = MapData::create(obj, name, None).unwrap_or_else(|e| panic!("create {name}: {e}"));
-        m.pin(dir.join(name)).unwrap_or_else(|e| panic!("pin {name}: {e}"));
+        m.pin(dir.join(name))
+            .unwrap_or_else(|e| panic!("pin {name}: {e}"));
     }
 }
 
@@ -87,9 +125,13 @@ fn chart_agent_rules() -> Value {
 }
 
 async fn bind(s: &StandIn, role: &str, sa: &str, rules: Value) {
-    s.create("clusterroles", None, json!({ "metadata": { "name": role }, "rules": rules }))
-        .await
-        .unwrap();
+    s.create(
+        "clusterroles",
+        None,
+        json!({ "metadata": { "name": role }, "rules": rules }),
+    )
+    .await
+    .unwrap();
     s.create(
         "clusterrolebindings",
         None,
@@ -286,7 +328,11 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
     // The kube side: two namespaces, the node, four pods (one hostNetwork), two policies,
     // one of which names a protocol NetworkPolicy does not have.
     let nss: Api<Namespace> = Api::all(admin.clone());
-    create(&nss, json!({ "metadata": { "name": "t1", "labels": { "team": "x" } } })).await;
+    create(
+        &nss,
+        json!({ "metadata": { "name": "t1", "labels": { "team": "x" } } }),
+    )
+    .await;
     create(&nss, json!({ "metadata": { "name": "t2" } })).await;
     let nodes: Api<Node> = Api::all(admin.clone());
     create(
@@ -300,9 +346,25 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
         .patch_status(NODE, &PatchParams::default(), &Patch::Merge(&addrs))
         .await
         .unwrap();
-    pod(&admin, "t1", "web-1", json!({ "app": "web" }), "10.244.1.5", false).await;
+    pod(
+        &admin,
+        "t1",
+        "web-1",
+        json!({ "app": "web" }),
+        "10.244.1.5",
+        false,
+    )
+    .await;
     pod(&admin, "t1", "db-1", json!({ "app": "db" }), "10.244.1.6", false).await;
-    pod(&admin, "t2", "client-1", json!({ "app": "client" }), "10.244.2.7", false).await;
+    pod(
+        &admin,
+        "t2",
+        "client-1",
+        json!({ "app": "client" }),
+        "10.244.2.7",
+        false,
+    )
+    .await;
     pod(&admin, "t2", "host-1", json!({ "app": "host" }), NODE_IP, true).await;
     let t1_policies: Api<NetworkPolicy> = Api::namespaced(admin.clone(), "t1");
     create(
@@ -366,7 +428,8 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
     let port = ports.create(&PostParams::default(), &p).await.unwrap();
     let port_name = port.metadata.name.clone().unwrap();
     wait_for(&ports, &port_name, "grouped", |o: Option<&Port>| {
-        o.and_then(|p| p.status.as_ref()).is_some_and(|s| !s.groups.is_empty())
+        o.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| !s.groups.is_empty())
     })
     .await;
     let hfs: Api<HostFirewall> = Api::all(admin.clone());
@@ -384,12 +447,22 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
     let writer = start_writer(agent_clients(&s).await, pins.clone());
     let t = maps_match(&pins, &admin, "after the first list").await;
     assert!(
-        t.rules.keys().any(|k| k.layer == cozyplane_policy::model::Layer::Np)
-            && t.rules.keys().any(|k| k.layer == cozyplane_policy::model::Layer::Sg)
-            && t.rules.keys().any(|k| k.layer == cozyplane_policy::model::Layer::Hf),
+        t.rules
+            .keys()
+            .any(|k| k.layer == cozyplane_policy::model::Layer::Np)
+            && t.rules
+                .keys()
+                .any(|k| k.layer == cozyplane_policy::model::Layer::Sg)
+            && t.rules
+                .keys()
+                .any(|k| k.layer == cozyplane_policy::model::Layer::Hf),
         "{t:#?}"
     );
-    assert_eq!(t.np_idents.len(), 3, "the three pod-network pods, not the hostNetwork one");
+    assert_eq!(
+        t.np_idents.len(),
+        3,
+        "the three pod-network pods, not the hostNetwork one"
+    );
     assert_eq!(t.sg_members.len(), 1);
     assert_eq!(t.hf_self.len(), 2, "both the node's addresses");
     assert_ne!(t.state_flags, 0, "the node's ingress is armed");
@@ -420,7 +493,10 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
         )
         .await
         .unwrap();
-    t1_policies.delete("refused", &DeleteParams::default()).await.unwrap();
+    t1_policies
+        .delete("refused", &DeleteParams::default())
+        .await
+        .unwrap();
     nss.patch(
         "t2",
         &PatchParams::default(),
@@ -471,7 +547,11 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
         .unwrap();
         m.op(&Op::Ident("10.9.9.9".parse().unwrap(), 4242)).unwrap();
     }
-    assert_eq!(pinned(&pins).rules.len(), before.rules.len() + 1, "the stale rule is pinned");
+    assert_eq!(
+        pinned(&pins).rules.len(),
+        before.rules.len() + 1,
+        "the stale rule is pinned"
+    );
     let writer = start_writer(agent_clients(&s).await, pins.clone());
     let t = maps_match(&pins, &admin, "after the restart").await;
     assert!(!t.np_idents.contains_key(&"10.9.9.9".parse::<IpAddr>().unwrap()));

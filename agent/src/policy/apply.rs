@@ -150,11 +150,23 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
         if let Some(old) = have.rules.get(k) {
             let both = old.peers & v.peers;
             if both != old.peers {
-                narrow.push(Op::Rule(*k, RuleVal { peers: both, rule: old.rule }));
+                narrow.push(Op::Rule(
+                    *k,
+                    RuleVal {
+                        peers: both,
+                        rule: old.rule,
+                    },
+                ));
             }
         }
     }
-    narrow.extend(d.rules.remove.iter().filter(|k| !is_marker(k)).map(|k| Op::Unrule(*k)));
+    narrow.extend(
+        d.rules
+            .remove
+            .iter()
+            .filter(|k| !is_marker(k))
+            .map(|k| Op::Unrule(*k)),
+    );
 
     // Widen: rules added or raised to their value.
     widen.extend(
@@ -180,7 +192,13 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
     // Classes whose rules are gone; the node's old addresses; markers.
     widen.extend(d.cidrs.remove.iter().map(|k| Op::Uncidr(*k)));
     widen.extend(d.hf_self.remove.iter().map(|ip| Op::Unself(*ip)));
-    widen.extend(d.rules.remove.iter().filter(|k| is_marker(k)).map(|k| Op::Unrule(*k)));
+    widen.extend(
+        d.rules
+            .remove
+            .iter()
+            .filter(|k| is_marker(k))
+            .map(|k| Op::Unrule(*k)),
+    );
     if park {
         for dir in [Dir::Ingress, Dir::Egress] {
             let k = quarantine_marker(dir);
@@ -231,7 +249,11 @@ pub struct Reconciled {
 /// agree stay as they are, and the difference is written like any change (the two phases
 /// make a restart between two arbitrary compiles as safe as one change). Entries this agent
 /// cannot read at all are removed last (nothing of ours looks them up; a bump follows).
-pub fn reconcile(maps: &mut impl PolicyMaps, mirror: &mut Tables, want: &Tables) -> Result<Reconciled, PolicyError> {
+pub fn reconcile(
+    maps: &mut impl PolicyMaps,
+    mirror: &mut Tables,
+    want: &Tables,
+) -> Result<Reconciled, PolicyError> {
     let (have, unreadable) = maps.read()?;
     let kept = same(&have.rules, &want.rules)
         + same(&have.cidrs, &want.cidrs)
@@ -241,7 +263,11 @@ pub fn reconcile(maps: &mut impl PolicyMaps, mirror: &mut Tables, want: &Tables)
     *mirror = have;
     let d = Diff::between(mirror, want);
     let mut applied = apply(maps, mirror, &d)?;
-    let purged = if unreadable > 0 { maps.purge_unreadable()? } else { 0 };
+    let purged = if unreadable > 0 {
+        maps.purge_unreadable()?
+    } else {
+        0
+    };
     if purged > 0 && !applied.bumped {
         maps.op(&Op::Bump)?;
         applied.bumped = true;

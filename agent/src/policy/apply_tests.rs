@@ -268,7 +268,10 @@ fn narrowing_writes_come_first_and_a_narrowing_bumps_the_generation() {
     let m = maps.log.iter().position(marker).unwrap();
     let r = maps.log.iter().position(rule).unwrap();
     assert!(m < r, "{:?}", maps.log);
-    assert!(!a.bumped, "a policy that only adds entries narrows nothing established");
+    assert!(
+        !a.bumped,
+        "a policy that only adds entries narrows nothing established"
+    );
     assert!(verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 80).allowed());
     assert!(!verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 81).allowed());
     // Removing it: the allow entry (narrowing) goes before the marker, then the bump.
@@ -295,7 +298,7 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
         ..PodInfo::default()
     });
     let mut maps = Memory::default();
-        let mut mirror = Tables::default();
+    let mut mirror = Tables::default();
     apply(&mut maps, &mut mirror, &d).unwrap();
     // A stale identity from a previous agent's pod, and a stale rule.
     let mut stale = maps.tables.clone();
@@ -309,7 +312,13 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
         proto: 0,
         port: cozyplane_policy::ports::PortBlock::ANY,
     };
-    stale.rules.insert(k, cozyplane_policy::model::RuleVal { peers: cozyplane_policy::model::ALL, rule: 0 });
+    stale.rules.insert(
+        k,
+        cozyplane_policy::model::RuleVal {
+            peers: cozyplane_policy::model::ALL,
+            rule: 0,
+        },
+    );
     maps.tables = stale;
     maps.log.clear();
     let r = reconcile(&mut maps, &mut mirror, &np.tables()).unwrap();
@@ -317,7 +326,10 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
     assert_eq!(r.kept, 1, "the live pod's identity is left as it is");
     assert!(r.applied.bumped);
     assert!(
-        !maps.log.iter().any(|o| matches!(o, Op::Ident(ip, _) | Op::Unident(ip) if *ip == pod_ip(0))),
+        !maps
+            .log
+            .iter()
+            .any(|o| matches!(o, Op::Ident(ip, _) | Op::Unident(ip) if *ip == pod_ip(0))),
         "the entry that holds is never rewritten: {:?}",
         maps.log
     );
@@ -369,36 +381,47 @@ mod sg {
 
     #[derive(Clone, Debug)]
     enum SgChange {
-        Group { g: u8, rules: Vec<(Option<u8>, Option<u16>)> },
+        Group {
+            g: u8,
+            rules: Vec<(Option<u8>, Option<u16>)>,
+        },
         GroupGone(u8),
-        Port { i: u8, groups: Vec<i32> },
+        Port {
+            i: u8,
+            groups: Vec<i32>,
+        },
     }
 
     fn sg_change() -> impl Strategy<Value = SgChange> {
-        let rule = (prop_oneof![Just(None), (0..2u8).prop_map(Some)], prop_oneof![Just(None), Just(Some(80u16)), Just(Some(443))]);
+        let rule = (
+            prop_oneof![Just(None), (0..2u8).prop_map(Some)],
+            prop_oneof![Just(None), Just(Some(80u16)), Just(Some(443))],
+        );
         prop_oneof![
-            2 => (0..2u8, proptest::collection::vec(rule, 0..3)).prop_map(|(g, rules)| SgChange::Group { g, rules }),
+            2 => (0..2u8, proptest::collection::vec(rule, 0..5)).prop_map(|(g, rules)| SgChange::Group { g, rules }),
             1 => (0..2u8).prop_map(SgChange::GroupGone),
             2 => (0..4u8, proptest::collection::vec(1..3i32, 0..2)).prop_map(|(i, groups)| SgChange::Port { i, groups }),
         ]
     }
 
+    /// Rules with a peer group (or the outside CIDR) and a port (or all); the first half
+    /// ingress, the second egress.
     fn group(g: u8, rules: &[(Option<u8>, Option<u16>)]) -> SecurityGroup {
-        let ingress: Vec<Value> = rules
-            .iter()
-            .map(|(peer, port)| {
-                let from = match peer {
-                    Some(p) => json!({"group": format!("g{p}")}),
-                    None => json!({"cidr": "203.0.113.0/24"}),
-                };
-                let ports = port.map_or(json!([]), |p| json!([{"protocol": "TCP", "port": p}]));
-                json!({"from": from, "ports": ports})
-            })
-            .collect();
+        let rule = |(peer, port): &(Option<u8>, Option<u16>), side: &str| {
+            let other = match peer {
+                Some(p) => json!({"group": format!("g{p}")}),
+                None => json!({"cidr": "203.0.113.0/24"}),
+            };
+            let ports = port.map_or(json!([]), |p| json!([{"protocol": "TCP", "port": p}]));
+            json!({side: other, "ports": ports})
+        };
+        let half = rules.len().div_ceil(2);
+        let ingress: Vec<Value> = rules[..half].iter().map(|r| rule(r, "from")).collect();
+        let egress: Vec<Value> = rules[half..].iter().map(|r| rule(r, "to")).collect();
         serde_json::from_value(json!({
             "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "SecurityGroup",
             "metadata": {"name": format!("g{g}"), "namespace": "t"},
-            "spec": {"vpcRef": {"name": "v"}, "ingress": ingress},
+            "spec": {"vpcRef": {"name": "v"}, "ingress": ingress, "egress": egress},
             "status": {"id": i32::from(g) + 1},
         }))
         .unwrap()
@@ -412,6 +435,40 @@ mod sg {
             "status": {"groups": groups},
         }))
         .unwrap()
+    }
+
+    /// A group's ingress and egress peers swap: a member's egress and another member's
+    /// ingress both change, and only lowering both entries first keeps the flow between
+    /// them refused throughout (old: refused at ingress; new: at egress).
+    #[test]
+    fn swapping_a_groups_peers_never_opens_the_flow_between_its_members() {
+        let mut c = SgCompiler::new();
+        let mut maps = Memory::default();
+        let mut mirror = Tables::default();
+        for d in [
+            c.set_vpc("t", "v", NET),
+            c.set_group(&group(1, &[])),
+            c.set_group(&group(0, &[(Some(1), Some(80)), (Some(0), Some(80))])),
+            c.set_port(&port(0, &[1])),
+            c.set_port(&port(1, &[1])),
+        ] {
+            apply(&mut maps, &mut mirror, &d).unwrap();
+        }
+        let flow = |t: &Tables| verdict::sg(t, ep(0), ep(1), proto::TCP, 80).allowed();
+        assert!(!flow(&maps.tables), "refused at the destination's ingress");
+        let d = c.set_group(&group(0, &[(Some(0), Some(80)), (Some(1), Some(80))]));
+        let start = maps.log.len();
+        apply(&mut maps, &mut mirror, &d).unwrap();
+        let mut t = Tables::default();
+        let mut generation = 0;
+        for op in &maps.log[..start] {
+            Memory::step(&mut t, &mut generation, op);
+        }
+        for op in &maps.log[start..] {
+            Memory::step(&mut t, &mut generation, op);
+            assert!(!flow(&t), "allowed after {op:?}: {:?}", &maps.log[start..]);
+        }
+        assert!(!flow(&maps.tables), "refused at the source's egress");
     }
 
     proptest! {

@@ -104,7 +104,10 @@ mod tests {
         assert_eq!(a.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(a.involved_object.kind.as_deref(), Some("NetworkPolicy"));
         assert_eq!(a.involved_object.name.as_deref(), Some("deny-db"));
-        assert_eq!(a.involved_object.api_version.as_deref(), Some("networking.k8s.io/v1"));
+        assert_eq!(
+            a.involved_object.api_version.as_deref(),
+            Some("networking.k8s.io/v1")
+        );
         assert!(a.message.unwrap().contains("allows nothing"));
         let hf = Warning {
             object: "HostFirewall edge".into(),

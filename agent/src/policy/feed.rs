@@ -12,11 +12,11 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, SecurityGroup};
+use cozyplane_policy::Warning;
 use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
 use cozyplane_policy::sg::SgCompiler;
-use cozyplane_policy::Warning;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::watcher::Event;
 
@@ -220,12 +220,23 @@ impl Feed {
         for p in l.ports.live.values() {
             sg.set_port(p);
         }
-        let node = l.node.live.values().next().cloned().unwrap_or_else(|| bare_node.clone());
+        let node = l
+            .node
+            .live
+            .values()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| bare_node.clone());
         let mut hf = HfCompiler::new(node);
         for f in l.firewalls.live.values() {
             hf.set_firewall(f);
         }
-        Self { np, sg, hf, bare_node }
+        Self {
+            np,
+            sg,
+            hf,
+            bare_node,
+        }
     }
 
     /// Every entry the three compilers own: what the maps must hold.

@@ -7,7 +7,9 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use aya::maps::{MapData, MapError};
-use cozyplane_bpf::abi::{Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember};
+use cozyplane_bpf::abi::{
+    Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember,
+};
 use cozyplane_bpf::maps::{
     hf_self::HfSelfMap, np_idents::NpIdentsMap, pol_cidrs::PolCidrsMap, pol_rules::PolRulesMap,
     pol_state::PolStateMap, sg_members::SgMembersMap,
@@ -128,9 +130,15 @@ pub fn cidr_key(k: &CidrKey) -> PcidrKey {
 
 /// The inverse of [`cidr_key`]; `None` for a key this agent would never write.
 pub fn cidr_of(k: &PcidrKey) -> Option<CidrKey> {
-    let len = u8::try_from(k.prefixlen.checked_sub(64)?).ok().filter(|l| *l <= 128)?;
+    let len = u8::try_from(k.prefixlen.checked_sub(64)?)
+        .ok()
+        .filter(|l| *l <= 128)?;
     let bits = u128::from_be_bytes(k.ip.b);
-    let masked = if len == 0 { 0 } else { bits & (u128::MAX << (128 - u32::from(len))) };
+    let masked = if len == 0 {
+        0
+    } else {
+        bits & (u128::MAX << (128 - u32::from(len)))
+    };
     (masked == bits && k.v6 <= 1 && k.pad == [0; 2]).then_some(CidrKey {
         scope: k.scope,
         layer: layer_of(k.layer)?,
@@ -422,8 +430,26 @@ mod tests {
         assert_eq!(abi.ip, Addr::from("10.1.0.0".parse::<IpAddr>().unwrap()));
         assert_eq!(cidr_of(&abi), Some(c));
         // What this agent never writes does not read back as anything.
-        assert_eq!(rule_of(&PruleKey { layer: 9, ..rule_key(&r) }), None);
-        assert_eq!(rule_of(&PruleKey { prefixlen: 100, ..rule_key(&r) }), None);
-        assert_eq!(cidr_of(&PcidrKey { prefixlen: 10, ..cidr_key(&c) }), None);
+        assert_eq!(
+            rule_of(&PruleKey {
+                layer: 9,
+                ..rule_key(&r)
+            }),
+            None
+        );
+        assert_eq!(
+            rule_of(&PruleKey {
+                prefixlen: 100,
+                ..rule_key(&r)
+            }),
+            None
+        );
+        assert_eq!(
+            cidr_of(&PcidrKey {
+                prefixlen: 10,
+                ..cidr_key(&c)
+            }),
+            None
+        );
     }
 }

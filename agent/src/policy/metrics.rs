@@ -87,7 +87,9 @@ impl PolicyMetrics {
 
     /// A compile step of `layer` took `s` seconds.
     pub fn compiled(&self, layer: &'static str, s: f64) {
-        self.compile.get_or_create(&vec![("layer", layer.into())]).observe(s);
+        self.compile
+            .get_or_create(&vec![("layer", layer.into())])
+            .observe(s);
     }
 
     /// A change was written.
@@ -99,8 +101,12 @@ impl PolicyMetrics {
             + d.np_idents.upsert.len()
             + d.hf_self.upsert.len();
         let rm = d.len() - up - usize::from(d.state_flags.is_some());
-        self.entries.get_or_create(&vec![("op", "upsert".into())]).inc_by(up as u64);
-        self.entries.get_or_create(&vec![("op", "remove".into())]).inc_by(rm as u64);
+        self.entries
+            .get_or_create(&vec![("op", "upsert".into())])
+            .inc_by(up as u64);
+        self.entries
+            .get_or_create(&vec![("op", "remove".into())])
+            .inc_by(rm as u64);
         if a.bumped {
             self.bumps.inc();
         }
@@ -115,7 +121,10 @@ impl PolicyMetrics {
             _ => "unknown",
         };
         self.refused
-            .get_or_create(&vec![("layer", layer.into()), ("reason", reason_name(&w.reason).into())])
+            .get_or_create(&vec![
+                ("layer", layer.into()),
+                ("reason", reason_name(&w.reason).into()),
+            ])
             .inc();
     }
 

@@ -104,9 +104,7 @@ fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
     let sdn = api.sdn.clone();
     // Finished pods hold no address (the kubelet may hand theirs to a new pod); the field
     // selector turns a pod finishing into a delete.
-    let pods_cfg = cfg
-        .clone()
-        .fields("status.phase!=Succeeded,status.phase!=Failed");
+    let pods_cfg = cfg.clone().fields("status.phase!=Succeeded,status.phase!=Failed");
     let all: Vec<BoxStream<'static, Ev>> = vec![
         watcher::watcher(Api::<NetworkPolicy>::all(kube.clone()), cfg.clone())
             .default_backoff()
@@ -121,9 +119,9 @@ fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
             Api::<kube::core::PartialObjectMeta<Namespace>>::all(kube.clone()),
             cfg.clone(),
         )
-            .default_backoff()
-            .map(Ev::Namespace)
-            .boxed(),
+        .default_backoff()
+        .map(Ev::Namespace)
+        .boxed(),
         watcher::watcher(
             Api::<Node>::all(kube),
             cfg.clone().fields(&format!("metadata.name={}", api.node)),
@@ -188,7 +186,11 @@ fn changes(l: &mut Listings, ev: Ev, node_ip: std::net::IpAddr) -> Result<Vec<Ch
             .collect(),
         Ev::Node(r) => l
             .node
-            .event((*r)?, |o| key_of(&o.metadata), |o| Some(feed::node_info(o, node_ip)))
+            .event(
+                (*r)?,
+                |o| key_of(&o.metadata),
+                |o| Some(feed::node_info(o, node_ip)),
+            )
             .into_iter()
             .map(Change::Node)
             .collect(),
@@ -346,7 +348,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, metrics: crate::metrics::Met
             }
             let started = std::time::Instant::now();
             w.feed = Some(Feed::build(&listings, bare_node.clone()));
-            w.metrics.policy().compiled("all", started.elapsed().as_secs_f64());
+            w.metrics
+                .policy()
+                .compiled("all", started.elapsed().as_secs_f64());
             w.reconcile();
             w.report();
             continue;
