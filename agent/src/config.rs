@@ -180,6 +180,15 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_layers_are_on_unless_turned_off() {
+        let c = AgentConfig::try_parse_from(["cozyplane-agent"]).unwrap();
+        assert_eq!(c.policy, crate::policy::Mode::On);
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--policy=off"]).unwrap();
+        assert_eq!(c.policy, crate::policy::Mode::Off);
+        assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--policy=maybe"]).is_err());
+    }
+
+    #[test]
     fn overhead_follows_the_underlay_family() {
         for kind in [TunnelKind::Vxlan, TunnelKind::Geneve] {
             assert_eq!(kind.overhead(None), 50);

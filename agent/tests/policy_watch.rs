@@ -278,9 +278,13 @@ async fn agent_clients(s: &StandIn) -> ApiClients {
     }
 }
 
-fn start_writer(api: ApiClients, pins: PathBuf) -> tokio::task::JoinHandle<()> {
+fn start_writer(
+    api: ApiClients,
+    pins: PathBuf,
+) -> (tokio::task::JoinHandle<()>, cozyplane_agent::metrics::Metrics) {
     let metrics = cozyplane_agent::metrics::Metrics::new(pins.clone());
-    tokio::spawn(cozyplane_agent::policy::run(api, pins, metrics))
+    let task = tokio::spawn(cozyplane_agent::policy::run(api, pins, metrics.clone()));
+    (task, metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,8 +448,17 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
     .await;
 
     // 1. The first list: the maps become the full compile, every layer present.
-    let writer = start_writer(agent_clients(&s).await, pins.clone());
+    let (writer, metrics) = start_writer(agent_clients(&s).await, pins.clone());
     let t = maps_match(&pins, &admin, "after the first list").await;
+    let text = metrics.render();
+    assert!(text.contains("cozyplane_policy_sync_state 1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "cozyplane_bpf_map_entries{{map=\"sdn_pol_rules\"}} {}",
+            t.rules.len()
+        )),
+        "{text}"
+    );
     assert!(
         t.rules
             .keys()
@@ -552,7 +565,7 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
         before.rules.len() + 1,
         "the stale rule is pinned"
     );
-    let writer = start_writer(agent_clients(&s).await, pins.clone());
+    let (writer, _) = start_writer(agent_clients(&s).await, pins.clone());
     let t = maps_match(&pins, &admin, "after the restart").await;
     assert!(!t.np_idents.contains_key(&"10.9.9.9".parse::<IpAddr>().unwrap()));
     assert!(!t.np_idents.contains_key(&"10.244.2.7".parse::<IpAddr>().unwrap()));

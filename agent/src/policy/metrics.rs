@@ -177,3 +177,32 @@ pub fn map_sizes(dir: &Path) -> Vec<(&'static str, usize)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_and_sync_show_in_the_exposition() {
+        let mut r = Registry::default();
+        let m = PolicyMetrics::register(&mut r);
+        m.refused(&Warning {
+            object: "NetworkPolicy shop/x".into(),
+            field: "spec.ingress[0].ports[0]".into(),
+            reason: Reason::Protocol("ICMP".into()),
+        });
+        m.synced();
+        m.compiled("np", 0.001);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
+        assert!(
+            out.contains("cozyplane_policy_refused_total{layer=\"np\",reason=\"protocol\"} 1"),
+            "{out}"
+        );
+        assert!(out.contains("cozyplane_policy_sync_state 1"), "{out}");
+        assert!(
+            out.contains("cozyplane_policy_compile_seconds_count{layer=\"np\"} 1"),
+            "{out}"
+        );
+    }
+}
