@@ -36,7 +36,7 @@
 //!
 //! The quarantine relies on the datapath following `verdict.rs`: an identity with both
 //! isolation markers and no rule admits nothing, and an endpoint whose group bitmap is
-//! non-zero but names no group (bit 0) is grouped and admits nothing.
+//! non-zero but names no group (bit 63) is grouped and admits nothing.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -54,8 +54,10 @@ use super::maps::{Op, PolicyMaps};
 pub const QUARANTINE: u32 = 15;
 
 /// The group bitmap an endpoint is parked on while its groups change: non-zero (so the
-/// endpoint is grouped, default-deny) but no group id (those are bits 1..=62).
-pub const QUARANTINE_GROUPS: u64 = 1;
+/// endpoint is grouped, default-deny) but no group id (those are bits 1..=62), and no rule's
+/// group bitmap has it. Bit 63, not bit 0: bit 0 is the tunnel tag's "exact" flag, which the
+/// receiving node strips, so a source parked on it would arrive ungrouped (open).
+pub const QUARANTINE_GROUPS: u64 = 1 << 63;
 
 /// What [`apply`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

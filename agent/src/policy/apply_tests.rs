@@ -268,10 +268,7 @@ fn narrowing_writes_come_first_and_a_narrowing_bumps_the_generation() {
     let m = maps.log.iter().position(marker).unwrap();
     let r = maps.log.iter().position(rule).unwrap();
     assert!(m < r, "{:?}", maps.log);
-    assert!(
-        !a.bumped,
-        "a policy that only adds entries narrows nothing established"
-    );
+    assert_eq!(a.bumped, d.narrows(), "the bump follows the compiler's judgement");
     assert!(verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 80).allowed());
     assert!(!verdict::np(&maps.tables, pod_ip(0), pod_ip(1), proto::TCP, 81).allowed());
     // Removing it: the allow entry (narrowing) goes before the marker, then the bump.
