@@ -2,10 +2,13 @@
 //! DNS steering that brings their queries to it (`bpf/lib/dns.h`).
 //!
 //! With `--dns-resolver` the agent:
-//! * serves the resolver on `<node-ip>:<--dns-port>` (UDP and TCP), answering the cluster
-//!   domain (`--cluster-domain`) from the querier's VPC's view and forwarding the rest to
-//!   `--dns-upstream` (default: the nameservers of `--dns-resolv-conf`);
-//! * writes `sdn_dns_cfg` (that address and port: steering on), `sdn_dns_dsts` (the
+//! * serves the resolver on `<address>:<--dns-port>` (UDP and TCP) for each of its addresses
+//!   (`--dns-addresses`; default `--node-ip` and the uplink's address of the other family),
+//!   answering the cluster domain (`--cluster-domain`) from the querier's VPC's view and
+//!   forwarding the rest to `--dns-upstream` (default: the nameservers of
+//!   `--dns-resolv-conf`);
+//! * writes `sdn_dns_cfg` (per family, that address and port: steering on; a family without
+//!   an address is not steered), `sdn_dns_dsts` (the
 //!   `--cluster-dns` addresses, the cluster DNS Service's ClusterIPs as the watch sees
 //!   them, and `--dns-internal-cidrs`), and `sdn_dns_pods` (each VPC pod of this node:
 //!   its VPC address → its fabric address);
@@ -13,7 +16,8 @@
 //!   Services and EndpointSlices, rebuilding the view ([`crate::dns_view`]) after each
 //!   change.
 //!
-//! Steering needs an IPv4 node address (the datapath steers IPv4 queries only).
+//! A query is steered within its family (no NAT46): an IPv6 query needs an IPv6 resolver
+//! address here and the pod's IPv6 fabric address (a dual-stack default network).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -65,6 +69,10 @@ pub struct DnsFlags {
     /// `kube-system/kube-dns` are added as the watch sees them.
     #[arg(long, env = "COZYPLANE_CLUSTER_DNS", value_delimiter = ',')]
     pub cluster_dns: Vec<IpAddr>,
+    /// The resolver's addresses on this node, at most one per family (comma-separated).
+    /// Default: `--node-ip`, and the uplink's address of the other family if it has one.
+    #[arg(long, env = "COZYPLANE_DNS_ADDRESSES", value_delimiter = ',')]
+    pub dns_addresses: Vec<IpAddr>,
     /// Cluster-internal ranges whose port 53 is steered too (Service and pod CIDRs; a
     /// socket-level load balancer may already have turned the ClusterIP into a pod's).
     #[arg(long, env = "COZYPLANE_DNS_INTERNAL_CIDRS", value_delimiter = ',', value_parser = parse_prefix)]
@@ -88,9 +96,9 @@ pub enum DnsError {
     /// `--cluster-domain` is no DNS name.
     #[error(transparent)]
     Zone(#[from] cozyplane_resolver::answer::ZoneError),
-    /// Steering needs an IPv4 node address.
-    #[error("--dns-resolver needs an IPv4 --node-ip, got {0}")]
-    NodeFamily(IpAddr),
+    /// `--dns-addresses` names two addresses of one family.
+    #[error("--dns-addresses: {0} and {1} are of one family (one address per family)")]
+    Family(IpAddr, IpAddr),
     /// A pinned DNS map could not be opened or written.
     #[error("{map}: {source}")]
     Map {
@@ -116,6 +124,42 @@ fn upstreams(flags: &DnsFlags) -> Vec<SocketAddr> {
     }
 }
 
+/// The resolver's addresses, one per family: `flag` if given, else the node address and the
+/// uplink's address (`uplink`, as `sdn_snat_conf` holds it) of the other family.
+pub fn resolver_addrs(
+    flag: &[IpAddr],
+    node_ip: IpAddr,
+    uplink: [Option<IpAddr>; 2],
+) -> Result<Vec<IpAddr>, DnsError> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    let candidates: Vec<IpAddr> = if flag.is_empty() {
+        std::iter::once(node_ip).chain(uplink.into_iter().flatten()).collect()
+    } else {
+        flag.to_vec()
+    };
+    for ip in candidates {
+        match out.iter().find(|o| o.is_ipv4() == ip.is_ipv4()) {
+            // The defaults: the node address wins over the uplink's of its family.
+            Some(_) if flag.is_empty() => {}
+            Some(o) => return Err(DnsError::Family(*o, ip)),
+            None => out.push(ip),
+        }
+    }
+    Ok(out)
+}
+
+/// The uplink's addresses from `sdn_snat_conf` (written at start-up, before the resolver).
+fn uplink_addrs(pin_dir: &Path) -> [Option<IpAddr>; 2] {
+    use cozyplane_bpf::abi::SnatConf;
+    let Ok(c) = cozyplane_bpf::maps::snat_conf::SnatConfMap::from_pin(pin_dir).and_then(|m| m.get()) else {
+        return [None, None];
+    };
+    [
+        (c.flags & SnatConf::F_HAVE4 != 0).then(|| IpAddr::from(c.node4)),
+        (c.flags & SnatConf::F_HAVE6 != 0).then(|| IpAddr::from(c.node6)),
+    ]
+}
+
 /// Start the resolver and the steering; returns once the sockets are bound (the work
 /// goes on in spawned tasks).
 pub async fn start(
@@ -124,15 +168,12 @@ pub async fn start(
     flags: DnsFlags,
     metrics: cozyplane_resolver::Metrics,
 ) -> Result<(), crate::StartError> {
-    let node_ip = api.node_ip;
-    if !node_ip.is_ipv4() {
-        return Err(crate::StartError::Api(DnsError::NodeFamily(node_ip).to_string()));
-    }
+    let ips = resolver_addrs(&flags.dns_addresses, api.node_ip, uplink_addrs(&pin_dir))
+        .map_err(|e| crate::StartError::Api(e.to_string()))?;
     let zone = Zone::new(&flags.cluster_domain, cozyplane_resolver::DEFAULT_TTL)
         .map_err(|e| crate::StartError::Api(e.to_string()))?;
-    let addr = SocketAddr::new(node_ip, flags.dns_port);
     let ups = upstreams(&flags);
-    tracing::info!(%addr, domain = zone.domain(), upstreams = ?ups, "dns resolver");
+    tracing::info!(addrs = ?ips, port = flags.dns_port, domain = zone.domain(), upstreams = ?ups, "dns resolver");
     let view = ViewHandle::default();
     let resolver = Arc::new(Resolver::new(
         view.clone(),
@@ -143,39 +184,56 @@ pub async fn start(
         },
         metrics,
     ));
-    let (udp, tcp) =
-        cozyplane_resolver::server::bind(addr)
-            .await
-            .map_err(|source| crate::StartError::Io {
-                what: format!("bind dns {addr}"),
-                source,
-            })?;
-    tokio::spawn({
-        let r = resolver.clone();
-        async move {
-            if let Err(e) = r.serve_udp(udp).await {
-                tracing::error!("dns udp stopped: {e}");
+    let mut steered = Vec::new();
+    for ip in ips {
+        let addr = SocketAddr::new(ip, flags.dns_port);
+        let (udp, tcp) =
+            cozyplane_resolver::server::bind(addr)
+                .await
+                .map_err(|source| crate::StartError::Io {
+                    what: format!("bind dns {addr}"),
+                    source,
+                })?;
+        tokio::spawn({
+            let r = resolver.clone();
+            async move {
+                if let Err(e) = r.serve_udp(udp).await {
+                    tracing::error!("dns udp {addr} stopped: {e}");
+                }
             }
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = resolver.serve_tcp(tcp).await {
-            tracing::error!("dns tcp stopped: {e}");
-        }
-    });
-    if let Err(e) = set_config(&pin_dir, Some(addr)) {
+        });
+        tokio::spawn({
+            let r = resolver.clone();
+            async move {
+                if let Err(e) = r.serve_tcp(tcp).await {
+                    tracing::error!("dns tcp {addr} stopped: {e}");
+                }
+            }
+        });
+        steered.push(addr);
+    }
+    if let Err(e) = set_config(&pin_dir, &steered) {
         tracing::warn!("dns steering not configured: {e}");
     }
     tokio::spawn(run(api, pin_dir, flags, view));
     Ok(())
 }
 
-fn set_config(pin_dir: &Path, addr: Option<SocketAddr>) -> Result<(), DnsError> {
+/// Steer each family to its resolver address in `addrs`; a family without one is not steered.
+fn set_config(pin_dir: &Path, addrs: &[SocketAddr]) -> Result<(), DnsError> {
     let map = |source| DnsError::Map {
         map: cozyplane_bpf::maps::dns_cfg::NAME,
         source,
     };
-    DnsCfgMap::from_pin(pin_dir).map_err(map)?.set(addr).map_err(map)
+    let mut m = DnsCfgMap::from_pin(pin_dir).map_err(map)?;
+    for v6 in [false, true] {
+        match addrs.iter().find(|a| a.is_ipv6() == v6) {
+            Some(a) => m.set(*a),
+            None => m.clear(v6),
+        }
+        .map_err(map)?;
+    }
+    Ok(())
 }
 
 enum Ev {
@@ -454,5 +512,38 @@ mod tests {
         assert_eq!(c.dns.dns_internal_cidrs.len(), 2);
         assert_eq!(c.dns.dns_internal_cidrs[0].1, 12);
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dns-internal-cidrs", "nope"]).is_err());
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--dns-addresses", "10.0.0.1,fd00::1"]).unwrap();
+        assert_eq!(c.dns.dns_addresses.len(), 2);
+    }
+
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_resolver_listens_on_the_node_address_and_the_uplinks_other_family() {
+        use super::resolver_addrs;
+        // Dual-stack uplink: the node address for v4, the uplink's for v6.
+        let up = [Some(ip("192.168.77.9")), Some(ip("fd77::1"))];
+        assert_eq!(
+            resolver_addrs(&[], ip("192.168.77.1"), up).unwrap(),
+            vec![ip("192.168.77.1"), ip("fd77::1")]
+        );
+        // A v6 node address (v6 underlay): the uplink gives the v4 one.
+        assert_eq!(
+            resolver_addrs(&[], ip("fd77::2"), up).unwrap(),
+            vec![ip("fd77::2"), ip("192.168.77.9")]
+        );
+        // Single stack: one family, the other is not steered.
+        assert_eq!(
+            resolver_addrs(&[], ip("192.168.77.1"), [Some(ip("192.168.77.1")), None]).unwrap(),
+            vec![ip("192.168.77.1")]
+        );
+        // The flag replaces the defaults, one address per family.
+        assert_eq!(
+            resolver_addrs(&[ip("fd00::53")], ip("192.168.77.1"), up).unwrap(),
+            vec![ip("fd00::53")]
+        );
+        assert!(resolver_addrs(&[ip("10.0.0.1"), ip("10.0.0.2")], ip("192.168.77.1"), up).is_err());
     }
 }

@@ -484,7 +484,8 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `struct sdn_dns_cfg`, the one entry of `sdn_dns_cfg`: where DNS steering sends queries.
+    /// `struct sdn_dns_cfg`, an entry of `sdn_dns_cfg` (one per family): where DNS steering
+    /// sends that family's queries.
     pub struct DnsCfg = "sdn_dns_cfg" {
         /// The resolver's address.
         pub node: Addr,

@@ -74,6 +74,14 @@ fn generated_asserts() -> String {
     .unwrap();
     writeln!(
         c,
+        "_Static_assert(SDN_DNS_CFG_V4 == {} && SDN_DNS_CFG_V6 == {} && SDN_DNS_CFG_MAX == {}, \"dns\");",
+        maps::dns_cfg::V4,
+        maps::dns_cfg::V6,
+        maps::dns_cfg::MAX,
+    )
+    .unwrap();
+    writeln!(
+        c,
         "_Static_assert(SDN_PORT_F_DNAT == {}, \"SDN_PORT_F_DNAT\");",
         cozyplane_bpf::abi::Port::F_DNAT
     )

@@ -12,11 +12,18 @@
 #include <linux/types.h>
 #include <sdn/addr.h>
 
-/* sdn_dns_cfg: ARRAY[1], where steered queries go. Written by the agent when it
- * runs the resolver; port 0 (the initial value) turns steering off.
+/* sdn_dns_cfg: ARRAY[SDN_DNS_CFG_MAX], where steered queries go, one slot per
+ * family (a query is re-addressed within its family: no NAT46). Written by the
+ * agent when it runs the resolver; port 0 (the initial value) turns steering of
+ * that family off.
  */
+#define SDN_DNS_CFG_V4	0
+#define SDN_DNS_CFG_V6	1
+#define SDN_DNS_CFG_MAX	2
+
 struct sdn_dns_cfg {
-	struct sdn_addr node;	/* the resolver's address (IPv4 in 64:ff9b:: form) */
+	struct sdn_addr node;	/* the resolver's address, of the slot's family
+				 * (IPv4 in 64:ff9b:: form) */
 	__be16 port;		/* the resolver's port; 0 = no steering */
 	__u8 pad[2];
 };
@@ -72,7 +79,7 @@ _Static_assert(sizeof(struct sdn_dns_ct) == 20, "ABI: sdn_dns_ct");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SDN_DNS_CFG_MAX);
 	__type(key, __u32);
 	__type(value, struct sdn_dns_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
