@@ -160,7 +160,7 @@ static __always_inline int sdn_dns_restore6(struct __sk_buff *skb,
  * 0: not an answer of the resolver; 1: restored, p now addressed to the pod's
  * VPC address, deliver it; < 0: a DROP_* reason.
  */
-static __sdn_noinline int sdn_dns_restore(struct __sk_buff *skb,
+static __always_inline int sdn_dns_restore(struct __sk_buff *skb,
 					   struct sdn_pkt *p,
 					   const struct sdn_bridge *b)
 {
