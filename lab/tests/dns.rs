@@ -8,8 +8,8 @@
 //!   backends; the server's ServiceVIP loop does not run in the lab, so the test writes what
 //!   it would), headless Service t1/db with an EndpointSlice naming b1 (hostname db-0) and b2.
 //! * VPC red (t2, the same range): c2, and its own t2/web.
-//! * VPC green (t3, 10.43.0.0/24): g1; peered with blue half-way through.
-//! * VPC dual (t4, 10.44.0.0/24 + fd00:44::/64): v1; Service t4/web6 with a ServiceVIP per
+//! * VPC green (team-a, 10.43.0.0/24): g1; peered with blue half-way through.
+//! * VPC dual (team-b, 10.44.0.0/24 + fd00:44::/64): v1; Service team-b/web6 with a ServiceVIP per
 //!   family.
 //! * A default-network pod `plain`.
 //! * The cluster DNS is 10.96.0.10 / fd00:96::a (`--cluster-dns`); on n1 a stand-in for it
@@ -293,14 +293,14 @@ async fn body(lab: &mut Lab) {
 
     tenant(&cp, "t1", "blue", "10.41.0.0/24").await;
     tenant(&cp, "t2", "red", "10.41.0.0/24").await;
-    tenant(&cp, "t3", "green", "10.43.0.0/24").await;
-    tenant_ranges(&cp, "t4", "dual", &["10.44.0.0/24", "fd00:44::/64"]).await;
+    tenant(&cp, "team-a", "green", "10.43.0.0/24").await;
+    tenant_ranges(&cp, "team-b", "dual", &["10.44.0.0/24", "fd00:44::/64"]).await;
     let c1 = pod(&cp, lab, 0, "t1", "c1", Some("blue")).await;
     let b1 = pod(&cp, lab, 0, "t1", "b1", Some("blue")).await;
     let b2 = pod(&cp, lab, 0, "t1", "b2", Some("blue")).await;
     let c2 = pod(&cp, lab, 0, "t2", "c2", Some("red")).await;
-    let g1 = pod(&cp, lab, 0, "t3", "g1", Some("green")).await;
-    let v1 = pod(&cp, lab, 0, "t4", "v1", Some("dual")).await;
+    let g1 = pod(&cp, lab, 0, "team-a", "g1", Some("green")).await;
+    let v1 = pod(&cp, lab, 0, "team-b", "v1", Some("dual")).await;
     // A namespace without a VPCBinding: nothing there joins a VPC.
     Api::<k8s_openapi::api::core::v1::Namespace>::all(cp.kube.clone())
         .create(
@@ -317,12 +317,12 @@ async fn body(lab: &mut Lab) {
     service(&cp, "t1", "web", "blue", "10.96.7.7").await;
     service(&cp, "t2", "web", "red", "10.96.7.8").await;
     service(&cp, "t1", "db", "blue", "None").await;
-    service(&cp, "t4", "web6", "dual", "10.96.7.9").await;
+    service(&cp, "team-b", "web6", "dual", "10.96.7.9").await;
     db_slice(&cp, &b1, &b2).await;
     let blue_vip = vip(&cp, ("t1", "web", "blue"), "0.0.0.0", &[ib1, ib2]).await;
     let red_vip = vip(&cp, ("t2", "web", "red"), "0.0.0.0", &[]).await;
-    let dual_vip4 = vip(&cp, ("t4", "web6", "dual"), "0.0.0.0", &[]).await;
-    let dual_vip6 = vip(&cp, ("t4", "web6", "dual"), "::", &[]).await;
+    let dual_vip4 = vip(&cp, ("team-b", "web6", "dual"), "0.0.0.0", &[]).await;
+    let dual_vip6 = vip(&cp, ("team-b", "web6", "dual"), "::", &[]).await;
     eprintln!("blue's web {blue_vip}, red's web {red_vip}, dual's web6 {dual_vip4} {dual_vip6}");
     let in_blue = |a: IpAddr| matches!(a, IpAddr::V4(v4) if v4.octets()[..3] == [10, 41, 0]);
     assert!(in_blue(blue_vip) && in_blue(red_vip));
@@ -369,8 +369,8 @@ async fn body(lab: &mut Lab) {
     // --- Green sees nothing of blue until peered; then resolves and reaches web by name.
     let m = ask_until(&g1, a("web.t1.svc.cozy.local."), false, |_| true);
     assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "green before the peering");
-    half(&cp, ("t1", "blue"), ("t3", "green")).await;
-    half(&cp, ("t3", "green"), ("t1", "blue")).await;
+    half(&cp, ("t1", "blue"), ("team-a", "green")).await;
+    half(&cp, ("team-a", "green"), ("t1", "blue")).await;
     for tcp in [false, true] {
         let m = ask_until(&g1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![blue_vip], "green resolves blue's web once peered (tcp: {tcp})");
@@ -408,10 +408,10 @@ async fn body(lab: &mut Lab) {
     // --- IPv6: the dual-stack pod's queries to the cluster DNS's IPv6 address are steered
     // to the resolver's IPv6 address and answered from its view.
     for tcp in [false, true] {
-        let q = (CLUSTER_DNS6, "web6.t4.svc.cozy.local.", RecordType::AAAA);
+        let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::AAAA);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![dual_vip6], "AAAA over IPv6 from dual's range (tcp: {tcp})");
-        let q = (CLUSTER_DNS6, "web6.t4.svc.cozy.local.", RecordType::A);
+        let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::A);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![dual_vip4], "A over IPv6 (tcp: {tcp})");
         let q = (CLUSTER_DNS6, EXTERNAL, RecordType::AAAA);
