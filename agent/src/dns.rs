@@ -133,7 +133,9 @@ pub fn resolver_addrs(
 ) -> Result<Vec<IpAddr>, DnsError> {
     let mut out: Vec<IpAddr> = Vec::new();
     let candidates: Vec<IpAddr> = if flag.is_empty() {
-        std::iter::once(node_ip).chain(uplink.into_iter().flatten()).collect()
+        std::iter::once(node_ip)
+            .chain(uplink.into_iter().flatten())
+            .collect()
     } else {
         flag.to_vec()
     };
@@ -512,7 +514,8 @@ mod tests {
         assert_eq!(c.dns.dns_internal_cidrs.len(), 2);
         assert_eq!(c.dns.dns_internal_cidrs[0].1, 12);
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dns-internal-cidrs", "nope"]).is_err());
-        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--dns-addresses", "10.0.0.1,fd00::1"]).unwrap();
+        let c =
+            AgentConfig::try_parse_from(["cozyplane-agent", "--dns-addresses", "10.0.0.1,fd00::1"]).unwrap();
         assert_eq!(c.dns.dns_addresses.len(), 2);
     }
 

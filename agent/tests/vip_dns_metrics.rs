@@ -43,15 +43,21 @@ fn query(name: &str) -> Vec<u8> {
 fn load_balancer_and_resolver_metrics_are_in_the_agents_registry() {
     require_root();
     let fs = Bpffs::new();
-    let dp = Datapath::load(&fs.0.path().join("cozyplane"), &DatapathConfig::default()).expect("load the datapath");
+    let dp = Datapath::load(&fs.0.path().join("cozyplane"), &DatapathConfig::default())
+        .expect("load the datapath");
     let pins = dp.pin_dir().to_path_buf();
 
     // The datapath's counters as two CPUs left them.
-    let mut stats: PerCpuArray<MapData, u64> =
-        PerCpuArray::try_from(Map::from_map_data(MapData::from_pin(pins.join(lb_stats::NAME)).unwrap()).unwrap())
-            .unwrap();
+    let mut stats: PerCpuArray<MapData, u64> = PerCpuArray::try_from(
+        Map::from_map_data(MapData::from_pin(pins.join(lb_stats::NAME)).unwrap()).unwrap(),
+    )
+    .unwrap();
     let n = aya::util::nr_cpus().unwrap();
-    for (idx, first, second) in [(lb_stats::FLOWS, 3, 4), (lb_stats::SELECTIONS, 40, 2), (lb_stats::MISSES, 1, 0)] {
+    for (idx, first, second) in [
+        (lb_stats::FLOWS, 3, 4),
+        (lb_stats::SELECTIONS, 40, 2),
+        (lb_stats::MISSES, 1, 0),
+    ] {
         let mut v = vec![0u64; n];
         v[0] = first;
         if n > 1 {
@@ -87,12 +93,27 @@ fn load_balancer_and_resolver_metrics_are_in_the_agents_registry() {
         },
         metrics.dns(),
     );
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
-        assert!(r.respond(querier, &query("web.t1.svc.cozy.local."), Transport::Udp).await.is_some());
+        assert!(
+            r.respond(querier, &query("web.t1.svc.cozy.local."), Transport::Udp)
+                .await
+                .is_some()
+        );
         let stranger: IpAddr = "10.244.9.9".parse().unwrap();
-        assert!(r.respond(stranger, &query("web.t1.svc.cozy.local."), Transport::Udp).await.is_some());
-        assert!(r.respond(querier, &query("example.org."), Transport::Tcp).await.is_some());
+        assert!(
+            r.respond(stranger, &query("web.t1.svc.cozy.local."), Transport::Udp)
+                .await
+                .is_some()
+        );
+        assert!(
+            r.respond(querier, &query("example.org."), Transport::Tcp)
+                .await
+                .is_some()
+        );
     });
 
     let text = metrics.render();

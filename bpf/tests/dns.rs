@@ -16,6 +16,7 @@ use common::fixtures::*;
 use common::pkt::{self, TCP, UDP};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
+use cozyplane_bpf::abi::LbSvc;
 use cozyplane_bpf::maps::{
     dns_cfg::{self, DnsCfgMap},
     dns_ct::{self, DnsCtMap},
@@ -23,7 +24,6 @@ use cozyplane_bpf::maps::{
     dns_pods::{self, DnsPodsMap},
     lb_svc::{self, Frontend, LbSvcMap},
 };
-use cozyplane_bpf::abi::LbSvc;
 
 const POD: &str = "10.0.0.1";
 const FABRIC: &str = "10.244.1.5";
@@ -266,7 +266,16 @@ fn setup6(steering6: bool, fabric6: bool) -> Datapath {
 }
 
 fn query6(proto: u8) -> Vec<u8> {
-    pkt::ipv6(MAC_A1, cfg().gw_mac, v6(POD6), v6(CLUSTER_DNS6), proto, 5000, 53, 0)
+    pkt::ipv6(
+        MAC_A1,
+        cfg().gw_mac,
+        v6(POD6),
+        v6(CLUSTER_DNS6),
+        proto,
+        5000,
+        53,
+        0,
+    )
 }
 
 #[test]
@@ -276,8 +285,16 @@ fn an_ipv6_query_goes_to_the_ipv6_resolver_and_its_answer_comes_back() {
         let out = dp.run(FROM_POD, &query6(proto), LO, 0);
         assert_eq!(out.verdict, TC_ACT_OK, "to the host stack");
         let p = pkt::parse_v6(&out.packet);
-        assert_eq!((p.src, p.sport), (v6(FABRIC6), 5000), "from the pod's IPv6 fabric address");
-        assert_eq!((p.dst, p.dport), (v6(NODE6), RESOLVER_PORT), "to the IPv6 resolver");
+        assert_eq!(
+            (p.src, p.sport),
+            (v6(FABRIC6), 5000),
+            "from the pod's IPv6 fabric address"
+        );
+        assert_eq!(
+            (p.dst, p.dport),
+            (v6(NODE6), RESOLVER_PORT),
+            "to the IPv6 resolver"
+        );
         assert_eq!(p.proto, proto);
         pkt::assert_v6_checksums(&out.packet);
         let ct = DnsCtMap::try_from(dp.map(dns_ct::NAME))
@@ -299,7 +316,11 @@ fn an_ipv6_query_goes_to_the_ipv6_resolver_and_its_answer_comes_back() {
         let back = dp.run(TO_POD, &answer, LO, 0);
         assert_eq!(back.verdict, TC_ACT_OK, "delivered into the pod");
         let p = pkt::parse_v6(&back.packet);
-        assert_eq!((p.src, p.sport), (v6(CLUSTER_DNS6), 53), "as if from what it asked");
+        assert_eq!(
+            (p.src, p.sport),
+            (v6(CLUSTER_DNS6), 53),
+            "as if from what it asked"
+        );
         assert_eq!((p.dst, p.dport), (v6(POD6), 5000), "to its VPC address");
         assert_eq!(p.dst_mac, MAC_A1);
         pkt::assert_v6_checksums(&back.packet);

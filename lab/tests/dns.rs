@@ -156,8 +156,18 @@ impl Drop for ResolvConf {
 /// The first lines of `n` new TCP connections from `p` to `host:port`, the name resolved by
 /// glibc inside the pod (`ERR` for one that failed, resolution included).
 fn tcp_by_name(p: &LabPod, host: &str, port: u16, n: usize) -> Vec<String> {
-    let out = p.ns.exec(&["python3", &probe(), "tcp", host, &port.to_string(), &n.to_string()]);
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    let out = p.ns.exec(&[
+        "python3",
+        &probe(),
+        "tcp",
+        host,
+        &port.to_string(),
+        &n.to_string(),
+    ]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// One datagram from `p` to `host:port` by name: `"<answer> <source address>"` or `ERR`.
@@ -310,7 +320,10 @@ async fn body(lab: &mut Lab) {
         .await
         .unwrap();
     let plain = pod(&cp, lab, 0, "t0", "plain", None).await;
-    let (ib1, ib2) = (IpAddr::from(vpc_ip(&cp, &b1).await), IpAddr::from(vpc_ip(&cp, &b2).await));
+    let (ib1, ib2) = (
+        IpAddr::from(vpc_ip(&cp, &b1).await),
+        IpAddr::from(vpc_ip(&cp, &b2).await),
+    );
     let _servers = [serve(&b1), serve(&b2)];
     let _resolv = [&c1, &c2, &g1].map(ResolvConf::new);
 
@@ -333,7 +346,11 @@ async fn body(lab: &mut Lab) {
     for tcp in [false, true] {
         let m = ask_until(&c1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
-        assert_eq!(addrs(&m), vec![blue_vip], "blue resolves its Service to the VIP (tcp: {tcp})");
+        assert_eq!(
+            addrs(&m),
+            vec![blue_vip],
+            "blue resolves its Service to the VIP (tcp: {tcp})"
+        );
         let m = ask_until(&c2, a("web.t2.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![red_vip], "red resolves its own (tcp: {tcp})");
         let m = ask_until(&c2, a("web.t1.svc.cozy.local."), tcp, |_| true);
@@ -352,7 +369,11 @@ async fn body(lab: &mut Lab) {
     let (who, from) = u.split_once(' ').unwrap_or(("ERR", ""));
     assert!(who == "b1" || who == "b2", "UDP to web by name: {u}");
     assert_eq!(from, blue_vip.to_string(), "the UDP answer comes from the VIP");
-    assert_eq!(tcp_by_name(&c2, "web.t1", 80, 1), ["ERR"], "red cannot even name blue's web");
+    assert_eq!(
+        tcp_by_name(&c2, "web.t1", 80, 1),
+        ["ERR"],
+        "red cannot even name blue's web"
+    );
     eprintln!("PASS c1 reaches web by name over TCP ({names:?}) and UDP ({u})");
 
     // --- The headless Service answers the backends' VPC addresses, per hostname too.
@@ -361,19 +382,29 @@ async fn body(lab: &mut Lab) {
         let mut want = vec![ib1, ib2];
         want.sort();
         assert_eq!(addrs(&m), want, "headless db (tcp: {tcp})");
-        let m = ask_until(&c1, a("db-0.db.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
+        let m = ask_until(&c1, a("db-0.db.t1.svc.cozy.local."), tcp, |m| {
+            !m.answers.is_empty()
+        });
         assert_eq!(addrs(&m), vec![ib1], "db-0 is b1 (tcp: {tcp})");
     }
     eprintln!("PASS the headless Service resolves to the backends' VPC addresses");
 
     // --- Green sees nothing of blue until peered; then resolves and reaches web by name.
     let m = ask_until(&g1, a("web.t1.svc.cozy.local."), false, |_| true);
-    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "green before the peering");
+    assert_eq!(
+        m.metadata.response_code,
+        ResponseCode::NXDomain,
+        "green before the peering"
+    );
     half(&cp, ("t1", "blue"), ("team-a", "green")).await;
     half(&cp, ("team-a", "green"), ("t1", "blue")).await;
     for tcp in [false, true] {
         let m = ask_until(&g1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
-        assert_eq!(addrs(&m), vec![blue_vip], "green resolves blue's web once peered (tcp: {tcp})");
+        assert_eq!(
+            addrs(&m),
+            vec![blue_vip],
+            "green resolves blue's web once peered (tcp: {tcp})"
+        );
     }
     wait("g1 reaches blue's web by name", || {
         names = tcp_by_name(&g1, "web.t1", 80, 3);
@@ -385,7 +416,11 @@ async fn body(lab: &mut Lab) {
     for tcp in [false, true] {
         let m = ask_until(&c1, a(EXTERNAL), tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
-        assert_eq!(addrs(&m), vec![EXTERNAL4.parse::<IpAddr>().unwrap()], "tcp: {tcp}");
+        assert_eq!(
+            addrs(&m),
+            vec![EXTERNAL4.parse::<IpAddr>().unwrap()],
+            "tcp: {tcp}"
+        );
     }
     let text = n1.metrics();
     for t in ["udp", "tcp"] {
@@ -396,7 +431,9 @@ async fn body(lab: &mut Lab) {
 
     // --- A default-network pod's DNS is untouched: it reaches the cluster DNS itself.
     for tcp in [false, true] {
-        let m = ask_until(&plain, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
+        let m = ask_until(&plain, a("web.t1.svc.cozy.local."), tcp, |m| {
+            !m.answers.is_empty()
+        });
         assert_eq!(
             addrs(&m),
             vec![CLUSTER_DNS_ANSWER.parse::<IpAddr>().unwrap()],
@@ -410,24 +447,44 @@ async fn body(lab: &mut Lab) {
     for tcp in [false, true] {
         let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::AAAA);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
-        assert_eq!(addrs(&m), vec![dual_vip6], "AAAA over IPv6 from dual's range (tcp: {tcp})");
+        assert_eq!(
+            addrs(&m),
+            vec![dual_vip6],
+            "AAAA over IPv6 from dual's range (tcp: {tcp})"
+        );
         let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::A);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![dual_vip4], "A over IPv6 (tcp: {tcp})");
         let q = (CLUSTER_DNS6, EXTERNAL, RecordType::AAAA);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
-        assert_eq!(addrs(&m), vec![EXTERNAL6.parse::<IpAddr>().unwrap()], "external AAAA (tcp: {tcp})");
+        assert_eq!(
+            addrs(&m),
+            vec![EXTERNAL6.parse::<IpAddr>().unwrap()],
+            "external AAAA (tcp: {tcp})"
+        );
         let q = (CLUSTER_DNS6, "web.t1.svc.cozy.local.", RecordType::A);
         let m = ask_until(&v1, q, tcp, |_| true);
-        assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "dual does not see blue");
+        assert_eq!(
+            m.metadata.response_code,
+            ResponseCode::NXDomain,
+            "dual does not see blue"
+        );
     }
     eprintln!("PASS IPv6 queries are steered and answered");
 
     let text = n1.metrics();
     assert!(
-        metric(&text, "cozyplane_dns_queries_total{transport=\"udp\",answer=\"answer\"}") >= 1.0,
+        metric(
+            &text,
+            "cozyplane_dns_queries_total{transport=\"udp\",answer=\"answer\"}"
+        ) >= 1.0,
         "{text}"
     );
-    assert!(metric(&text, "cozyplane_dns_queries_total{transport=\"tcp\",answer=\"nxdomain\"}") >= 1.0);
+    assert!(
+        metric(
+            &text,
+            "cozyplane_dns_queries_total{transport=\"tcp\",answer=\"nxdomain\"}"
+        ) >= 1.0
+    );
     assert_eq!(n1.drops(cozyplane_bpf::DropReason::DnsNoCt), 0);
 }
