@@ -4,8 +4,9 @@
  * (the agent's, crate resolver), which answers from that pod's VPC's view.
  *
  * From the pod (sdn_dns_steer, in sdn_from_pod): a UDP or TCP packet to port 53
- * of an address in sdn_dns_dsts (the cluster DNS, the cluster's internal
- * ranges) that is not an endpoint of the pod's own VPC is re-addressed: source
+ * of a cluster-internal address (sdn_internal at net 0: the cluster DNS's
+ * ClusterIP, or a pod or node a socket-level load balancer already turned it
+ * into) that is not an endpoint of the pod's own VPC is re-addressed: source
  * VPC address -> the pod's fabric address (sdn_dns_pods), destination -> the
  * resolver (sdn_dns_cfg), and handed to the host stack. The query's original
  * destination is recorded in sdn_dns_ct under {fabric, source port, proto}.
@@ -25,6 +26,7 @@
 
 #include "common.h"
 #include "endpoint.h"
+#include "internal.h"
 #include "nat.h"
 #include "parse.h"
 
@@ -45,7 +47,6 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_dns_ct_key k = {};
-	struct sdn_block_key dk = {};
 	struct sdn_dns_ct v = {};
 	struct sdn_dns_cfg *cfg;
 	struct sdn_dns_pod *pod;
@@ -61,9 +62,7 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 	cfg = sdn_dns_config();
 	if (!cfg)
 		return 0;
-	dk.prefixlen = 128;
-	dk.ip = p->dst;
-	if (!bpf_map_lookup_elem(&sdn_dns_dsts, &dk))
+	if (!sdn_is_internal(0, &p->dst))
 		return 0;
 	if (sdn_endpoint_lookup(net, &p->dst) || sdn_remote_lookup(net, &p->dst))
 		return 0;

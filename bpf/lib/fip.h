@@ -197,7 +197,7 @@ static __always_inline int sdn_fip_from_pod(struct __sk_buff *skb,
 		return 0;
 	pub = fp->addr;
 	if ((p->family == 4) != sdn_addr_is_v4(&pub) ||
-	    sdn_ns_internal(net, &p->dst))
+	    sdn_is_internal(net, &p->dst))
 		return 0;
 	/* The pod's error is about a packet it got through the door: to it. */
 	ret = sdn_fip_quote(skb, p, 0, &vpc, &pub);

@@ -65,24 +65,6 @@ static __always_inline __u32 sdn_snat_now(void)
 	return bpf_ktime_get_ns() >> 30;
 }
 
-/* Whether dst is cluster-internal, or (net != 0) inside net's own ranges. */
-static __always_inline int sdn_snat_is_inside(__u32 net,
-					      const struct sdn_addr *dst)
-{
-	struct sdn_xnet_key k = {
-		.prefixlen = 32 + 128,
-		.net = 0,
-		.ip = *dst,
-	};
-
-	if (bpf_map_lookup_elem(&sdn_snat_inside, &k))
-		return 1;
-	if (!net)
-		return 0;
-	k.net = net;
-	return bpf_map_lookup_elem(&sdn_snat_inside, &k) != NULL;
-}
-
 /* The flow's ports as it leaves the pod; DROP_SNAT_UNSUPPORTED if the engine
  * cannot translate it (other protocols, ICMP other than an echo request).
  */

@@ -15,7 +15,6 @@ use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::{
     dns_cfg::{self, DnsCfgMap},
     dns_ct::{self, DnsCtMap},
-    dns_dsts::{self, DnsDstsMap},
     dns_pods::{self, DnsPodsMap},
 };
 
@@ -39,14 +38,11 @@ fn setup(steering: bool) -> Datapath {
         .unwrap()
         .upsert(VPC_A, ip(POD), ip(FABRIC))
         .unwrap();
-    let mut dsts = DnsDstsMap::try_from(dp.map_mut(dns_dsts::NAME)).unwrap();
-    dsts.insert((ip(CLUSTER_DNS), 32)).unwrap();
-    // The cluster's internal ranges, which here overlap the VPC's own: its own
-    // addresses still win.
-    dsts.insert((ip("10.0.0.0"), 8)).unwrap();
-    // The same ranges as the gateway door sees them (agent/src/egress.rs): inside the
-    // cluster, so a query that is not steered meets isolation, not the gateway.
-    common::fixtures::inside(&mut dp, 0, "10.0.0.0", 8);
+    // The cluster's internal ranges, as the agent writes them: the Service CIDR (the cluster
+    // DNS's), and pod ranges that here overlap the VPC's own (its own addresses still win).
+    // Inside the cluster, so a query that is not steered meets isolation, not the gateway.
+    inside(&mut dp, 0, "10.96.0.0", 12);
+    inside(&mut dp, 0, "10.0.0.0", 8);
     if steering {
         DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
             .unwrap()

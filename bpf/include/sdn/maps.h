@@ -398,6 +398,8 @@ struct {
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
 
+/* The cluster-internal ranges, read by every feature below. */
+#include <sdn/internal_maps.h>
 #include <sdn/dns_maps.h>
 
 /* Maps of the north-south doors, each in its own header. */

@@ -14,7 +14,6 @@ pub mod ct_rev;
 pub mod dnat;
 pub mod dns_cfg;
 pub mod dns_ct;
-pub mod dns_dsts;
 pub mod dns_pods;
 pub mod door_stats;
 pub mod drops;
@@ -43,7 +42,6 @@ pub mod snat_addrs;
 pub mod snat_conf;
 pub mod snat_fwd;
 pub mod snat_gws;
-pub mod snat_inside;
 pub mod snat_rev;
 pub mod snat_shards;
 pub mod snat_work;
@@ -69,7 +67,6 @@ pub const ALL: &[&str] = &[
     ct_fwd::NAME,
     ct_rev::NAME,
     dns_cfg::NAME,
-    dns_dsts::NAME,
     dns_pods::NAME,
     dns_ct::NAME,
     dnat::NAME,
@@ -80,7 +77,6 @@ pub const ALL: &[&str] = &[
     nodes::NAME,
     frags::NAME,
     snat_conf::NAME,
-    snat_inside::NAME,
     snat_addrs::NAME,
     snat_gws::NAME,
     snat_shards::NAME,
@@ -183,10 +179,10 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
-        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, LbAff, LbAffKey, LbBackend, LbFlow,
+        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, Internal, LbAff, LbAffKey, LbBackend, LbFlow,
         LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable, LbWork, LbgFront, LbgKey, LbgRevKey, NetStats,
-        NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatInside, SnatKey, SnatRev, SnatRkey,
-        SnatWork, XnetKey, XnetPair, XnetRoute, XnetStats,
+        NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatKey, SnatRev, SnatRkey, SnatWork,
+        XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -231,7 +227,6 @@ mod tests {
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
             (frags::NAME, size_of::<FragKey>(), size_of::<Frag>()),
             (snat_conf::NAME, size_of::<u32>(), size_of::<SnatConf>()),
-            (snat_inside::NAME, size_of::<XnetKey>(), size_of::<SnatInside>()),
             (snat_addrs::NAME, size_of::<Addr>(), size_of::<SnatAddr>()),
             (snat_gws::NAME, size_of::<u32>(), size_of::<SnatGw>()),
             (snat_shards::NAME, size_of::<u32>(), size_of::<Remote>()),
@@ -241,16 +236,11 @@ mod tests {
             (door_stats::NAME, size_of::<DoorKey>(), size_of::<DoorStats>()),
             (fip_in::NAME, size_of::<Addr>(), size_of::<Fip>()),
             (fip_out::NAME, size_of::<EpKey>(), size_of::<FipPub>()),
-            (internal::NAME, size_of::<XnetKey>(), size_of::<u32>()),
+            (internal::NAME, size_of::<XnetKey>(), size_of::<Internal>()),
             (lbg_front::NAME, size_of::<LbgKey>(), size_of::<LbgFront>()),
             (lbg_rev::NAME, size_of::<LbgRevKey>(), size_of::<LbgKey>()),
             (lbg_ingress::NAME, size_of::<u32>(), size_of::<u32>()),
             (dns_cfg::NAME, size_of::<u32>(), size_of::<crate::abi::DnsCfg>()),
-            (
-                dns_dsts::NAME,
-                size_of::<BlockKey>(),
-                size_of::<crate::abi::DnsDst>(),
-            ),
             (
                 dns_pods::NAME,
                 size_of::<EpKey>(),
