@@ -118,6 +118,14 @@ fn any_cluster_internal_address_outside_the_vpc_is_steered_too() {
 }
 
 #[test]
+fn port_53_outside_the_cluster_is_not_steered() {
+    // Not in sdn_internal: a resolver out there is the gateway's business (none here).
+    let dp = setup(true);
+    let out = dp.run(FROM_POD, &query(UDP, "198.51.100.53", 53), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::NoGateway);
+}
+
+#[test]
 fn port_53_inside_the_vpc_is_left_alone() {
     let dp = setup(true);
     let out = dp.run(FROM_POD, &query(UDP, NEIGHBOUR, 53), LO, 0);
