@@ -5,7 +5,7 @@
 //! Layout: a dual-stack two-node lab (tunnels over IPv4) with the outside world of
 //! `cozyplane_lab::outside`: the router `rtr` on the underlay (every node's default route) and
 //! the internet host `inet` (2001:db8:100::2) behind it; the IPv6 LoadBalancer pool routed by
-//! `rtr` to n1. On n1: s1, a pod of the IPv6-only VPC `six` (t1, fd00:6::/64) whose VPCGateway
+//! `rtr` to n1, then to n2. On n1: s1, a pod of the IPv6-only VPC `six` (t1, fd00:6::/64) whose VPCGateway
 //! has the NAT address 2001:db8:cafe::10, and p0, a default-network pod masqueraded as n1's
 //! fd77::1. For the bridge, `rtr` also has a narrow link (MTU 1280) to a second router `far`,
 //! with the host `ext` behind it on an ordinary link, so that the narrowing is in the middle of
@@ -245,6 +245,11 @@ async fn body(lab: &mut Lab) {
     outside.set_wan_mtu(NARROW_MTU);
     pmtu_from_pod(lab, &s1, IpAddr::V6(INET6), "VPC gateway");
     pmtu_from_pod(lab, &p0, IpAddr::V6(INET6), "net-0 masquerade");
+    // The NAT address attracted to n2, which does not own s1's flows: the errors go on to n1
+    // over the overlay (sdn_snat_from_overlay) before they are translated.
+    outside.attract(lab, 1);
+    s1.ns.ip_ok(&["-6", "route", "flush", "cache"]);
+    pmtu_from_pod(lab, &s1, IpAddr::V6(INET6), "VPC gateway, attracted to n2");
     outside.set_wan_mtu(1500);
 
     // --- The fabric bridge: ext reaches s1 only through its IPv6 fabric address.
