@@ -27,7 +27,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, CpOptions, door_metric, pod, pod_addrs, tenant, tenant_ranges, until, vni, wait};
+use common::{Cp, CpOptions, door_metric, pod, pod_addrs, sources, tenant, tenant_ranges, until, vni, wait};
 
 const NARROW_MTU: u32 = 1280;
 const ECHO_PORT: u16 = 7777;
@@ -44,26 +44,6 @@ fn out(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Sources of the packets in tcpdump lines (`IP a.b.c.d > ...`, `IP6 x > ...`), ports cut.
-fn sources(lines: &[String]) -> HashSet<String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace().skip_while(|w| *w != "IP" && *w != "IP6");
-            let fam = w.next()?;
-            let src = w.next()?;
-            Some(if fam == "IP" {
-                // a.b.c.d or a.b.c.d.port
-                src.split('.').take(4).collect::<Vec<_>>().join(".")
-            } else {
-                src.rsplit_once('.')
-                    .map_or(src, |(a, p)| if p.parse::<u16>().is_ok() { a } else { src })
-                    .to_string()
-            })
-        })
-        .collect()
 }
 
 /// The gateway `gw` of `ns/vpc` with NAT on, through the real chain: the server's gateway
@@ -293,8 +273,10 @@ async fn body(lab: &mut Lab) {
     }
 
     // --- A VPC without a gateway has no way out: nothing reaches the internet host, and the
-    // drop is counted.
+    // drop is counted, and metered as VPC b's refusal at the gateway door.
+    let vpc_b = (vni(&cp, "t2", "b").await, "t2", "b");
     let before = n1.drops(DropReason::NoGateway);
+    let refused = door_metric(n1, "refused_packets", vpc_b, "gateway", "out");
     let mut ok = true;
     let seen = outside.capture("icmp", || ok = b1.ns.ping(INET4, 3, 1));
     assert!(!ok, "b1 (no gateway) got a reply");
@@ -305,6 +287,10 @@ async fn body(lab: &mut Lab) {
     assert!(
         n1.drops(DropReason::NoGateway) >= before + 3,
         "DROP_NO_GATEWAY counted"
+    );
+    assert!(
+        door_metric(n1, "refused_packets", vpc_b, "gateway", "out") >= refused + 3.0,
+        "gateway/out refusal metered for VPC b"
     );
 
     // --- Path MTU from a VPC pod across the narrower outside link (issue 11): the router's

@@ -11,10 +11,11 @@
 //! the agents program the maps from the FloatingIPs' and gateways' status. Nobody writes a
 //! status by hand.
 //!
-//! Layout: two nodes and the outside world of `cozyplane_lab::outside` (`inet`
-//! 198.51.100.2 behind `rtr`). Tenant t1's VPC a (10.60.0.0/24) has a VPCGateway with NAT
-//! and, at first, `ingress.loadBalancer: false`; pod f1 on n1 has the Floating IP, pod f2 on
-//! n2 is the backend of the LoadBalancer Service `web` (port 80 → 8080).
+//! Layout: two dual-stack nodes and the outside world of `cozyplane_lab::outside` (`inet`
+//! 198.51.100.2 and 2001:db8:100::2 behind `rtr`). Tenant t1's dual-stack VPC a
+//! (10.60.0.0/24, fd00:60::/64) has a VPCGateway with NAT and, at first,
+//! `ingress.loadBalancer: false`; pod f1 on n1 has a Floating IP per family, pod f2 on n2 is
+//! the backend of the LoadBalancer Service `web` (port 80 → 8080).
 
 use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -27,7 +28,7 @@ use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::fip_in::FipInMap;
 use cozyplane_bpf::maps::lbg_front::LbgFrontMap;
 use cozyplane_bpf::maps::lbg_ingress::LbgIngressMap;
-use cozyplane_lab::outside::INET4;
+use cozyplane_lab::outside::{INET4, INET6};
 use cozyplane_lab::{Lab, LabPod, Node, Outside, capture, run_in};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -35,7 +36,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, CpOptions, door_metric, pod, tenant, until, vni, vpc_ip, wait};
+use common::{Cp, CpOptions, door_metric, pod, pod_addrs, sources, tenant_ranges, until, vni, vpc_ip, wait};
 
 const APP_PORT: u16 = 8080;
 const LB_PORT: u16 = 80;
@@ -43,19 +44,7 @@ const TCP: u8 = 6;
 
 #[test]
 fn lab_fip() {
-    Lab::run_on(Lab::new(2), body);
-}
-
-/// Sources of the packets in tcpdump lines (`IP a.b.c.d[.port] > ...`), ports cut.
-fn sources(lines: &[String]) -> HashSet<String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace().skip_while(|w| *w != "IP");
-            w.next()?;
-            Some(w.next()?.split('.').take(4).collect::<Vec<_>>().join("."))
-        })
-        .collect()
+    Lab::run_on(Lab::dual_stack(2), body);
 }
 
 /// Who connected to a [`tcp_server`].
@@ -73,12 +62,15 @@ fn tcp_server(p: &LabPod) -> Peers {
     std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
         nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let l = TcpListener::bind(("0.0.0.0", APP_PORT)).unwrap();
+        // One socket for both families (IPv4 clients as mapped addresses).
+        let l = TcpListener::bind(("::", APP_PORT)).unwrap();
         tx.send(()).unwrap();
         for c in l.incoming() {
             let Ok(mut c) = c else { continue };
             if let Ok(a) = c.peer_addr() {
-                log.lock().unwrap().push(a);
+                log.lock()
+                    .unwrap()
+                    .push(SocketAddr::new(a.ip().to_canonical(), a.port()));
             }
             let _ = writeln!(c, "{name}");
         }
@@ -99,7 +91,7 @@ fn connect(outside: &Outside, to: IpAddr, port: u16) -> Option<String> {
     })
 }
 
-async fn floating_ip(cp: &Cp, name: &str, target: Ipv4Addr) {
+async fn floating_ip(cp: &Cp, name: &str, target: IpAddr) {
     let f: FloatingIP = serde_json::from_value(json!({
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
         "metadata": {"name": name, "namespace": "t1"},
@@ -126,6 +118,30 @@ async fn owned_ingress(cp: &Cp, selector: &str) -> (usize, Vec<IpAddr>) {
         .filter_map(|i| i.ip.as_ref()?.parse().ok())
         .collect();
     (svcs.items.len(), ips)
+}
+
+/// FloatingIP `name` for `target`, through the chain: Ready, its address its one Service's
+/// ingress at the stand-in, and programmed on both agents. Returns the address.
+async fn floating_ip_ready(cp: &Cp, lab: &Lab, name: &str, (vni, target): (u32, IpAddr)) -> IpAddr {
+    floating_ip(cp, name, target).await;
+    let api: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
+    let eip: IpAddr = until(&format!("{name} Ready with an address"), || async {
+        let st = api.get(name).await.ok()?.status?;
+        (st.phase == "Ready").then_some(())?;
+        st.address.parse().ok()
+    })
+    .await;
+    let (n, ips) = owned_ingress(cp, &format!("sdn.cozystack.io/floating-ip={name}")).await;
+    eprintln!("{name}: {eip} for {target}; its Service's ingress {ips:?}");
+    assert_eq!(
+        (n, ips),
+        (1, vec![eip]),
+        "one Service, whose address is the Floating IP"
+    );
+    wait(&format!("both agents programmed {name}"), || {
+        lab.nodes.iter().all(|n| fips(n).contains(&(eip, (vni, target))))
+    });
+    eip
 }
 
 fn fips(n: &Node) -> Vec<(IpAddr, (u32, IpAddr))> {
@@ -155,7 +171,7 @@ async fn body(lab: &mut Lab) {
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
     let outside = Outside::new(lab, 1500);
 
-    tenant(&cp, "t1", "a", "10.60.0.0/24").await;
+    tenant_ranges(&cp, "t1", "a", &["10.60.0.0/24", "fd00:60::/64"]).await;
     let f1 = pod(&cp, lab, 0, "t1", "f1", Some("a")).await;
     let f2 = pod(&cp, lab, 1, "t1", "f2", Some("a")).await;
     let vpc = (vni(&cp, "t1", "a").await, "t1", "a");
@@ -173,32 +189,22 @@ async fn body(lab: &mut Lab) {
     })
     .await;
 
-    // --- The Floating IP of f1: the FloatingIP loop's Service gets an address from the
-    // pool, which becomes the FloatingIP's status.address and both agents' entry.
-    let target = vpc_ip(&cp, &f1).await;
-    floating_ip(&cp, "eip-a", target).await;
-    let fip_api: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
-    let eip: Ipv4Addr = until("eip-a Ready with an address", || async {
-        let st = fip_api.get("eip-a").await.ok()?.status?;
-        (st.phase == "Ready").then_some(())?;
-        st.address.parse().ok()
-    })
-    .await;
-    let (n, ips) = owned_ingress(&cp, "sdn.cozystack.io/floating-ip=eip-a").await;
-    eprintln!("eip-a: {eip} for {target}; its Service's ingress {ips:?}; gateway NAT {nat4}");
-    assert_eq!(
-        (n, ips),
-        (1, vec![IpAddr::V4(eip)]),
-        "one Service, whose address is the Floating IP"
+    // --- The Floating IPs of f1, one per family: the FloatingIP loop's Service gets an
+    // address from the pool, which becomes the FloatingIP's status.address and both agents'
+    // entry.
+    let target = IpAddr::V4(vpc_ip(&cp, &f1).await);
+    let target6 = pod_addrs(&f1)
+        .into_iter()
+        .find(IpAddr::is_ipv6)
+        .expect("f1 has a VPC IPv6 address");
+    let eip = floating_ip_ready(&cp, lab, "eip-a", (vpc.0, target)).await;
+    let eip6 = floating_ip_ready(&cp, lab, "eip-6", (vpc.0, target6)).await;
+    assert_ne!(
+        eip,
+        IpAddr::V4(nat4),
+        "the Floating IP is not the gateway's address"
     );
-    assert_ne!(eip, nat4, "the Floating IP is not the gateway's address");
-    wait("both agents programmed the Floating IP", || {
-        [n1, n2].iter().all(|n| {
-            fips(n)
-                .iter()
-                .any(|(a, t)| *a == IpAddr::V4(eip) && *t == (vpc.0, IpAddr::V4(target)))
-        })
-    });
+    let fip_api: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
 
     // --- A younger FloatingIP of the same target gets no Service, and says why.
     floating_ip(&cp, "eip-b", target).await;
@@ -223,35 +229,45 @@ async fn body(lab: &mut Lab) {
     assert!(why.3.contains("eip-a"), "the message names the winner: {}", why.3);
     let (n, _) = owned_ingress(&cp, "sdn.cozystack.io/floating-ip=eip-b").await;
     assert_eq!(n, 0, "the loser got no Service at the stand-in");
-    assert_eq!(fips(n1).len(), 1, "the agents hold the winner's entry only");
+    assert_eq!(fips(n1).len(), 2, "the agents hold the winners' entries only");
 
-    // --- Inbound: the internet host reaches f1 on the Floating IP, TCP and ping, with the
-    // pool attracted first to n2 (not f1's node: DNAT there, then the overlay), then to n1.
+    // --- Inbound: the internet host reaches f1 on either Floating IP, TCP and ping, with
+    // the pool attracted first to n2 (not f1's node: DNAT there, then the overlay), then to
+    // n1. f1 sees the client's own address.
     let peers = tcp_server(&f1);
     for at in [1, 0] {
         outside.attract(lab, at);
         let via = &lab.nodes[at];
         let in0 = door_metric(via, "packets", vpc, "eip", "in");
         let out0 = door_metric(n1, "packets", vpc, "eip", "out");
-        peers.lock().unwrap().clear();
-        let answer = connect(&outside, IpAddr::V4(eip), APP_PORT);
-        eprintln!(
-            "inet -> {eip}:{APP_PORT} (attracted to {}): {answer:?}, f1 saw {:?}",
-            via.name,
-            peers.lock().unwrap()
-        );
-        assert_eq!(answer.as_deref(), Some("f1"), "TCP through the Floating IP");
-        assert!(
-            peers.lock().unwrap().iter().all(|a| a.ip() == IpAddr::V4(INET4))
-                && !peers.lock().unwrap().is_empty(),
-            "f1 sees the client's real address"
-        );
-        let mut ok = false;
-        let seen = capture(&f1.ns, "eth0", &format!("icmp and src host {INET4}"), || {
-            ok = outside.internet.ping(eip, 3, 2);
-        });
-        assert!(ok, "the internet host's pings to {eip} are answered");
-        assert!(seen >= 3, "f1 received the pings from {INET4} itself: {seen}");
+        for (public, client, icmp) in [
+            (eip, IpAddr::V4(INET4), "icmp"),
+            (eip6, IpAddr::V6(INET6), "icmp6"),
+        ] {
+            peers.lock().unwrap().clear();
+            let answer = connect(&outside, public, APP_PORT);
+            let seen_by_f1 = peers.lock().unwrap().clone();
+            eprintln!(
+                "inet -> {public} port {APP_PORT} (attracted to {}): {answer:?}, f1 saw {seen_by_f1:?}",
+                via.name,
+            );
+            assert_eq!(
+                answer.as_deref(),
+                Some("f1"),
+                "TCP through the Floating IP {public}"
+            );
+            assert_eq!(
+                seen_by_f1.iter().map(SocketAddr::ip).collect::<Vec<_>>(),
+                vec![client],
+                "f1 sees the client's real address"
+            );
+            let mut ok = false;
+            let seen = capture(&f1.ns, "eth0", &format!("{icmp} and src host {client}"), || {
+                ok = outside.internet.ping(public, 3, 2);
+            });
+            assert!(ok, "the internet host's pings to {public} are answered");
+            assert!(seen >= 3, "f1 received the pings from {client} itself: {seen}");
+        }
         let (in1, out1) = (
             door_metric(via, "packets", vpc, "eip", "in"),
             door_metric(n1, "packets", vpc, "eip", "out"),
@@ -261,24 +277,29 @@ async fn body(lab: &mut Lab) {
             via.name
         );
         assert!(
-            in1 >= in0 + 5.0,
+            in1 >= in0 + 10.0,
             "eip/in metered on {}, where it came in",
             via.name
         );
-        assert!(out1 >= out0 + 4.0, "eip/out metered on n1, f1's node");
+        assert!(out1 >= out0 + 8.0, "eip/out metered on n1, f1's node");
     }
 
-    // --- Outbound: f1 leaves as its Floating IP (it wins over the gateway), f2 as the
+    // --- Outbound: f1 leaves as its Floating IPs (they win over the gateway), f2 as the
     // gateway's NAT address.
-    for (p, public) in [(&f1, eip), (&f2, nat4)] {
+    let echo6 = "icmp6 and (ip6[40] == 128 or ip6[40] == 129)";
+    for (p, public, to, filter) in [
+        (&f1, eip, IpAddr::V4(INET4), "icmp"),
+        (&f1, eip6, IpAddr::V6(INET6), echo6),
+        (&f2, IpAddr::V4(nat4), IpAddr::V4(INET4), "icmp"),
+    ] {
         let mut ok = false;
-        let seen = outside.capture("icmp", || ok = p.ns.ping(INET4, 3, 2));
+        let seen = outside.capture(filter, || ok = p.ns.ping(to, 3, 2));
         let src = sources(&seen);
-        eprintln!("{} -> inet: replies {ok}, sources {src:?}", p.name);
+        eprintln!("{} -> {to}: replies {ok}, sources {src:?}", p.name);
         assert!(ok, "{} got its echo replies", p.name);
         assert_eq!(
             src,
-            HashSet::from([public.to_string(), INET4.to_string()]),
+            HashSet::from([public.to_string(), to.to_string()]),
             "{} left as {public} only",
             p.name
         );

@@ -325,3 +325,23 @@ pub(crate) async fn until<T, F: Future<Output = Option<T>>>(what: &str, mut f: i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Sources of the packets in tcpdump lines (`IP a.b.c.d > ...`, `IP6 x > ...`), ports cut.
+pub(crate) fn sources(lines: &[String]) -> std::collections::HashSet<String> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip_while(|w| *w != "IP" && *w != "IP6");
+            let fam = w.next()?;
+            let src = w.next()?;
+            Some(if fam == "IP" {
+                // a.b.c.d or a.b.c.d.port
+                src.split('.').take(4).collect::<Vec<_>>().join(".")
+            } else {
+                src.rsplit_once('.')
+                    .map_or(src, |(a, p)| if p.parse::<u16>().is_ok() { a } else { src })
+                    .to_string()
+            })
+        })
+        .collect()
+}
