@@ -124,6 +124,11 @@ async fn owned_ingress(cp: &Cp, selector: &str) -> (usize, Vec<IpAddr>) {
 /// ingress at the stand-in, and programmed on both agents. Returns the address.
 async fn floating_ip_ready(cp: &Cp, lab: &Lab, name: &str, (vni, target): (u32, IpAddr)) -> IpAddr {
     floating_ip(cp, name, target).await;
+    ready(cp, lab, name, (vni, target)).await
+}
+
+/// FloatingIP `name` of `target` Ready, as [`floating_ip_ready`] says; its address.
+async fn ready(cp: &Cp, lab: &Lab, name: &str, (vni, target): (u32, IpAddr)) -> IpAddr {
     let api: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
     let eip: IpAddr = until(&format!("{name} Ready with an address"), || async {
         let st = api.get(name).await.ok()?.status?;
@@ -304,6 +309,21 @@ async fn body(lab: &mut Lab) {
             p.name
         );
     }
+
+    // --- The winner goes: the younger FloatingIP takes the target over, with a Service and
+    // an address of its own, and the agents follow.
+    fip_api.delete("eip-a", &Default::default()).await.unwrap();
+    let eip_b = ready(&cp, lab, "eip-b", (vpc.0, target)).await;
+    wait("eip-a's entry gone", || {
+        lab.nodes
+            .iter()
+            .all(|n| fips(n).iter().filter(|(_, t)| *t == (vpc.0, target)).count() == 1)
+    });
+    assert_eq!(
+        connect(&outside, eip_b, APP_PORT).as_deref(),
+        Some("f1"),
+        "TCP through the new Floating IP {eip_b}"
+    );
 
     // --- LoadBalancer ingress: Service `web` (no selector; its EndpointSlice names f2, as
     // the endpointslice controller would) gets an address from the pool; traffic to it is
