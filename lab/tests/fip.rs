@@ -1,8 +1,9 @@
 //! `make e2e`: the inbound doors of a VPC with real packets from the internet host (issue 12):
 //! a Floating IP (1:1 NAT both ways, the client's address preserved, winning over the
-//! gateway for its target; the younger of two FloatingIPs of one target gets nothing) and
-//! LoadBalancer ingress into the VPC (refused until the gateway admits it), each crossing
-//! metered per door on the agents' `/metrics`. Needs root, ping, tcpdump, and the agent and
+//! gateway for its target; the younger of two FloatingIPs of one target gets nothing until
+//! the older goes) and LoadBalancer ingress into the VPC (refused until the gateway admits
+//! it, and again once the gateway is deleted), each crossing metered per door on the agents'
+//! `/metrics`. Needs root, ping, tcpdump, and the agent and
 //! CNI binaries built.
 //!
 //! The whole chain runs: the server's FloatingIP and gateway loops own LoadBalancer Services,
@@ -411,4 +412,47 @@ async fn body(lab: &mut Lab) {
     );
     assert!(in1 > in0, "loadbalancer/in metered on n1, where it came in");
     assert!(out1 > out0, "loadbalancer/out metered on n2, f2's node");
+    // Attracted to f2's own node, it is delivered there.
+    outside.attract(lab, 1);
+    assert_eq!(
+        connect(&outside, lb, LB_PORT).as_deref(),
+        Some("f2"),
+        "admitted at the backend's node"
+    );
+
+    // --- The gateway goes: its Services go, the agents forget the NAT address and the gate,
+    // so f2 has no way out and the LoadBalancer is refused again.
+    gws.delete("gw", &Default::default()).await.unwrap();
+    until("the gateway's Services gone at the stand-in", || async {
+        let (n, _) = owned_ingress(&cp, "sdn.cozystack.io/vpc-gateway=gw").await;
+        (n == 0).then_some(())
+    })
+    .await;
+    wait("both agents dropped the gateway and closed the gate", || {
+        [n1, n2]
+            .iter()
+            .all(|n| !admitted(n, vpc.0) && !has_gateway(n, vpc.0))
+    });
+    let before = n2.drops(DropReason::NoGateway);
+    let mut ok = true;
+    let seen = outside.capture("icmp", || ok = f2.ns.ping(INET4, 3, 1));
+    assert!(!ok && seen.is_empty(), "f2 has no way out: {seen:?}");
+    assert!(
+        n2.drops(DropReason::NoGateway) >= before + 3,
+        "DROP_NO_GATEWAY counted on n2"
+    );
+    let refused = n2.drops(DropReason::LbRefused);
+    assert_eq!(connect(&outside, lb, LB_PORT), None, "refused again");
+    assert!(
+        n2.drops(DropReason::LbRefused) > refused,
+        "DROP_LB_REFUSED counted on n2"
+    );
+}
+
+fn has_gateway(n: &Node, vni: u32) -> bool {
+    cozyplane_bpf::maps::snat_gws::SnatGwsMap::from_pin(&n.scratch.pins())
+        .and_then(|m| m.entries())
+        .unwrap_or_default()
+        .iter()
+        .any(|(v, _)| *v == vni)
 }
