@@ -44,6 +44,9 @@ DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
 DECLARE_CONFIG(__u32, dnat_mark,
 	       "skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 = none",
 	       0x00100000);
+DECLARE_CONFIG(__u32, tunnel_gbp,
+	       "1: the tunnel device is VXLAN with gbp, whose 16-bit policy id carries the source's SecurityGroups (lib/policy.h); 0 = not carried",
+	       0);
 #endif
 
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */
