@@ -12,8 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use cozyplane_bpf::abi::{
-    Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, Pct, PctKey, PolState, PolWork, Prule, PruleKey,
-    SgMember,
+    Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, Pct, PctKey, PolState, PolWork, Prule, PruleKey, SgMember,
 };
 use cozyplane_bpf::maps::{
     self, hf_self, np_idents, pol_cidrs, pol_ct, pol_rules, pol_state, pol_work, sg_members,

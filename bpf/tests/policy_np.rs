@@ -12,7 +12,12 @@
 
 mod common;
 
-#[allow(dead_code, unreachable_pub, clippy::all, reason = "the policy crate's generator, shared")]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    clippy::all,
+    reason = "the policy crate's generator, shared"
+)]
 #[path = "../../policy/tests/common/mod.rs"]
 mod npgen;
 
@@ -29,9 +34,9 @@ use cozyplane_policy::ct;
 use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
 use cozyplane_policy::verdict;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use npgen::oracle::{self, End};
 use npgen::{OUTSIDE, PROBES, World, proto_num};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -146,7 +151,10 @@ fn datapath_verdicts_equal_the_policy_crate_on_generated_policy_sets() {
          ({denied_runs} denied), {} mismatches",
         bad.len()
     );
-    assert!(denied_runs > 0 && denied_runs < runs, "the sets must both admit and refuse");
+    assert!(
+        denied_runs > 0 && denied_runs < runs,
+        "the sets must both admit and refuse"
+    );
     assert!(
         bad.is_empty(),
         "{} runs differ; first:\n{}",
@@ -255,19 +263,38 @@ fn replies_are_admitted_by_state_and_nothing_else_is() {
     let (dp, _, t) = setup(&[a_locked()]);
     for (a, b) in [(A, B), (V6, W6)] {
         assert!(verdict::np(&t, ip(b), ip(a), 6, 80).allowed());
-        assert!(!verdict::np(&t, ip(a), ip(b), 6, 40000).allowed(), "a may open nothing");
+        assert!(
+            !verdict::np(&t, ip(a), ip(b), 6, 40000).allowed(),
+            "a may open nothing"
+        );
 
-        assert_eq!(send(&dp, FROM_POD, b, a, 40000, 80, SYN), TC_ACT_OK, "{b} -> {a} SYN");
+        assert_eq!(
+            send(&dp, FROM_POD, b, a, 40000, 80, SYN),
+            TC_ACT_OK,
+            "{b} -> {a} SYN"
+        );
         assert_eq!(send(&dp, TO_POD, b, a, 40000, 80, SYN), TC_ACT_OK);
         for hook in [FROM_POD, TO_POD] {
-            assert_eq!(send(&dp, hook, a, b, 80, 40000, SYN | ACK), TC_ACT_OK, "{hook} SYN-ACK");
+            assert_eq!(
+                send(&dp, hook, a, b, 80, 40000, SYN | ACK),
+                TC_ACT_OK,
+                "{hook} SYN-ACK"
+            );
         }
         assert_eq!(send(&dp, FROM_POD, b, a, 40000, 80, ACK), TC_ACT_OK);
-        assert_eq!(send(&dp, FROM_POD, a, b, 80, 40000, ACK), TC_ACT_OK, "data from a");
+        assert_eq!(
+            send(&dp, FROM_POD, a, b, 80, 40000, ACK),
+            TC_ACT_OK,
+            "data from a"
+        );
     }
     assert_eq!(total_drops(&dp), 0);
 
-    assert_eq!(send(&dp, FROM_POD, A, B, 40001, 80, SYN), TC_ACT_SHOT, "a opens nothing");
+    assert_eq!(
+        send(&dp, FROM_POD, A, B, 40001, 80, SYN),
+        TC_ACT_SHOT,
+        "a opens nothing"
+    );
     assert_eq!(drops_of(&dp, DropReason::PolNp), 1);
     // A segment of no known flow cannot open one, even where a SYN would be admitted.
     assert_eq!(send(&dp, TO_POD, B, A, 40002, 80, ACK), TC_ACT_SHOT);
@@ -335,9 +362,17 @@ fn rule_removal_and_generation_bump_stop_an_established_flow() {
     assert!(diff.narrows(), "removing a rule narrows");
     pol::apply(&mut dp, &diff);
     // Not re-checked before the bump: the table admits the flow.
-    assert_eq!(send(&dp, FROM_POD, B, A, 40000, 80, ACK), TC_ACT_OK, "before the bump");
+    assert_eq!(
+        send(&dp, FROM_POD, B, A, 40000, 80, ACK),
+        TC_ACT_OK,
+        "before the bump"
+    );
     assert_eq!(pol::bump(&mut dp), g0 + 1);
-    assert_eq!(send(&dp, FROM_POD, A, B, 80, 40000, ACK), TC_ACT_SHOT, "after the bump");
+    assert_eq!(
+        send(&dp, FROM_POD, A, B, 80, 40000, ACK),
+        TC_ACT_SHOT,
+        "after the bump"
+    );
     assert_eq!(drops_of(&dp, DropReason::PolRevoked), 1);
     assert_eq!(pol::ct_entries(&dp).len(), 1, "the revoked flow's entry is gone");
     // Gone for good: its next segment is of no known flow.
@@ -358,7 +393,11 @@ fn icmp_error(from: &str, to: &str, qdst: &str, qsport: u16, qdport: u16) -> Vec
     };
     let seg = pkt::udp_seg(t, q, qsport, qdport, b"quoted");
     let quote = pkt::ip4_raw(t, q, UDP, 7, 0, &seg);
-    pkt::frame(cfg().gw_mac, mac_of(ip(from)), &pkt::icmp4_error(f, t, 3, 3, [0; 4], &quote))
+    pkt::frame(
+        cfg().gw_mac,
+        mac_of(ip(from)),
+        &pkt::icmp4_error(f, t, 3, 3, [0; 4], &quote),
+    )
 }
 
 // ICMP errors pass with the flow they quote and only with it: a's datagram to c is
@@ -373,13 +412,19 @@ fn icmp_errors_pass_with_their_flow() {
     );
     let (dp, _, t) = setup(&[a_locked(), allow_dns]);
     assert!(verdict::np(&t, ip(A), ip(C), 17, 53).allowed());
-    assert!(!verdict::np(&t, ip(C), ip(A), 1, 3 << 8 | 3).allowed(), "no ICMP into a");
+    assert!(
+        !verdict::np(&t, ip(C), ip(A), 1, 3 << 8 | 3).allowed(),
+        "no ICMP into a"
+    );
     let (IpAddr::V4(a), IpAddr::V4(c)) = (ip(A), ip(C)) else {
         unreachable!()
     };
     let dgram = pkt::ipv4(mac_of(ip(A)), cfg().gw_mac, a, c, UDP, 5353, 53, 0);
     assert_eq!(dp.run(FROM_POD, &dgram, LO, 0).verdict, TC_ACT_OK);
-    assert_eq!(dp.run(TO_POD, &icmp_error(C, A, C, 5353, 53), LO, 0).verdict, TC_ACT_OK);
+    assert_eq!(
+        dp.run(TO_POD, &icmp_error(C, A, C, 5353, 53), LO, 0).verdict,
+        TC_ACT_OK
+    );
     assert_eq!(total_drops(&dp), 0);
     assert_eq!(
         dp.run(TO_POD, &icmp_error(C, A, C, 5354, 53), LO, 0).verdict,
@@ -396,9 +441,16 @@ fn icmp_errors_pass_with_their_flow() {
 fn the_node_reaches_its_pods() {
     let (dp, _, _) = setup(&[a_closed()]);
     assert_eq!(send(&dp, TO_POD, NODE, A, 50000, 8080, SYN), TC_ACT_OK, "probe");
-    assert_eq!(send(&dp, FROM_POD, A, NODE, 8080, 50000, SYN | ACK), TC_ACT_OK, "answer");
+    assert_eq!(
+        send(&dp, FROM_POD, A, NODE, 8080, 50000, SYN | ACK),
+        TC_ACT_OK,
+        "answer"
+    );
     assert_eq!(total_drops(&dp), 0);
-    assert_eq!(send(&dp, TO_POD, "192.168.10.2", A, 50000, 8080, SYN), TC_ACT_SHOT);
+    assert_eq!(
+        send(&dp, TO_POD, "192.168.10.2", A, 50000, 8080, SYN),
+        TC_ACT_SHOT
+    );
     assert_eq!(drops_of(&dp, DropReason::PolNp), 1);
 }
 
@@ -410,8 +462,15 @@ fn egress_to_a_service_ip_is_left_to_the_backend() {
     let (mut dp, _, _) = setup(&[a_closed()]);
     common::fixtures::inside(&mut dp, 0, "10.96.0.0", 12);
     assert_eq!(send(&dp, FROM_POD, A, "10.96.0.10", 40000, 53, SYN), TC_ACT_OK);
-    assert_eq!(send(&dp, TO_POD, "10.96.0.10", A, 53, 40000, SYN | ACK), TC_ACT_OK, "reply");
+    assert_eq!(
+        send(&dp, TO_POD, "10.96.0.10", A, 53, 40000, SYN | ACK),
+        TC_ACT_OK,
+        "reply"
+    );
     assert_eq!(total_drops(&dp), 0);
-    assert_eq!(send(&dp, FROM_POD, A, "203.0.113.9", 40000, 443, SYN), TC_ACT_SHOT);
+    assert_eq!(
+        send(&dp, FROM_POD, A, "203.0.113.9", 40000, 443, SYN),
+        TC_ACT_SHOT
+    );
     assert_eq!(drops_of(&dp, DropReason::PolNp), 1);
 }

@@ -268,15 +268,34 @@ fn probe_all(dp: &mut Datapath, t: &Tables, label: &str, sport: &mut u16, tally:
             let (snet, dnet) = (net_of(sv), net_of(dv));
             for (proto, dport) in PROBES {
                 tally.cases += 1;
-                let want = verdict::sg(t, Endpoint { net: snet, ip: s }, Endpoint { net: dnet, ip: d }, proto, dport)
-                    .allowed();
+                let want = verdict::sg(
+                    t,
+                    Endpoint { net: snet, ip: s },
+                    Endpoint { net: dnet, ip: d },
+                    proto,
+                    dport,
+                )
+                .allowed();
                 for remote in [false, true] {
                     *sport = sport.checked_add(1).unwrap_or(10_000);
                     let (IpAddr::V4(s4), IpAddr::V4(d4)) = (s, d) else {
                         unreachable!()
                     };
-                    let (sp, dp_) = if proto == ICMP { (*sport, *sport) } else { (*sport, dport) };
-                    let p = pkt::ipv4(mac_of(s), cfg().gw_mac, s4, d4, proto, sp, dp_, (dport >> 8) as u8);
+                    let (sp, dp_) = if proto == ICMP {
+                        (*sport, *sport)
+                    } else {
+                        (*sport, dport)
+                    };
+                    let p = pkt::ipv4(
+                        mac_of(s),
+                        cfg().gw_mac,
+                        s4,
+                        d4,
+                        proto,
+                        sp,
+                        dp_,
+                        (dport >> 8) as u8,
+                    );
                     port(dp, LO, snet);
                     if remote {
                         place(dp, dnet, d, true);
@@ -315,7 +334,11 @@ fn finish(dp: &Datapath, tally: &Tally, what: &str) {
         tally.bad.iter().take(8).cloned().collect::<Vec<_>>().join("\n")
     );
     assert!(tally.denied > 0 && tally.denied < 2 * tally.cases as u64);
-    assert_eq!(drops_of(dp, DropReason::PolSg), tally.denied, "every refusal is SG's");
+    assert_eq!(
+        drops_of(dp, DropReason::PolSg),
+        tally.denied,
+        "every refusal is SG's"
+    );
     assert_eq!(total_drops(dp), tally.denied, "and nothing else was dropped");
 }
 
@@ -464,16 +487,26 @@ fn encapsulation_carries_the_groups_option() {
         c.set_port(&port_obj("free2", "va", "10.1.0.7", &[40]));
         let t = c.tables();
         pol::load(&mut dp, &t);
-        let e = |a: &str| Endpoint { net: VPC_A, ip: ip(a) };
+        let e = |a: &str| Endpoint {
+            net: VPC_A,
+            ip: ip(a),
+        };
         for (src, dst, sport) in [("10.1.0.3", "10.1.0.2", 30000), ("10.1.0.7", "10.1.0.4", 30001)] {
-            assert!(verdict::sg(&t, e(src), e(dst), TCP, 80).allowed(), "{src} -> {dst}");
+            assert!(
+                verdict::sg(&t, e(src), e(dst), TCP, 80).allowed(),
+                "{src} -> {dst}"
+            );
             place(&mut dp, VPC_A, ip(dst), true);
             port(&mut dp, LO, VPC_A);
             let (IpAddr::V4(s), IpAddr::V4(d)) = (ip(src), ip(dst)) else {
                 unreachable!()
             };
             let p = pkt::ipv4(mac_of(ip(src)), cfg().gw_mac, s, d, TCP, sport, 80, 0);
-            assert_eq!(dp.run(FROM_POD, &p, LO, 0).verdict, TC_ACT_REDIRECT, "{src} with gbp {gbp}");
+            assert_eq!(
+                dp.run(FROM_POD, &p, LO, 0).verdict,
+                TC_ACT_REDIRECT,
+                "{src} with gbp {gbp}"
+            );
         }
         assert_eq!(total_drops(&dp), 0);
     }

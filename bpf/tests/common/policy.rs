@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use cozyplane_bpf::abi::{Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember};
+use cozyplane_bpf::abi::{
+    Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember,
+};
 use cozyplane_bpf::maps::{
     hf_self::{self, HfSelfMap},
     np_idents::{self, NpIdentsMap},
@@ -93,7 +95,9 @@ pub fn apply(dp: &mut Datapath, d: &Diff) {
     }
     let mut members = SgMembersMap::try_from(dp.map_mut(sg_members::NAME)).unwrap();
     for ((net, ip), groups) in &d.sg_members.upsert {
-        members.upsert(ep_key(*net, *ip), SgMember { groups: *groups }).unwrap();
+        members
+            .upsert(ep_key(*net, *ip), SgMember { groups: *groups })
+            .unwrap();
     }
     for (net, ip) in &d.sg_members.remove {
         members.remove(&ep_key(*net, *ip)).unwrap();
@@ -130,7 +134,10 @@ pub fn bump(dp: &mut Datapath) -> u32 {
 }
 
 pub fn state(dp: &Datapath) -> PolState {
-    PolStateMap::try_from(dp.map(pol_state::NAME)).unwrap().get().unwrap()
+    PolStateMap::try_from(dp.map(pol_state::NAME))
+        .unwrap()
+        .get()
+        .unwrap()
 }
 
 /// Empty the connection table (between independent rounds of a test).
@@ -144,7 +151,10 @@ pub fn clear_ct(dp: &mut Datapath) -> usize {
 }
 
 pub fn ct_entries(dp: &Datapath) -> Vec<(cozyplane_bpf::abi::PctKey, cozyplane_bpf::abi::Pct)> {
-    PolCtMap::try_from(dp.map(pol_ct::NAME)).unwrap().entries().unwrap()
+    PolCtMap::try_from(dp.map(pol_ct::NAME))
+        .unwrap()
+        .entries()
+        .unwrap()
 }
 
 /// TCP header flag bits.
@@ -154,7 +164,15 @@ pub const FIN: u8 = 0x01;
 pub const RST: u8 = 0x04;
 
 /// An IPv4 TCP segment with `flags` (checksums are not what these tests look at).
-pub fn tcp4(src_mac: [u8; 6], dst_mac: [u8; 6], src: IpAddr, dst: IpAddr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+pub fn tcp4(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+    flags: u8,
+) -> Vec<u8> {
     let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst) else {
         panic!("tcp4 of {src} -> {dst}")
     };
@@ -164,7 +182,15 @@ pub fn tcp4(src_mac: [u8; 6], dst_mac: [u8; 6], src: IpAddr, dst: IpAddr, sport:
 }
 
 /// An IPv6 TCP segment with `flags`.
-pub fn tcp6(src_mac: [u8; 6], dst_mac: [u8; 6], src: IpAddr, dst: IpAddr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+pub fn tcp6(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+    flags: u8,
+) -> Vec<u8> {
     let (IpAddr::V6(s), IpAddr::V6(d)) = (src, dst) else {
         panic!("tcp6 of {src} -> {dst}")
     };
@@ -182,7 +208,15 @@ pub fn tcp6(src_mac: [u8; 6], dst_mac: [u8; 6], src: IpAddr, dst: IpAddr, sport:
 }
 
 /// Any TCP segment with `flags`, of the family of its addresses.
-pub fn tcp(src_mac: [u8; 6], dst_mac: [u8; 6], src: IpAddr, dst: IpAddr, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+pub fn tcp(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+    flags: u8,
+) -> Vec<u8> {
     if src.is_ipv4() {
         tcp4(src_mac, dst_mac, src, dst, sport, dport, flags)
     } else {
