@@ -261,6 +261,35 @@ static __always_inline int sdn_np_service(struct sdn_pol_scratch *w)
 	return bpf_map_lookup_elem(&sdn_snat_inside, &w->u.xnet) != NULL;
 }
 
+/* NP: neither end of w->f is isolated in either direction (no policy selects
+ * it): nothing to protect, so a packet of a flow the table never saw (one that
+ * began before the table, or before its pod had an identity here) passes.
+ */
+static __always_inline int sdn_np_unisolated(struct sdn_pol_scratch *w)
+{
+	const struct sdn_addr *end = &w->f.src;
+	struct sdn_np_ident *id;
+
+#pragma unroll
+	for (int i = 0; i < 2; i++, end = &w->f.dst) {
+		id = bpf_map_lookup_elem(&sdn_np_idents, end);
+		if (!id)
+			continue;
+		__builtin_memset(&w->rk, 0, sizeof(w->rk));
+		w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
+		w->rk.subject = id->id;
+		w->rk.layer = SDN_LAYER_NP;
+		w->rk.peer = SDN_PEER_ISOLATED;
+		w->rk.dir = SDN_DIR_INGRESS;
+		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
+			return 0;
+		w->rk.dir = SDN_DIR_EGRESS;
+		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
+			return 0;
+	}
+	return 1;
+}
+
 /*
  * The rules' verdict on the flow w->f in `layer`: the source's egress, then
  * the destination's ingress. 0 when both admit (*rule: the last admitting
@@ -316,6 +345,9 @@ static __always_inline int sdn_pol_flow(struct sdn_pol_scratch *w, __u32 layer)
 	case SDN_PCT_PASS:
 		return 0;
 	case SDN_PCT_INVALID:
+		/* ct.rs drops it; NP spares flows no policy can concern. */
+		if (layer == SDN_LAYER_NP && sdn_np_unisolated(w))
+			return 0;
 		return DROP_POL_CT_INVALID;
 	case SDN_PCT_RECHECK:
 		if (!e)

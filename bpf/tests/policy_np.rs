@@ -303,6 +303,34 @@ fn replies_are_admitted_by_state_and_nothing_else_is() {
     assert_eq!(total_drops(&dp), 3);
 }
 
+// A segment of a flow the table never saw (it began before the table, or before its pod
+// had an identity here) passes between pods no policy isolates in either direction, and
+// makes no entry; the same segment to or from an isolated pod is refused.
+#[test]
+fn unknown_flows_of_pods_no_policy_concerns_are_spared() {
+    let (dp, _, _) = setup(&[a_locked()]);
+    for (hook, s, d) in [(FROM_POD, B, C), (TO_POD, C, B)] {
+        assert_eq!(
+            send(&dp, hook, s, d, 40000, 5000, ACK),
+            TC_ACT_OK,
+            "{hook} {s} -> {d}"
+        );
+    }
+    assert_eq!(pol::ct_entries(&dp).len(), 0, "no entry for a segment");
+    assert_eq!(total_drops(&dp), 0);
+    assert_eq!(
+        send(&dp, TO_POD, C, A, 40000, 5000, ACK),
+        TC_ACT_SHOT,
+        "a's ingress is isolated"
+    );
+    assert_eq!(
+        send(&dp, FROM_POD, W6, V6, 40000, 5000, ACK),
+        TC_ACT_SHOT,
+        "v6 too"
+    );
+    assert_eq!(drops_of(&dp, DropReason::PolCtInvalid), 2);
+}
+
 // The entry the datapath made is the one `policy::ct` describes: canonical key (one entry
 // for both directions, side a sorting first), the initiator, the TCP state after the
 // handshake, and a FIN from each side closing it.
