@@ -33,21 +33,43 @@
 
 #define SDN_PEER_ALL		(1ULL << SDN_PEER_ALL_BIT)
 
-/* The source's groups on the wire, in VXLAN-GBP's 16-bit policy id. Bit 0
- * says the id is exact: bits 1..15 are the groups 1..15 and the source has
- * no other (0x0001: no group at all). A source with a group above 15 sends
- * 0, "not carried", and the receiver looks its groups up in sdn_sg_members
- * like a receiver without gbp does. Group ids are per VPC and dense from 1,
- * so a VPC with up to 15 groups always travels exactly.
+/*
+ * The source's groups on the wire (CONFIG(tunnel_groups)), as a tag: bit 0 set
+ * means the tag is exact, bits 1..62 being the source's groups (bit 0 and bit
+ * 63 are never groups); 0 means "not carried", and the receiver looks the
+ * source up in sdn_sg_members.
+ *   VXLAN-GBP: the 16-bit policy id is the tag's low 16 bits, so it is exact
+ *   only for a source whose groups are all below 16 (ids are per VPC and
+ *   dense from 1: a VPC of up to 15 groups always travels exactly); other
+ *   sources send 0.
+ *   Geneve: one option of our own class (experimental range) holding the
+ *   whole tag, always exact.
  */
-#define SDN_GBP_EXACT		1
-#define SDN_GBP_ID_MASK		0xffff
+#define SDN_TAG_EXACT		1
+#define SDN_TUNNEL_GROUPS_GBP	1
+#define SDN_TUNNEL_GROUPS_GENEVE 2
+#define SDN_GENEVE_CLASS	0xfff1	/* RFC 8926 experimental class range */
+#define SDN_GENEVE_TYPE_GROUPS	0x01
+
+/* struct geneve_opt with 8 bytes of data (length counts 4-byte words). */
+struct sdn_geneve_groups {
+	__be16 opt_class;
+	__u8 type;
+	__u8 length;
+	__be32 hi;
+	__be32 lo;
+};
+
+static __always_inline __u64 sdn_sg_tag_of(__u64 groups)
+{
+	return groups | SDN_TAG_EXACT;
+}
 
 static __always_inline __u32 sdn_sg_gbp_encode(__u64 groups)
 {
 	if (groups >> 16)
 		return 0;
-	return (groups & 0xfffe) | SDN_GBP_EXACT;
+	return sdn_sg_tag_of(groups) & 0xffff;
 }
 
 /* The SG check's state over the subject's groups (bpf_loop's context, which
@@ -78,6 +100,8 @@ struct sdn_pol_scratch {
 		struct sdn_block_key block;
 		struct sdn_ep_key ep;
 		struct sdn_xnet_key xnet;
+		struct sdn_geneve_groups geneve;
+		__u32 gbp;
 	} u;
 };
 _Static_assert(sizeof(struct sdn_pol_scratch) <= sizeof(struct sdn_pol_work),
@@ -429,13 +453,13 @@ static __always_inline void sdn_sg_unbalance(struct sdn_pol_scratch *w)
 
 /*
  * SecurityGroups for a VPC packet from {src_net, p->src} to {dst_net,
- * p->dst}, at its local delivery or its encapsulation. src_gbp: the tunnel
- * option's policy id when it came from another node with one (exact), else 0
- * and the source's groups come from sdn_sg_members. 0 to go on, or a DROP_*.
+ * p->dst}, at its local delivery or its encapsulation. src_tag: the tunnel
+ * option's tag when it came from another node with an exact one, else 0 and
+ * the source's groups come from sdn_sg_members. 0 to go on, or a DROP_*.
  */
 static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
 					const struct sdn_pkt *p, __u32 src_net,
-					__u32 dst_net, __u32 src_gbp)
+					__u32 dst_net, __u64 src_tag)
 {
 	struct sdn_pol_scratch *w;
 	int ret;
@@ -453,11 +477,11 @@ static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
 	 * option describes the error's sender, not the quote's.
 	 */
 	if (w->f.icmp_err)
-		src_gbp = 0;
+		src_tag = 0;
 	else
 		sdn_sg_unbalance(w);
-	if (src_gbp & SDN_GBP_EXACT)
-		w->f.src_groups = src_gbp & 0xfffe;
+	if (src_tag & SDN_TAG_EXACT)
+		w->f.src_groups = src_tag & ~(__u64)SDN_TAG_EXACT;
 	else
 		w->f.src_groups = sdn_sg_groups(w, w->f.src_net, &w->f.src);
 	w->f.dst_groups = sdn_sg_groups(w, w->f.dst_net, &w->f.dst);
@@ -466,37 +490,65 @@ static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
 	return sdn_pol_flow(w, SDN_LAYER_SG);
 }
 
-/* After sdn_encap() of a VPC packet: the source's groups as the VXLAN-GBP
- * policy id, when the device carries it (CONFIG(tunnel_gbp)). 0, or
+/* After sdn_encap() of a VPC packet: the source's groups in the tunnel
+ * option, when the device carries one (CONFIG(tunnel_groups)). 0, or
  * DROP_ENCAP.
  */
 static __always_inline int sdn_sg_tag(struct __sk_buff *skb, __u32 net,
 				      const struct sdn_addr *src)
 {
+	__u32 mode = CONFIG(tunnel_groups);
 	struct sdn_pol_scratch *w;
-	__u32 gbp;
+	__u64 tag;
 
-	if (!CONFIG(tunnel_gbp))
+	if (mode != SDN_TUNNEL_GROUPS_GBP && mode != SDN_TUNNEL_GROUPS_GENEVE)
 		return 0;
 	w = sdn_pol_scratch();
 	if (!w)
 		return DROP_ENCAP;
-	gbp = sdn_sg_gbp_encode(sdn_sg_groups(w, net, src));
-	if (bpf_skb_set_tunnel_opt(skb, &gbp, sizeof(gbp)) < 0)
+	tag = sdn_sg_groups(w, net, src);
+	if (mode == SDN_TUNNEL_GROUPS_GBP) {
+		w->u.gbp = sdn_sg_gbp_encode(tag);
+		if (bpf_skb_set_tunnel_opt(skb, &w->u.gbp, sizeof(w->u.gbp)) < 0)
+			return DROP_ENCAP;
+		return 0;
+	}
+	tag = sdn_sg_tag_of(tag);
+	w->u.geneve.opt_class = bpf_htons(SDN_GENEVE_CLASS);
+	w->u.geneve.type = SDN_GENEVE_TYPE_GROUPS;
+	w->u.geneve.length = 2;
+	w->u.geneve.hi = bpf_htonl(tag >> 32);
+	w->u.geneve.lo = bpf_htonl((__u32)tag);
+	if (bpf_skb_set_tunnel_opt(skb, &w->u.geneve, sizeof(w->u.geneve)) < 0)
 		return DROP_ENCAP;
 	return 0;
 }
 
-/* sdn_from_overlay: the policy id the sender put in the VXLAN-GBP option, or
- * 0 (look the source up) when there is none or the device has no gbp.
+/* sdn_from_overlay: the tag the sender put in the tunnel option, or 0 (look
+ * the source up) when there is none, it is not ours, or the device carries
+ * none.
  */
-static __always_inline __u32 sdn_sg_gbp_of(struct __sk_buff *skb)
+static __always_inline __u64 sdn_sg_tag_in(struct __sk_buff *skb)
 {
-	__u32 gbp = 0;
+	__u32 mode = CONFIG(tunnel_groups);
+	struct sdn_pol_scratch *w;
 
-	if (!CONFIG(tunnel_gbp))
+	if (mode != SDN_TUNNEL_GROUPS_GBP && mode != SDN_TUNNEL_GROUPS_GENEVE)
 		return 0;
-	if (bpf_skb_get_tunnel_opt(skb, &gbp, sizeof(gbp)) != sizeof(gbp))
+	w = sdn_pol_scratch();
+	if (!w)
 		return 0;
-	return gbp & SDN_GBP_ID_MASK;
+	if (mode == SDN_TUNNEL_GROUPS_GBP) {
+		if (bpf_skb_get_tunnel_opt(skb, &w->u.gbp, sizeof(w->u.gbp)) !=
+		    sizeof(w->u.gbp))
+			return 0;
+		return w->u.gbp & 0xffff;
+	}
+	if (bpf_skb_get_tunnel_opt(skb, &w->u.geneve, sizeof(w->u.geneve)) !=
+		    sizeof(w->u.geneve) ||
+	    w->u.geneve.opt_class != bpf_htons(SDN_GENEVE_CLASS) ||
+	    w->u.geneve.type != SDN_GENEVE_TYPE_GROUPS ||
+	    (w->u.geneve.length & 0x1f) != 2)
+		return 0;
+	return (__u64)bpf_ntohl(w->u.geneve.hi) << 32 | bpf_ntohl(w->u.geneve.lo);
 }

@@ -95,10 +95,10 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		if (!ep)
 			return sdn_drop(skb, DROP_NO_ENDPOINT);
 	}
-	/* SecurityGroups, with the source's groups from the VXLAN-GBP option
+	/* SecurityGroups, with the source's groups from the tunnel option
 	 * when the sender put them there (lib/policy.h).
 	 */
-	ret = sdn_sg_police(skb, &p, net, to, sdn_sg_gbp_of(skb));
+	ret = sdn_sg_police(skb, &p, net, to, sdn_sg_tag_in(skb));
 	if (ret)
 		return sdn_drop(skb, ret);
 	ret = sdn_deliver_local(skb, to, ep);

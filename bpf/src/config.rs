@@ -30,9 +30,9 @@ pub struct DatapathConfig {
     /// skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 =
     /// none.
     pub dnat_mark: u32,
-    /// 1: the tunnel device is VXLAN with gbp, whose 16-bit policy id carries the source's
-    /// SecurityGroups (lib/policy.h); 0 = not carried.
-    pub tunnel_gbp: u32,
+    /// How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not
+    /// carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option.
+    pub tunnel_groups: u32,
 }
 
 impl Default for DatapathConfig {
@@ -45,7 +45,7 @@ impl Default for DatapathConfig {
             gw_mac: [0x02, 0xcf, 0x00, 0x00, 0x00, 0x01],
             tunnel_mac: [0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf],
             dnat_mark: 0x0010_0000,
-            tunnel_gbp: 0,
+            tunnel_groups: 0,
         }
     }
 }
@@ -59,7 +59,7 @@ pub struct ConfigValues {
     gw_mac: Mac,
     tunnel_mac: Mac,
     dnat_mark: u32,
-    tunnel_gbp: u32,
+    tunnel_groups: u32,
 }
 
 /// Every knob's name (without [`GLOBAL_PREFIX`]) and the size of its C global, which
@@ -71,7 +71,7 @@ pub const GLOBALS: [(&str, usize); 7] = [
     ("gw_mac", size_of::<Mac>()),
     ("tunnel_mac", size_of::<Mac>()),
     ("dnat_mark", size_of::<u32>()),
-    ("tunnel_gbp", size_of::<u32>()),
+    ("tunnel_groups", size_of::<u32>()),
 ];
 
 impl DatapathConfig {
@@ -87,7 +87,7 @@ impl DatapathConfig {
                 addr: self.tunnel_mac,
             },
             dnat_mark: self.dnat_mark,
-            tunnel_gbp: self.tunnel_gbp,
+            tunnel_groups: self.tunnel_groups,
         }
     }
 }
@@ -102,7 +102,7 @@ impl ConfigValues {
             .override_global("__config_gw_mac", &self.gw_mac, true)
             .override_global("__config_tunnel_mac", &self.tunnel_mac, true)
             .override_global("__config_dnat_mark", &self.dnat_mark, true)
-            .override_global("__config_tunnel_gbp", &self.tunnel_gbp, true);
+            .override_global("__config_tunnel_groups", &self.tunnel_groups, true);
     }
 }
 

@@ -4,7 +4,7 @@
 //! of two peered VPCs), its entries go into the maps through the `cozyplane_bpf::maps`
 //! wrappers, and every probe between two endpoints is sent by the real `sdn_from_pod`,
 //! once delivered on this node and once encapsulated towards another (with the source's
-//! groups written into the VXLAN-GBP option): each must get `policy::verdict::sg()`'s
+//! groups written into the tunnel option): each must get `policy::verdict::sg()`'s
 //! verdict. Random worlds follow, changed Port by Port and group by group through the
 //! compiler's incremental diffs. Needs root; fails (never skips) without it.
 //!
@@ -207,10 +207,17 @@ fn fixed() -> SgCompiler {
     c
 }
 
-/// Both VPCs' endpoints on this node (veth `lo`), peered both ways.
-fn node(gbp: bool) -> Datapath {
+/// `tunnel_groups`: the source's groups not carried, in VXLAN-GBP's policy id, in a
+/// Geneve option.
+const NOT_CARRIED: u32 = 0;
+const GBP: u32 = 1;
+const GENEVE: u32 = 2;
+
+/// Both VPCs' endpoints on this node (veth `lo`), peered both ways; the groups travel as
+/// `tunnel_groups` says.
+fn node(tunnel_groups: u32) -> Datapath {
     let mut dp = Datapath::load(&DatapathConfig {
-        tunnel_gbp: u32::from(gbp),
+        tunnel_groups,
         ..cfg()
     });
     let mut eps = EndpointsMap::try_from(dp.map_mut(endpoints::NAME)).unwrap();
@@ -346,7 +353,7 @@ fn finish(dp: &Datapath, tally: &Tally, what: &str) {
 // VXLAN-GBP option: an encapsulated verdict is a redirect only if setting it succeeded).
 #[test]
 fn datapath_verdicts_equal_the_policy_crate_on_the_fixed_world() {
-    let mut dp = node(true);
+    let mut dp = node(GBP);
     let t = fixed().tables();
     pol::load(&mut dp, &t);
     let mut tally = Tally {
@@ -416,11 +423,11 @@ fn random_groups_of(r: &mut StdRng) -> Vec<i32> {
 // Random worlds: three groups per VPC with random rules, random memberships; each step
 // changes one group's rules or one Port's groups through the compiler, and only the diff
 // is written (adds before removes); the table is emptied between steps, so every probe
-// is a first packet.
+// is a first packet. Encapsulated with the groups in a Geneve option.
 #[test]
 fn datapath_verdicts_equal_the_policy_crate_on_random_worlds() {
     const STEPS: usize = 12;
-    let mut dp = node(false);
+    let mut dp = node(GENEVE);
     let mut r = StdRng::seed_from_u64(4614);
     let mut c = SgCompiler::new();
     let mut loaded = Tables::default();
@@ -466,15 +473,15 @@ fn datapath_verdicts_equal_the_policy_crate_on_random_worlds() {
 }
 
 // The source's groups on the wire: VXLAN-GBP's 16-bit policy id holds a bitmap of groups
-// 1..15 with bit 0 set; a source with a higher group sends 0 ("look it up"). What the
-// datapath writes is not readable back from a test run (the tunnel key is the kernel's),
-// so this checks that encapsulation with the option succeeds on this kernel for both kinds
-// of source (the helper refuses when no tunnel key was set first, or a bad size), and that
-// without gbp the same packets go too.
+// 1..15 with bit 0 set (a source with a higher group sends 0, "look it up"); a Geneve
+// option holds all 62. What the datapath writes is not readable back from a test run (the
+// tunnel key is the kernel's), so this checks that encapsulation with each option succeeds
+// on this kernel for both kinds of source (the helper refuses an option without a tunnel
+// key set first, or of a bad size), and that without one the same packets go too.
 #[test]
 fn encapsulation_carries_the_groups_option() {
-    for gbp in [false, true] {
-        let mut dp = node(gbp);
+    for mode in [NOT_CARRIED, GBP, GENEVE] {
+        let mut dp = node(mode);
         let mut c = fixed();
         // A group id above 15, which the policy id cannot carry, allowed to free (ungrouped).
         c.set_group(&group(
@@ -505,7 +512,7 @@ fn encapsulation_carries_the_groups_option() {
             assert_eq!(
                 dp.run(FROM_POD, &p, LO, 0).verdict,
                 TC_ACT_REDIRECT,
-                "{src} with gbp {gbp}"
+                "{src} with tunnel_groups {mode}"
             );
         }
         assert_eq!(total_drops(&dp), 0);

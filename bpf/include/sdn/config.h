@@ -44,8 +44,8 @@ DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
 DECLARE_CONFIG(__u32, dnat_mark,
 	       "skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 = none",
 	       0x00100000);
-DECLARE_CONFIG(__u32, tunnel_gbp,
-	       "1: the tunnel device is VXLAN with gbp, whose 16-bit policy id carries the source's SecurityGroups (lib/policy.h); 0 = not carried",
+DECLARE_CONFIG(__u32, tunnel_groups,
+	       "How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option",
 	       0);
 #endif
 
