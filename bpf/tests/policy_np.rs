@@ -414,6 +414,45 @@ fn rule_removal_and_generation_bump_stop_an_established_flow() {
     assert_eq!(total_drops(&dp), 2);
 }
 
+// A new policy reaches established flows too: c -> b:22 runs while nothing isolates b;
+// a policy then selects b and admits only TCP 80 from x: the diff narrows (the isolation
+// marker is new), the generation is bumped, and the flow's next packet is refused while a
+// flow the policy admits (a -> b:80) survives the re-check.
+#[test]
+fn a_new_isolating_policy_stops_established_flows_it_refuses() {
+    let (mut dp, w, t) = setup(&[]);
+    for (s, d, sp, dpt, f) in [
+        (C, B, 41000, 22, SYN),
+        (B, C, 22, 41000, SYN | ACK),
+        (A, B, 42000, 80, SYN),
+        (B, A, 80, 42000, SYN | ACK),
+    ] {
+        assert_eq!(send(&dp, FROM_POD, s, d, sp, dpt, f), TC_ACT_OK);
+    }
+    let lock_b = policy_json(
+        r#"{"metadata":{"namespace":"x","name":"lock-b"},
+            "spec":{"podSelector":{"matchLabels":{"pod":"b"}},"policyTypes":["Ingress"],
+                    "ingress":[{"from":[{"podSelector":{}}],"ports":[{"protocol":"TCP","port":80}]}]}}"#,
+    );
+    let locked = compile(&w, &[lock_b], Some(NODE));
+    let diff = Diff::between(&t, &locked);
+    assert!(diff.narrows(), "a new isolation marker narrows");
+    pol::apply(&mut dp, &diff);
+    pol::bump(&mut dp);
+    assert_eq!(
+        send(&dp, TO_POD, C, B, 41000, 22, ACK),
+        TC_ACT_SHOT,
+        "c -> b:22 is cut"
+    );
+    assert_eq!(drops_of(&dp, DropReason::PolRevoked), 1);
+    assert_eq!(
+        send(&dp, TO_POD, A, B, 42000, 80, ACK),
+        TC_ACT_OK,
+        "a -> b:80 goes on"
+    );
+    assert_eq!(total_drops(&dp), 1);
+}
+
 /// An ICMPv4 error from `from` to `to` quoting a UDP datagram `to:qsport -> qdst:qdport`.
 fn icmp_error(from: &str, to: &str, qdst: &str, qsport: u16, qdport: u16) -> Vec<u8> {
     let (IpAddr::V4(f), IpAddr::V4(t), IpAddr::V4(q)) = (ip(from), ip(to), ip(qdst)) else {
