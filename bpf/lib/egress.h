@@ -145,7 +145,8 @@ static __always_inline int sdn_snat_deliver(struct __sk_buff *skb,
 	__u32 net = 0;
 	int ret;
 
-	ret = sdn_snat_in(skb, p, r, &net);
+	ret = r->is_err ? sdn_snat_err_in(skb, p, r, &net) :
+			  sdn_snat_in(skb, p, r, &net);
 	if (ret)
 		return ret;
 	ep = sdn_endpoint_lookup(net, &p->dst);

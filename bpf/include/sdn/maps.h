@@ -408,3 +408,5 @@ struct {
 #include <sdn/lb_gate_maps.h>
 /* North-south SNAT maps (h1): their own header. */
 #include <sdn/snat_maps.h>
+/* The policy layers and their connection table (issue 14). */
+#include <sdn/policy_maps.h>

@@ -48,13 +48,14 @@ pub mod snat_work;
 pub mod xnet_allow;
 pub mod xnet_routes;
 
-// The policy layers (include/sdn/policy_maps.h), not yet in ALL: see POLICY.
+// The policy layers (include/sdn/policy_maps.h); also listed in POLICY.
 pub mod hf_self;
 pub mod np_idents;
 pub mod pol_cidrs;
 pub mod pol_ct;
 pub mod pol_rules;
 pub mod pol_state;
+pub mod pol_work;
 pub mod sg_members;
 
 /// Every map name; each is in every object.
@@ -98,11 +99,6 @@ pub const ALL: &[&str] = &[
     lb_affinity::NAME,
     lb_stats::NAME,
     lb_work::NAME,
-];
-
-/// The policy layers' maps (`include/sdn/policy_maps.h`). Not in [`ALL`] until a program
-/// uses them and `maps.h` includes the header (docs/policy.md, "Status").
-pub const POLICY: [&str; 7] = [
     pol_ct::NAME,
     pol_state::NAME,
     pol_rules::NAME,
@@ -110,6 +106,20 @@ pub const POLICY: [&str; 7] = [
     sg_members::NAME,
     np_idents::NAME,
     hf_self::NAME,
+    pol_work::NAME,
+];
+
+/// The policy layers' maps (`include/sdn/policy_maps.h`), a part of [`ALL`] that
+/// `tests/policy_abi.rs` checks against the header compiled alone.
+pub const POLICY: [&str; 8] = [
+    pol_ct::NAME,
+    pol_state::NAME,
+    pol_rules::NAME,
+    pol_cidrs::NAME,
+    sg_members::NAME,
+    np_idents::NAME,
+    hf_self::NAME,
+    pol_work::NAME,
 ];
 
 /// Open the map `name` pinned in `dir` (the agent's bpffs directory).
