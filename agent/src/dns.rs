@@ -8,10 +8,9 @@
 //!   forwarding the rest to `--dns-upstream` (default: the nameservers of
 //!   `--dns-resolv-conf`);
 //! * writes `sdn_dns_cfg` (per family, that address and port: steering on; a family without
-//!   an address is not steered), `sdn_dns_dsts` (the
-//!   `--cluster-dns` addresses, the cluster DNS Service's ClusterIPs as the watch sees
-//!   them, and `--dns-internal-cidrs`), and `sdn_dns_pods` (each VPC pod of this node:
-//!   its VPC address → its fabric address);
+//!   an address is not steered) and `sdn_dns_pods` (each VPC pod of this node: its VPC
+//!   address → its fabric address); what is steered is port 53 of the cluster-internal
+//!   addresses, `sdn_internal` ([`crate::internal`]);
 //! * watches this node's Pods, Ports, VPCs, VPCPeerings, ServiceVIPs, and cluster-wide
 //!   Services and EndpointSlices, rebuilding the view ([`crate::dns_view`]) after each
 //!   change.
@@ -19,16 +18,14 @@
 //! A query is steered within its family (no NAT46): an IPv6 query needs an IPv6 resolver
 //! address here and the pod's IPv6 fabric address (a dual-stack default network).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cozyplane_apis::net::parse_cidr;
 use cozyplane_apis::v1alpha1::{Port, ServiceVIP, VPC, VPCPeering};
 use cozyplane_bpf::maps::dns_cfg::DnsCfgMap;
-use cozyplane_bpf::maps::dns_dsts::{DnsDstsMap, Prefix};
 use cozyplane_bpf::maps::dns_pods::DnsPodsMap;
 use cozyplane_resolver::{Resolver, Upstreams, ViewHandle, Zone};
 use futures::{StreamExt as _, stream::BoxStream};
@@ -40,7 +37,7 @@ use kube::runtime::watcher::{self, Event};
 
 use crate::api::ApiClients;
 use crate::dns_view::{self, Inputs, Key};
-use crate::watch::{Cache, changes_live, name_of, plan};
+use crate::watch::{Cache, changes_live, name_of, pinned, plan};
 
 /// `cozyplane-agent` flags of the resolver.
 #[derive(Clone, Debug, clap::Args)]
@@ -65,29 +62,16 @@ pub struct DnsFlags {
     /// How long each upstream may take before the next is tried (milliseconds).
     #[arg(long, default_value_t = 2000)]
     pub dns_upstream_timeout_ms: u64,
-    /// Cluster DNS addresses whose port 53 is steered (comma-separated); the ClusterIPs of
-    /// `kube-system/kube-dns` are added as the watch sees them.
-    #[arg(long, env = "COZYPLANE_CLUSTER_DNS", value_delimiter = ',')]
-    pub cluster_dns: Vec<IpAddr>,
     /// The resolver's addresses on this node, at most one per family (comma-separated).
     /// Default: `--node-ip`, and the uplink's address of the other family if it has one.
     #[arg(long, env = "COZYPLANE_DNS_ADDRESSES", value_delimiter = ',')]
     pub dns_addresses: Vec<IpAddr>,
-    /// Cluster-internal ranges whose port 53 is steered too (Service and pod CIDRs; a
-    /// socket-level load balancer may already have turned the ClusterIP into a pod's).
-    #[arg(long, env = "COZYPLANE_DNS_INTERNAL_CIDRS", value_delimiter = ',', value_parser = parse_prefix)]
-    pub dns_internal_cidrs: Vec<Prefix>,
 }
 
 fn parse_upstream(s: &str) -> Result<SocketAddr, String> {
     s.parse::<SocketAddr>()
         .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
         .map_err(|e| format!("{s:?}: {e}"))
-}
-
-fn parse_prefix(s: &str) -> Result<Prefix, String> {
-    let n = parse_cidr(s).map_err(|e| format!("{s:?}: {e}"))?.trunc();
-    Ok((n.addr(), n.prefix_len()))
 }
 
 /// Why the resolver could not start.
@@ -217,7 +201,7 @@ pub async fn start(
     if let Err(e) = set_config(&pin_dir, &steered) {
         tracing::warn!("dns steering not configured: {e}");
     }
-    tokio::spawn(run(api, pin_dir, flags, view));
+    tokio::spawn(run(api, pin_dir, view));
     Ok(())
 }
 
@@ -248,34 +232,13 @@ enum Ev {
     Vip(Result<Event<ServiceVIP>, watcher::Error>),
 }
 
-/// What the DNS task keeps of a Service: attached to a VPC, or the cluster DNS.
-#[derive(Clone, Debug)]
-struct ServiceFacts {
-    attached: Option<dns_view::ServiceRow>,
-    cluster_dns: Vec<IpAddr>,
-}
-
-fn service_facts(s: &Service) -> Option<(Key, ServiceFacts)> {
-    let attached = dns_view::service_row(s).map(|(_, r)| r);
-    let cluster_dns = dns_view::cluster_dns_row(s);
-    (attached.is_some() || !cluster_dns.is_empty()).then(|| {
-        (
-            name_of(&s.metadata),
-            ServiceFacts {
-                attached,
-                cluster_dns,
-            },
-        )
-    })
-}
-
 fn vpc_vni(v: &VPC) -> Option<(Key, u32)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     (vni != 0).then(|| (name_of(&v.metadata), vni))
 }
 
-/// The watches, feeding the view and `sdn_dns_pods`/`sdn_dns_dsts` until the process ends.
-async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandle) {
+/// The watches, feeding the view and `sdn_dns_pods` until the process ends.
+async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
     let cfg = watcher::Config::default();
     let streams: Vec<BoxStream<'static, Ev>> = vec![
         watcher::watcher(
@@ -316,17 +279,11 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
     let mut ports: Cache<String, dns_view::PortRow> = Cache::new();
     let mut vpcs: Cache<Key, u32> = Cache::new();
     let mut peerings: Cache<Key, (Key, Key)> = Cache::new();
-    let mut services: Cache<Key, ServiceFacts> = Cache::new();
+    let mut services: Cache<Key, dns_view::ServiceRow> = Cache::new();
     let mut slices: Cache<Key, (Key, Vec<dns_view::SliceEndpoint>)> = Cache::new();
     let mut vips: Cache<Key, (Key, Key, IpAddr)> = Cache::new();
-    let mut applied_pods: HashMap<(u32, IpAddr), IpAddr> = DnsPodsMap::from_pin(&pin_dir)
-        .and_then(|m| m.entries())
-        .map(|e| e.into_iter().collect())
-        .unwrap_or_default();
-    let mut applied_dsts: HashSet<Prefix> = DnsDstsMap::from_pin(&pin_dir)
-        .and_then(|m| m.prefixes())
-        .map(|e| e.into_iter().collect())
-        .unwrap_or_default();
+    let mut applied_pods: HashMap<(u32, IpAddr), IpAddr> =
+        pinned(DnsPodsMap::from_pin(&pin_dir), DnsPodsMap::entries).collect();
     let mut generation = 0u32;
 
     while let Some(ev) = events.next().await {
@@ -361,7 +318,7 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
             }
             Ev::Service(r) => (*r).map(|e| {
                 let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
-                services.apply(e, service_facts, |s| name_of(&s.metadata));
+                services.apply(e, dns_view::service_row, |s| name_of(&s.metadata));
                 live
             }),
             Ev::Slice(r) => (*r).map(|e| {
@@ -386,17 +343,12 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
             Ok(true) => {}
         }
         generation = generation.wrapping_add(1);
-        let attached: HashMap<Key, dns_view::ServiceRow> = services
-            .live
-            .iter()
-            .filter_map(|(k, f)| Some((k.clone(), f.attached.clone()?)))
-            .collect();
         let inputs = Inputs {
             node: &api.node,
             pods: Some(&pods.live),
             ports: Some(&ports.live),
             peerings: Some(&peerings.live),
-            services: Some(&attached),
+            services: Some(&services.live),
             slices: Some(&slices.live),
             vips: Some(&vips.live),
         };
@@ -405,14 +357,6 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
         let want = dns_view::steering_sources(&api.node, &pods.live, &ports.live, &vpcs.live);
         let synced = pods.synced && ports.synced && vpcs.synced;
         sync_pods(&pin_dir, &want, &mut applied_pods, synced);
-        let dsts: HashSet<Prefix> = flags
-            .cluster_dns
-            .iter()
-            .chain(services.live.values().flat_map(|f| f.cluster_dns.iter()))
-            .map(|ip| (*ip, if ip.is_ipv4() { 32 } else { 128 }))
-            .chain(flags.dns_internal_cidrs.iter().copied())
-            .collect();
-        sync_dsts(&pin_dir, &dsts, &mut applied_dsts, services.synced);
     }
 }
 
@@ -448,38 +392,6 @@ fn sync_pods(
     }
 }
 
-fn sync_dsts(pin_dir: &Path, want: &HashSet<Prefix>, applied: &mut HashSet<Prefix>, synced: bool) {
-    let add: Vec<Prefix> = want.difference(applied).copied().collect();
-    let gone: Vec<Prefix> = if synced {
-        applied.difference(want).copied().collect()
-    } else {
-        Vec::new()
-    };
-    if add.is_empty() && gone.is_empty() {
-        return;
-    }
-    let mut m = match DnsDstsMap::from_pin(pin_dir) {
-        Ok(m) => m,
-        Err(e) => return tracing::warn!("{}: {e}", cozyplane_bpf::maps::dns_dsts::NAME),
-    };
-    for p in add {
-        match m.insert(p) {
-            Ok(()) => {
-                applied.insert(p);
-            }
-            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
-        }
-    }
-    for p in gone {
-        match m.remove(p) {
-            Ok(()) => {
-                applied.remove(&p);
-            }
-            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -499,10 +411,6 @@ mod tests {
             "cozy.local",
             "--dns-upstream",
             "10.0.0.2,10.0.0.3:5353",
-            "--cluster-dns",
-            "10.96.0.10",
-            "--dns-internal-cidrs",
-            "10.96.0.0/12,10.244.0.0/16",
         ])
         .unwrap();
         assert!(c.dns.dns_resolver);
@@ -511,8 +419,6 @@ mod tests {
             c.dns.dns_upstream,
             vec!["10.0.0.2:53".parse().unwrap(), "10.0.0.3:5353".parse().unwrap()]
         );
-        assert_eq!(c.dns.dns_internal_cidrs.len(), 2);
-        assert_eq!(c.dns.dns_internal_cidrs[0].1, 12);
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dns-internal-cidrs", "nope"]).is_err());
         let c =
             AgentConfig::try_parse_from(["cozyplane-agent", "--dns-addresses", "10.0.0.1,fd00::1"]).unwrap();

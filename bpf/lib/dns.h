@@ -4,13 +4,14 @@
  * (the agent's, crate resolver), which answers from that pod's VPC's view.
  *
  * From the pod (sdn_dns_steer, in sdn_from_pod): a UDP or TCP packet to port 53
- * of an address in sdn_dns_dsts (the cluster DNS, the cluster's internal
- * ranges) that is not an endpoint of the pod's own VPC is re-addressed: source
- * VPC address -> the pod's fabric address of the same family (sdn_dns_pods),
- * destination -> the resolver's address of that family (sdn_dns_cfg), and
- * handed to the host stack. The query's original destination is recorded in
- * sdn_dns_ct under {fabric, source port, proto}. The resolver therefore sees
- * the pod's fabric address, which names the pod.
+ * of a cluster-internal address (sdn_internal at net 0: the cluster DNS's
+ * ClusterIP, or a pod or node a socket-level load balancer already turned it
+ * into) that is not an endpoint or a ServiceVIP of the pod's own VPC is
+ * re-addressed: source VPC address -> the pod's fabric address of the same
+ * family (sdn_dns_pods), destination -> the resolver's address of that family
+ * (sdn_dns_cfg), and handed to the host stack. The query's original
+ * destination is recorded in sdn_dns_ct under {fabric, source port, proto}.
+ * The resolver therefore sees the pod's fabric address, which names the pod.
  *
  * Back to the pod (sdn_dns_restore, in sdn_to_pod): the host routes the answer
  * to the fabric address, i.e. into the pod's veth; an answer from the
@@ -31,6 +32,7 @@
 
 #include "common.h"
 #include "endpoint.h"
+#include "internal.h"
 #include "nat.h"
 #include "nat6.h"
 #include "parse.h"
@@ -85,7 +87,6 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 					 struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_dns_ct_key k = {};
-	struct sdn_block_key dk = {};
 	struct sdn_dns_ct v = {};
 	struct sdn_dns_cfg *cfg;
 	struct sdn_dns_pod *pod;
@@ -100,9 +101,7 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 	cfg = sdn_dns_config(p);
 	if (!cfg)
 		return 0;
-	dk.prefixlen = 128;
-	dk.ip = p->dst;
-	if (!bpf_map_lookup_elem(&sdn_dns_dsts, &dk))
+	if (!sdn_is_internal(0, &p->dst))
 		return 0;
 	if (sdn_endpoint_lookup(net, &p->dst) || sdn_remote_lookup(net, &p->dst) ||
 	    sdn_dns_is_vip(net, p))

@@ -497,14 +497,6 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `struct sdn_dns_dst`, value of `sdn_dns_dsts` (key: a [`BlockKey`] prefix).
-    pub struct DnsDst = "sdn_dns_dst" {
-        /// Reserved, 0.
-        pub flags: u32,
-    }
-}
-
-abi_struct! {
     /// `struct sdn_dns_pod`, value of `sdn_dns_pods` (key: the pod's [`EpKey`]).
     pub struct DnsPod = "sdn_dns_pod" {
         /// The pod's fabric address: the source of its steered queries.
@@ -575,7 +567,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     LbAff::LAYOUT,
     LbWork::LAYOUT,
     SnatConf::LAYOUT,
-    SnatInside::LAYOUT,
+    Internal::LAYOUT,
     SnatAddr::LAYOUT,
     SnatGw::LAYOUT,
     SnatKey::LAYOUT,
@@ -584,7 +576,6 @@ pub const LAYOUTS: &[StructLayout] = &[
     SnatRev::LAYOUT,
     SnatWork::LAYOUT,
     DnsCfg::LAYOUT,
-    DnsDst::LAYOUT,
     DnsPod::LAYOUT,
     DnsCtKey::LAYOUT,
     DnsCt::LAYOUT,
@@ -666,8 +657,9 @@ impl SnatConf {
 }
 
 abi_struct! {
-    /// `struct sdn_snat_inside`, value of `sdn_snat_inside` (key: [`XnetKey`]).
-    pub struct SnatInside = "sdn_snat_inside" {
+    /// `struct sdn_internal`, value of `sdn_internal` (key: [`XnetKey`]): a cluster-internal
+    /// range (net 0) or a VPC's own (net N).
+    pub struct Internal = "sdn_internal" {
         /// Reserved, 0.
         pub flags: u32,
     }

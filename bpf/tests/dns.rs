@@ -20,7 +20,6 @@ use cozyplane_bpf::abi::LbSvc;
 use cozyplane_bpf::maps::{
     dns_cfg::{self, DnsCfgMap},
     dns_ct::{self, DnsCtMap},
-    dns_dsts::{self, DnsDstsMap},
     dns_pods::{self, DnsPodsMap},
     lb_svc::{self, Frontend, LbSvcMap},
 };
@@ -45,14 +44,11 @@ fn setup(steering: bool) -> Datapath {
         .unwrap()
         .upsert(VPC_A, ip(POD), ip(FABRIC))
         .unwrap();
-    let mut dsts = DnsDstsMap::try_from(dp.map_mut(dns_dsts::NAME)).unwrap();
-    dsts.insert((ip(CLUSTER_DNS), 32)).unwrap();
-    // The cluster's internal ranges, which here overlap the VPC's own: its own
-    // addresses still win.
-    dsts.insert((ip("10.0.0.0"), 8)).unwrap();
-    // The same ranges as the gateway door sees them (agent/src/egress.rs): inside the
-    // cluster, so a query that is not steered meets isolation, not the gateway.
-    common::fixtures::inside(&mut dp, 0, "10.0.0.0", 8);
+    // The cluster's internal ranges, as the agent writes them: the Service CIDR (the cluster
+    // DNS's), and pod ranges that here overlap the VPC's own (its own addresses still win).
+    // Inside the cluster, so a query that is not steered meets isolation, not the gateway.
+    inside(&mut dp, 0, "10.96.0.0", 12);
+    inside(&mut dp, 0, "10.0.0.0", 8);
     if steering {
         DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
             .unwrap()
@@ -125,6 +121,14 @@ fn any_cluster_internal_address_outside_the_vpc_is_steered_too() {
     let back = dp.run(TO_POD, &answer(UDP, NODE, RESOLVER_PORT), LO, 0);
     let p = pkt::parse_v4(&back.packet);
     assert_eq!((p.src, p.sport), (v4("10.244.7.3"), 53));
+}
+
+#[test]
+fn port_53_outside_the_cluster_is_not_steered() {
+    // Not in sdn_internal: a resolver out there is the gateway's business (none here).
+    let dp = setup(true);
+    let out = dp.run(FROM_POD, &query(UDP, "198.51.100.53", 53), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::NoGateway);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The world outside the cluster: a router on the lab's underlay and an "internet" host behind
-//! it, for the north-south tests (`tests/egress.rs`) and bench (`benches/northsouth.rs`).
+//! it, for the north-south tests (`tests/egress.rs`, `tests/fip.rs`) and bench
+//! (`benches/northsouth.rs`).
 //!
 //! ```text
 //!   node-i ─┐                                           (MTU 1500, or narrower)

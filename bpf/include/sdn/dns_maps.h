@@ -29,17 +29,6 @@ struct sdn_dns_cfg {
 };
 _Static_assert(sizeof(struct sdn_dns_cfg) == 20, "ABI: sdn_dns_cfg");
 
-/* sdn_dns_dsts: LPM over struct sdn_block_key (prefix length in bits of the
- * 128-bit address) -> struct sdn_dns_dst. The destinations whose port 53 is
- * steered: the cluster DNS Service address, and the cluster's internal ranges
- * (Service and pod CIDRs), since a socket-level load balancer may already have
- * rewritten the ClusterIP to a DNS pod. Written by the agent.
- */
-struct sdn_dns_dst {
-	__u32 flags;		/* reserved, 0 */
-};
-_Static_assert(sizeof(struct sdn_dns_dst) == 4, "ABI: sdn_dns_dst");
-
 /* sdn_dns_pods: {net, VPC address} of a VPC pod of this node -> its fabric
  * address (status.podIP), the source its steered queries carry: the resolver
  * knows the querier by it. Written by the agent from this node's Pods and Ports.
@@ -69,7 +58,6 @@ struct sdn_dns_ct {
 };
 _Static_assert(sizeof(struct sdn_dns_ct) == 20, "ABI: sdn_dns_ct");
 
-#define SDN_DNS_DSTS_MAX	64
 #define SDN_DNS_PODS_MAX	65536
 #define SDN_DNS_CT_MAX		65536
 
@@ -84,15 +72,6 @@ struct {
 	__type(value, struct sdn_dns_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_dns_cfg SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SDN_DNS_DSTS_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sdn_block_key);
-	__type(value, struct sdn_dns_dst);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sdn_dns_dsts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
