@@ -157,9 +157,11 @@ static __always_inline int sdn_dns_restore6(struct __sk_buff *skb,
 
 /* sdn_to_pod, for a packet to the fabric address of a VPC pod (bridge b):
  * 0: not an answer of the resolver; 1: restored, p now addressed to the pod's
- * VPC address, deliver it; < 0: a DROP_* reason.
+ * VPC address, deliver it; < 0: a DROP_* reason. A subprogram: inlined, its
+ * keys sat in to_pod_vpc's frame under the bridge's 288-byte one and took
+ * sdn_to_pod's call chain to 544 bytes (the limit is 512).
  */
-static __always_inline int sdn_dns_restore(struct __sk_buff *skb,
+static __sdn_noinline int sdn_dns_restore(struct __sk_buff *skb,
 					   struct sdn_pkt *p,
 					   const struct sdn_bridge *b)
 {

@@ -255,10 +255,7 @@ fn setup6(steering6: bool, fabric6: bool) -> Datapath {
             .upsert(VPC_A, ip(POD6), ip(FABRIC))
             .unwrap();
     }
-    DnsDstsMap::try_from(dp.map_mut(dns_dsts::NAME))
-        .unwrap()
-        .insert((ip(CLUSTER_DNS6), 128))
-        .unwrap();
+    // The v6 Service CIDR, which holds CLUSTER_DNS6.
     common::fixtures::inside(&mut dp, 0, "fd00:96::", 64);
     if steering6 {
         DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
