@@ -107,8 +107,8 @@ pub struct AgentConfig {
     /// translates to the uplink's address) or `off` (an operator who masquerades elsewhere).
     #[arg(long, value_enum, default_value = "bpf")]
     pub masquerade: crate::uplink::Masquerade,
-    /// The cluster's Service CIDRs (comma-separated): cluster-internal, never masqueraded and
-    /// never a way out of a VPC.
+    /// The cluster's Service CIDRs (comma-separated), both families in a dual-stack cluster:
+    /// cluster-internal like every node's pod block and addresses ([`crate::internal`]).
     #[arg(long, value_delimiter = ',', default_value = "10.96.0.0/12")]
     pub service_cidr: Vec<cozyplane_apis::net::IpNet>,
     /// Shards of the VPC gateway NAT port range (1024–65535): each node allocates from the
@@ -121,10 +121,18 @@ pub struct AgentConfig {
     /// node's tunnels IPv6 (a node tunnels to each peer in the family of the peer's address).
     #[arg(long, env = "COZYPLANE_NODE_IP")]
     pub node_ip: Option<IpAddr>,
-    /// Cluster-internal ranges (comma-separated CIDRs: pod, Service and node ranges) that a
-    /// VPC's doors (Floating IPs, LoadBalancer replies) never NAT to: traffic to them stays
-    /// inside the cluster, isolated.
-    #[arg(long, env = "COZYPLANE_INTERNAL_CIDRS", value_delimiter = ',')]
+    /// More cluster-internal ranges (comma-separated CIDRs or addresses) besides the nodes'
+    /// pod blocks and addresses and `--service-cidr`, e.g. a node-local DNS address. Nothing
+    /// internal is masqueraded or NATed out of a VPC, and a VPC pod's port 53 to it goes to
+    /// the node's resolver ([`crate::internal`]). Once spelled `--dns-internal-cidrs` and
+    /// `--cluster-dns`, still accepted.
+    #[arg(
+        long,
+        env = "COZYPLANE_INTERNAL_CIDRS",
+        value_delimiter = ',',
+        value_parser = crate::internal::parse_range,
+        aliases = ["dns-internal-cidrs", "cluster-dns"]
+    )]
     pub internal_cidrs: Vec<cozyplane_apis::net::IpNet>,
     /// The policy layers (SecurityGroups, NetworkPolicy, HostFirewall; `docs/policy.md`):
     /// `on` watches the policy objects and writes the compiled entries to the policy maps

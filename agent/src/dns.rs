@@ -2,29 +2,30 @@
 //! DNS steering that brings their queries to it (`bpf/lib/dns.h`).
 //!
 //! With `--dns-resolver` the agent:
-//! * serves the resolver on `<node-ip>:<--dns-port>` (UDP and TCP), answering the cluster
-//!   domain (`--cluster-domain`) from the querier's VPC's view and forwarding the rest to
-//!   `--dns-upstream` (default: the nameservers of `--dns-resolv-conf`);
-//! * writes `sdn_dns_cfg` (that address and port: steering on), `sdn_dns_dsts` (the
-//!   `--cluster-dns` addresses, the cluster DNS Service's ClusterIPs as the watch sees
-//!   them, and `--dns-internal-cidrs`), and `sdn_dns_pods` (each VPC pod of this node:
-//!   its VPC address → its fabric address);
+//! * serves the resolver on `<address>:<--dns-port>` (UDP and TCP) for each of its addresses
+//!   (`--dns-addresses`; default `--node-ip` and the uplink's address of the other family),
+//!   answering the cluster domain (`--cluster-domain`) from the querier's VPC's view and
+//!   forwarding the rest to `--dns-upstream` (default: the nameservers of
+//!   `--dns-resolv-conf`);
+//! * writes `sdn_dns_cfg` (per family, that address and port: steering on; a family without
+//!   an address is not steered) and `sdn_dns_pods` (each VPC pod of this node: its VPC
+//!   address → its fabric address); what is steered is port 53 of the cluster-internal
+//!   addresses, `sdn_internal` ([`crate::internal`]);
 //! * watches this node's Pods, Ports, VPCs, VPCPeerings, ServiceVIPs, and cluster-wide
 //!   Services and EndpointSlices, rebuilding the view ([`crate::dns_view`]) after each
 //!   change.
 //!
-//! Steering needs an IPv4 node address (the datapath steers IPv4 queries only).
+//! A query is steered within its family (no NAT46): an IPv6 query needs an IPv6 resolver
+//! address here and the pod's IPv6 fabric address (a dual-stack default network).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cozyplane_apis::net::parse_cidr;
 use cozyplane_apis::v1alpha1::{Port, ServiceVIP, VPC, VPCPeering};
 use cozyplane_bpf::maps::dns_cfg::DnsCfgMap;
-use cozyplane_bpf::maps::dns_dsts::{DnsDstsMap, Prefix};
 use cozyplane_bpf::maps::dns_pods::DnsPodsMap;
 use cozyplane_resolver::{Resolver, Upstreams, ViewHandle, Zone};
 use futures::{StreamExt as _, stream::BoxStream};
@@ -36,7 +37,7 @@ use kube::runtime::watcher::{self, Event};
 
 use crate::api::ApiClients;
 use crate::dns_view::{self, Inputs, Key};
-use crate::watch::{Cache, changes_live, name_of, plan};
+use crate::watch::{Cache, changes_live, name_of, pinned, plan};
 
 /// `cozyplane-agent` flags of the resolver.
 #[derive(Clone, Debug, clap::Args)]
@@ -61,14 +62,10 @@ pub struct DnsFlags {
     /// How long each upstream may take before the next is tried (milliseconds).
     #[arg(long, default_value_t = 2000)]
     pub dns_upstream_timeout_ms: u64,
-    /// Cluster DNS addresses whose port 53 is steered (comma-separated); the ClusterIPs of
-    /// `kube-system/kube-dns` are added as the watch sees them.
-    #[arg(long, env = "COZYPLANE_CLUSTER_DNS", value_delimiter = ',')]
-    pub cluster_dns: Vec<IpAddr>,
-    /// Cluster-internal ranges whose port 53 is steered too (Service and pod CIDRs; a
-    /// socket-level load balancer may already have turned the ClusterIP into a pod's).
-    #[arg(long, env = "COZYPLANE_DNS_INTERNAL_CIDRS", value_delimiter = ',', value_parser = parse_prefix)]
-    pub dns_internal_cidrs: Vec<Prefix>,
+    /// The resolver's addresses on this node, at most one per family (comma-separated).
+    /// Default: `--node-ip`, and the uplink's address of the other family if it has one.
+    #[arg(long, env = "COZYPLANE_DNS_ADDRESSES", value_delimiter = ',')]
+    pub dns_addresses: Vec<IpAddr>,
 }
 
 fn parse_upstream(s: &str) -> Result<SocketAddr, String> {
@@ -77,20 +74,15 @@ fn parse_upstream(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("{s:?}: {e}"))
 }
 
-fn parse_prefix(s: &str) -> Result<Prefix, String> {
-    let n = parse_cidr(s).map_err(|e| format!("{s:?}: {e}"))?.trunc();
-    Ok((n.addr(), n.prefix_len()))
-}
-
 /// Why the resolver could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DnsError {
     /// `--cluster-domain` is no DNS name.
     #[error(transparent)]
     Zone(#[from] cozyplane_resolver::answer::ZoneError),
-    /// Steering needs an IPv4 node address.
-    #[error("--dns-resolver needs an IPv4 --node-ip, got {0}")]
-    NodeFamily(IpAddr),
+    /// `--dns-addresses` names two addresses of one family.
+    #[error("--dns-addresses: {0} and {1} are of one family (one address per family)")]
+    Family(IpAddr, IpAddr),
     /// A pinned DNS map could not be opened or written.
     #[error("{map}: {source}")]
     Map {
@@ -116,6 +108,44 @@ fn upstreams(flags: &DnsFlags) -> Vec<SocketAddr> {
     }
 }
 
+/// The resolver's addresses, one per family: `flag` if given, else the node address and the
+/// uplink's address (`uplink`, as `sdn_snat_conf` holds it) of the other family.
+pub fn resolver_addrs(
+    flag: &[IpAddr],
+    node_ip: IpAddr,
+    uplink: [Option<IpAddr>; 2],
+) -> Result<Vec<IpAddr>, DnsError> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    let candidates: Vec<IpAddr> = if flag.is_empty() {
+        std::iter::once(node_ip)
+            .chain(uplink.into_iter().flatten())
+            .collect()
+    } else {
+        flag.to_vec()
+    };
+    for ip in candidates {
+        match out.iter().find(|o| o.is_ipv4() == ip.is_ipv4()) {
+            // The defaults: the node address wins over the uplink's of its family.
+            Some(_) if flag.is_empty() => {}
+            Some(o) => return Err(DnsError::Family(*o, ip)),
+            None => out.push(ip),
+        }
+    }
+    Ok(out)
+}
+
+/// The uplink's addresses from `sdn_snat_conf` (written at start-up, before the resolver).
+fn uplink_addrs(pin_dir: &Path) -> [Option<IpAddr>; 2] {
+    use cozyplane_bpf::abi::SnatConf;
+    let Ok(c) = cozyplane_bpf::maps::snat_conf::SnatConfMap::from_pin(pin_dir).and_then(|m| m.get()) else {
+        return [None, None];
+    };
+    [
+        (c.flags & SnatConf::F_HAVE4 != 0).then(|| IpAddr::from(c.node4)),
+        (c.flags & SnatConf::F_HAVE6 != 0).then(|| IpAddr::from(c.node6)),
+    ]
+}
+
 /// Start the resolver and the steering; returns once the sockets are bound (the work
 /// goes on in spawned tasks).
 pub async fn start(
@@ -124,15 +154,12 @@ pub async fn start(
     flags: DnsFlags,
     metrics: cozyplane_resolver::Metrics,
 ) -> Result<(), crate::StartError> {
-    let node_ip = api.node_ip;
-    if !node_ip.is_ipv4() {
-        return Err(crate::StartError::Api(DnsError::NodeFamily(node_ip).to_string()));
-    }
+    let ips = resolver_addrs(&flags.dns_addresses, api.node_ip, uplink_addrs(&pin_dir))
+        .map_err(|e| crate::StartError::Api(e.to_string()))?;
     let zone = Zone::new(&flags.cluster_domain, cozyplane_resolver::DEFAULT_TTL)
         .map_err(|e| crate::StartError::Api(e.to_string()))?;
-    let addr = SocketAddr::new(node_ip, flags.dns_port);
     let ups = upstreams(&flags);
-    tracing::info!(%addr, domain = zone.domain(), upstreams = ?ups, "dns resolver");
+    tracing::info!(addrs = ?ips, port = flags.dns_port, domain = zone.domain(), upstreams = ?ups, "dns resolver");
     let view = ViewHandle::default();
     let resolver = Arc::new(Resolver::new(
         view.clone(),
@@ -143,39 +170,56 @@ pub async fn start(
         },
         metrics,
     ));
-    let (udp, tcp) =
-        cozyplane_resolver::server::bind(addr)
-            .await
-            .map_err(|source| crate::StartError::Io {
-                what: format!("bind dns {addr}"),
-                source,
-            })?;
-    tokio::spawn({
-        let r = resolver.clone();
-        async move {
-            if let Err(e) = r.serve_udp(udp).await {
-                tracing::error!("dns udp stopped: {e}");
+    let mut steered = Vec::new();
+    for ip in ips {
+        let addr = SocketAddr::new(ip, flags.dns_port);
+        let (udp, tcp) =
+            cozyplane_resolver::server::bind(addr)
+                .await
+                .map_err(|source| crate::StartError::Io {
+                    what: format!("bind dns {addr}"),
+                    source,
+                })?;
+        tokio::spawn({
+            let r = resolver.clone();
+            async move {
+                if let Err(e) = r.serve_udp(udp).await {
+                    tracing::error!("dns udp {addr} stopped: {e}");
+                }
             }
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = resolver.serve_tcp(tcp).await {
-            tracing::error!("dns tcp stopped: {e}");
-        }
-    });
-    if let Err(e) = set_config(&pin_dir, Some(addr)) {
+        });
+        tokio::spawn({
+            let r = resolver.clone();
+            async move {
+                if let Err(e) = r.serve_tcp(tcp).await {
+                    tracing::error!("dns tcp {addr} stopped: {e}");
+                }
+            }
+        });
+        steered.push(addr);
+    }
+    if let Err(e) = set_config(&pin_dir, &steered) {
         tracing::warn!("dns steering not configured: {e}");
     }
-    tokio::spawn(run(api, pin_dir, flags, view));
+    tokio::spawn(run(api, pin_dir, view));
     Ok(())
 }
 
-fn set_config(pin_dir: &Path, addr: Option<SocketAddr>) -> Result<(), DnsError> {
+/// Steer each family to its resolver address in `addrs`; a family without one is not steered.
+fn set_config(pin_dir: &Path, addrs: &[SocketAddr]) -> Result<(), DnsError> {
     let map = |source| DnsError::Map {
         map: cozyplane_bpf::maps::dns_cfg::NAME,
         source,
     };
-    DnsCfgMap::from_pin(pin_dir).map_err(map)?.set(addr).map_err(map)
+    let mut m = DnsCfgMap::from_pin(pin_dir).map_err(map)?;
+    for v6 in [false, true] {
+        match addrs.iter().find(|a| a.is_ipv6() == v6) {
+            Some(a) => m.set(*a),
+            None => m.clear(v6),
+        }
+        .map_err(map)?;
+    }
+    Ok(())
 }
 
 enum Ev {
@@ -188,34 +232,13 @@ enum Ev {
     Vip(Result<Event<ServiceVIP>, watcher::Error>),
 }
 
-/// What the DNS task keeps of a Service: attached to a VPC, or the cluster DNS.
-#[derive(Clone, Debug)]
-struct ServiceFacts {
-    attached: Option<dns_view::ServiceRow>,
-    cluster_dns: Vec<IpAddr>,
-}
-
-fn service_facts(s: &Service) -> Option<(Key, ServiceFacts)> {
-    let attached = dns_view::service_row(s).map(|(_, r)| r);
-    let cluster_dns = dns_view::cluster_dns_row(s);
-    (attached.is_some() || !cluster_dns.is_empty()).then(|| {
-        (
-            name_of(&s.metadata),
-            ServiceFacts {
-                attached,
-                cluster_dns,
-            },
-        )
-    })
-}
-
 fn vpc_vni(v: &VPC) -> Option<(Key, u32)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     (vni != 0).then(|| (name_of(&v.metadata), vni))
 }
 
-/// The watches, feeding the view and `sdn_dns_pods`/`sdn_dns_dsts` until the process ends.
-async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandle) {
+/// The watches, feeding the view and `sdn_dns_pods` until the process ends.
+async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
     let cfg = watcher::Config::default();
     let streams: Vec<BoxStream<'static, Ev>> = vec![
         watcher::watcher(
@@ -256,17 +279,11 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
     let mut ports: Cache<String, dns_view::PortRow> = Cache::new();
     let mut vpcs: Cache<Key, u32> = Cache::new();
     let mut peerings: Cache<Key, (Key, Key)> = Cache::new();
-    let mut services: Cache<Key, ServiceFacts> = Cache::new();
+    let mut services: Cache<Key, dns_view::ServiceRow> = Cache::new();
     let mut slices: Cache<Key, (Key, Vec<dns_view::SliceEndpoint>)> = Cache::new();
     let mut vips: Cache<Key, (Key, Key, IpAddr)> = Cache::new();
-    let mut applied_pods: HashMap<(u32, IpAddr), IpAddr> = DnsPodsMap::from_pin(&pin_dir)
-        .and_then(|m| m.entries())
-        .map(|e| e.into_iter().collect())
-        .unwrap_or_default();
-    let mut applied_dsts: HashSet<Prefix> = DnsDstsMap::from_pin(&pin_dir)
-        .and_then(|m| m.prefixes())
-        .map(|e| e.into_iter().collect())
-        .unwrap_or_default();
+    let mut applied_pods: HashMap<(u32, IpAddr), IpAddr> =
+        pinned(DnsPodsMap::from_pin(&pin_dir), DnsPodsMap::entries).collect();
     let mut generation = 0u32;
 
     while let Some(ev) = events.next().await {
@@ -301,7 +318,7 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
             }
             Ev::Service(r) => (*r).map(|e| {
                 let live = matches!(e, Event::InitDone | Event::Apply(_) | Event::Delete(_));
-                services.apply(e, service_facts, |s| name_of(&s.metadata));
+                services.apply(e, dns_view::service_row, |s| name_of(&s.metadata));
                 live
             }),
             Ev::Slice(r) => (*r).map(|e| {
@@ -326,17 +343,12 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
             Ok(true) => {}
         }
         generation = generation.wrapping_add(1);
-        let attached: HashMap<Key, dns_view::ServiceRow> = services
-            .live
-            .iter()
-            .filter_map(|(k, f)| Some((k.clone(), f.attached.clone()?)))
-            .collect();
         let inputs = Inputs {
             node: &api.node,
             pods: Some(&pods.live),
             ports: Some(&ports.live),
             peerings: Some(&peerings.live),
-            services: Some(&attached),
+            services: Some(&services.live),
             slices: Some(&slices.live),
             vips: Some(&vips.live),
         };
@@ -345,14 +357,6 @@ async fn run(api: ApiClients, pin_dir: PathBuf, flags: DnsFlags, view: ViewHandl
         let want = dns_view::steering_sources(&api.node, &pods.live, &ports.live, &vpcs.live);
         let synced = pods.synced && ports.synced && vpcs.synced;
         sync_pods(&pin_dir, &want, &mut applied_pods, synced);
-        let dsts: HashSet<Prefix> = flags
-            .cluster_dns
-            .iter()
-            .chain(services.live.values().flat_map(|f| f.cluster_dns.iter()))
-            .map(|ip| (*ip, if ip.is_ipv4() { 32 } else { 128 }))
-            .chain(flags.dns_internal_cidrs.iter().copied())
-            .collect();
-        sync_dsts(&pin_dir, &dsts, &mut applied_dsts, services.synced);
     }
 }
 
@@ -388,38 +392,6 @@ fn sync_pods(
     }
 }
 
-fn sync_dsts(pin_dir: &Path, want: &HashSet<Prefix>, applied: &mut HashSet<Prefix>, synced: bool) {
-    let add: Vec<Prefix> = want.difference(applied).copied().collect();
-    let gone: Vec<Prefix> = if synced {
-        applied.difference(want).copied().collect()
-    } else {
-        Vec::new()
-    };
-    if add.is_empty() && gone.is_empty() {
-        return;
-    }
-    let mut m = match DnsDstsMap::from_pin(pin_dir) {
-        Ok(m) => m,
-        Err(e) => return tracing::warn!("{}: {e}", cozyplane_bpf::maps::dns_dsts::NAME),
-    };
-    for p in add {
-        match m.insert(p) {
-            Ok(()) => {
-                applied.insert(p);
-            }
-            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
-        }
-    }
-    for p in gone {
-        match m.remove(p) {
-            Ok(()) => {
-                applied.remove(&p);
-            }
-            Err(e) => tracing::warn!("dns steered destination {p:?}: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -439,10 +411,6 @@ mod tests {
             "cozy.local",
             "--dns-upstream",
             "10.0.0.2,10.0.0.3:5353",
-            "--cluster-dns",
-            "10.96.0.10",
-            "--dns-internal-cidrs",
-            "10.96.0.0/12,10.244.0.0/16",
         ])
         .unwrap();
         assert!(c.dns.dns_resolver);
@@ -451,8 +419,40 @@ mod tests {
             c.dns.dns_upstream,
             vec!["10.0.0.2:53".parse().unwrap(), "10.0.0.3:5353".parse().unwrap()]
         );
-        assert_eq!(c.dns.dns_internal_cidrs.len(), 2);
-        assert_eq!(c.dns.dns_internal_cidrs[0].1, 12);
         assert!(AgentConfig::try_parse_from(["cozyplane-agent", "--dns-internal-cidrs", "nope"]).is_err());
+        let c =
+            AgentConfig::try_parse_from(["cozyplane-agent", "--dns-addresses", "10.0.0.1,fd00::1"]).unwrap();
+        assert_eq!(c.dns.dns_addresses.len(), 2);
+    }
+
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_resolver_listens_on_the_node_address_and_the_uplinks_other_family() {
+        use super::resolver_addrs;
+        // Dual-stack uplink: the node address for v4, the uplink's for v6.
+        let up = [Some(ip("192.168.77.9")), Some(ip("fd77::1"))];
+        assert_eq!(
+            resolver_addrs(&[], ip("192.168.77.1"), up).unwrap(),
+            vec![ip("192.168.77.1"), ip("fd77::1")]
+        );
+        // A v6 node address (v6 underlay): the uplink gives the v4 one.
+        assert_eq!(
+            resolver_addrs(&[], ip("fd77::2"), up).unwrap(),
+            vec![ip("fd77::2"), ip("192.168.77.9")]
+        );
+        // Single stack: one family, the other is not steered.
+        assert_eq!(
+            resolver_addrs(&[], ip("192.168.77.1"), [Some(ip("192.168.77.1")), None]).unwrap(),
+            vec![ip("192.168.77.1")]
+        );
+        // The flag replaces the defaults, one address per family.
+        assert_eq!(
+            resolver_addrs(&[ip("fd00::53")], ip("192.168.77.1"), up).unwrap(),
+            vec![ip("fd00::53")]
+        );
+        assert!(resolver_addrs(&[ip("10.0.0.1"), ip("10.0.0.2")], ip("192.168.77.1"), up).is_err());
     }
 }

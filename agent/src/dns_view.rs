@@ -109,23 +109,6 @@ pub(crate) fn service_row(s: &KubeService) -> Option<(Key, ServiceRow)> {
     Some((key, ServiceRow { vpc, headless, ports }))
 }
 
-/// The ClusterIPs of the cluster DNS Service (`kube-system/kube-dns`), the address pods'
-/// resolv.conf names: steered by default.
-pub(crate) fn cluster_dns_row(s: &KubeService) -> Vec<IpAddr> {
-    if name_of(&s.metadata) != ("kube-system".to_string(), "kube-dns".to_string()) {
-        return Vec::new();
-    }
-    let Some(spec) = s.spec.as_ref() else {
-        return Vec::new();
-    };
-    spec.cluster_ips
-        .iter()
-        .flatten()
-        .chain(spec.cluster_ip.iter())
-        .filter_map(|i| i.parse().ok())
-        .collect()
-}
-
 /// A ready endpoint as the slice names it: hostname and target pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SliceEndpoint {

@@ -1,8 +1,8 @@
 //! The north-south doors' watches: VPCs, Ports, FloatingIPs and VPCGateways (our API),
 //! LoadBalancer Services and their EndpointSlices (kube API), all cluster-wide, turned into
-//! the Floating IP maps ([`crate::fip`]), the LoadBalancer gate's maps
-//! ([`crate::lb_gate`]) and `sdn_internal`. Every node holds every entry: whichever node an
-//! address is attracted to delivers it. The same VPC watch names the VPCs for the metrics
+//! the Floating IP maps ([`crate::fip`]) and the LoadBalancer gate's maps
+//! ([`crate::lb_gate`]). Every node holds every entry: whichever node an address is
+//! attracted to delivers it. What the doors never NAT to is [`crate::internal`]'s. The same VPC watch names the VPCs for the metrics
 //! ([`crate::metrics::VpcNames`]).
 //!
 //! Like the other watches, entries pinned by a previous agent are adopted at start and
@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use cozyplane_apis::net::{IpNet, parse_cidr};
 use cozyplane_apis::v1alpha1::{FloatingIP, Port, VPC, VPCGateway};
 use futures::{StreamExt as _, stream::BoxStream};
 use k8s_openapi::api::core::v1::Service;
@@ -27,13 +26,6 @@ use crate::lb_gate::{self, GwRow, SliceRow, SvcRow};
 use crate::metrics::VpcNames;
 use crate::watch::{Cache, changes_live, name_of};
 
-/// What the doors need of a VPC.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct VpcRow {
-    vni: u32,
-    cidrs: Vec<IpNet>,
-}
-
 /// What the doors need of a Port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PortRow {
@@ -42,14 +34,14 @@ struct PortRow {
     pod: Option<ObjKey>,
 }
 
-fn vpc_row(v: &VPC) -> Option<(ObjKey, VpcRow)> {
+/// What the doors need of a VPC: its VNI (0 until it has one).
+fn vpc_vni(v: &VPC) -> Option<(ObjKey, u32)> {
     let vni = v
         .status
         .as_ref()
         .and_then(|s| u32::try_from(s.vni).ok())
         .unwrap_or(0);
-    let cidrs = v.spec.cidrs.iter().filter_map(|c| parse_cidr(c).ok()).collect();
-    Some((name_of(&v.metadata), VpcRow { vni, cidrs }))
+    Some((name_of(&v.metadata), vni))
 }
 
 fn port_row(p: &Port) -> Option<(String, PortRow)> {
@@ -77,8 +69,7 @@ enum Ev {
 }
 
 /// Runs the watches forever, keeping the door maps under `pin_dir` in line with them.
-/// `internal` are the cluster-internal ranges (`--internal-cidrs`).
-pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names: VpcNames) {
+pub async fn run(api: ApiClients, pin_dir: PathBuf, names: VpcNames) {
     let cfg = watcher::Config::default();
     let streams: Vec<BoxStream<'static, Ev>> = vec![
         watcher::watcher(Api::<VPC>::all(api.sdn.clone()), cfg.clone())
@@ -111,13 +102,13 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names:
     ];
     let mut events = futures::stream::select_all(streams);
 
-    let mut vpcs: Cache<ObjKey, VpcRow> = Cache::new();
+    let mut vpcs: Cache<ObjKey, u32> = Cache::new();
     let mut ports: Cache<String, PortRow> = Cache::new();
     let mut fips: Cache<ObjKey, FipRow> = Cache::new();
     let mut gws: Cache<ObjKey, GwRow> = Cache::new();
     let mut svcs: Cache<ObjKey, SvcRow> = Cache::new();
     let mut slices: Cache<ObjKey, SliceRow> = Cache::new();
-    let (mut applied_fip, mut applied_internal) = fip::pinned(&pin_dir);
+    let mut applied_fip = fip::pinned(&pin_dir);
     let (mut applied_lb, mut applied_gate) = lb_gate::pinned(&pin_dir);
     tracing::info!(
         floating_ips = applied_fip.inbound.len(),
@@ -128,7 +119,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names:
         let (live, res) = match ev {
             Ev::Vpc(r) => (
                 changes_live(&r),
-                r.map(|e| vpcs.apply(e, vpc_row, |v| name_of(&v.metadata))),
+                r.map(|e| vpcs.apply(e, vpc_vni, |v| name_of(&v.metadata))),
             ),
             Ev::Port(r) => (
                 changes_live(&r),
@@ -158,25 +149,22 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names:
         if !live {
             continue;
         }
-        let vnis: HashMap<ObjKey, u32> = vpcs.live.iter().map(|(k, v)| (k.clone(), v.vni)).collect();
+        let vnis = &vpcs.live;
         names.set(
             vpcs.live
                 .iter()
-                .filter(|(_, v)| v.vni != 0)
-                .map(|(k, v)| (v.vni, k.clone())),
+                .filter(|(_, v)| **v != 0)
+                .map(|(k, v)| (*v, k.clone())),
         );
 
         let port_addrs = ports.live.values().filter_map(|p| Some((&p.vpc, p.ip?)));
-        let want = fip::desired(&vnis, port_addrs, &fips.live);
+        let want = fip::desired(vnis, port_addrs, &fips.live);
         fip::sync(
             &pin_dir,
             &want,
             &mut applied_fip,
             vpcs.synced && ports.synced && fips.synced,
         );
-        let want_internal =
-            fip::desired_internal(&internal, vpcs.live.values().map(|v| (v.vni, v.cidrs.as_slice())));
-        fip::sync_internal(&pin_dir, &want_internal, &mut applied_internal, vpcs.synced);
 
         let mut pod_addrs: HashMap<ObjKey, Vec<(u32, IpAddr)>> = HashMap::new();
         for p in ports.live.values() {
@@ -187,7 +175,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, internal: Vec<IpNet>, names:
             }
         }
         let want_lb = lb_gate::desired(&svcs.live, &slices.live, &pod_addrs, &[api.node_ip]);
-        let want_gate = lb_gate::admitted(&vnis, gws.live.values());
+        let want_gate = lb_gate::admitted(vnis, gws.live.values());
         let fronts_synced = vpcs.synced && ports.synced && svcs.synced && slices.synced;
         lb_gate::sync(
             &pin_dir,

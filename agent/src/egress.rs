@@ -1,14 +1,13 @@
 //! What the north-south SNAT doors need to know, from watches: which destinations are inside
-//! (never NATed), which VPC may leave through which NAT address, and which node owns which
-//! gateway port shard.
+//! (never NATed: `sdn_internal`, decided and written by [`crate::internal`]), which VPC may
+//! leave through which NAT address, and which node owns which gateway port shard.
 //!
-//! * **Nodes** (kube API): every node's fabric blocks (both families) and addresses become
-//!   net-0 ranges of `sdn_snat_inside`, with the `--service-cidr`s; every node's shard
-//!   ([`crate::uplink::shard_of`] of its block) maps to its tunnel address in
-//!   `sdn_snat_shards`, so a reply to a VPC NAT address attracted to this node reaches the
+//! * **Nodes** (kube API): every node's fabric blocks and addresses are cluster-internal;
+//!   every node's shard ([`crate::uplink::shard_of`] of its block) maps to its tunnel address
+//!   in `sdn_snat_shards`, so a reply to a VPC NAT address attracted to this node reaches the
 //!   node that allocated its port.
-//! * **VPCs**: each VPC's own ranges become `sdn_snat_inside` under its VNI (its gateway never
-//!   NATs them).
+//! * **VPCs**: each VPC's own ranges are internal under its VNI (its gateway never NATs
+//!   them).
 //! * **VPCGateways**, cluster-wide: a VPC's effective gateway is the oldest one naming it that
 //!   is not being deleted (ties by name, as the server's status loop decides). If it has
 //!   `spec.nat.enabled` and a `status.natAddress`/`natAddress6`, the VPC's VNI gets those in
@@ -17,10 +16,10 @@
 //!   VPC has no way out.
 //!
 //! One task holds the caches and writes the difference after each event; entries are pruned
-//! only once all three watches have listed, so a restarted agent keeps the pinned state until
-//! it knows better.
+//! only once the watches they come from have listed (`sdn_internal`: Nodes and VPCs; the
+//! rest: all three), so a restarted agent keeps the pinned state until it knows better.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -28,7 +27,6 @@ use cozyplane_apis::net::IpNet;
 use cozyplane_apis::v1alpha1::{VPC, VPCGateway};
 use cozyplane_bpf::maps::snat_addrs::SnatAddrsMap;
 use cozyplane_bpf::maps::snat_gws::{Gw, SnatGwsMap};
-use cozyplane_bpf::maps::snat_inside::{Range, SnatInsideMap};
 use cozyplane_bpf::maps::snat_shards::SnatShardsMap;
 use futures::{StreamExt as _, stream::BoxStream};
 use k8s_openapi::api::core::v1::Node;
@@ -37,16 +35,15 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use crate::api::{ApiClients, node_address, node_pod_block, node_pod_block6};
+use crate::api::{ApiClients, node_address, node_pod_block};
+use crate::internal::{self, NodeRanges};
 use crate::watch::{Cache, changes_live, name_of};
 
 /// What one Node contributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeFacts {
-    /// Fabric blocks, both families.
-    blocks: Vec<(IpAddr, u8)>,
-    /// Its addresses (status, and the announced tunnel address).
-    addrs: Vec<IpAddr>,
+    /// Its internal ranges.
+    ranges: NodeRanges,
     /// Its IPv4 block, which names its shard.
     block4: Option<(Ipv4Addr, u8)>,
     /// Its tunnel address.
@@ -73,27 +70,12 @@ pub(crate) struct GwFacts {
 }
 
 fn node_facts(n: &Node) -> Option<(String, NodeFacts)> {
-    let block4 = node_pod_block(n).map(|b| (b.base(), b.prefix()));
-    let mut blocks: Vec<(IpAddr, u8)> = block4.iter().map(|(b, l)| (IpAddr::V4(*b), *l)).collect();
-    blocks.extend(node_pod_block6(n).map(|b| (IpAddr::V6(b.base()), b.prefix())));
-    let tunnel = node_address(n);
-    let mut addrs: Vec<IpAddr> = n
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-        .filter_map(|a| a.address.parse().ok())
-        .collect();
-    addrs.extend(tunnel);
     Some((
         n.metadata.name.clone()?,
         NodeFacts {
-            blocks,
-            addrs,
-            block4,
-            tunnel,
+            ranges: internal::node_ranges(n),
+            block4: node_pod_block(n).map(|b| (b.base(), b.prefix())),
+            tunnel: node_address(n),
         },
     ))
 }
@@ -126,10 +108,9 @@ fn gw_facts(g: &VPCGateway) -> Option<((String, String), GwFacts)> {
     ))
 }
 
-/// Everything this node's maps should hold.
+/// Everything this node's SNAT maps should hold.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Desired {
-    inside: BTreeSet<Range>,
     addrs: BTreeMap<IpAddr, u32>,
     gws: BTreeMap<u32, Gw>,
     shards: BTreeMap<u32, IpAddr>,
@@ -154,26 +135,12 @@ pub(crate) fn desired(
     nodes: &HashMap<String, NodeFacts>,
     vpcs: &HashMap<(String, String), VpcFacts>,
     gws: &HashMap<(String, String), GwFacts>,
-    (service_cidrs, shards): (&[IpNet], u16),
+    shards: u16,
 ) -> Desired {
     let mut d = Desired::default();
-    for s in service_cidrs {
-        d.inside.insert((0, s.network(), s.prefix_len()));
-    }
     for n in nodes.values() {
-        for (b, l) in &n.blocks {
-            d.inside.insert((0, *b, *l));
-        }
-        for a in &n.addrs {
-            d.inside.insert((0, *a, if a.is_ipv4() { 32 } else { 128 }));
-        }
         if let (Some(b), Some(t)) = (n.block4, n.tunnel) {
             d.shards.insert(u32::from(crate::uplink::shard_of(b, shards)), t);
-        }
-    }
-    for v in vpcs.values() {
-        for (b, l) in &v.cidrs {
-            d.inside.insert((v.vni, *b, *l));
         }
     }
     for ((ns, vpc), g) in effective(gws) {
@@ -196,17 +163,6 @@ pub(crate) fn desired(
 
 /// Writes `want` over what is pinned; removals only when `prune`.
 fn sync(pins: &Path, want: &Desired, prune: bool) -> Result<(), aya::maps::MapError> {
-    let mut inside = SnatInsideMap::from_pin(pins)?;
-    let have: BTreeSet<Range> = inside.ranges()?.into_iter().collect();
-    for r in want.inside.difference(&have) {
-        inside.insert(*r)?;
-    }
-    if prune {
-        for r in have.difference(&want.inside) {
-            inside.remove(*r)?;
-        }
-    }
-
     let mut addrs = SnatAddrsMap::from_pin(pins)?;
     let have: BTreeMap<IpAddr, u32> = addrs.entries()?.into_iter().collect();
     for (a, net) in &want.addrs {
@@ -258,8 +214,9 @@ enum Ev {
     Gw(Result<Event<VPCGateway>, watcher::Error>),
 }
 
-/// Runs the watches forever, keeping the SNAT maps under `pin_dir` in line.
-pub async fn run(api: ApiClients, pin_dir: PathBuf, service_cidrs: Vec<IpNet>, shards: u16) {
+/// Runs the watches forever, keeping the SNAT maps and `sdn_internal` under `pin_dir` in
+/// line. `cluster` are the static internal ranges (`--service-cidr`, `--internal-cidrs`).
+pub async fn run(api: ApiClients, pin_dir: PathBuf, cluster: Vec<IpNet>, shards: u16) {
     let cfg = watcher::Config::default();
     let nodes = watcher::watcher(Api::<Node>::all(api.kube.clone()), cfg.clone())
         .default_backoff()
@@ -276,6 +233,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, service_cidrs: Vec<IpNet>, s
     let mut vpc_cache: Cache<(String, String), VpcFacts> = Cache::new();
     let mut gw_cache: Cache<(String, String), GwFacts> = Cache::new();
     let mut last: Option<(Desired, bool)> = None;
+    let mut applied_internal = internal::pinned(&pin_dir);
     tracing::info!("watching Nodes, VPCs and VPCGateways for the north-south doors");
     while let Some(ev) = events.next().await {
         let res = match ev {
@@ -307,12 +265,18 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, service_cidrs: Vec<IpNet>, s
                 continue;
             }
         }
-        let want = desired(
-            &node_cache.live,
-            &vpc_cache.live,
-            &gw_cache.live,
-            (&service_cidrs, shards),
+        let want_internal = internal::desired(
+            &cluster,
+            node_cache.live.values().map(|n| &n.ranges),
+            vpc_cache.live.values().map(|v| (v.vni, v.cidrs.as_slice())),
         );
+        internal::sync(
+            &pin_dir,
+            &want_internal,
+            &mut applied_internal,
+            node_cache.synced && vpc_cache.synced,
+        );
+        let want = desired(&node_cache.live, &vpc_cache.live, &gw_cache.live, shards);
         let prune = node_cache.synced && vpc_cache.synced && gw_cache.synced;
         if let Some((l, p)) = &last
             && *l == want
@@ -322,11 +286,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, service_cidrs: Vec<IpNet>, s
         }
         match sync(&pin_dir, &want, prune) {
             Ok(()) => {
-                tracing::debug!(
-                    gateways = want.gws.len(),
-                    inside = want.inside.len(),
-                    "egress maps synced"
-                );
+                tracing::debug!(gateways = want.gws.len(), "egress maps synced");
                 last = Some((want, prune));
             }
             Err(e) => tracing::warn!("egress maps: {e}"),
@@ -369,41 +329,35 @@ mod tests {
             ("t1".into(), "old".into()),
             gw("a", 1, "old", true, Some("203.0.113.10")),
         );
-        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        let d = desired(&HashMap::new(), &vpcs, &gws, 16);
         assert_eq!(d.gws[&100], (Some("203.0.113.10".parse().unwrap()), None));
         assert_eq!(d.addrs[&"203.0.113.10".parse::<IpAddr>().unwrap()], 100);
-        assert!(d.inside.contains(&(100, "10.30.0.0".parse().unwrap(), 24)));
 
         // The oldest disables NAT: the VPC has no way out, the younger one does not step in.
         gws.get_mut(&("t1".to_string(), "old".to_string())).unwrap().nat = false;
-        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        let d = desired(&HashMap::new(), &vpcs, &gws, 16);
         assert!(d.gws.is_empty() && d.addrs.is_empty());
 
         // Deleting the oldest makes the younger effective.
         gws.get_mut(&("t1".to_string(), "old".to_string()))
             .unwrap()
             .deleting = true;
-        let d = desired(&HashMap::new(), &vpcs, &gws, (&[], 16));
+        let d = desired(&HashMap::new(), &vpcs, &gws, 16);
         assert_eq!(d.gws[&100], (Some("203.0.113.9".parse().unwrap()), None));
     }
 
     #[test]
-    fn nodes_give_inside_ranges_and_shard_owners() {
+    fn nodes_give_shard_owners() {
         let nodes: HashMap<_, _> = [(
             "n2".to_string(),
             NodeFacts {
-                blocks: vec![("10.244.2.0".parse().unwrap(), 24)],
-                addrs: vec!["192.168.77.2".parse().unwrap()],
+                ranges: NodeRanges::default(),
                 block4: Some(("10.244.2.0".parse().unwrap(), 24)),
                 tunnel: Some("192.168.77.2".parse().unwrap()),
             },
         )]
         .into();
-        let svc: Vec<IpNet> = vec!["10.96.0.0/12".parse().unwrap()];
-        let d = desired(&nodes, &HashMap::new(), &HashMap::new(), (&svc, 16));
-        assert!(d.inside.contains(&(0, "10.244.2.0".parse().unwrap(), 24)));
-        assert!(d.inside.contains(&(0, "192.168.77.2".parse().unwrap(), 32)));
-        assert!(d.inside.contains(&(0, "10.96.0.0".parse().unwrap(), 12)));
+        let d = desired(&nodes, &HashMap::new(), &HashMap::new(), 16);
         assert_eq!(d.shards[&2], "192.168.77.2".parse::<IpAddr>().unwrap());
     }
 }

@@ -1,8 +1,7 @@
 //! Floating IPs turned into the datapath's 1:1 NAT maps (`bpf/lib/fip.h`):
 //! `sdn_fip_in[public] → {net, target}` and `sdn_fip_out[{net, target}] → public`, on every
-//! node (whichever node the address is attracted to delivers it), and `sdn_internal`, the
-//! ranges no door ever NATs to (the cluster's `--internal-cidrs` at net 0, each VPC's own
-//! ranges at its net).
+//! node (whichever node the address is attracted to delivers it). The ranges no door ever
+//! NATs to are `sdn_internal` ([`crate::internal`]).
 //!
 //! A FloatingIP is programmed when
 //! * it has an address (`status.address`, filled from its owned Service by the server),
@@ -18,14 +17,11 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::Path;
 
-use cozyplane_apis::net::IpNet;
 use cozyplane_apis::v1alpha1::FloatingIP;
 use cozyplane_bpf::maps::fip_in::FipInMap;
 use cozyplane_bpf::maps::fip_out::FipOutMap;
-use cozyplane_bpf::maps::internal::InternalMap;
-use cozyplane_bpf::maps::xnet_routes::Route;
 
-use crate::watch::{name_of, plan};
+use crate::watch::{name_of, pinned as read_pinned, plan};
 
 /// A VPC or an object by `(namespace, name)`.
 pub(crate) type ObjKey = (String, String);
@@ -113,39 +109,12 @@ pub(crate) fn desired<'a>(
     d
 }
 
-/// `sdn_internal`'s ranges: `cluster` at net 0, each VPC's own ranges at its VNI.
-pub(crate) fn desired_internal<'a>(
-    cluster: &[IpNet],
-    vpcs: impl IntoIterator<Item = (u32, &'a [IpNet])>,
-) -> HashSet<Route> {
-    let route = |net: u32, c: &IpNet| (net, c.network(), c.prefix_len());
-    let mut out: HashSet<Route> = cluster.iter().map(|c| route(0, &c.trunc())).collect();
-    for (vni, cidrs) in vpcs {
-        if vni != 0 {
-            out.extend(cidrs.iter().map(|c| route(vni, &c.trunc())));
-        }
-    }
-    out
-}
-
 /// What is pinned now: adopted at start, so a restart removes only what the API lacks.
-pub(crate) fn pinned(pin_dir: &Path) -> (Desired, HashSet<Route>) {
-    let inbound = FipInMap::from_pin(pin_dir)
-        .and_then(|m| m.entries())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let outbound = FipOutMap::from_pin(pin_dir)
-        .and_then(|m| m.entries())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let internal = InternalMap::from_pin(pin_dir)
-        .and_then(|m| m.entries())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    (Desired { inbound, outbound }, internal)
+pub(crate) fn pinned(pin_dir: &Path) -> Desired {
+    Desired {
+        inbound: read_pinned(FipInMap::from_pin(pin_dir), FipInMap::entries).collect(),
+        outbound: read_pinned(FipOutMap::from_pin(pin_dir), FipOutMap::entries).collect(),
+    }
 }
 
 /// Writes the difference. Removals first for the outbound half (a target that lost its
@@ -193,35 +162,6 @@ pub(crate) fn sync(pin_dir: &Path, want: &Desired, applied: &mut Desired, prunab
                 tracing::info!(%public, net, target = %ip, "floating IP programmed");
             }
             Err(e) => tracing::warn!(%public, "sdn_fip_in upsert: {e}"),
-        }
-    }
-}
-
-/// Writes the difference of `sdn_internal`: new ranges first (a door never opens towards
-/// an internal range in between), stale ones after.
-pub(crate) fn sync_internal(
-    pin_dir: &Path,
-    want: &HashSet<Route>,
-    applied: &mut HashSet<Route>,
-    prunable: bool,
-) {
-    let Ok(mut map) = InternalMap::from_pin(pin_dir) else {
-        tracing::warn!("sdn_internal is not pinned under {}", pin_dir.display());
-        return;
-    };
-    for r in want.difference(&applied.clone()) {
-        match map.insert(*r) {
-            Ok(()) => {
-                applied.insert(*r);
-            }
-            Err(e) => tracing::warn!(range = ?r, "sdn_internal insert: {e}"),
-        }
-    }
-    if prunable {
-        for r in applied.clone().difference(want) {
-            if map.remove(*r).is_ok() {
-                applied.remove(r);
-            }
         }
     }
 }
@@ -338,21 +278,5 @@ mod tests {
         let b = row("b", "10.0.0.5", Some("203.0.113.12"), ("2", "y"));
         let d = run(&[("x", a), ("y", b)], &[("a", "10.0.0.5"), ("b", "10.0.0.5")]);
         assert_eq!(d.outbound.len(), 2);
-    }
-
-    #[test]
-    fn internal_ranges_are_the_clusters_at_net_0_and_each_vpcs_at_its_vni() {
-        let cluster: Vec<IpNet> = vec!["10.96.0.0/12".parse().unwrap()];
-        let a: Vec<IpNet> = vec!["10.0.0.0/24".parse().unwrap(), "fd00:a::/64".parse().unwrap()];
-        let none: Vec<IpNet> = vec!["10.9.0.0/24".parse().unwrap()];
-        let got = desired_internal(&cluster, [(100, a.as_slice()), (0, none.as_slice())]);
-        assert_eq!(
-            got,
-            HashSet::from([
-                (0, ip("10.96.0.0"), 12),
-                (100, ip("10.0.0.0"), 24),
-                (100, ip("fd00:a::"), 64),
-            ])
-        );
     }
 }

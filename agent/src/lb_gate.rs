@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::fip::{ObjKey, age_of};
-use crate::watch::name_of;
+use crate::watch::{name_of, pinned as read_pinned};
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
@@ -78,12 +78,19 @@ pub(crate) struct SvcRow {
     pub(crate) node_ports: Vec<SvcPort>,
 }
 
-fn proto(p: Option<&String>) -> Option<u8> {
-    match p.map_or("TCP", String::as_str) {
-        "TCP" => Some(TCP),
-        "UDP" => Some(UDP),
-        _ => None,
-    }
+/// A Service's or an EndpointSlice's port as the API spells it (the protocol TCP when
+/// unset); `None` for other protocols and numbers that are no port.
+fn svc_port(name: Option<&String>, port: Option<i32>, protocol: Option<&String>) -> Option<SvcPort> {
+    let proto = match protocol.map_or("TCP", String::as_str) {
+        "TCP" => TCP,
+        "UDP" => UDP,
+        _ => return None,
+    };
+    Some((
+        name.cloned().unwrap_or_default(),
+        u16::try_from(port?).ok()?,
+        proto,
+    ))
 }
 
 pub(crate) fn svc_row(s: &Service) -> Option<(ObjKey, SvcRow)> {
@@ -109,32 +116,15 @@ pub(crate) fn svc_row(s: &Service) -> Option<(ObjKey, SvcRow)> {
         .unwrap_or_default();
     let ports = spec
         .ports
-        .as_ref()
-        .map(|ps| {
-            ps.iter()
-                .filter_map(|p| {
-                    let port = u16::try_from(p.port).ok()?;
-                    Some((
-                        p.name.clone().unwrap_or_default(),
-                        port,
-                        proto(p.protocol.as_ref())?,
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+        .iter()
+        .flatten()
+        .filter_map(|p| svc_port(p.name.as_ref(), Some(p.port), p.protocol.as_ref()))
+        .collect();
     let node_ports = spec
         .ports
         .iter()
         .flatten()
-        .filter_map(|p| {
-            let np = u16::try_from(p.node_port?).ok()?;
-            Some((
-                p.name.clone().unwrap_or_default(),
-                np,
-                proto(p.protocol.as_ref())?,
-            ))
-        })
+        .filter_map(|p| svc_port(p.name.as_ref(), p.node_port, p.protocol.as_ref()))
         .collect();
     Some((
         name_of(&s.metadata),
@@ -162,20 +152,10 @@ pub(crate) fn slice_row(s: &EndpointSlice) -> Option<(ObjKey, SliceRow)> {
     let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
     let ports = s
         .ports
-        .as_ref()
-        .map(|ps| {
-            ps.iter()
-                .filter_map(|p| {
-                    let port = u16::try_from(p.port?).ok()?;
-                    Some((
-                        p.name.clone().unwrap_or_default(),
-                        port,
-                        proto(p.protocol.as_ref())?,
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+        .iter()
+        .flatten()
+        .filter_map(|p| svc_port(p.name.as_ref(), p.port, p.protocol.as_ref()))
+        .collect();
     let pods = s
         .endpoints
         .iter()
@@ -313,22 +293,11 @@ pub(crate) fn desired(
 
 /// What is pinned now (adopted at start).
 pub(crate) fn pinned(pin_dir: &Path) -> (Desired, HashSet<u32>) {
-    let front = LbgFrontMap::from_pin(pin_dir)
-        .and_then(|m| m.entries())
-        .unwrap_or_default()
-        .into_iter()
+    let front = read_pinned(LbgFrontMap::from_pin(pin_dir), LbgFrontMap::entries)
         .map(|(f, net, flags, be)| (f, (net, flags, be)))
         .collect();
-    let rev = LbgRevMap::from_pin(pin_dir)
-        .and_then(|m| m.entries())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let gate = LbgIngressMap::from_pin(pin_dir)
-        .and_then(|m| m.nets())
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+    let rev = read_pinned(LbgRevMap::from_pin(pin_dir), LbgRevMap::entries).collect();
+    let gate = read_pinned(LbgIngressMap::from_pin(pin_dir), LbgIngressMap::nets).collect();
     (Desired { front, rev }, gate)
 }
 
@@ -554,6 +523,22 @@ mod tests {
             0,
             "no backend: the Service's VPC is unknown, nothing to gate"
         );
+    }
+
+    #[test]
+    fn ports_default_to_tcp_and_other_protocols_or_numbers_are_left_out() {
+        let (web, udp, sctp) = ("web".to_string(), "UDP".to_string(), "SCTP".to_string());
+        assert_eq!(
+            svc_port(Some(&web), Some(80), None),
+            Some(("web".into(), 80, TCP))
+        );
+        assert_eq!(
+            svc_port(None, Some(53), Some(&udp)),
+            Some((String::new(), 53, UDP))
+        );
+        assert_eq!(svc_port(Some(&web), Some(80), Some(&sctp)), None);
+        assert_eq!(svc_port(Some(&web), Some(70000), None), None);
+        assert_eq!(svc_port(Some(&web), None, None), None, "no nodePort");
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod dns_view;
 pub mod doors;
 pub mod egress;
 pub mod fip;
+pub mod internal;
 pub mod ipam;
 pub mod lb_gate;
 pub mod metrics;
@@ -194,13 +195,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), StartError> {
         tokio::spawn(doors::run(
             api.clone(),
             state.pin_dir().to_path_buf(),
-            cfg.internal_cidrs.clone(),
             vpc_names.clone(),
         ));
         tokio::spawn(egress::run(
             api.clone(),
             state.pin_dir().to_path_buf(),
-            cfg.service_cidr.clone(),
+            [&cfg.service_cidr[..], &cfg.internal_cidrs[..]].concat(),
             cfg.nat_shards,
         ));
         tokio::spawn(services::run(api.clone(), state.pin_dir().to_path_buf()));

@@ -422,6 +422,16 @@ pub(crate) fn plan<K: Copy + Eq + std::hash::Hash, V: Copy + PartialEq>(
     (write, remove)
 }
 
+/// The entries of a pinned map as `open` and `read` give them, or none when it cannot be
+/// opened or read: a watch adopts them at start, so a restart removes only what the API
+/// lacks (and with nothing adopted, it writes everything again).
+pub(crate) fn pinned<M, T>(
+    open: Result<M, aya::maps::MapError>,
+    read: impl FnOnce(&M) -> Result<Vec<T>, aya::maps::MapError>,
+) -> impl Iterator<Item = T> {
+    open.and_then(|m| read(&m)).unwrap_or_default().into_iter()
+}
+
 fn sync_blocks(
     pin_dir: &Path,
     want: &HashMap<Block, IpAddr>,

@@ -1,7 +1,9 @@
 //! The doors watch (`agent/src/doors.rs`) against the real API server (in process, embedded
 //! store): VPCs, Ports, FloatingIPs with their status written by the test (the server's
 //! FloatingIP loop is not part of this), and a VPCGateway, into the pinned maps of a private
-//! bpffs. Needs root; fails (never skips) without it. Time limits are hang guards only.
+//! bpffs; beside it the egress watch (`agent/src/egress.rs`), which writes the ranges the
+//! doors never NAT to (`sdn_internal`). Needs root; fails (never skips) without it. Time
+//! limits are hang guards only.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -121,10 +123,15 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     };
     let names = VpcNames::default();
     let task = tokio::spawn(cozyplane_agent::doors::run(
+        api.clone(),
+        pins.clone(),
+        names.clone(),
+    ));
+    let egress = tokio::spawn(cozyplane_agent::egress::run(
         api,
         pins.clone(),
         vec!["10.96.0.0/12".parse().unwrap()],
-        names.clone(),
+        16,
     ));
     let fip_in = || FipInMap::from_pin(&pins).unwrap().entries().unwrap();
 
@@ -135,14 +142,17 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     })
     .await;
     assert_eq!(got, [(ip("203.0.113.10"), (vni, ip("10.0.0.5")))]);
-    let internal: HashSet<_> = InternalMap::from_pin(&pins)
-        .unwrap()
-        .entries()
-        .unwrap()
-        .into_iter()
-        .collect();
-    assert!(internal.contains(&(0, ip("10.96.0.0"), 12)), "{internal:?}");
-    assert!(internal.contains(&(vni, ip("10.0.0.0"), 24)), "{internal:?}");
+    let want = HashSet::from([(0, ip("10.96.0.0"), 12), (vni, ip("10.0.0.0"), 24)]);
+    eventually("the internal ranges written", || {
+        let got: HashSet<_> = InternalMap::from_pin(&pins)
+            .unwrap()
+            .entries()
+            .unwrap()
+            .into_iter()
+            .collect();
+        got.is_superset(&want).then_some(())
+    })
+    .await;
     assert_eq!(names.get(vni), ("default".to_string(), "blue".to_string()));
 
     // The winner goes: the loser takes the target over.
@@ -180,5 +190,6 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     })
     .await;
     task.abort();
+    egress.abort();
     drop(dp);
 }

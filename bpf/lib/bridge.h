@@ -10,8 +10,8 @@
  *
  * Flows: TCP, UDP and ICMP echo over IPv4 and IPv6 (the IPv6 rewrites are in
  * lib/bridge6.h; a flow is of one family). IPv4 fragments (lib/frag.h) and the
- * ICMP errors about IPv4 flows (lib/icmp_err.h) are translated; IPv6 fragments
- * and ICMPv6 errors are not (see docs/datapath.md).
+ * ICMP and ICMPv6 errors about bridged flows (lib/icmp_err.h) are translated;
+ * IPv6 fragments are not (see docs/datapath.md).
  */
 #pragma once
 
@@ -68,10 +68,10 @@ static __always_inline int sdn_bridge_alloc(struct sdn_ct_rev_key *rk,
 	return DROP_CT_FULL;
 }
 
-/* sdn_to_pod: fabric client -> VPC pod. On success p->dst is the VPC IP. */
-static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
-					      struct sdn_pkt *p,
-					      const struct sdn_bridge *b)
+/* sdn_bridge_forward for a packet of a flow (not an ICMP error). */
+static __sdn_noinline int sdn_bridge_forward_flow(struct __sk_buff *skb,
+						   struct sdn_pkt *p,
+						   const struct sdn_bridge *b)
 {
 	struct sdn_ct_fwd_key fk = {};
 	struct sdn_ct_rev_key rk = {};
@@ -83,11 +83,6 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 	__be32 gw = CONFIG(gw_ipv4);
 	int ret;
 
-	/* One family per flow: no NAT46. */
-	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip))
-		return DROP_UNSUPPORTED;
-	if (sdn_icmp4_is_error(p))
-		return sdn_icmp_err_forward(skb, p, b);
 	if (p->frag == SDN_FRAG_LATER)
 		return sdn_frag_follow(skb, p, b->net);
 	sdn_frag_key(&frk, p, b->net);
@@ -151,12 +146,9 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 	return 0;
 }
 
-/* sdn_from_pod: the VPC pod's reply to the gateway -> back to the fabric
- * client. On success p's addresses and ports are those of the rewritten packet:
- * the fabric IP and the client.
- */
-static __sdn_noinline int sdn_bridge_reverse(struct __sk_buff *skb,
-					      struct sdn_pkt *p, __u32 net)
+/* sdn_bridge_reverse for a packet of a flow (not an ICMP error). */
+static __sdn_noinline int sdn_bridge_reverse_flow(struct __sk_buff *skb,
+						   struct sdn_pkt *p, __u32 net)
 {
 	struct sdn_ct_rev_key rk = {};
 	struct sdn_frag_key frk = {};
@@ -164,8 +156,6 @@ static __sdn_noinline int sdn_bridge_reverse(struct __sk_buff *skb,
 	__be16 gw_port, pod_port;
 	int ret;
 
-	if (sdn_icmp4_is_error(p))
-		return sdn_icmp_err_reverse(skb, p, net);
 	if (p->frag == SDN_FRAG_LATER)
 		return sdn_frag_follow(skb, p, net);
 	sdn_frag_key(&frk, p, net);
@@ -201,4 +191,34 @@ static __sdn_noinline int sdn_bridge_reverse(struct __sk_buff *skb,
 	if (p->frag)
 		sdn_frag_note(&frk, p);
 	return 0;
+}
+
+/*
+ * The two entry points. Flows and ICMP errors about them take sibling
+ * subprograms, so only the larger of the two frames adds to the program's.
+ *
+ * sdn_to_pod: fabric client -> VPC pod. On success p->dst is the VPC IP.
+ */
+static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
+					      struct sdn_pkt *p,
+					      const struct sdn_bridge *b)
+{
+	/* One family per flow: no NAT46. */
+	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip))
+		return DROP_UNSUPPORTED;
+	if (sdn_icmp_is_error(p))
+		return sdn_icmp_err_forward(skb, p, b);
+	return sdn_bridge_forward_flow(skb, p, b);
+}
+
+/* sdn_from_pod: the VPC pod's reply to the gateway -> back to the fabric
+ * client. On success p's addresses and ports are those of the rewritten packet:
+ * the fabric IP and the client.
+ */
+static __always_inline int sdn_bridge_reverse(struct __sk_buff *skb,
+					      struct sdn_pkt *p, __u32 net)
+{
+	if (sdn_icmp_is_error(p))
+		return sdn_icmp_err_reverse(skb, p, net);
+	return sdn_bridge_reverse_flow(skb, p, net);
 }

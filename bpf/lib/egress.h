@@ -25,6 +25,7 @@
 #include "common.h"
 #include "dnat.h"
 #include "endpoint.h"
+#include "internal.h"
 #include "overlay.h"
 #include "parse.h"
 #include "snat.h"
@@ -52,7 +53,7 @@ static __sdn_noinline int sdn_masq_from_pod(struct __sk_buff *skb,
 		nat = &c->node6;
 	else
 		return SDN_SNAT_PASS;
-	if (sdn_egress_v4_group(p) || sdn_snat_is_inside(0, &p->dst))
+	if (sdn_egress_v4_group(p) || sdn_is_internal(0, &p->dst))
 		return SDN_SNAT_PASS;
 	if (p->frag == SDN_FRAG_LATER) {
 		/* A datagram whose first fragment was not NATed goes as before. */
@@ -85,7 +86,7 @@ static __always_inline void sdn_masq_note_inbound(struct sdn_port *port,
 
 	if (!c || !(c->flags & SDN_SNAT_F_MASQ) || p->frag == SDN_FRAG_LATER)
 		return;
-	if (sdn_is_link_scoped6(p) || sdn_snat_is_inside(0, &p->src))
+	if (sdn_is_link_scoped6(p) || sdn_is_internal(0, &p->src))
 		return;
 	sdn_dnat_record(port, p);
 }
@@ -100,7 +101,7 @@ static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 	__u32 min;
 	int ret;
 
-	if (sdn_egress_v4_group(p) || sdn_snat_is_inside(net, &p->dst))
+	if (sdn_egress_v4_group(p) || sdn_is_internal(net, &p->dst))
 		return DROP_VPC_ISOLATION;
 	gw = bpf_map_lookup_elem(&sdn_snat_gws, &net);
 	if (p->family == 4 && gw && (gw->flags & SDN_SNAT_GW_F_HAVE4))
@@ -144,7 +145,8 @@ static __always_inline int sdn_snat_deliver(struct __sk_buff *skb,
 	__u32 net = 0;
 	int ret;
 
-	ret = sdn_snat_in(skb, p, r, &net);
+	ret = r->is_err ? sdn_snat_err_in(skb, p, r, &net) :
+			  sdn_snat_in(skb, p, r, &net);
 	if (ret)
 		return ret;
 	ep = sdn_endpoint_lookup(net, &p->dst);

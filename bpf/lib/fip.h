@@ -33,75 +33,6 @@
 #include "ns_out.h"
 #include "parse.h"
 
-#define SDN_ICMP6_DEST_UNREACH	1
-#define SDN_ICMP6_PKT_TOOBIG	2
-#define SDN_ICMP6_TIME_EXCEED	3
-#define SDN_ICMP6_PARAMPROB	4
-
-static __always_inline int sdn_icmp6_is_error(const struct sdn_pkt *p)
-{
-	return p->family == 6 && p->proto == IPPROTO_ICMPV6 &&
-	       p->icmp_type >= SDN_ICMP6_DEST_UNREACH &&
-	       p->icmp_type <= SDN_ICMP6_PARAMPROB;
-}
-
-/* The quoted source (is_src) or destination of the ICMPv6 error p, which must
- * be `from`, becomes `to`. The quote follows the 8-byte ICMPv6 header; its L4
- * checksum (when quoted) covers its addresses through the pseudo-header, and
- * the outer ICMPv6 checksum covers every byte changed in the quote.
- */
-static __always_inline int sdn_icmp6_quote_addr(struct __sk_buff *skb,
-						const struct sdn_pkt *p,
-						int is_src,
-						const struct sdn_addr *from,
-						const struct sdn_addr *to)
-{
-	int ip_off = p->l4_off + SDN_ICMP_HLEN;
-	int outer_csum = p->l4_off + 2;
-	int l4_off = ip_off + 40;
-	int csum_off = 0;
-	struct sdn_addr q, f = *from, t = *to;
-	struct ipv6hdr ip6;
-	__u16 c, n;
-	__u32 diff;
-
-	if (bpf_skb_load_bytes(skb, ip_off, &ip6, sizeof(ip6)) < 0)
-		return DROP_INVALID;
-	__builtin_memcpy(q.b, is_src ? (void *)&ip6.saddr : (void *)&ip6.daddr, 16);
-	if (!sdn_addr_eq(&q, &f))
-		return DROP_INVALID;
-	switch (ip6.nexthdr) {
-	case IPPROTO_TCP:
-		if (skb->len >= l4_off + 18)
-			csum_off = l4_off + 16;
-		break;
-	case IPPROTO_UDP:
-		csum_off = l4_off + 6;
-		break;
-	case IPPROTO_ICMPV6:
-		csum_off = l4_off + 2;
-		break;
-	}
-	diff = (__u32)bpf_csum_diff(f.w, sizeof(f), t.w, sizeof(t), 0);
-	if (csum_off) {
-		if (bpf_skb_load_bytes(skb, csum_off, &c, sizeof(c)) < 0)
-			return DROP_INVALID;
-		/* A UDP datagram without a checksum keeps none. */
-		if (!(ip6.nexthdr == IPPROTO_UDP && !c)) {
-			n = sdn_csum_fold((__u16)~c + (diff & 0xffff) + (diff >> 16));
-			if (ip6.nexthdr == IPPROTO_UDP && !n)
-				n = 0xffff;
-			if (bpf_l4_csum_replace(skb, outer_csum, c, n, sizeof(n)) < 0 ||
-			    bpf_skb_store_bytes(skb, csum_off, &n, sizeof(n), 0) < 0)
-				return DROP_REWRITE;
-		}
-	}
-	if (bpf_l4_csum_replace(skb, outer_csum, 0, diff, 0) < 0 ||
-	    bpf_skb_store_bytes(skb, ip_off + (is_src ? 8 : 24), t.b, 16, 0) < 0)
-		return DROP_REWRITE;
-	return 0;
-}
-
 /* One address of p, from -> to, with the checksums that cover it. A later
  * IPv4 fragment (no L4 header) and IPv4 protocols without a pseudo-header
  * checksum only need the IP header's.
@@ -130,7 +61,7 @@ static __always_inline int sdn_fip_addr(struct __sk_buff *skb,
 	return 0;
 }
 
-/* The quote of an ICMP error crossing the door: its address `from` (the
+/* The quote of an ICMP(v6) error crossing the door: its address `from` (the
  * quoted source when is_src) becomes `to`. Not an error: nothing to do.
  */
 static __always_inline int sdn_fip_quote(struct __sk_buff *skb,
@@ -141,16 +72,14 @@ static __always_inline int sdn_fip_quote(struct __sk_buff *skb,
 	struct sdn_icmp_quote q = {};
 	int ret;
 
-	if (sdn_icmp6_is_error(p))
-		return sdn_icmp6_quote_addr(skb, p, is_src, from, to);
-	if (!sdn_icmp4_is_error(p))
+	if (!sdn_icmp_is_error(p))
 		return 0;
-	ret = sdn_icmp4_quote(skb, p, &q);
+	ret = sdn_icmp_quote(skb, p, &q);
 	if (ret)
 		return ret;
-	if ((is_src ? q.src : q.dst) != from->w[3])
+	if (!sdn_addr_eq(is_src ? &q.src : &q.dst, from))
 		return DROP_INVALID;
-	return sdn_icmp_quote_addr(skb, p, &q, is_src, to->w[3]) ? DROP_REWRITE : 0;
+	return sdn_icmp_quote_addr(skb, p, &q, is_src, to) ? DROP_REWRITE : 0;
 }
 
 static __always_inline int sdn_fip_from_uplink(struct __sk_buff *skb,
@@ -197,7 +126,7 @@ static __always_inline int sdn_fip_from_pod(struct __sk_buff *skb,
 		return 0;
 	pub = fp->addr;
 	if ((p->family == 4) != sdn_addr_is_v4(&pub) ||
-	    sdn_ns_internal(net, &p->dst))
+	    sdn_is_internal(net, &p->dst))
 		return 0;
 	/* The pod's error is about a packet it got through the door: to it. */
 	ret = sdn_fip_quote(skb, p, 0, &vpc, &pub);

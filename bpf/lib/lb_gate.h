@@ -121,7 +121,7 @@ static __always_inline int sdn_lbg_from_pod(struct __sk_buff *skb,
 		return 0;
 	front = *fe;
 	if ((p->family == 4) != sdn_addr_is_v4(&front.addr) ||
-	    sdn_ns_internal(net, &p->dst))
+	    sdn_is_internal(net, &p->dst))
 		return 0;
 	ret = sdn_fip_addr(skb, p, 1, &p->src, &front.addr);
 	if (ret)

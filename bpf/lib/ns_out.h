@@ -3,10 +3,9 @@
  * The two questions every north-south door of a VPC asks on the way out
  * (Floating IPs, LoadBalancer replies; the gateway NAT alike):
  *
- *   sdn_ns_internal(net, dst)  is dst inside the cluster (sdn_internal at net
- *                              0) or in the VPC's own ranges (at net)? Such a
- *                              destination is never NATed out: it stays
- *                              isolated.
+ *   sdn_is_internal(net, dst)  is dst inside the cluster or in the VPC's own
+ *                              ranges (lib/internal.h)? Such a destination is
+ *                              never NATed out: it stays isolated.
  *   sdn_ns_redirect_out(skb, p) the rewritten packet leaves by the node's
  *                              route to its destination: bpf_fib_lookup
  *                              (input lookup from the pod's veth, so the
@@ -22,20 +21,11 @@
 #pragma once
 
 #include "common.h"
+#include "internal.h"
 #include "parse.h"
 
 #define SDN_AF_INET	2
 #define SDN_AF_INET6	10
-
-static __always_inline int sdn_ns_internal(__u32 net, const struct sdn_addr *dst)
-{
-	struct sdn_xnet_key k = { .prefixlen = 32 + 128, .net = 0, .ip = *dst };
-
-	if (bpf_map_lookup_elem(&sdn_internal, &k))
-		return 1;
-	k.net = net;
-	return bpf_map_lookup_elem(&sdn_internal, &k) != NULL;
-}
 
 /* Returns TC_ACT_REDIRECT, or DROP_NS_NO_ROUTE. p holds the addresses the
  * packet now carries.

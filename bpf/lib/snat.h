@@ -19,10 +19,11 @@
  * half is removed with it, so the old flow cannot keep using the port). A new
  * flow that finds no port is dropped and counted (DROP_SNAT_FULL).
  *
- * TCP and UDP by port, ICMP and ICMPv6 echo by identifier. IPv4 ICMP errors
- * about a NATed flow (fragmentation needed, time exceeded, unreachable) are
- * translated back, their quote included (lib/icmp_err.h); ICMPv6 errors are
- * not yet. IPv4 fragments follow their first fragment (lib/frag.h).
+ * TCP and UDP by port, ICMP and ICMPv6 echo by identifier. ICMP and ICMPv6
+ * errors about a NATed flow (fragmentation needed / packet too big, time
+ * exceeded, unreachable, parameter problem) are translated back to the pod,
+ * their quote included (lib/icmp_err.h). IPv4 fragments follow their first
+ * fragment (lib/frag.h).
  */
 #pragma once
 
@@ -63,24 +64,6 @@ static __always_inline struct sdn_snat_conf *sdn_snat_conf_get(void)
 static __always_inline __u32 sdn_snat_now(void)
 {
 	return bpf_ktime_get_ns() >> 30;
-}
-
-/* Whether dst is cluster-internal, or (net != 0) inside net's own ranges. */
-static __always_inline int sdn_snat_is_inside(__u32 net,
-					      const struct sdn_addr *dst)
-{
-	struct sdn_xnet_key k = {
-		.prefixlen = 32 + 128,
-		.net = 0,
-		.ip = *dst,
-	};
-
-	if (bpf_map_lookup_elem(&sdn_snat_inside, &k))
-		return 1;
-	if (!net)
-		return 0;
-	k.net = net;
-	return bpf_map_lookup_elem(&sdn_snat_inside, &k) != NULL;
 }
 
 /* The flow's ports as it leaves the pod; DROP_SNAT_UNSUPPORTED if the engine
@@ -290,9 +273,32 @@ static __sdn_noinline int sdn_snat_send(struct __sk_buff *skb,
 /* A reply arriving at a NAT address, as the engine keys it. */
 struct sdn_snat_reply {
 	struct sdn_snat_rkey rk;
-	struct sdn_icmp_quote q;	/* an ICMP error's quote */
-	__u8 is_err;
+	__u8 is_err;		/* an ICMP(v6) error, keyed by its quote */
 };
+
+/* r for the ICMP(v6) error p, keyed by its quote: the packet that left
+ * through the NAT address p->dst (an echo request, if ICMP). The error paths
+ * are subprograms that read the quote into their own frames (sdn_snat_err_in
+ * reads it again): the uplink and overlay programs' frames are near the
+ * limit already.
+ */
+static __sdn_noinline int sdn_snat_err_key(struct __sk_buff *skb,
+					    const struct sdn_pkt *p,
+					    struct sdn_snat_reply *r)
+{
+	struct sdn_icmp_quote q = {};
+
+	if (sdn_icmp_quote(skb, p, &q))
+		return -1;
+	if (!sdn_addr_eq(&q.src, &p->dst) || sdn_icmp_quote_not_echo(&q, 0))
+		return -1;
+	r->rk.proto = q.proto;
+	r->rk.peer = q.dst;
+	r->rk.nat_port = q.sport;
+	r->rk.peer_port = sdn_icmp_quote_is_icmp(&q) ? 0 : q.dport;
+	r->is_err = 1;
+	return 0;
+}
 
 /* Fills r for p (to the NAT address p->dst); -1 if p cannot be the reply
  * of a NATed flow (or an error about one).
@@ -303,21 +309,8 @@ static __always_inline int sdn_snat_reply_key(struct __sk_buff *skb,
 {
 	r->rk.nat = p->dst;
 	r->rk.proto = p->proto;
-	if (sdn_icmp4_is_error(p)) {
-		if (sdn_icmp4_quote(skb, p, &r->q))
-			return -1;
-		/* The quoted packet left through this NAT address. */
-		if (r->q.src != p->dst.w[3])
-			return -1;
-		if (r->q.proto == IPPROTO_ICMP && r->q.icmp_type != ICMP_ECHO)
-			return -1;
-		r->rk.proto = r->q.proto;
-		sdn_addr_from_v4(&r->rk.peer, r->q.dst);
-		r->rk.nat_port = r->q.sport;
-		r->rk.peer_port = r->q.proto == IPPROTO_ICMP ? 0 : r->q.dport;
-		r->is_err = 1;
-		return 0;
-	}
+	if (sdn_icmp_is_error(p))
+		return sdn_snat_err_key(skb, p, r);
 	if (p->frag == SDN_FRAG_LATER)
 		return -1;
 	r->rk.peer = p->src;
@@ -343,10 +336,22 @@ static __always_inline int sdn_snat_reply_key(struct __sk_buff *skb,
 	return 0;
 }
 
+/* The pod's side of the flow r->rk names, marked as seen now; NULL if none. */
+static __always_inline struct sdn_snat_rev *
+sdn_snat_rev_touch(const struct sdn_snat_reply *r)
+{
+	struct sdn_snat_rev *cur = bpf_map_lookup_elem(&sdn_snat_rev, &r->rk);
+	__u32 now = sdn_snat_now();
+
+	if (cur && cur->seen != now)
+		cur->seen = now;
+	return cur;
+}
+
 /*
- * Un-NATs the reply r on the node that owns its flow: the destination (and
- * for an ICMP error the quoted source) becomes the pod's. On success p->dst
- * is the pod and *net its net. Returns 0 or DROP_SNAT_NO_CT / DROP_REWRITE.
+ * Un-NATs the reply r (not an error) on the node that owns its flow: the
+ * destination becomes the pod's. On success p->dst is the pod and *net its
+ * net. Returns 0 or DROP_SNAT_NO_CT / DROP_REWRITE.
  */
 static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 				       struct sdn_pkt *p,
@@ -355,25 +360,12 @@ static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 	struct sdn_frag_key frk = {};
 	struct sdn_snat_rev *cur;
 	struct sdn_snat_rev rv;
-	__u32 now = sdn_snat_now();
 
-	cur = bpf_map_lookup_elem(&sdn_snat_rev, &r->rk);
+	cur = sdn_snat_rev_touch(r);
 	if (!cur)
 		return DROP_SNAT_NO_CT;
-	if (cur->seen != now)
-		cur->seen = now;
 	rv = *cur;
 	*net = rv.net;
-	if (r->is_err) {
-		if (!sdn_addr_is_v4(&rv.pod))
-			return DROP_SNAT_NO_CT;
-		if (sdn_icmp_quote_addr(skb, p, &r->q, 1, rv.pod.w[3]) ||
-		    sdn_icmp_quote_port(skb, p, &r->q, 1, rv.pod_port) ||
-		    sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv.pod.w[3]))
-			return DROP_REWRITE;
-		p->dst = rv.pod;
-		return 0;
-	}
 	sdn_frag_key(&frk, p, rv.net);
 	if (p->family == 4) {
 		if (sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv.pod.w[3]) ||
@@ -389,5 +381,34 @@ static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 		p->sport = rv.pod_port;
 	if (p->frag)
 		sdn_frag_note(&frk, p);
+	return 0;
+}
+
+/*
+ * sdn_snat_in for the ICMP(v6) error r (sdn_snat_err_key): the destination
+ * and, in the quote, the source address and port (echo id) become the pod's,
+ * so the quote is the packet the pod sent.
+ */
+static __sdn_noinline int sdn_snat_err_in(struct __sk_buff *skb,
+					   struct sdn_pkt *p,
+					   struct sdn_snat_reply *r, __u32 *net)
+{
+	struct sdn_icmp_quote q = {};
+	struct sdn_snat_rev *cur;
+	struct sdn_snat_rev rv;
+
+	cur = sdn_snat_rev_touch(r);
+	if (!cur)
+		return DROP_SNAT_NO_CT;
+	rv = *cur;
+	*net = rv.net;
+	if (sdn_addr_is_v4(&rv.pod) != (p->family == 4) ||
+	    sdn_icmp_quote(skb, p, &q))
+		return DROP_SNAT_NO_CT;
+	if (sdn_icmp_quote_addr(skb, p, &q, 1, &rv.pod) ||
+	    sdn_icmp_quote_port(skb, p, &q, 1, rv.pod_port) ||
+	    sdn_icmp_outer_addr(skb, p, 0, &p->dst, &rv.pod))
+		return DROP_REWRITE;
+	p->dst = rv.pod;
 	return 0;
 }

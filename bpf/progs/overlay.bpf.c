@@ -8,6 +8,7 @@
 #include "../lib/lb.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
+#include "../lib/policy.h"
 
 /* Reads the tunnel key and the outer source as an sdn_addr; < 0 without a key. */
 static __always_inline int get_tunnel_key(struct __sk_buff *skb,
@@ -94,6 +95,12 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		if (!ep)
 			return sdn_drop(skb, DROP_NO_ENDPOINT);
 	}
+	/* SecurityGroups, with the source's groups from the tunnel option
+	 * when the sender put them there (lib/policy.h).
+	 */
+	ret = sdn_sg_police(skb, &p, net, to, sdn_sg_tag_in(skb));
+	if (ret)
+		return sdn_drop(skb, ret);
 	ret = sdn_deliver_local(skb, to, ep);
 	return ret < 0 ? sdn_drop(skb, ret) : ret;
 }

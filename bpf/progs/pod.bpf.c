@@ -17,6 +17,7 @@
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
+#include "../lib/policy.h"
 #include "../lib/sever.h"
 #include "../lib/stats.h"
 
@@ -75,15 +76,20 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	if (ret)
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	ep = sdn_endpoint_lookup(to, &p->dst);
+	r = ep ? NULL : sdn_remote_lookup(to, &p->dst);
+	if (!ep && !r)
+		return sdn_drop(skb, DROP_NO_ENDPOINT);
+	ret = sdn_sg_police(skb, p, net, to, 0);
+	if (ret)
+		return sdn_drop(skb, ret);
 	if (ep) {
 		sdn_count_tx(skb, net);
 		ret = sdn_deliver_local(skb, to, ep);
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	}
-	r = sdn_remote_lookup(to, &p->dst);
-	if (!r)
-		return sdn_drop(skb, DROP_NO_ENDPOINT);
 	ret = sdn_encap(skb, net, r);
+	if (ret >= 0 && sdn_sg_tag(skb, net, &p->src))
+		ret = DROP_ENCAP;
 	if (ret < 0)
 		return sdn_drop(skb, ret);
 	sdn_count_tx(skb, net);
@@ -121,20 +127,28 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 		return sdn_drop(skb, ret);
 
 	ep = sdn_endpoint_lookup(net, &p->dst);
+	r = ep ? NULL : sdn_remote_lookup(net, &p->dst);
+	if (!ep && !r)
+		return from_pod_peer(skb, p, net);
+	/* SecurityGroups: at the delivery of a pod of this node, and where a
+	 * packet leaves for another node (whose delivery decides again), so
+	 * that this node's table sees both directions of its pods' flows.
+	 */
+	ret = sdn_sg_police(skb, p, net, net, 0);
+	if (ret)
+		return sdn_drop(skb, ret);
 	if (ep) {
 		sdn_count_tx(skb, net);
 		ret = sdn_deliver_local(skb, net, ep);
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	}
-	r = sdn_remote_lookup(net, &p->dst);
-	if (r) {
-		ret = sdn_encap(skb, net, r);
-		if (ret < 0)
-			return sdn_drop(skb, ret);
-		sdn_count_tx(skb, net);
-		return ret;
-	}
-	return from_pod_peer(skb, p, net);
+	ret = sdn_encap(skb, net, r);
+	if (ret >= 0 && sdn_sg_tag(skb, net, &p->src))
+		ret = DROP_ENCAP;
+	if (ret < 0)
+		return sdn_drop(skb, ret);
+	sdn_count_tx(skb, net);
+	return ret;
 }
 
 /*
@@ -198,6 +212,10 @@ int sdn_from_pod(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 
 	if (!net) {
+		/* NetworkPolicy, the source's egress side (lib/policy.h). */
+		ret = sdn_np_police(skb, &p);
+		if (ret)
+			return sdn_drop(skb, ret);
 		sdn_count_tx(skb, 0);
 		return from_pod_net0(skb, &p, flags);
 	}
@@ -227,17 +245,51 @@ static __always_inline int to_pod_deliver(struct __sk_buff *skb,
 }
 
 /*
+ * sdn_to_pod for a VPC port: host traffic enters only through the fabric
+ * bridge. A subprogram because the bridge's keys and rewrites take about 330
+ * bytes of stack, which must not sit under the NetworkPolicy check's frame on
+ * the net-0 branch (lib/policy.h).
+ */
+static __sdn_noinline int to_pod_vpc(struct __sk_buff *skb,
+				     struct sdn_port *port, struct sdn_pkt *p,
+				     __u32 net)
+{
+	struct sdn_bridge *b;
+	int ret;
+
+	/* The host's own link-scoped IPv6 (its MLD reports on every veth, its
+	 * neighbour discovery) is no way into the VPC: it cannot be routed on.
+	 */
+	if (sdn_is_ndp(p) || sdn_is_link_scoped6(p))
+		return TC_ACT_OK;
+
+	b = bpf_map_lookup_elem(&sdn_bridges, &p->dst);
+	if (!b || b->net != net)
+		return sdn_drop(skb, DROP_VPC_ISOLATION);
+	ret = sdn_dns_restore(skb, p, b);
+	if (ret)
+		return ret < 0 ? sdn_drop(skb, ret) : to_pod_deliver(skb, p, net);
+	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
+	sdn_dnat_note(skb, port, p);
+	sdn_masq_note_inbound(port, p);
+	ret = sdn_bridge_forward(skb, p, b);
+	if (ret)
+		return sdn_drop(skb, ret);
+	return to_pod_deliver(skb, p, net);
+}
+
+/*
  * Attached at tc egress of the host side of a pod's veth: it sees every packet
  * about to enter the pod through the host end, i.e. routed by the host stack
  * (net 0, and the fabric bridge; VPC pod-to-pod traffic is delivered into the
  * pod's netns by sdn_deliver_local and never passes here). Host traffic may
- * only enter a VPC pod through the fabric bridge. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
+ * only enter a VPC pod through the fabric bridge; net-0 traffic passes the
+ * destination's NetworkPolicy. Returns TC_ACT_OK or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
 int sdn_to_pod(struct __sk_buff *skb)
 {
 	__u32 ifindex = skb->ifindex;
-	struct sdn_bridge *b;
 	struct sdn_port *port;
 	struct sdn_pkt p;
 	__u32 net;
@@ -256,32 +308,19 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!p.family)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
+	if (net)
+		return to_pod_vpc(skb, port, &p, net);
 
-	if (!net) {
-		sdn_dnat_note(skb, port, &p);
-		sdn_masq_note_inbound(port, &p);
-		sdn_count_rx(skb, 0);
-		return TC_ACT_OK;
-	}
-	/* The host's own link-scoped IPv6 (its MLD reports on every veth, its
-	 * neighbour discovery) is no way into the VPC: it cannot be routed on.
+	/* NetworkPolicy at the delivery: every net-0 packet into a pod, from
+	 * this node's pods too, is routed here by the host.
 	 */
-	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
-		return TC_ACT_OK;
-
-	b = bpf_map_lookup_elem(&sdn_bridges, &p.dst);
-	if (!b || b->net != net)
-		return sdn_drop(skb, DROP_VPC_ISOLATION);
-	ret = sdn_dns_restore(skb, &p, b);
-	if (ret)
-		return ret < 0 ? sdn_drop(skb, ret) : to_pod_deliver(skb, &p, net);
-	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
-	sdn_dnat_note(skb, port, &p);
-	sdn_masq_note_inbound(port, &p);
-	ret = sdn_bridge_forward(skb, &p, b);
+	ret = sdn_np_police(skb, &p);
 	if (ret)
 		return sdn_drop(skb, ret);
-	return to_pod_deliver(skb, &p, net);
+	sdn_dnat_note(skb, port, &p);
+	sdn_masq_note_inbound(port, &p);
+	sdn_count_rx(skb, 0);
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -484,7 +484,8 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `struct sdn_dns_cfg`, the one entry of `sdn_dns_cfg`: where DNS steering sends queries.
+    /// `struct sdn_dns_cfg`, an entry of `sdn_dns_cfg` (one per family): where DNS steering
+    /// sends that family's queries.
     pub struct DnsCfg = "sdn_dns_cfg" {
         /// The resolver's address.
         pub node: Addr,
@@ -492,14 +493,6 @@ abi_struct! {
         pub port: u16,
         /// Explicit padding, 0.
         pub pad: [u8; 2],
-    }
-}
-
-abi_struct! {
-    /// `struct sdn_dns_dst`, value of `sdn_dns_dsts` (key: a [`BlockKey`] prefix).
-    pub struct DnsDst = "sdn_dns_dst" {
-        /// Reserved, 0.
-        pub flags: u32,
     }
 }
 
@@ -574,7 +567,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     LbAff::LAYOUT,
     LbWork::LAYOUT,
     SnatConf::LAYOUT,
-    SnatInside::LAYOUT,
+    Internal::LAYOUT,
     SnatAddr::LAYOUT,
     SnatGw::LAYOUT,
     SnatKey::LAYOUT,
@@ -583,7 +576,6 @@ pub const LAYOUTS: &[StructLayout] = &[
     SnatRev::LAYOUT,
     SnatWork::LAYOUT,
     DnsCfg::LAYOUT,
-    DnsDst::LAYOUT,
     DnsPod::LAYOUT,
     DnsCtKey::LAYOUT,
     DnsCt::LAYOUT,
@@ -665,8 +657,9 @@ impl SnatConf {
 }
 
 abi_struct! {
-    /// `struct sdn_snat_inside`, value of `sdn_snat_inside` (key: [`XnetKey`]).
-    pub struct SnatInside = "sdn_snat_inside" {
+    /// `struct sdn_internal`, value of `sdn_internal` (key: [`XnetKey`]): a cluster-internal
+    /// range (net 0) or a VPC's own (net N).
+    pub struct Internal = "sdn_internal" {
         /// Reserved, 0.
         pub flags: u32,
     }

@@ -30,6 +30,9 @@ pub struct DatapathConfig {
     /// skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 =
     /// none.
     pub dnat_mark: u32,
+    /// How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not
+    /// carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option.
+    pub tunnel_groups: u32,
 }
 
 impl Default for DatapathConfig {
@@ -42,6 +45,7 @@ impl Default for DatapathConfig {
             gw_mac: [0x02, 0xcf, 0x00, 0x00, 0x00, 0x01],
             tunnel_mac: [0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf],
             dnat_mark: 0x0010_0000,
+            tunnel_groups: 0,
         }
     }
 }
@@ -55,17 +59,19 @@ pub struct ConfigValues {
     gw_mac: Mac,
     tunnel_mac: Mac,
     dnat_mark: u32,
+    tunnel_groups: u32,
 }
 
 /// Every knob's name (without [`GLOBAL_PREFIX`]) and the size of its C global, which
 /// aya compares with the value it patches in.
-pub const GLOBALS: [(&str, usize); 6] = [
+pub const GLOBALS: [(&str, usize); 7] = [
     ("tunnel_ifindex", size_of::<u32>()),
     ("net0_vni", size_of::<u32>()),
     ("gw_ipv4", size_of::<[u8; 4]>()),
     ("gw_mac", size_of::<Mac>()),
     ("tunnel_mac", size_of::<Mac>()),
     ("dnat_mark", size_of::<u32>()),
+    ("tunnel_groups", size_of::<u32>()),
 ];
 
 impl DatapathConfig {
@@ -81,6 +87,7 @@ impl DatapathConfig {
                 addr: self.tunnel_mac,
             },
             dnat_mark: self.dnat_mark,
+            tunnel_groups: self.tunnel_groups,
         }
     }
 }
@@ -94,7 +101,8 @@ impl ConfigValues {
             .override_global("__config_gw_ipv4", &self.gw_ipv4, true)
             .override_global("__config_gw_mac", &self.gw_mac, true)
             .override_global("__config_tunnel_mac", &self.tunnel_mac, true)
-            .override_global("__config_dnat_mark", &self.dnat_mark, true);
+            .override_global("__config_dnat_mark", &self.dnat_mark, true)
+            .override_global("__config_tunnel_groups", &self.tunnel_groups, true);
     }
 }
 

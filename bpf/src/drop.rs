@@ -73,6 +73,17 @@ pub enum DropReason {
     DnsNoCt = -36,
     /// `DROP_VIP_NO_BACKEND`: a new flow to a ServiceVIP port that has no backend.
     VipNoBackend = -38,
+    /// `DROP_POL_NP`: NetworkPolicy admits the flow in neither the source's egress nor the
+    /// destination's ingress (one of them refuses it).
+    PolNp = -45,
+    /// `DROP_POL_SG`: SecurityGroups: no rule of either end's groups admits the flow.
+    PolSg = -46,
+    /// `DROP_POL_CT_INVALID`: a policed flow's packet without a live connection entry that
+    /// cannot open one (TCP without a lone SYN, an ICMP error of no known flow).
+    PolCtInvalid = -47,
+    /// `DROP_POL_REVOKED`: an established flow re-checked after a policy generation change,
+    /// and no longer admitted.
+    PolRevoked = -48,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -114,6 +125,10 @@ impl DropReason {
         Self::DnsCtFull,
         Self::DnsNoCt,
         Self::VipNoBackend,
+        Self::PolNp,
+        Self::PolSg,
+        Self::PolCtInvalid,
+        Self::PolRevoked,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -152,6 +167,10 @@ impl DropReason {
             Self::DnsCtFull => "DROP_DNS_CT_FULL",
             Self::DnsNoCt => "DROP_DNS_NO_CT",
             Self::VipNoBackend => "DROP_VIP_NO_BACKEND",
+            Self::PolNp => "DROP_POL_NP",
+            Self::PolSg => "DROP_POL_SG",
+            Self::PolCtInvalid => "DROP_POL_CT_INVALID",
+            Self::PolRevoked => "DROP_POL_REVOKED",
         }
     }
 

@@ -74,6 +74,14 @@ fn generated_asserts() -> String {
     .unwrap();
     writeln!(
         c,
+        "_Static_assert(SDN_DNS_CFG_V4 == {} && SDN_DNS_CFG_V6 == {} && SDN_DNS_CFG_MAX == {}, \"dns\");",
+        maps::dns_cfg::V4,
+        maps::dns_cfg::V6,
+        maps::dns_cfg::MAX,
+    )
+    .unwrap();
+    writeln!(
+        c,
         "_Static_assert(SDN_PORT_F_DNAT == {}, \"SDN_PORT_F_DNAT\");",
         cozyplane_bpf::abi::Port::F_DNAT
     )
@@ -145,9 +153,7 @@ fn every_c_map_has_a_rust_wrapper() {
     let mut feature: Vec<String> = std::fs::read_dir(bpf_dir().join("include/sdn"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        // The policy maps are defined but not yet in the objects (maps::POLICY, checked by
-        // tests/policy_abi.rs): nothing enforces policy in the datapath yet.
-        .filter(|n| n.ends_with("_maps.h") && n != "policy_maps.h")
+        .filter(|n| n.ends_with("_maps.h"))
         .collect();
     feature.sort_unstable();
     for inc in &feature {

@@ -5,6 +5,7 @@
 //! port with a temporary data directory (or a private etcd), and writes an admin kubeconfig.
 //! Tests in `tests/` drive it with [`TestServer::kubectl`] and [`TestServer::client`].
 
+pub mod delegated;
 pub mod inproc;
 pub mod objects;
 pub mod realkube;

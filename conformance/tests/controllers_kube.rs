@@ -1,8 +1,8 @@
 //! The control loops that read the kube-apiserver (issue 5): Port GC through Nodes and
 //! SecurityGroup membership through Pods. The server runs in delegated mode against the kube
-//! stand-in (`start_cozyplane_as`), which also proxies `sdn.cozystack.io` to it. Its
-//! `--kubeconfig` is a ServiceAccount token bound to the chart's `cozyplane-apiserver`
-//! ClusterRole, built from the RBAC table (issue 15): the loops must work with exactly that.
+//! stand-in, which also proxies `sdn.cozystack.io` to it. Its `--kubeconfig` is a ServiceAccount
+//! token bound to the chart's `cozyplane-apiserver` ClusterRole, built from the RBAC table
+//! (issue 15): the loops must work with exactly that (`cozyplane_conformance::delegated`).
 //! Every wait on an object is a watch (`kube::runtime::wait::await_condition`); the deadline
 //! only turns a hang into a failure.
 
@@ -13,48 +13,18 @@ use cozyplane_apis::v1alpha1::{
     LocalVPCRef, Port, PortSpec, SecurityGroup, SecurityGroupSpec, VPC, VPCRef, VPCSpec,
 };
 use cozyplane_apiserver::alloc::scan::scan;
+use cozyplane_conformance::delegated::Delegated;
 use cozyplane_conformance::objects::{WAIT, wait_for, wait_gone};
-use cozyplane_conformance::standin::{Cozyplane, Options, StandIn, Token};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use cozyplane_conformance::standin::{Cozyplane, Options, StandIn};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::Condition;
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// The chart's ServiceAccount, as the stand-in names its token's user.
-const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
-const SA_TOKEN: &str = "cozyplane-apiserver-token";
 /// The informers the server runs with a kube connection (`/readyz` checks `informer-<name>`;
 /// `configmaps` is cozyplane-authz's watch of `extension-apiserver-authentication`).
 const INFORMERS: [&str; 5] = ["configmaps", "namespaces", "nodes", "pods", "resourcequotas"];
-
-/// Binds the server's token to the chart's `cozyplane-apiserver` ClusterRole (as rendered from
-/// the RBAC table, with `apiService.managedBy: server`), minus the rules on `without`.
-async fn grant(s: &StandIn, without: &[&str]) {
-    let rules: Vec<Value> = cozyplane_apiserver::rbac::server_role_rules()
-        .into_iter()
-        .filter(|r| !without.iter().any(|w| r["resources"][0] == *w))
-        .collect();
-    s.create(
-        "clusterroles",
-        None,
-        json!({ "metadata": { "name": "cozyplane-apiserver" }, "rules": rules }),
-    )
-    .await
-    .unwrap();
-    s.create(
-        "clusterrolebindings",
-        None,
-        json!({
-            "metadata": { "name": "cozyplane-apiserver" },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cozyplane-apiserver" },
-            "subjects": [{ "kind": "ServiceAccount", "name": "cozyplane-apiserver", "namespace": "cozy-system" }],
-        }),
-    )
-    .await
-    .unwrap();
-}
 
 /// Polls `/readyz?verbose` of our server until `pred` holds (readiness has no watch; the
 /// deadline turns a hang into a failure).
@@ -89,34 +59,9 @@ async fn setup(extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
 }
 
 async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane, kube::Client) {
-    let s = StandIn::start(Options {
-        tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
-        ..Default::default()
-    })
-    .await;
-    grant(&s, without).await;
-    let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
-    let cozy = s.start_cozyplane_as(&s.token_kubeconfig(SA_TOKEN), extra).await;
-    let apis: Api<APIService> = Api::all(client.clone());
-    wait_for(
-        &apis,
-        "v1alpha1.sdn.cozystack.io",
-        "Available",
-        |o: Option<&APIService>| {
-            o.and_then(|a| a.status.as_ref())
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
-        },
-    )
-    .await;
-    let nss: Api<Namespace> = Api::all(client.clone());
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some("t1".into());
-    nss.create(&PostParams::default(), &ns).await.unwrap();
+    let d = Delegated::start(Options::default(), without, extra).await;
+    d.namespace("t1").await;
+    let client = d.client.clone();
     let vpcs: Api<VPC> = Api::namespaced(client.clone(), "t1");
     let mut v = VPC::new(
         "v1",
@@ -127,7 +72,7 @@ async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane,
     );
     v.metadata.namespace = Some("t1".into());
     vpcs.create(&PostParams::default(), &v).await.unwrap();
-    (s, cozy, client)
+    (d.standin, d.cozy, client)
 }
 
 async fn node(client: &kube::Client, name: &str) -> Node {

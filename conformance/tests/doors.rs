@@ -7,26 +7,23 @@
 use std::collections::BTreeMap;
 
 use cozyplane_apis::v1alpha1::{FloatingIP, Port, PortSpec, VPC, VPCGateway, VPCRef};
+use cozyplane_conformance::delegated::Delegated;
 use cozyplane_conformance::objects::{WAIT, delete_and_release, wait_for};
-use cozyplane_conformance::standin::{Cozyplane, Options, StandIn, Token};
+use cozyplane_conformance::standin::{Options, StandIn};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
 
-const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
-const SA_TOKEN: &str = "cozyplane-apiserver-token";
 const NS: &str = "t1";
 const POOL4: &str = "203.0.113.0/28";
 const POOL6: &str = "2001:db8:100::/124";
 
 struct Env {
-    _standin: StandIn,
-    _cozy: Cozyplane,
+    _d: Delegated,
     client: kube::Client,
 }
 
@@ -43,56 +40,11 @@ impl Env {
 /// The stand-in (as configured by `opts`) with the server behind it bound to the chart's role,
 /// namespace `t1` and VPCs `v1` (dual-stack) and `v4only`.
 async fn setup(opts: Options) -> Env {
-    let s = StandIn::start(Options {
-        tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
-        ..opts
-    })
-    .await;
-    s.create(
-        "clusterroles",
-        None,
-        json!({ "metadata": { "name": "cozyplane-apiserver" }, "rules": cozyplane_apiserver::rbac::server_role_rules() }),
-    )
-    .await
-    .unwrap();
-    s.create(
-        "clusterrolebindings",
-        None,
-        json!({
-            "metadata": { "name": "cozyplane-apiserver" },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cozyplane-apiserver" },
-            "subjects": [{ "kind": "ServiceAccount", "name": "cozyplane-apiserver", "namespace": "cozy-system" }],
-        }),
-    )
-    .await
-    .unwrap();
-    let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
-    let cozy = s.start_cozyplane_as(&s.token_kubeconfig(SA_TOKEN), &[]).await;
-    wait_for(
-        &Api::<APIService>::all(client.clone()),
-        "v1alpha1.sdn.cozystack.io",
-        "Available",
-        |o: Option<&APIService>| {
-            o.and_then(|a| a.status.as_ref())
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
-        },
-    )
-    .await;
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some(NS.into());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    let d = Delegated::start(opts, &[], &[]).await;
+    d.namespace(NS).await;
     let e = Env {
-        _standin: s,
-        _cozy: cozy,
-        client,
+        client: d.client.clone(),
+        _d: d,
     };
     for (name, cidrs) in [
         ("v1", json!(["10.0.0.0/24", "fd00:10::/64"])),
@@ -636,11 +588,7 @@ async fn floating_ip_loser_gets_no_service_and_target_live_follows_the_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standin_assigns_distinct_pool_addresses_and_releases_them() {
     let s = StandIn::start(Options::default().lb_pool("203.0.113.0/30", "")).await;
-    let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
+    let client = s.admin_client().await;
     let svcs: Api<Service> = Api::namespaced(client, "default");
     let lb = |name: &str, class: Option<&str>| {
         let mut v = json!({ "apiVersion": "v1", "kind": "Service",

@@ -3,7 +3,7 @@
 //! EndpointSlices (mapped to the endpoint pods' VPC addresses through their Ports), and it goes
 //! with the Service or with the binding; without the binding there is none, and an Event and an
 //! annotation on the Service say why. The server runs delegated against the kube stand-in with
-//! the chart's role, as in `controllers_kube.rs`. Waits poll the API under a deadline that only
+//! the chart's role (`cozyplane_conformance::delegated`). Waits poll the API under a deadline that only
 //! turns a hang into a failure.
 
 use std::time::Duration;
@@ -11,73 +11,24 @@ use std::time::Duration;
 use cozyplane_apis::v1alpha1::{
     Port, PortSpec, ServiceVIP, VPC, VPCBinding, VPCBindingSpec, VPCRef, VPCSpec,
 };
+use cozyplane_conformance::delegated::Delegated;
 use cozyplane_conformance::objects::WAIT;
-use cozyplane_conformance::standin::{Cozyplane, Options, StandIn, Token};
-use k8s_openapi::api::core::v1::{Event, Namespace, Service};
+use cozyplane_conformance::standin::{Cozyplane, Options, StandIn};
+use k8s_openapi::api::core::v1::{Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
-const SA_TOKEN: &str = "cozyplane-apiserver-token";
 const ATTACHMENT: &str = "sdn.cozystack.io/vpc-attachment";
-
-async fn grant(s: &StandIn) {
-    let rules: Vec<Value> = cozyplane_apiserver::rbac::server_role_rules();
-    s.create(
-        "clusterroles",
-        None,
-        json!({ "metadata": { "name": "cozyplane-apiserver" }, "rules": rules }),
-    )
-    .await
-    .unwrap();
-    s.create(
-        "clusterrolebindings",
-        None,
-        json!({
-            "metadata": { "name": "cozyplane-apiserver" },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cozyplane-apiserver" },
-            "subjects": [{ "kind": "ServiceAccount", "name": "cozyplane-apiserver", "namespace": "cozy-system" }],
-        }),
-    )
-    .await
-    .unwrap();
-}
 
 /// The stand-in, our server behind it (Available, with the chart's role), an admin client, and
 /// namespace t1 with the dual-stack VPC v1 and its binding.
 async fn setup() -> (StandIn, Cozyplane, kube::Client) {
-    let s = StandIn::start(Options {
-        tokens: vec![Token::new(SA_TOKEN, SA, &["system:serviceaccounts"])],
-        ..Default::default()
-    })
-    .await;
-    grant(&s).await;
-    let kc = kube::config::Kubeconfig::read_from(s.admin_kubeconfig()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
-    let cozy = s.start_cozyplane_as(&s.token_kubeconfig(SA_TOKEN), &[]).await;
-    let apis: Api<APIService> = Api::all(client.clone());
-    until("the APIService is Available", || async {
-        apis.get("v1alpha1.sdn.cozystack.io")
-            .await
-            .ok()
-            .and_then(|a| a.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Available" && c.status == "True"))
-    })
-    .await;
+    let d = Delegated::start(Options::default(), &[], &[]).await;
     for ns in ["t1", "t2"] {
-        let mut n = Namespace::default();
-        n.metadata.name = Some(ns.into());
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .unwrap();
+        d.namespace(ns).await;
     }
+    let client = d.client.clone();
     let mut v = VPC::new(
         "v1",
         VPCSpec {
@@ -91,7 +42,7 @@ async fn setup() -> (StandIn, Cozyplane, kube::Client) {
         .await
         .unwrap();
     bind(&client, "t1").await;
-    (s, cozy, client)
+    (d.standin, d.cozy, client)
 }
 
 async fn bind(client: &kube::Client, ns: &str) {

@@ -31,11 +31,12 @@ pub const CTL_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 100);
 /// Where each node's agent serves `/metrics` (on the node's underlay address).
 pub const METRICS_PORT: u16 = 9402;
 /// The IPv4 pool the kube stand-in assigns LoadBalancer addresses from when a lab run plays the
-/// LoadBalancer implementation (`Options::default().lb_pool(LB_POOL_V4, LB_POOL_V6)`), a
-/// documentation range the lab's router routes to a node (as BGP or L2 attraction would).
-pub const LB_POOL_V4: &str = "203.0.113.0/24";
+/// LoadBalancer implementation (`Options::default().lb_pool(LB_POOL_V4, LB_POOL_V6)`): the
+/// pool the lab's router routes to a node ([`Outside::attract`], as BGP or L2 attraction
+/// would), so every address the stand-in hands out is reachable from the internet host.
+pub const LB_POOL_V4: &str = outside::POOL4;
 /// The IPv6 pool of the same.
-pub const LB_POOL_V6: &str = "2001:db8:ff::/112";
+pub const LB_POOL_V6: &str = outside::POOL6;
 
 /// Fails (never skips) without root.
 pub fn require_root() {

@@ -1,5 +1,6 @@
 //! The world outside the cluster: a router on the lab's underlay and an "internet" host behind
-//! it, for the north-south tests (`tests/egress.rs`) and bench (`benches/northsouth.rs`).
+//! it, for the north-south tests (`tests/egress.rs`, `tests/fip.rs`) and bench
+//! (`benches/northsouth.rs`).
 //!
 //! ```text
 //!   node-i ─┐                                           (MTU 1500, or narrower)
@@ -225,5 +226,79 @@ impl Lab {
     /// The outside world on this lab's underlay ([`Outside::new`]).
     pub fn outside(&self, wan_mtu: u32) -> Outside {
         Outside::new(self, wan_mtu)
+    }
+}
+
+/// Debian's `dnsmasq` (package `dnsmasq-base`) serving fixed records on port 53 inside a
+/// lab namespace: the internet's resolver ([`Outside::dns`]), or a stand-in for the
+/// cluster DNS on a node. Its records only (`--no-resolv --no-hosts`: nothing is forwarded,
+/// the machine's `/etc/hosts` is not read); killed by PID when dropped.
+#[derive(Debug)]
+pub struct Dnsmasq {
+    /// Where it listens (port 53).
+    pub addrs: Vec<IpAddr>,
+    _proc: crate::Proc,
+    _dir: tempfile::TempDir,
+}
+
+/// The binary, wherever Debian put it.
+fn dnsmasq_bin() -> &'static str {
+    ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("dnsmasq is installed (make deps installs dnsmasq-base)")
+}
+
+impl Dnsmasq {
+    /// Starts dnsmasq in `ns` on `listen` (port 53, UDP and TCP) answering `records`
+    /// (`(name, address)`; a name may have several, of both families); returns once it
+    /// accepts TCP on the first address.
+    pub fn start(ns: &Netns, listen: &[IpAddr], records: &[(&str, IpAddr)]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hosts = dir.path().join("hosts");
+        let text: String = records.iter().map(|(n, a)| format!("{a} {n}\n")).collect();
+        std::fs::write(&hosts, text).expect("write hosts");
+        let listen_arg = listen.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(",");
+        let child = ns
+            .command(&[
+                dnsmasq_bin(),
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--port=53",
+                "--pid-file=",
+                "--user=root",
+                "--local-ttl=60",
+                &format!("--listen-address={listen_arg}"),
+                &format!("--addn-hosts={}", hosts.display()),
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn dnsmasq");
+        let d = Self {
+            addrs: listen.to_vec(),
+            _proc: crate::Proc(child),
+            _dir: dir,
+        };
+        let first = std::net::SocketAddr::new(listen[0], 53);
+        let t = std::time::Instant::now();
+        while !crate::run_in(ns, || {
+            std::net::TcpStream::connect_timeout(&first, std::time::Duration::from_millis(200)).is_ok()
+        }) {
+            assert!(t.elapsed().as_secs() < 10, "dnsmasq on {first} did not come up");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        d
+    }
+}
+
+impl Outside {
+    /// The internet's resolver: dnsmasq on the internet host ([`INET4`] and [`INET6`], port
+    /// 53) answering `records`, which the nodes' resolvers may be given as upstream.
+    pub fn dns(&self, records: &[(&str, IpAddr)]) -> Dnsmasq {
+        Dnsmasq::start(&self.internet, &[INET4.into(), INET6.into()], records)
     }
 }

@@ -1,84 +1,116 @@
-//! `make e2e`, one node: a VPC pod resolves names through the DNS steering and the node's
-//! split-horizon resolver (issue 13). Needs root and the agent and CNI binaries built.
+//! `make e2e`, one dual-stack node: VPC pods resolve names through the DNS steering and the
+//! node's split-horizon resolver, and reach what they resolved (issue 13). Needs root,
+//! python3, Debian's dnsmasq and the agent and CNI binaries built.
 //!
-//! Layout: VPC blue (10.41.0.0/24) of t1 and VPC red of t2 with the same range, one pod
-//! each on n1; Service t1/web attached to blue (annotation), with a ServiceVIP in blue's
-//! range written here (the server's ServiceVIP controller would create it). n1's agent runs
-//! with `--dns-resolver --cluster-domain cozy.local --cluster-dns 10.96.0.10`. The pods ask
-//! 10.96.0.10:53, the address their resolv.conf would name, over UDP and TCP. Asserted: blue's
-//! pod gets the VIP (from its own range), red's pod gets NXDOMAIN for the same name and its
-//! own Service's answer is not blue's; the answers come from 10.96.0.10 (the socket is
-//! connected to it). External names end to end wait for the lab's internet host.
+//! Layout ([`Lab::dual_stack`], the lab's outside world with its internet host):
+//! * VPC blue (t1, 10.41.0.0/24): client c1, backends b1 and b2 (`tests/vip/probe.py serve`);
+//!   Service t1/web attached to blue with a ServiceVIP (TCP 80 → 8080, UDP 53 → 5353, both
+//!   backends; the server's ServiceVIP loop does not run in the lab, so the test writes what
+//!   it would), headless Service t1/db with an EndpointSlice naming b1 (hostname db-0) and b2.
+//! * VPC red (t2, the same range): c2, and its own t2/web.
+//! * VPC green (team-a, 10.43.0.0/24): g1; peered with blue half-way through.
+//! * VPC dual (team-b, 10.44.0.0/24 + fd00:44::/64): v1; Service team-b/web6 with a ServiceVIP per
+//!   family.
+//! * A default-network pod `plain`.
+//! * The cluster DNS is 10.96.0.10 / fd00:96::a (`--cluster-dns`); on n1 a stand-in for it
+//!   (dnsmasq on the node's loopback) answers every name with addresses no VPC pod may see.
+//! * The internet host runs dnsmasq with `www.example.test`; n1's resolver has it as its
+//!   upstream (`--dns-upstream 198.51.100.2`).
+//!
+//! Pods ask the cluster DNS from inside their netns with hickory-built queries over UDP and
+//! TCP (connected sockets: the answer must come from the address asked), and resolve by name
+//! with glibc (`/etc/netns/<pod>/resolv.conf`, which `ip netns exec` mounts) before
+//! connecting. Asserted: blue resolves its Service to the VIP from its own range and reaches
+//! it by name over TCP and UDP; the headless Service answers the backends' VPC addresses (per
+//! hostname too); red gets NXDOMAIN with the zone's SOA for blue's name and resolves its own;
+//! green gets NXDOMAIN before the peering, then resolves and reaches blue's Service by name;
+//! the external name is dnsmasq's answer, over UDP and TCP; the default-network pod's query
+//! reaches the cluster DNS untouched; the dual-stack pod's IPv6 queries to fd00:96::a are
+//! answered (AAAA from its VPC's IPv6 range, the external AAAA forwarded).
 
 use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
-use cozyplane_lab::{Lab, LabPod, run_in};
+use cozyplane_lab::outside::Dnsmasq;
+use cozyplane_lab::{Lab, LabPod, Proc, run_in};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, pod, tenant};
+use common::{Cp, half, metric, pod, tenant, tenant_ranges, vpc_ip, wait};
 
 const CLUSTER_DNS: &str = "10.96.0.10";
+const CLUSTER_DNS6: &str = "fd00:96::a";
+/// What the stand-in cluster DNS answers for every name: a VPC pod that gets it was not steered.
+const CLUSTER_DNS_ANSWER: &str = "192.0.2.99";
+const EXTERNAL: &str = "www.example.test.";
+const EXTERNAL4: &str = "192.0.2.80";
+const EXTERNAL6: &str = "2001:db8:80::80";
 
-fn query(name: &str) -> Vec<u8> {
+fn query(name: &str, t: RecordType) -> Vec<u8> {
     let mut m = Message::query();
     m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
     m.to_vec().unwrap()
 }
 
-/// One UDP query from inside the pod to the cluster DNS; `None` when nothing came back.
-fn ask_udp(p: &LabPod, name: &str) -> Option<Message> {
-    let q = query(name);
+/// One query from inside the pod to `server`:53 over UDP or TCP; `None` when nothing came
+/// back. The UDP socket is connected: the kernel delivers only datagrams from `server`:53.
+fn ask(p: &LabPod, server: &str, name: &str, t: RecordType, tcp: bool) -> Option<Message> {
+    let q = query(name, t);
+    let to = SocketAddr::new(server.parse().unwrap(), 53);
     run_in(&p.ns, || {
-        let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-        // Connected: the kernel delivers only datagrams from 10.96.0.10:53.
-        s.connect((CLUSTER_DNS, 53)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.send(&q).ok()?;
-        let mut buf = [0u8; 1500];
-        let n = s.recv(&mut buf).ok()?;
-        Message::from_vec(&buf[..n]).ok()
-    })
-}
-
-fn ask_tcp(p: &LabPod, name: &str) -> Option<Message> {
-    let q = query(name);
-    run_in(&p.ns, || {
-        let to: SocketAddr = (CLUSTER_DNS.parse::<Ipv4Addr>().ok()?, 53).into();
-        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(&u16::try_from(q.len()).ok()?.to_be_bytes()).ok()?;
-        s.write_all(&q).ok()?;
-        let mut len = [0u8; 2];
-        s.read_exact(&mut len).ok()?;
-        let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        s.read_exact(&mut buf).ok()?;
-        Message::from_vec(&buf).ok()
+        if tcp {
+            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+            s.write_all(&u16::try_from(q.len()).ok()?.to_be_bytes()).ok()?;
+            s.write_all(&q).ok()?;
+            let mut len = [0u8; 2];
+            s.read_exact(&mut len).ok()?;
+            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            s.read_exact(&mut buf).ok()?;
+            Message::from_vec(&buf).ok()
+        } else {
+            let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+            s.connect(to).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+            s.send(&q).ok()?;
+            let mut buf = [0u8; 1500];
+            let n = s.recv(&mut buf).ok()?;
+            Message::from_vec(&buf[..n]).ok()
+        }
     })
 }
 
 fn addrs(m: &Message) -> Vec<IpAddr> {
-    m.answers.iter().filter_map(|r| r.data.ip_addr()).collect()
+    let mut a: Vec<IpAddr> = m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
+    a.sort();
+    a
 }
 
-/// Ask until `done` holds for the answer (the agent's watches and maps catch up), at most 30 s.
-fn ask_until(p: &LabPod, name: &str, tcp: bool, done: impl Fn(&Message) -> bool) -> Message {
-    let t = Instant::now();
+/// Asks (A over IPv4 to the cluster DNS unless said otherwise) until `done` holds for the
+/// answer (the agent's watches and maps catch up), at most 30 s.
+fn ask_until(
+    p: &LabPod,
+    (server, name, t): (&str, &str, RecordType),
+    tcp: bool,
+    done: impl Fn(&Message) -> bool,
+) -> Message {
+    let started = Instant::now();
     loop {
-        let m = if tcp { ask_tcp(p, name) } else { ask_udp(p, name) };
-        match m {
+        match ask(p, server, name, t, tcp) {
             Some(m) if done(&m) => return m,
             other => assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "{}/{} asking {name} (tcp: {tcp}): last answer {other:?}",
+                started.elapsed() < Duration::from_secs(30),
+                "{}/{} asking {server} for {name} {t} (tcp: {tcp}): last answer {other:?}",
                 p.namespace,
                 p.name
             ),
@@ -87,10 +119,82 @@ fn ask_until(p: &LabPod, name: &str, tcp: bool, done: impl Fn(&Message) -> bool)
     }
 }
 
+fn a(name: &str) -> (&str, &str, RecordType) {
+    (CLUSTER_DNS, name, RecordType::A)
+}
+
+fn probe() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vip/probe.py").to_string()
+}
+
+/// The pod's `/etc/resolv.conf` as kubelet writes it (cluster DNS, the namespace's search
+/// list), in `/etc/netns/<netns>/`, where `ip netns exec` mounts it; removed on drop.
+struct ResolvConf(PathBuf);
+
+impl ResolvConf {
+    fn new(p: &LabPod) -> Self {
+        let dir = PathBuf::from("/etc/netns").join(&p.ns.0);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = &p.namespace;
+        std::fs::write(
+            dir.join("resolv.conf"),
+            format!(
+                "nameserver {CLUSTER_DNS}\nsearch {ns}.svc.cozy.local svc.cozy.local cozy.local\noptions ndots:5 timeout:2 attempts:2\n"
+            ),
+        )
+        .unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for ResolvConf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The first lines of `n` new TCP connections from `p` to `host:port`, the name resolved by
+/// glibc inside the pod (`ERR` for one that failed, resolution included).
+fn tcp_by_name(p: &LabPod, host: &str, port: u16, n: usize) -> Vec<String> {
+    let out = p.ns.exec(&[
+        "python3",
+        &probe(),
+        "tcp",
+        host,
+        &port.to_string(),
+        &n.to_string(),
+    ]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// One datagram from `p` to `host:port` by name: `"<answer> <source address>"` or `ERR`.
+fn udp_by_name(p: &LabPod, host: &str, port: u16) -> String {
+    let out = p.ns.exec(&["python3", &probe(), "udp", host, &port.to_string()]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn serve(p: &LabPod) -> Proc {
+    let mut c =
+        p.ns.command(&["python3", &probe(), "serve", &p.name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(c.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{} serves", p.name);
+    Proc(c)
+}
+
 async fn service(cp: &Cp, ns: &str, name: &str, vpc: &str, cluster_ip: &str) {
     let s: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": ns, "annotations": {"sdn.cozystack.io/vpc": vpc}},
-        "spec": {"clusterIP": cluster_ip, "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}))
+        "spec": {"clusterIP": cluster_ip, "ports": [
+            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]}}))
     .unwrap();
     Api::<Service>::namespaced(cp.kube.clone(), ns)
         .create(&PostParams::default(), &s)
@@ -98,29 +202,91 @@ async fn service(cp: &Cp, ns: &str, name: &str, vpc: &str, cluster_ip: &str) {
         .unwrap();
 }
 
-/// The ServiceVIP the server's controller would make; the server allocates its address.
-async fn vip(cp: &Cp, ns: &str, svc: &str, vpc: &str) -> IpAddr {
+/// The ServiceVIP the server's controller would make for `ns/svc` in `ns/vpc`, of the family
+/// of `any` (`0.0.0.0` or `::`), with `backends` (VPC addresses) as it would write them;
+/// the server allocates its address.
+async fn vip(cp: &Cp, (ns, svc, vpc): (&str, &str, &str), any: &str, backends: &[IpAddr]) -> IpAddr {
     let v: ServiceVIP = serde_json::from_value(json!({"apiVersion": "sdn.cozystack.io/v1alpha1",
-        "kind": "ServiceVIP", "metadata": {},
+        "kind": "ServiceVIP", "metadata": {"generateName": "sv"},
         "spec": {"vpcRef": {"namespace": ns, "name": vpc}, "serviceRef": {"namespace": ns, "name": svc},
-                 "ports": [{"name": "http", "protocol": "TCP", "port": 80}]}}))
+                 "ip": any,
+                 "ports": [{"name": "http", "protocol": "TCP", "port": 80},
+                           {"name": "dns", "protocol": "UDP", "port": 53}]}}))
     .unwrap();
-    let made = Api::<ServiceVIP>::all(cp.sdn.clone())
-        .create(&PostParams::default(), &v)
+    let api = Api::<ServiceVIP>::all(cp.sdn.clone());
+    let made = api.create(&PostParams::default(), &v).await.unwrap();
+    if !backends.is_empty() {
+        let b: Vec<_> = backends
+            .iter()
+            .map(|ip| {
+                json!({ "ip": ip.to_string(), "ports": [
+                    { "protocol": "TCP", "port": 80, "targetPort": 8080 },
+                    { "protocol": "UDP", "port": 53, "targetPort": 5353 },
+                ]})
+            })
+            .collect();
+        let status = json!({ "status": { "backends": b, "phase": "Ready" } });
+        api.patch_status(
+            made.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
         .await
         .unwrap();
+    }
     made.spec.ip.parse().expect("the server allocated the VIP")
+}
+
+/// The EndpointSlice of headless `t1/db`: ready endpoints b1 (hostname db-0) and b2, by their
+/// pods (the addresses are the fabric ones, as the endpoint controller writes them).
+async fn db_slice(cp: &Cp, b1: &LabPod, b2: &LabPod) {
+    let ep = |p: &LabPod, host: Option<&str>| {
+        let mut e = json!({"addresses": [p.fabric.to_string()], "conditions": {"ready": true},
+            "targetRef": {"kind": "Pod", "namespace": p.namespace, "name": p.name}});
+        if let Some(h) = host {
+            e["hostname"] = json!(h);
+        }
+        e
+    };
+    let s: EndpointSlice = serde_json::from_value(json!({"apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice", "metadata": {"name": "db-abcde", "namespace": "t1",
+            "labels": {"kubernetes.io/service-name": "db"}},
+        "addressType": "IPv4", "endpoints": [ep(b1, Some("db-0")), ep(b2, None)],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(cp.kube.clone(), "t1")
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+/// A stand-in for the cluster DNS on `n`: its addresses on the node's loopback, dnsmasq
+/// answering [`CLUSTER_DNS_ANSWER`] for the names asked here.
+fn cluster_dns(n: &cozyplane_lab::Node) -> Dnsmasq {
+    n.ns.ip_ok(&["addr", "add", &format!("{CLUSTER_DNS}/32"), "dev", "lo"]);
+    let answer: IpAddr = CLUSTER_DNS_ANSWER.parse().unwrap();
+    Dnsmasq::start(
+        &n.ns,
+        &[CLUSTER_DNS.parse().unwrap()],
+        &[("web.t1.svc.cozy.local", answer), ("www.example.test", answer)],
+    )
 }
 
 #[test]
 fn lab_dns() {
-    Lab::run(1, body);
+    Lab::run_on(Lab::dual_stack(1), body);
 }
 
 async fn body(lab: &mut Lab) {
     let cp = Cp::start(lab).await;
     let lab = &*lab;
     let n1 = &lab.nodes[0];
+    let outside = lab.outside(1500);
+    let _internet_dns = outside.dns(&[
+        (EXTERNAL.trim_end_matches('.'), EXTERNAL4.parse().unwrap()),
+        (EXTERNAL.trim_end_matches('.'), EXTERNAL6.parse().unwrap()),
+    ]);
+    let _cluster_dns = cluster_dns(n1);
     n1.start_agent_with(
         &cp.standin.admin_kubeconfig(),
         &cp.server.kubeconfig,
@@ -129,49 +295,196 @@ async fn body(lab: &mut Lab) {
             "--cluster-domain",
             "cozy.local",
             "--cluster-dns",
-            CLUSTER_DNS,
-            // No upstream here: external names wait for the lab's internet host.
+            &format!("{CLUSTER_DNS},{CLUSTER_DNS6}"),
             "--dns-upstream",
-            "127.0.0.1:9",
-            "--dns-upstream-timeout-ms",
-            "300",
+            &cozyplane_lab::outside::INET4.to_string(),
         ],
     );
 
     tenant(&cp, "t1", "blue", "10.41.0.0/24").await;
     tenant(&cp, "t2", "red", "10.41.0.0/24").await;
+    tenant(&cp, "team-a", "green", "10.43.0.0/24").await;
+    tenant_ranges(&cp, "team-b", "dual", &["10.44.0.0/24", "fd00:44::/64"]).await;
     let c1 = pod(&cp, lab, 0, "t1", "c1", Some("blue")).await;
+    let b1 = pod(&cp, lab, 0, "t1", "b1", Some("blue")).await;
+    let b2 = pod(&cp, lab, 0, "t1", "b2", Some("blue")).await;
     let c2 = pod(&cp, lab, 0, "t2", "c2", Some("red")).await;
+    let g1 = pod(&cp, lab, 0, "team-a", "g1", Some("green")).await;
+    let v1 = pod(&cp, lab, 0, "team-b", "v1", Some("dual")).await;
+    // A namespace without a VPCBinding: nothing there joins a VPC.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(cp.kube.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "t0"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let plain = pod(&cp, lab, 0, "t0", "plain", None).await;
+    let (ib1, ib2) = (
+        IpAddr::from(vpc_ip(&cp, &b1).await),
+        IpAddr::from(vpc_ip(&cp, &b2).await),
+    );
+    let _servers = [serve(&b1), serve(&b2)];
+    let _resolv = [&c1, &c2, &g1].map(ResolvConf::new);
+
     service(&cp, "t1", "web", "blue", "10.96.7.7").await;
     service(&cp, "t2", "web", "red", "10.96.7.8").await;
-    let blue_vip = vip(&cp, "t1", "web", "blue").await;
-    let red_vip = vip(&cp, "t2", "web", "red").await;
-    eprintln!("blue's web {blue_vip}, red's web {red_vip}");
-    let in_range = |a: IpAddr| matches!(a, IpAddr::V4(v4) if v4.octets()[..3] == [10, 41, 0]);
-    assert!(in_range(blue_vip) && in_range(red_vip));
+    service(&cp, "t1", "db", "blue", "None").await;
+    service(&cp, "team-b", "web6", "dual", "10.96.7.9").await;
+    db_slice(&cp, &b1, &b2).await;
+    let blue_vip = vip(&cp, ("t1", "web", "blue"), "0.0.0.0", &[ib1, ib2]).await;
+    let red_vip = vip(&cp, ("t2", "web", "red"), "0.0.0.0", &[]).await;
+    let dual_vip4 = vip(&cp, ("team-b", "web6", "dual"), "0.0.0.0", &[]).await;
+    let dual_vip6 = vip(&cp, ("team-b", "web6", "dual"), "::", &[]).await;
+    eprintln!("blue's web {blue_vip}, red's web {red_vip}, dual's web6 {dual_vip4} {dual_vip6}");
+    let in_blue = |a: IpAddr| matches!(a, IpAddr::V4(v4) if v4.octets()[..3] == [10, 41, 0]);
+    assert!(in_blue(blue_vip) && in_blue(red_vip));
+    assert!(matches!(dual_vip6, IpAddr::V6(v6) if v6.segments()[..4] == [0xfd00, 0x44, 0, 0]));
 
+    // --- Blue resolves its Service to the VIP from its own range; red its own; red gets
+    // NXDOMAIN with the zone's SOA for blue's name, as for a name that does not exist.
     for tcp in [false, true] {
-        let m = ask_until(&c1, "web.t1.svc.cozy.local.", tcp, |m| !m.answers.is_empty());
+        let m = ask_until(&c1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(
             addrs(&m),
             vec![blue_vip],
             "blue resolves its Service to the VIP (tcp: {tcp})"
         );
-        let m = ask_until(&c2, "web.t2.svc.cozy.local.", tcp, |m| !m.answers.is_empty());
+        let m = ask_until(&c2, a("web.t2.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(addrs(&m), vec![red_vip], "red resolves its own (tcp: {tcp})");
-        // The other tenant's name: NXDOMAIN with the zone's SOA, like a name that does not exist.
-        let m = ask_until(&c2, "web.t1.svc.cozy.local.", tcp, |_| true);
+        let m = ask_until(&c2, a("web.t1.svc.cozy.local."), tcp, |_| true);
         assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{m:?}");
         assert!(m.answers.is_empty() && !m.authorities.is_empty());
     }
-    // An external name with a dead upstream: SERVFAIL, answered through the same steering.
-    let m = ask_until(&c1, "example.org.", false, |_| true);
-    assert_eq!(m.metadata.response_code, ResponseCode::ServFail);
-    let metrics = n1.metrics();
+    eprintln!("PASS blue resolves its Service to its VIP; red gets NXDOMAIN for it");
+
+    // --- ... and reaches it by name (glibc, the pod's resolv.conf), over TCP and UDP.
+    let mut names = Vec::new();
+    wait("c1 reaches web by name", || {
+        names = tcp_by_name(&c1, "web", 80, 6);
+        !names.is_empty() && names.iter().all(|n| n == "b1" || n == "b2")
+    });
+    let u = udp_by_name(&c1, "web", 53);
+    let (who, from) = u.split_once(' ').unwrap_or(("ERR", ""));
+    assert!(who == "b1" || who == "b2", "UDP to web by name: {u}");
+    assert_eq!(from, blue_vip.to_string(), "the UDP answer comes from the VIP");
+    assert_eq!(
+        tcp_by_name(&c2, "web.t1", 80, 1),
+        ["ERR"],
+        "red cannot even name blue's web"
+    );
+    eprintln!("PASS c1 reaches web by name over TCP ({names:?}) and UDP ({u})");
+
+    // --- The headless Service answers the backends' VPC addresses, per hostname too.
+    for tcp in [false, true] {
+        let m = ask_until(&c1, a("db.t1.svc.cozy.local."), tcp, |m| m.answers.len() == 2);
+        let mut want = vec![ib1, ib2];
+        want.sort();
+        assert_eq!(addrs(&m), want, "headless db (tcp: {tcp})");
+        let m = ask_until(&c1, a("db-0.db.t1.svc.cozy.local."), tcp, |m| {
+            !m.answers.is_empty()
+        });
+        assert_eq!(addrs(&m), vec![ib1], "db-0 is b1 (tcp: {tcp})");
+    }
+    eprintln!("PASS the headless Service resolves to the backends' VPC addresses");
+
+    // --- Green sees nothing of blue until peered; then resolves and reaches web by name.
+    let m = ask_until(&g1, a("web.t1.svc.cozy.local."), false, |_| true);
+    assert_eq!(
+        m.metadata.response_code,
+        ResponseCode::NXDomain,
+        "green before the peering"
+    );
+    half(&cp, ("t1", "blue"), ("team-a", "green")).await;
+    half(&cp, ("team-a", "green"), ("t1", "blue")).await;
+    for tcp in [false, true] {
+        let m = ask_until(&g1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
+        assert_eq!(
+            addrs(&m),
+            vec![blue_vip],
+            "green resolves blue's web once peered (tcp: {tcp})"
+        );
+    }
+    wait("g1 reaches blue's web by name", || {
+        names = tcp_by_name(&g1, "web.t1", 80, 3);
+        names.iter().all(|n| n == "b1" || n == "b2")
+    });
+    eprintln!("PASS a peered VPC resolves blue's Service and reaches it by name ({names:?})");
+
+    // --- An external name: answered by the internet host's dnsmasq, through the steering.
+    for tcp in [false, true] {
+        let m = ask_until(&c1, a(EXTERNAL), tcp, |m| !m.answers.is_empty());
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(
+            addrs(&m),
+            vec![EXTERNAL4.parse::<IpAddr>().unwrap()],
+            "tcp: {tcp}"
+        );
+    }
+    let text = n1.metrics();
+    for t in ["udp", "tcp"] {
+        let sample = format!("cozyplane_dns_forwarded_total{{transport=\"{t}\",outcome=\"ok\"}}");
+        assert!(metric(&text, &sample) >= 1.0, "{sample}:\n{text}");
+    }
+    eprintln!("PASS an external name is answered by the internet's dnsmasq (UDP and TCP)");
+
+    // --- A default-network pod's DNS is untouched: it reaches the cluster DNS itself.
+    for tcp in [false, true] {
+        let m = ask_until(&plain, a("web.t1.svc.cozy.local."), tcp, |m| {
+            !m.answers.is_empty()
+        });
+        assert_eq!(
+            addrs(&m),
+            vec![CLUSTER_DNS_ANSWER.parse::<IpAddr>().unwrap()],
+            "the default-network pod is answered by the cluster DNS (tcp: {tcp})"
+        );
+    }
+    eprintln!("PASS a default-network pod's DNS is untouched");
+
+    // --- IPv6: the dual-stack pod's queries to the cluster DNS's IPv6 address are steered
+    // to the resolver's IPv6 address and answered from its view.
+    for tcp in [false, true] {
+        let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::AAAA);
+        let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
+        assert_eq!(
+            addrs(&m),
+            vec![dual_vip6],
+            "AAAA over IPv6 from dual's range (tcp: {tcp})"
+        );
+        let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::A);
+        let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
+        assert_eq!(addrs(&m), vec![dual_vip4], "A over IPv6 (tcp: {tcp})");
+        let q = (CLUSTER_DNS6, EXTERNAL, RecordType::AAAA);
+        let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
+        assert_eq!(
+            addrs(&m),
+            vec![EXTERNAL6.parse::<IpAddr>().unwrap()],
+            "external AAAA (tcp: {tcp})"
+        );
+        let q = (CLUSTER_DNS6, "web.t1.svc.cozy.local.", RecordType::A);
+        let m = ask_until(&v1, q, tcp, |_| true);
+        assert_eq!(
+            m.metadata.response_code,
+            ResponseCode::NXDomain,
+            "dual does not see blue"
+        );
+    }
+    eprintln!("PASS IPv6 queries are steered and answered");
+
+    let text = n1.metrics();
     assert!(
-        metrics.contains("cozyplane_dns_queries_total{transport=\"udp\",answer=\"answer\"}"),
-        "{metrics}"
+        metric(
+            &text,
+            "cozyplane_dns_queries_total{transport=\"udp\",answer=\"answer\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "cozyplane_dns_queries_total{transport=\"tcp\",answer=\"nxdomain\"}"
+        ) >= 1.0
     );
     assert_eq!(n1.drops(cozyplane_bpf::DropReason::DnsNoCt), 0);
 }

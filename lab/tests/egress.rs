@@ -1,31 +1,34 @@
 //! `make e2e`: the north-south SNAT doors with real packets, asserted by captures taken on the
 //! internet host (issue 12: net-0 masquerade and the VPC gateway's NAT; issue 11's last
 //! datapath item: tracepath and PMTU from a VPC pod across a narrower outside link). Needs
-//! root, ping, tracepath, tcpdump, and the agent and CNI binaries built.
+//! root, ping, tracepath, tcpdump, iperf3, and the agent and CNI binaries built.
 //!
 //! Layout: a dual-stack two-node lab with the outside world of `cozyplane_lab::outside`: the
 //! router `rtr` on the underlay (every node's default route), the internet host `inet`
-//! (198.51.100.2, 2001:db8:100::2) behind it, and the LoadBalancer pool (203.0.113.0/26)
-//! routed by `rtr` to one node. Tenant t1's VPC a (10.30.0.0/24) has a VPCGateway with NAT
-//! whose `natAddress` is 203.0.113.10; tenant t2's VPC b has no gateway.
+//! (198.51.100.2, 2001:db8:100::2) behind it, and the LoadBalancer pool (203.0.113.0/26,
+//! 2001:db8:cafe::/112) routed by `rtr` to one node. The control plane runs the door loops
+//! (`CpOptions { doors: true }`): the stand-in assigns pool addresses to LoadBalancer
+//! Services as MetalLB's controller would. Tenant t1's dual-stack VPC a (10.30.0.0/24,
+//! fd00:30::/64) has a VPCGateway with NAT, whose `natAddress`/`natAddress6` come from its
+//! owned Services; tenant t2's VPC b has no gateway.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::VPCGateway;
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
+use cozyplane_bpf::maps::snat_gws::{Gw, SnatGwsMap};
 use cozyplane_lab::outside::{INET4, INET6};
 use cozyplane_lab::{Lab, LabPod, Netns, Node, Outside};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, pod, pod_addrs, tenant, wait};
+use common::{Cp, CpOptions, door_metric, pod, pod_addrs, sources, tenant, tenant_ranges, until, vni, wait};
 
-const NAT4: &str = "203.0.113.10";
 const NARROW_MTU: u32 = 1280;
 const ECHO_PORT: u16 = 7777;
 const FLOWS_PER_POD: usize = 1000;
@@ -43,30 +46,12 @@ fn out(o: &std::process::Output) -> String {
     )
 }
 
-/// Sources of the packets in tcpdump lines (`IP a.b.c.d > ...`, `IP6 x > ...`), ports cut.
-fn sources(lines: &[String]) -> HashSet<String> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace().skip_while(|w| *w != "IP" && *w != "IP6");
-            let fam = w.next()?;
-            let src = w.next()?;
-            Some(if fam == "IP" {
-                // a.b.c.d or a.b.c.d.port
-                src.split('.').take(4).collect::<Vec<_>>().join(".")
-            } else {
-                src.rsplit_once('.')
-                    .map_or(src, |(a, p)| if p.parse::<u16>().is_ok() { a } else { src })
-                    .to_string()
-            })
-        })
-        .collect()
-}
-
-/// The gateway `gw` of `ns/vpc` with NAT on, and its NAT address written through the status
-/// subresource: this stands for the server's gateway loop and the LoadBalancer
-/// implementation (the owned Service's `status.loadBalancer.ingress`), built separately.
-async fn gateway(cp: &Cp, ns: &str, vpc: &str, nat4: &str) {
+/// The gateway `gw` of `ns/vpc` with NAT on, through the real chain: the server's gateway
+/// loop owns one LoadBalancer Service per family of the VPC, the stand-in (as MetalLB's
+/// controller) assigns each an address from the pool the router attracts, and the loop
+/// copies it into `status.natAddress`/`natAddress6`. Returns those addresses, once both are
+/// there and each is its family's Service's ingress at the stand-in.
+async fn gateway(cp: &Cp, ns: &str, vpc: &str) -> (Ipv4Addr, Ipv6Addr) {
     let api: Api<VPCGateway> = Api::namespaced(cp.sdn.clone(), ns);
     let g: VPCGateway = serde_json::from_value(json!({
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCGateway",
@@ -75,19 +60,43 @@ async fn gateway(cp: &Cp, ns: &str, vpc: &str, nat4: &str) {
     }))
     .unwrap();
     api.create(&PostParams::default(), &g).await.unwrap();
-    api.patch_status(
-        "gw",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"natAddress": nat4}})),
-    )
-    .await
-    .unwrap();
+    let (nat4, nat6) = until("the gateway's natAddress and natAddress6", || async {
+        let st = api.get("gw").await.ok()?.status?;
+        Some((st.nat_address.parse().ok()?, st.nat_address6.parse().ok()?))
+    })
+    .await;
+    let svcs: Api<Service> = Api::namespaced(cp.kube.clone(), ns);
+    let owned = svcs
+        .list(&ListParams::default().labels("sdn.cozystack.io/vpc-gateway=gw"))
+        .await
+        .unwrap();
+    let ingress: HashSet<IpAddr> = owned
+        .items
+        .iter()
+        .flat_map(|s| s.status.iter().flat_map(|st| st.load_balancer.iter()))
+        .flat_map(|lb| lb.ingress.iter().flatten())
+        .filter_map(|i| i.ip.as_ref()?.parse().ok())
+        .collect();
+    eprintln!(
+        "gateway {ns}/gw: natAddress {nat4}, natAddress6 {nat6}; Services {:?}",
+        owned
+            .items
+            .iter()
+            .map(|s| s.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(owned.items.len(), 2, "one owned Service per family");
+    assert_eq!(
+        ingress,
+        HashSet::from([IpAddr::V4(nat4), IpAddr::V6(nat6)]),
+        "the NAT addresses are the Services' ingress"
+    );
+    (nat4, nat6)
 }
 
-fn gateways(n: &Node) -> Vec<(u32, Option<Ipv4Addr>)> {
+fn gateways(n: &Node) -> Vec<(u32, Gw)> {
     SnatGwsMap::from_pin(&n.scratch.pins())
         .and_then(|m| m.entries())
-        .map(|v| v.into_iter().map(|(vni, (a4, _))| (vni, a4)).collect())
         .unwrap_or_default()
 }
 
@@ -162,7 +171,7 @@ fn flows(pod: &LabPod, n: usize) -> (usize, usize) {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start(lab).await;
+    let cp = Cp::start_with(lab, CpOptions { doors: true }).await;
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
     let mut outside = Outside::new(lab, 1500);
@@ -212,37 +221,62 @@ async fn body(lab: &mut Lab) {
     let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
     assert!(bytes > 1e5, "TCP through the masquerade: {}", out(&o));
 
-    // --- The VPC gateway: VPC a leaves as its natAddress, from either node, with the address
-    // attracted to n1.
-    tenant(&cp, "t1", "a", "10.30.0.0/24").await;
+    // --- The VPC gateway: dual-stack VPC a leaves as its natAddress / natAddress6, from
+    // either node, with the pool attracted to n1; the crossings are metered per door.
+    tenant_ranges(&cp, "t1", "a", &["10.30.0.0/24", "fd00:30::/64"]).await;
     tenant(&cp, "t2", "b", "10.40.0.0/24").await;
     let a1 = pod(&cp, lab, 0, "t1", "a1", Some("a")).await;
     let a2 = pod(&cp, lab, 1, "t1", "a2", Some("a")).await;
     let b1 = pod(&cp, lab, 0, "t2", "b1", Some("b")).await;
-    gateway(&cp, "t1", "a", NAT4).await;
+    let (nat4, nat6) = gateway(&cp, "t1", "a").await;
     outside.attract(lab, 0);
-    let nat4: Ipv4Addr = NAT4.parse().unwrap();
     wait("both agents programmed VPC a's gateway", || {
         [n1, n2]
             .iter()
-            .all(|n| gateways(n).iter().any(|(_, a)| *a == Some(nat4)))
+            .all(|n| gateways(n).iter().any(|(_, g)| *g == (Some(nat4), Some(nat6))))
     });
+    let vpc_a = (vni(&cp, "t1", "a").await, "t1", "a");
+    // ICMP echo of either family (an IPv6 capture must leave out neighbour discovery).
+    let echo6 = "icmp6 and (ip6[40] == 128 or ip6[40] == 129)";
     for p in [&a1, &a2] {
-        let mut ok = false;
-        let seen = outside.capture("icmp", || ok = p.ns.ping(INET4, 3, 2));
-        let src = sources(&seen);
-        eprintln!("{} -> inet: replies {ok}, sources {src:?}", p.name);
-        assert!(ok, "{} got its echo replies through the gateway", p.name);
-        assert_eq!(
-            src,
-            HashSet::from([NAT4.to_string(), INET4.to_string()]),
-            "only the NAT address left"
+        let node = &lab.nodes[p.node];
+        let meter = |door_dir: &str| door_metric(node, "bytes", vpc_a, "gateway", door_dir);
+        let (out0, in0) = (meter("out"), meter("in"));
+        for (to, nat, filter) in [
+            (IpAddr::V4(INET4), IpAddr::V4(nat4), "icmp"),
+            (IpAddr::V6(INET6), IpAddr::V6(nat6), echo6),
+        ] {
+            let mut ok = false;
+            let seen = outside.capture(filter, || ok = p.ns.ping(to, 3, 2));
+            let src = sources(&seen);
+            eprintln!("{} -> {to}: replies {ok}, sources {src:?}", p.name);
+            assert!(
+                ok,
+                "{} got its echo replies from {to} through the gateway",
+                p.name
+            );
+            assert_eq!(
+                src,
+                HashSet::from([nat.to_string(), to.to_string()]),
+                "only the NAT address left"
+            );
+        }
+        // Metered where the door is: the pod's node, both ways (a reply attracted to the
+        // other node is un-NATed, and counted, at the node that owns the flow).
+        let (out1, in1) = (meter("out"), meter("in"));
+        eprintln!(
+            "{}: gateway bytes out {out0} -> {out1}, in {in0} -> {in1}",
+            node.name
         );
+        assert!(out1 >= out0 + 6.0 * 84.0, "gateway/out metered on {}", node.name);
+        assert!(in1 >= in0 + 4.0 * 84.0, "gateway/in metered on {}", node.name);
     }
 
     // --- A VPC without a gateway has no way out: nothing reaches the internet host, and the
-    // drop is counted.
+    // drop is counted, and metered as VPC b's refusal at the gateway door.
+    let vpc_b = (vni(&cp, "t2", "b").await, "t2", "b");
     let before = n1.drops(DropReason::NoGateway);
+    let refused = door_metric(n1, "refused_packets", vpc_b, "gateway", "out");
     let mut ok = true;
     let seen = outside.capture("icmp", || ok = b1.ns.ping(INET4, 3, 1));
     assert!(!ok, "b1 (no gateway) got a reply");
@@ -253,6 +287,10 @@ async fn body(lab: &mut Lab) {
     assert!(
         n1.drops(DropReason::NoGateway) >= before + 3,
         "DROP_NO_GATEWAY counted"
+    );
+    assert!(
+        door_metric(n1, "refused_packets", vpc_b, "gateway", "out") >= refused + 3.0,
+        "gateway/out refusal metered for VPC b"
     );
 
     // --- Path MTU from a VPC pod across the narrower outside link (issue 11): the router's

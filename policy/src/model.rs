@@ -235,12 +235,16 @@ impl Diff {
 
     /// Could a flow admitted before this change be refused after it? Then established
     /// flows must be re-checked: the agent bumps the generation. Conservative: any removed
-    /// or overwritten entry counts, and any change of the armed layers.
+    /// or overwritten entry counts, and any change of the armed layers; so do the two
+    /// additions that close what was open: an isolation marker (a NetworkPolicy now selects
+    /// an identity for a direction) and a member entry (an ungrouped endpoint joins a
+    /// SecurityGroup, which is default-deny).
     pub fn narrows(&self) -> bool {
         let m = |r: bool, o: bool| r || o;
         m(!self.rules.remove.is_empty(), self.rules.overwrote)
+            || self.rules.upsert.iter().any(|(k, _)| k.peer == PEER_ISOLATED)
             || !self.cidrs.is_empty()
-            || m(!self.sg_members.remove.is_empty(), self.sg_members.overwrote)
+            || !self.sg_members.is_empty()
             || m(!self.np_idents.remove.is_empty(), self.np_idents.overwrote)
             || !self.hf_self.is_empty()
             || self.state_flags.is_some()

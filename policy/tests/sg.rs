@@ -238,6 +238,10 @@ fn a_port_relabel_rewrites_only_its_member_entry() {
     let d = c.set_port(&port_obj("p-free", "va", "10.1.0.4", &[2]));
     assert!(d.rules.is_empty() && d.cidrs.is_empty(), "{d:?}");
     assert_eq!(d.sg_members.len(), 1);
+    assert!(
+        d.narrows(),
+        "joining a group is default-deny: established flows are re-checked"
+    );
     let t = c.tables();
     assert!(verdict::sg(&t, ep(VA, "10.1.0.4"), ep(VA, "10.1.0.2"), proto::TCP, 80).allowed());
     // Leaving every group: the entry goes, the endpoint is open again, and that narrows

@@ -44,6 +44,9 @@ DECLARE_CONFIG(struct sdn_mac, tunnel_mac,
 DECLARE_CONFIG(__u32, dnat_mark,
 	       "skb mark bit the agent's netfilter rule sets on DNATed packets routed into a pod; 0 = none",
 	       0x00100000);
+DECLARE_CONFIG(__u32, tunnel_groups,
+	       "How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option",
+	       0);
 #endif
 
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */

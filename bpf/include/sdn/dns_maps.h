@@ -12,26 +12,22 @@
 #include <linux/types.h>
 #include <sdn/addr.h>
 
-/* sdn_dns_cfg: ARRAY[1], where steered queries go. Written by the agent when it
- * runs the resolver; port 0 (the initial value) turns steering off.
+/* sdn_dns_cfg: ARRAY[SDN_DNS_CFG_MAX], where steered queries go, one slot per
+ * family (a query is re-addressed within its family: no NAT46). Written by the
+ * agent when it runs the resolver; port 0 (the initial value) turns steering of
+ * that family off.
  */
+#define SDN_DNS_CFG_V4	0
+#define SDN_DNS_CFG_V6	1
+#define SDN_DNS_CFG_MAX	2
+
 struct sdn_dns_cfg {
-	struct sdn_addr node;	/* the resolver's address (IPv4 in 64:ff9b:: form) */
+	struct sdn_addr node;	/* the resolver's address, of the slot's family
+				 * (IPv4 in 64:ff9b:: form) */
 	__be16 port;		/* the resolver's port; 0 = no steering */
 	__u8 pad[2];
 };
 _Static_assert(sizeof(struct sdn_dns_cfg) == 20, "ABI: sdn_dns_cfg");
-
-/* sdn_dns_dsts: LPM over struct sdn_block_key (prefix length in bits of the
- * 128-bit address) -> struct sdn_dns_dst. The destinations whose port 53 is
- * steered: the cluster DNS Service address, and the cluster's internal ranges
- * (Service and pod CIDRs), since a socket-level load balancer may already have
- * rewritten the ClusterIP to a DNS pod. Written by the agent.
- */
-struct sdn_dns_dst {
-	__u32 flags;		/* reserved, 0 */
-};
-_Static_assert(sizeof(struct sdn_dns_dst) == 4, "ABI: sdn_dns_dst");
 
 /* sdn_dns_pods: {net, VPC address} of a VPC pod of this node -> its fabric
  * address (status.podIP), the source its steered queries carry: the resolver
@@ -62,7 +58,6 @@ struct sdn_dns_ct {
 };
 _Static_assert(sizeof(struct sdn_dns_ct) == 20, "ABI: sdn_dns_ct");
 
-#define SDN_DNS_DSTS_MAX	64
 #define SDN_DNS_PODS_MAX	65536
 #define SDN_DNS_CT_MAX		65536
 
@@ -72,20 +67,11 @@ _Static_assert(sizeof(struct sdn_dns_ct) == 20, "ABI: sdn_dns_ct");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SDN_DNS_CFG_MAX);
 	__type(key, __u32);
 	__type(value, struct sdn_dns_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_dns_cfg SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SDN_DNS_DSTS_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sdn_block_key);
-	__type(value, struct sdn_dns_dst);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sdn_dns_dsts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Floating IPs (1:1 stateless NAT between a public address and one VPC
- * address, bpf/lib/fip.h) and the cluster-internal ranges that north-south
- * NAT never applies to. Included from maps.h.
+ * address, bpf/lib/fip.h). Included from maps.h. What the doors never NAT
+ * to is sdn_internal (internal_maps.h).
  *
  * Rust mirror: bpf/src/abi.rs (Fip, FipPub), bpf/src/maps/fip_in.rs,
- * fip_out.rs, internal.rs. Written by the agent (agent/src/fip.rs) on every
- * node: whichever node receives the public address delivers it.
+ * fip_out.rs. Written by the agent (agent/src/fip.rs) on every node:
+ * whichever node receives the public address delivers it.
  */
 #pragma once
 
@@ -32,15 +32,7 @@ struct sdn_fip_pub {
 };
 _Static_assert(sizeof(struct sdn_fip_pub) == 20, "ABI: sdn_fip_pub");
 
-/* sdn_internal: LPM trie over struct sdn_xnet_key {prefixlen, net, prefix}
- * -> __u32 flags (reserved, 0). Net 0 holds the cluster-internal ranges (the
- * agent's --internal-cidrs: pod, service and node ranges); net N holds VPC N's
- * own ranges. A destination in either is never NATed out of VPC N: it stays
- * inside the cluster (isolated) whatever the VPC's doors.
- */
-
 #define SDN_FIP_MAX		65536
-#define SDN_INTERNAL_MAX	4096
 
 #ifdef __bpf__
 #include <linux/bpf.h>
@@ -63,13 +55,4 @@ struct {
 	__type(value, struct sdn_fip_pub);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_fip_out SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SDN_INTERNAL_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sdn_xnet_key);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sdn_internal SEC(".maps");
 #endif /* __bpf__ */

@@ -398,6 +398,8 @@ struct {
 } sdn_nodes SEC(".maps");
 #endif /* __bpf__ */
 
+/* The cluster-internal ranges, read by every feature below. */
+#include <sdn/internal_maps.h>
 #include <sdn/dns_maps.h>
 
 /* Maps of the north-south doors, each in its own header. */
@@ -406,3 +408,5 @@ struct {
 #include <sdn/lb_gate_maps.h>
 /* North-south SNAT maps (h1): their own header. */
 #include <sdn/snat_maps.h>
+/* The policy layers and their connection table (issue 14). */
+#include <sdn/policy_maps.h>

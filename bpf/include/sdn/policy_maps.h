@@ -10,10 +10,9 @@
  * np_idents.rs, hf_self.rs (one wrapper per map); checked against this file by
  * bpf/tests/abi_layout.rs and bpf/tests/policy_abi.rs.
  *
- * Not yet included from maps.h: no program reads these maps, and including
- * them would make every loaded object create them (the connection table is a
- * preallocated LRU). The datapath session adds `#include <sdn/policy_maps.h>`
- * to maps.h together with the first program that uses them.
+ * Included from maps.h, so every object carries these maps; the datapath
+ * half is bpf/lib/pct.h (the connection table) and bpf/lib/policy.h (the
+ * lookups and the hooks' entry points).
  *
  * Two ideas carry the design:
  *
@@ -137,6 +136,16 @@ struct sdn_pol_state {
 };
 _Static_assert(sizeof(struct sdn_pol_state) == 8, "ABI: sdn_pol_state");
 
+/* sdn_pol_work[0]: per-CPU scratch of the policy check (bpf/lib/policy.h): the
+ * flow, its connection key, a new entry and the lookup keys, which do not fit
+ * the 512-byte stack under sdn_to_pod's own 408-byte frame. Datapath only; the
+ * layout inside is lib/policy.h's (struct sdn_pol_scratch, asserted to fit).
+ */
+struct sdn_pol_work {
+	__u64 scratch[32];
+};
+_Static_assert(sizeof(struct sdn_pol_work) == 256, "ABI: sdn_pol_work");
+
 #define SDN_POL_F_HF_INGRESS	(1u << 0)	/* some HostFirewall selects this node for ingress */
 #define SDN_POL_F_HF_EGRESS	(1u << 1)	/* ... for egress */
 
@@ -201,6 +210,14 @@ struct {
 	__type(value, struct sdn_np_ident);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_np_idents SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sdn_pol_work);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_pol_work SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -33,17 +33,6 @@ _Static_assert(sizeof(struct sdn_snat_conf) == 52, "ABI: sdn_snat_conf");
 #define SDN_SNAT_F_HAVE4	(1u << 1)	/* node4 is set */
 #define SDN_SNAT_F_HAVE6	(1u << 2)	/* node6 is set */
 
-/* sdn_snat_inside: LPM over {net, prefix} (struct sdn_xnet_key, prefixlen
- * counting the net's 32 bits too) -> struct sdn_snat_inside. Net 0 holds the
- * cluster-internal ranges (every node's fabric blocks, the node addresses,
- * the service CIDRs): never masqueraded, and never a way out of a VPC. Net N
- * holds VPC N's own ranges, which its gateway never NATs either.
- */
-struct sdn_snat_inside {
-	__u32 flags;		/* reserved, 0 */
-};
-_Static_assert(sizeof(struct sdn_snat_inside) == 4, "ABI: sdn_snat_inside");
-
 /* sdn_snat_addrs: an address replies of NATed flows come back to -> whose.
  * This node's uplink addresses (net 0, masquerade) and every VPC's NAT
  * address (net = the VPC's VNI), on every node: whichever node the address
@@ -133,7 +122,6 @@ struct sdn_snat_work {
 _Static_assert(sizeof(struct sdn_snat_work) == 260, "ABI: sdn_snat_work");
 
 #define SDN_SNAT_CT_MAX		131072
-#define SDN_SNAT_INSIDE_MAX	16384
 #define SDN_SNAT_ADDRS_MAX	16384
 #define SDN_SNAT_GWS_MAX	16384
 #define SDN_SNAT_SHARDS_MAX	1024
@@ -149,15 +137,6 @@ struct {
 	__type(value, struct sdn_snat_conf);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_snat_conf SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, SDN_SNAT_INSIDE_MAX);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct sdn_xnet_key);
-	__type(value, struct sdn_snat_inside);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sdn_snat_inside SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -181,6 +181,15 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// `struct sdn_pol_work`, the per-CPU scratch value of `sdn_pol_work`: the policy
+    /// check's working set, laid out by `lib/policy.h` alone.
+    pub struct PolWork = "sdn_pol_work" align(8) {
+        /// Opaque to userspace.
+        pub scratch: [u64; 32],
+    }
+}
+
 impl Pct {
     /// `SDN_PCT_F_INIT_B`: side b sent the first packet.
     pub const F_INIT_B: u16 = 1 << 0;
@@ -212,6 +221,7 @@ pub const POLICY_LAYOUTS: &[StructLayout] = &[
     PolState::LAYOUT,
     PctKey::LAYOUT,
     Pct::LAYOUT,
+    PolWork::LAYOUT,
 ];
 
 /// Constants shared with the headers, as `(C name, value)`, for the layout check.

@@ -1,63 +1,46 @@
-//! `sdn_internal`: `{net, prefix}` → flags. Net 0: the cluster-internal ranges (the agent's
-//! `--internal-cidrs`); net N: VPC N's own ranges. A destination in either is never NATed
-//! out of VPC N by a door (`lib/ns_out.h`). Written by the agent. C side:
-//! `include/sdn/fip_maps.h`.
+//! `sdn_internal`: `{net, prefix}` → [`Internal`]. Net 0: the cluster-internal ranges
+//! (every node's fabric blocks and addresses, the Service CIDRs, `--internal-cidrs`); net N:
+//! VPC N's own ranges. Read by net-0 masquerade, the VPC gateway's NAT, the Floating IP and
+//! LoadBalancer doors and DNS steering (`lib/internal.h` says who asks what). Written by the
+//! agent (`agent/src/internal.rs`) alone. C side: `include/sdn/internal_maps.h`.
 //!
 //! # Kernel requirements
 //! `BPF_MAP_TYPE_LPM_TRIE` with `BPF_F_NO_PREALLOC`; pinned by name.
 
-use std::borrow::{Borrow, BorrowMut};
-use std::net::IpAddr;
-
-use aya::maps::lpm_trie::Key;
 use aya::maps::{MapData, MapError};
+use std::borrow::{Borrow, BorrowMut};
 
+use super::xnet_routes::{key, route};
 use super::{map_wrapper, optional};
-use crate::abi::EpKey;
-use crate::maps::xnet_routes::Route;
+use crate::abi::{EpKey, Internal};
 
 /// Pinned name; identical to the C identifier.
 pub const NAME: &str = "sdn_internal";
 
+/// A range: `(net, prefix base, prefix length in its own family)`.
+pub type Range = super::xnet_routes::Route;
+
 map_wrapper!(
     /// Ranges that stay inside the cluster, per net.
     #[doc(alias = "sdn_internal")]
-    InternalMap, LpmTrie<EpKey, u32>
+    InternalMap, LpmTrie<EpKey, Internal>
 );
 
-fn key((net, base, len): Route) -> Key<EpKey> {
-    let bits = match base {
-        IpAddr::V4(_) => 32 + 96 + u32::from(len.min(32)),
-        IpAddr::V6(_) => 32 + u32::from(len.min(128)),
-    };
-    Key::new(bits, EpKey { net, ip: base.into() })
-}
-
-fn range(k: &Key<EpKey>) -> Route {
-    let d = k.data();
-    let ip = IpAddr::from(d.ip);
-    let len = match ip {
-        IpAddr::V4(_) => k.prefix_len().saturating_sub(32 + 96),
-        IpAddr::V6(_) => k.prefix_len().saturating_sub(32),
-    };
-    (d.net, ip, u8::try_from(len).unwrap_or(u8::MAX))
-}
-
 impl<T: Borrow<MapData>> InternalMap<T> {
-    /// Every range `(net, base, prefix length)`.
-    pub fn entries(&self) -> Result<Vec<Route>, MapError> {
-        self.0.keys().map(|r| r.map(|k| range(&k))).collect()
+    /// Every range.
+    pub fn entries(&self) -> Result<Vec<Range>, MapError> {
+        self.0.keys().map(|k| k.map(|k| route(&k))).collect()
     }
 }
 
 impl<T: BorrowMut<MapData>> InternalMap<T> {
-    /// Insert `(net, base, len)`; an existing range is left as is.
-    pub fn insert(&mut self, r: Route) -> Result<(), MapError> {
-        self.0.insert(&key(r), 0, 0)
+    /// Add a range (idempotent).
+    pub fn insert(&mut self, r: Range) -> Result<(), MapError> {
+        self.0.insert(&key(r), Internal::default(), 0)
     }
 
     /// Remove a range; absent is not an error.
-    pub fn remove(&mut self, r: Route) -> Result<(), MapError> {
+    pub fn remove(&mut self, r: Range) -> Result<(), MapError> {
         optional(self.0.remove(&key(r))).map(drop)
     }
 }

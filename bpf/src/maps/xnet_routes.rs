@@ -28,7 +28,9 @@ map_wrapper!(
 /// A route's key: `(source net, prefix base, prefix length in its own family)`.
 pub type Route = (u32, IpAddr, u8);
 
-fn key((net, base, len): Route) -> Key<EpKey> {
+/// The LPM key of `r`: the net always matched whole, then the prefix in the 128-bit space.
+/// Shared with [`super::internal`], keyed the same way.
+pub(crate) fn key((net, base, len): Route) -> Key<EpKey> {
     let bits = match base {
         IpAddr::V4(_) => 32 + 96 + u32::from(len.min(32)),
         IpAddr::V6(_) => 32 + u32::from(len.min(128)),
@@ -36,7 +38,8 @@ fn key((net, base, len): Route) -> Key<EpKey> {
     Key::new(bits, EpKey { net, ip: base.into() })
 }
 
-fn route(k: &Key<EpKey>) -> Route {
+/// The inverse of [`key`].
+pub(crate) fn route(k: &Key<EpKey>) -> Route {
     let d = k.data();
     let ip = IpAddr::from(d.ip);
     let len = match ip {

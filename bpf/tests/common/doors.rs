@@ -9,7 +9,6 @@ use cozyplane_bpf::maps::{
     door_stats::{self, DoorStatsMap},
     fip_in::{self, FipInMap},
     fip_out::{self, FipOutMap},
-    internal::{self, InternalMap},
     lbg_front::{self, LbgFrontMap},
     lbg_ingress::{self, LbgIngressMap},
     lbg_rev::{self, LbgRevMap},
@@ -38,14 +37,9 @@ pub fn floating_ip(dp: &mut Datapath, public: &str, net: u32, vpc_ip: &str) {
         .unwrap();
 }
 
-/// `cidr` is internal for `net` (0: the whole cluster).
+/// `cidr` is internal for `net` (0: the whole cluster): [`super::fixtures::inside`] in CIDR form.
 pub fn internal_range(dp: &mut Datapath, net: u32, cidr: &str) {
     let (base, len) = cidr.split_once('/').unwrap();
-    InternalMap::try_from(dp.map_mut(internal::NAME))
-        .unwrap()
-        .insert((net, ip(base), len.parse().unwrap()))
-        .unwrap();
-    // The gateway door keeps its own copy of the same ranges (agent/src/egress.rs).
     super::fixtures::inside(dp, net, base, len.parse().unwrap());
 }
 

@@ -54,14 +54,13 @@ pub fn endpoint(dp: &mut Datapath, net: u32, addr: &str, ifindex: u32, mac: [u8;
         .unwrap();
 }
 
-/// `addr/len` is inside `net` (net 0: cluster-internal), as `agent/src/egress.rs` writes it.
+/// `addr/len` is inside `net` (net 0: cluster-internal) in `sdn_internal`, as
+/// `agent/src/internal.rs` writes it.
 pub fn inside(dp: &mut Datapath, net: u32, addr: &str, len: u8) {
-    cozyplane_bpf::maps::snat_inside::SnatInsideMap::try_from(
-        dp.map_mut(cozyplane_bpf::maps::snat_inside::NAME),
-    )
-    .unwrap()
-    .insert((net, ip(addr), len))
-    .unwrap();
+    cozyplane_bpf::maps::internal::InternalMap::try_from(dp.map_mut(cozyplane_bpf::maps::internal::NAME))
+        .unwrap()
+        .insert((net, ip(addr), len))
+        .unwrap();
 }
 
 /// A VPC pod of `net` on this node: port on lo, endpoint on lo.

@@ -11,6 +11,7 @@
 pub mod doors;
 pub mod fixtures;
 pub mod pkt;
+pub mod policy;
 
 use std::path::PathBuf;
 use std::process::Command;

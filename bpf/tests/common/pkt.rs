@@ -431,3 +431,76 @@ pub fn assert_v6_checksums(p: &[u8]) {
     let sum = sum16(seg) + sum16(&ip[8..40]) + u32::from(proto) + seg.len() as u32;
     assert_eq!(fold(sum), 0, "L4 checksum (proto {proto})");
 }
+
+// === ICMPv6 errors (bridge_icmp6.rs, snat_icmp6.rs) ===
+
+/// The TCP/UDP/ICMPv6 checksum of `seg` (its own checksum field included) under the IPv6
+/// pseudo-header: 0 when the segment verifies.
+pub fn l4_csum_v6(src: Ipv6Addr, dst: Ipv6Addr, proto: u8, seg: &[u8]) -> u16 {
+    fold(sum16(seg) + sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32)
+}
+
+/// An IPv6 header (hop limit 64, no extension headers) followed by `payload`.
+pub fn ip6_raw(src: Ipv6Addr, dst: Ipv6Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    v6_frame([0; 6], [0; 6], src, dst, proto, 64, payload)[14..].to_vec()
+}
+
+/// `ip` (an IPv6 packet) in an Ethernet frame.
+pub fn frame6(dst_mac: [u8; 6], src_mac: [u8; 6], ip: &[u8]) -> Vec<u8> {
+    let mut p = eth(dst_mac, src_mac, ETH_IPV6);
+    p.extend_from_slice(ip);
+    p
+}
+
+/// An ICMPv6 error (`typ`/`code`; `rest`: the 4 bytes after the checksum, the MTU of a
+/// packet too big, the pointer of a parameter problem) from `src` to `dst` quoting `quote`,
+/// with a valid checksum. An IPv6 packet.
+pub fn icmp6_error(src: Ipv6Addr, dst: Ipv6Addr, typ: u8, code: u8, rest: [u8; 4], quote: &[u8]) -> Vec<u8> {
+    let mut m = vec![typ, code, 0, 0];
+    m.extend_from_slice(&rest);
+    m.extend_from_slice(quote);
+    let c = l4_csum_v6(src, dst, ICMPV6, &m);
+    m[2..4].copy_from_slice(&c.to_be_bytes());
+    ip6_raw(src, dst, ICMPV6, &m)
+}
+
+/// The IPv6 packet of an Ethernet frame.
+pub fn ip6_of(frame: &[u8]) -> &[u8] {
+    assert_eq!(u16::from_be_bytes([frame[12], frame[13]]), ETH_IPV6, "not IPv6");
+    &frame[14..]
+}
+
+/// Source and destination of an IPv6 packet.
+pub fn addrs6(ip: &[u8]) -> (Ipv6Addr, Ipv6Addr) {
+    let a = |o: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&ip[o..o + 16]).unwrap());
+    (a(8), a(24))
+}
+
+/// An ICMPv6 error packet `ip`: its payload length is right and its checksum (pseudo-header
+/// and the whole quote) verifies; with a whole quoted packet, the quoted L4 checksum (under
+/// the quoted addresses) verifies too.
+#[track_caller]
+pub fn assert_icmp6_error_checksums(ip: &[u8], whole_quote: bool) {
+    assert_eq!(ip[6], ICMPV6, "an ICMPv6 message");
+    assert_eq!(
+        usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        ip.len() - 40,
+        "payload length"
+    );
+    let (s, d) = addrs6(ip);
+    assert_eq!(
+        l4_csum_v6(s, d, ICMPV6, &ip[40..]),
+        0,
+        "ICMPv6 checksum (pseudo-header and quote)"
+    );
+    if whole_quote {
+        let quote = &ip[48..];
+        let (qs, qd) = addrs6(quote);
+        assert_eq!(
+            l4_csum_v6(qs, qd, quote[6], &quote[40..]),
+            0,
+            "quoted L4 checksum (proto {})",
+            quote[6]
+        );
+    }
+}

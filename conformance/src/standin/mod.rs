@@ -706,6 +706,15 @@ impl StandIn {
         )
     }
 
+    /// A client with the admin certificate ([`admin_kubeconfig`](Self::admin_kubeconfig)).
+    pub async fn admin_client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.admin_kubeconfig()).expect("admin kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("admin kubeconfig loads");
+        kube::Client::try_from(cfg).expect("client")
+    }
+
     /// A kubeconfig that authenticates with a bearer token of the token file.
     pub fn token_kubeconfig(&self, token: &str) -> PathBuf {
         let file: String = token.chars().filter(char::is_ascii_alphanumeric).collect();

@@ -24,12 +24,40 @@ pub(crate) struct Cp {
     pub(crate) server: TestServer,
 }
 
+/// What the lab's control plane plays besides the API servers ([`Cp::start_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpOptions {
+    /// The doors of VPCs for real: the stand-in plays the LoadBalancer implementation (it
+    /// assigns addresses from [`cozyplane_lab::LB_POOL_V4`]/`V6`, the pool the outside
+    /// router attracts), and cozyplane-apiserver runs with a kube connection to the
+    /// stand-in, so its kube loops (VPCGateway NAT Services, FloatingIPs, ServiceVIPs, Port
+    /// GC) run. Namespaces are then the stand-in's only ([`tenant`] creates them there).
+    pub(crate) doors: bool,
+}
+
 impl Cp {
     /// Starts both servers, exposes them to the lab's nodes, registers every node and starts
-    /// its agent.
+    /// its agent. The API server has no kube connection (its kube loops do not run).
     pub(crate) async fn start(lab: &mut Lab) -> Self {
-        let standin = StandIn::start(Options::default()).await;
-        let server = TestServer::start(Backend::Embedded).await;
+        Self::start_with(lab, CpOptions::default()).await
+    }
+
+    /// [`Cp::start`] as `opts` says.
+    pub(crate) async fn start_with(lab: &mut Lab, opts: CpOptions) -> Self {
+        let (standin, server) = if opts.doors {
+            let s = StandIn::start(
+                Options::default().lb_pool(cozyplane_lab::LB_POOL_V4, cozyplane_lab::LB_POOL_V6),
+            )
+            .await;
+            let kc = format!("--kubeconfig={}", s.admin_kubeconfig().display());
+            let server = TestServer::start_bare(Backend::Embedded, &[&kc]).await;
+            (s, server)
+        } else {
+            (
+                StandIn::start(Options::default()).await,
+                TestServer::start(Backend::Embedded).await,
+            )
+        };
         let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
         lab.expose(port(&standin.url));
         lab.expose(port(&server.url));
@@ -262,4 +290,58 @@ pub(crate) async fn half(cp: &Cp, (ns, vpc): (&str, &str), (peer_ns, peer): (&st
         .await
         .unwrap();
     name
+}
+
+/// One per-door counter of `node`'s agent, scraped now: `cozyplane_vpc_door_<what>_total`
+/// (`what`: `packets`, `bytes`, `refused_packets`, `refused_bytes`) of VPC `(vni, namespace,
+/// name)` through `door` (`gateway`, `eip`, `loadbalancer`) in `direction` (`in`, `out`),
+/// with every label the agent must set, in its order; 0 if absent.
+pub(crate) fn door_metric(
+    node: &cozyplane_lab::Node,
+    what: &str,
+    (vni, ns, vpc): (u32, &str, &str),
+    door: &str,
+    direction: &str,
+) -> f64 {
+    let sample = format!(
+        "cozyplane_vpc_door_{what}_total{{vni=\"{vni}\",vpc_namespace=\"{ns}\",vpc=\"{vpc}\",node=\"{}\",door=\"{door}\",direction=\"{direction}\"}}",
+        node.name
+    );
+    metric(&node.metrics(), &sample)
+}
+
+/// Polls `f` (async: an API read) every 100 ms until it yields a value; fails the test after
+/// 20 s (a hang guard).
+pub(crate) async fn until<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sources of the packets in tcpdump lines (`IP a.b.c.d > ...`, `IP6 x > ...`), ports cut.
+pub(crate) fn sources(lines: &[String]) -> std::collections::HashSet<String> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip_while(|w| *w != "IP" && *w != "IP6");
+            let fam = w.next()?;
+            let src = w.next()?;
+            Some(if fam == "IP" {
+                // a.b.c.d or a.b.c.d.port
+                src.split('.').take(4).collect::<Vec<_>>().join(".")
+            } else {
+                src.rsplit_once('.')
+                    .map_or(src, |(a, p)| if p.parse::<u16>().is_ok() { a } else { src })
+                    .to_string()
+            })
+        })
+        .collect()
 }

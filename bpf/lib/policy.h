@@ -1,0 +1,554 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The policy layers' decision (issue 14; docs/policy.md): NetworkPolicy on the
+ * default network and SecurityGroups in VPC nets, on one connection table
+ * (lib/pct.h). The rule lookups are those of the `policy` crate's verdict.rs,
+ * which the datapath tests compare against case by case: a peer is resolved
+ * to a token (its NP identity, or its net and group bitmap), then
+ * sdn_pol_rules is asked for {layer, dir, subject, peer, proto, port} with
+ * the peer's own token, its CIDR class (sdn_pol_cidrs), and SDN_PEER_ANY.
+ *
+ * Every evaluation decides the whole flow, the source's egress AND the
+ * destination's ingress, from this node's maps, wherever it runs: the hooks
+ * of one node share the connection table, so an entry created by one hook
+ * (the source's from_pod) must already hold for the other (the destination's
+ * to_pod on the same node). A node without a remote subject's rules finds it
+ * open, and that subject's own node decides it.
+ *
+ * Where it runs:
+ *   NP  sdn_from_pod (net 0, the source's egress side) and sdn_to_pod (net 0,
+ *       the destination's delivery: the host routes same-node traffic there
+ *       too, so there is no same-node shortcut around it);
+ *   SG  wherever a VPC packet is delivered to a local pod (sdn_from_pod,
+ *       sdn_from_overlay) and where a local pod's packet is encapsulated
+ *       (so that each node's table sees both directions of its pods' flows).
+ * A flow is policed (and tracked) when one of its ends is a subject: an NP
+ * identity, or an endpoint with SecurityGroups. Other flows pay two lookups.
+ */
+#pragma once
+
+#include "common.h"
+#include "parse.h"
+#include "pct.h"
+
+#define SDN_PEER_ALL		(1ULL << SDN_PEER_ALL_BIT)
+
+/*
+ * The source's groups on the wire (CONFIG(tunnel_groups)), as a tag: bit 0 set
+ * means the tag is exact, bits 1..62 being the source's groups (bit 0 and bit
+ * 63 are never groups); 0 means "not carried", and the receiver looks the
+ * source up in sdn_sg_members.
+ *   VXLAN-GBP: the 16-bit policy id is the tag's low 16 bits, so it is exact
+ *   only for a source whose groups are all below 16 (ids are per VPC and
+ *   dense from 1: a VPC of up to 15 groups always travels exactly); other
+ *   sources send 0.
+ *   Geneve: one option of our own class (experimental range) holding the
+ *   whole tag, always exact.
+ */
+#define SDN_TAG_EXACT		1
+#define SDN_TUNNEL_GROUPS_GBP	1
+#define SDN_TUNNEL_GROUPS_GENEVE 2
+#define SDN_GENEVE_CLASS	0xfff1	/* RFC 8926 experimental class range */
+#define SDN_GENEVE_TYPE_GROUPS	0x01
+
+/* struct geneve_opt with 8 bytes of data (length counts 4-byte words). */
+struct sdn_geneve_groups {
+	__be16 opt_class;
+	__u8 type;
+	__u8 length;
+	__be32 hi;
+	__be32 lo;
+};
+
+static __always_inline __u64 sdn_sg_tag_of(__u64 groups)
+{
+	return groups | SDN_TAG_EXACT;
+}
+
+static __always_inline __u32 sdn_sg_gbp_encode(__u64 groups)
+{
+	if (groups >> 16)
+		return 0;
+	return sdn_sg_tag_of(groups) & 0xffff;
+}
+
+/* The SG check's state over the subject's groups (bpf_loop's context, which
+ * must live on the stack).
+ */
+struct sdn_sg_loop {
+	__u64 mine;
+	__u64 theirs;
+	__u32 token;
+	__u32 cls;
+	__u32 rule;
+	__u32 ok;
+};
+
+/*
+ * The policy check's working set, in sdn_pol_work (per-CPU) rather than on
+ * the stack: sdn_to_pod's own frame is 408 bytes, and the flow, its key, a
+ * new entry and the lookup keys would take the combined stack past 512.
+ */
+struct sdn_pol_scratch {
+	struct sdn_flow f;
+	struct sdn_pct_key k;
+	struct sdn_pct n;
+	struct sdn_prule_key rk;
+	union {
+		struct sdn_pcidr_key cidr;
+		struct sdn_lb_flow_key lb;
+		struct sdn_block_key block;
+		struct sdn_ep_key ep;
+		struct sdn_xnet_key xnet;
+		struct sdn_geneve_groups geneve;
+		__u32 gbp;
+	} u;
+};
+_Static_assert(sizeof(struct sdn_pol_scratch) <= sizeof(struct sdn_pol_work),
+	       "sdn_pol_work holds the policy scratch");
+
+static __always_inline struct sdn_pol_scratch *sdn_pol_scratch(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&sdn_pol_work, &zero);
+}
+
+/* sdn_sg_members' groups of {net, ip}; 0 for an ungrouped endpoint. */
+static __always_inline __u64 sdn_sg_groups(struct sdn_pol_scratch *w, __u32 net,
+					   const struct sdn_addr *ip)
+{
+	struct sdn_sg_member *m;
+
+	w->u.ep.net = net;
+	w->u.ep.ip = *ip;
+	m = bpf_map_lookup_elem(&sdn_sg_members, &w->u.ep);
+	return m ? m->groups : 0;
+}
+
+/* verdict.rs class_of(): the peer's CIDR class in a scope, as a peer token;
+ * 0 (SDN_PEER_ANY, never a class token) when no class holds it.
+ */
+static __always_inline __u32 sdn_pol_class(struct sdn_pol_scratch *w,
+					   __u32 scope, __u8 layer,
+					   const struct sdn_addr *ip)
+{
+	struct sdn_pcidr *c;
+
+	__builtin_memset(&w->u.cidr, 0, sizeof(w->u.cidr));
+	w->u.cidr.prefixlen = 64 + 128;
+	w->u.cidr.scope = scope;
+	w->u.cidr.layer = layer;
+	w->u.cidr.v6 = !sdn_addr_is_v4(ip);
+	w->u.cidr.ip = *ip;
+	c = bpf_map_lookup_elem(&sdn_pol_cidrs, &w->u.cidr);
+	return c ? SDN_PEER_CLASS | c->class : 0;
+}
+
+/* One sdn_pol_rules lookup of k with this peer token: allowed when the
+ * longest match's peers meet want.
+ */
+static __always_inline int sdn_pol_try(struct sdn_prule_key *k, __u32 peer,
+				       __u64 want, __u32 *rule)
+{
+	struct sdn_prule *v;
+
+	k->peer = peer;
+	v = bpf_map_lookup_elem(&sdn_pol_rules, k);
+	if (!v || !(v->peers & want))
+		return 0;
+	*rule = v->rule;
+	return 1;
+}
+
+/* verdict.rs admit(): the peer's own token (when want is not 0), its class
+ * (when cls is not 0), any peer.
+ */
+static __always_inline int sdn_pol_admit(struct sdn_prule_key *k, __u32 token,
+					 __u64 want, __u32 cls, __u32 *rule)
+{
+	if (want && sdn_pol_try(k, token, want, rule))
+		return 1;
+	if (cls && sdn_pol_try(k, cls, SDN_PEER_ALL, rule))
+		return 1;
+	return sdn_pol_try(k, SDN_PEER_ANY, SDN_PEER_ALL, rule);
+}
+
+/* verdict.rs np()'s check for one direction: 1 open or admitted, 0 denied. */
+static __always_inline int sdn_np_check(struct sdn_pol_scratch *w, __u8 dir,
+					const struct sdn_addr *me,
+					const struct sdn_addr *peer, __u32 *rule)
+{
+	struct sdn_prule_key *k = &w->rk;
+	struct sdn_np_ident *id = bpf_map_lookup_elem(&sdn_np_idents, me);
+	__u32 token = 0, subject;
+	__u64 want = 0;
+
+	if (!id)
+		return 1;
+	subject = id->id;
+	__builtin_memset(k, 0, sizeof(*k));
+	k->prefixlen = SDN_PRULE_FIXED_BITS + 16;
+	k->subject = subject;
+	k->layer = SDN_LAYER_NP;
+	k->dir = dir;
+	k->peer = SDN_PEER_ISOLATED;
+	/* Not isolated in this direction: no policy selects it, open. */
+	if (!bpf_map_lookup_elem(&sdn_pol_rules, k))
+		return 1;
+	id = bpf_map_lookup_elem(&sdn_np_idents, peer);
+	if (id) {
+		token = id->id;
+		want = SDN_PEER_ALL;
+	}
+	k->proto = w->f.proto;
+	k->port = w->f.rport;
+	return sdn_pol_admit(k, token, want,
+			     sdn_pol_class(w, 0, SDN_LAYER_NP, peer), rule);
+}
+
+/* One group of the subject (bpf_loop callback): the first admitting group
+ * ends the loop.
+ */
+static long sdn_sg_group(__u64 i, void *ctx)
+{
+	struct sdn_sg_loop *l = ctx;
+	struct sdn_pol_scratch *w;
+	__u32 g = i + 1;
+
+	if (!(l->mine & (1ULL << g)))
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return 1;
+	w->rk.subject = g;
+	if (!sdn_pol_admit(&w->rk, l->token, l->theirs, l->cls, &l->rule))
+		return 0;
+	l->ok = 1;
+	return 1;
+}
+
+/* verdict.rs sg()'s check for one direction, over the subject's groups. */
+static __always_inline int sdn_sg_check(struct sdn_pol_scratch *w, __u8 dir,
+					__u32 *rule)
+{
+	const struct sdn_flow *f = &w->f;
+	int egress = dir == SDN_DIR_EGRESS;
+	__u32 net = egress ? f->src_net : f->dst_net;
+	struct sdn_sg_loop l = {
+		.mine = egress ? f->src_groups : f->dst_groups,
+		.theirs = egress ? f->dst_groups : f->src_groups,
+		.token = egress ? f->dst_net : f->src_net,
+	};
+
+	if (!l.mine)
+		return 1;
+	l.cls = sdn_pol_class(w, net, SDN_LAYER_SG, egress ? &f->dst : &f->src);
+	__builtin_memset(&w->rk, 0, sizeof(w->rk));
+	w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
+	w->rk.net = net;
+	w->rk.layer = SDN_LAYER_SG;
+	w->rk.dir = dir;
+	w->rk.proto = f->proto;
+	w->rk.port = f->rport;
+	/* Group ids are 1..62: bit 0 and bit 63 are never groups. */
+	bpf_loop(62, sdn_sg_group, &l, 0);
+	if (l.ok)
+		*rule = l.rule;
+	return l.ok;
+}
+
+/*
+ * A first packet from a pod to an address that is cluster-internal but no pod,
+ * no node and no other node's pod block: a Service's virtual IP, which the
+ * host DNATs after sdn_from_pod. Its egress is not decided there, where the
+ * backend is unknown: the flow enters the table (so that its replies, un-NATed
+ * by the host, pass) and the backend's sdn_to_pod decides the flow with the
+ * client's egress and its own ingress (every node knows every pod's
+ * identity).
+ */
+static __always_inline int sdn_np_service(struct sdn_pol_scratch *w)
+{
+	const struct sdn_addr *dst = &w->f.dst;
+
+	w->u.block.prefixlen = 128;
+	w->u.block.ip = *dst;
+	if (bpf_map_lookup_elem(&sdn_np_idents, dst) ||
+	    bpf_map_lookup_elem(&sdn_hf_self, dst) ||
+	    bpf_map_lookup_elem(&sdn_nodes, dst) ||
+	    bpf_map_lookup_elem(&sdn_node_blocks, &w->u.block))
+		return 0;
+	/* sdn_is_internal(0, dst), with its key out of the stack. */
+	w->u.xnet.prefixlen = 32 + 128;
+	w->u.xnet.net = 0;
+	w->u.xnet.ip = *dst;
+	return bpf_map_lookup_elem(&sdn_internal, &w->u.xnet) != NULL;
+}
+
+/* NP: neither end of w->f is isolated in either direction (no policy selects
+ * it): nothing to protect, so a packet of a flow the table never saw (one that
+ * began before the table, or before its pod had an identity here) passes.
+ */
+static __always_inline int sdn_np_unisolated(struct sdn_pol_scratch *w)
+{
+	const struct sdn_addr *end = &w->f.src;
+	struct sdn_np_ident *id;
+
+#pragma unroll
+	for (int i = 0; i < 2; i++, end = &w->f.dst) {
+		id = bpf_map_lookup_elem(&sdn_np_idents, end);
+		if (!id)
+			continue;
+		__builtin_memset(&w->rk, 0, sizeof(w->rk));
+		w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
+		w->rk.subject = id->id;
+		w->rk.layer = SDN_LAYER_NP;
+		w->rk.peer = SDN_PEER_ISOLATED;
+		w->rk.dir = SDN_DIR_INGRESS;
+		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
+			return 0;
+		w->rk.dir = SDN_DIR_EGRESS;
+		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * The rules' verdict on the flow w->f in `layer`: the source's egress, then
+ * the destination's ingress. 0 when both admit (*rule: the last admitting
+ * rule), else the layer's DROP_*. The node's own addresses (sdn_hf_self)
+ * reaching its pods pass NetworkPolicy ingress: kubelet probes. A Service
+ * address is left to the backend (sdn_np_service).
+ */
+static __always_inline int sdn_pol_eval(struct sdn_pol_scratch *w, __u32 layer,
+					__u32 *rule)
+{
+	if (layer == SDN_LAYER_NP) {
+		if (sdn_np_service(w))
+			return 0;
+		if (!sdn_np_check(w, SDN_DIR_EGRESS, &w->f.src, &w->f.dst, rule))
+			return DROP_POL_NP;
+		if (bpf_map_lookup_elem(&sdn_hf_self, &w->f.src))
+			return 0;
+		if (!sdn_np_check(w, SDN_DIR_INGRESS, &w->f.dst, &w->f.src, rule))
+			return DROP_POL_NP;
+		return 0;
+	}
+	if (!sdn_sg_check(w, SDN_DIR_EGRESS, rule))
+		return DROP_POL_SG;
+	if (!sdn_sg_check(w, SDN_DIR_INGRESS, rule))
+		return DROP_POL_SG;
+	return 0;
+}
+
+/*
+ * One packet of a policed flow (w->f) through the connection table (ct.rs
+ * step): 0 to pass, or a DROP_*. A first packet is evaluated and, admitted,
+ * opens an entry; an entry from an older generation is re-checked in the
+ * flow's first direction and deleted when no longer admitted; an ICMP error
+ * passes only with a live entry of the flow it quotes.
+ */
+static __always_inline int sdn_pol_flow(struct sdn_pol_scratch *w, __u32 layer)
+{
+	struct sdn_pol_state *st;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0, gen = 0;
+	int from_b, init_b, ret;
+	struct sdn_pct *e;
+
+	st = bpf_map_lookup_elem(&sdn_pol_state, &zero);
+	if (st)
+		gen = st->generation;
+	from_b = sdn_pct_key_of(&w->f, &w->k);
+	e = bpf_map_lookup_elem(&sdn_pol_ct, &w->k);
+	if (w->f.icmp_err)
+		return e && e->expires > now ? 0 : DROP_POL_CT_INVALID;
+
+	switch (sdn_pct_step(e, &w->f, from_b, now, gen)) {
+	case SDN_PCT_PASS:
+		return 0;
+	case SDN_PCT_INVALID:
+		/* ct.rs drops it; NP spares flows no policy can concern. */
+		if (layer == SDN_LAYER_NP && sdn_np_unisolated(w))
+			return 0;
+		return DROP_POL_CT_INVALID;
+	case SDN_PCT_RECHECK:
+		if (!e)
+			return DROP_POL_CT_INVALID;
+		init_b = !!(e->flags & SDN_PCT_F_INIT_B);
+		if (from_b != init_b)
+			sdn_flow_reverse(&w->f);
+		ret = sdn_pol_eval(w, layer, &w->n.rule);
+		if (from_b != init_b)
+			sdn_flow_reverse(&w->f);
+		if (ret) {
+			bpf_map_delete_elem(&sdn_pol_ct, &w->k);
+			return DROP_POL_REVOKED;
+		}
+		e->generation = gen;
+		e->rule = w->n.rule;
+		sdn_pct_step(e, &w->f, from_b, now, gen);
+		return 0;
+	}
+	w->n.rule = 0;
+	ret = sdn_pol_eval(w, layer, &w->n.rule);
+	if (ret)
+		return ret;
+	sdn_pct_new(&w->n, &w->f, from_b, now, gen, w->n.rule);
+	w->n.layers = 1 << layer;
+	bpf_map_update_elem(&sdn_pol_ct, &w->k, &w->n, BPF_ANY);
+	return 0;
+}
+
+/* NetworkPolicy for a net-0 packet at sdn_from_pod (the source pod's side) or
+ * sdn_to_pod (the destination pod's). 0 to go on, or a DROP_*.
+ */
+static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
+					const struct sdn_pkt *p)
+{
+	struct sdn_pol_scratch *w;
+	int ret;
+
+	if (p->frag == SDN_FRAG_LATER)
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return 0;
+	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
+	if (ret)
+		return ret;
+	if (!bpf_map_lookup_elem(&sdn_np_idents, &w->f.src) &&
+	    !bpf_map_lookup_elem(&sdn_np_idents, &w->f.dst))
+		return 0;
+	return sdn_pol_flow(w, SDN_LAYER_NP);
+}
+
+/*
+ * A backend's reply that sdn_lb_reverse already gave the VIP as source (it
+ * does so before delivery, on the client's node): policed as the backend's,
+ * the view its flow's entry was made with (the client's packet, DNATed).
+ */
+static __always_inline void sdn_sg_unbalance(struct sdn_pol_scratch *w)
+{
+	struct sdn_flow *f = &w->f;
+	struct sdn_lb_flow *b;
+
+	if (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP)
+		return;
+	__builtin_memset(&w->u.lb, 0, sizeof(w->u.lb));
+	w->u.lb.net = f->dst_net;
+	w->u.lb.client = f->dst;
+	w->u.lb.vip = f->src;
+	w->u.lb.client_port = f->dport;
+	w->u.lb.vip_port = f->sport;
+	w->u.lb.proto = f->proto;
+	b = bpf_map_lookup_elem(&sdn_lb_flows, &w->u.lb);
+	if (!b)
+		return;
+	f->src = b->backend;
+	f->src_net = b->net;
+	f->sport = b->backend_port;
+}
+
+/*
+ * SecurityGroups for a VPC packet from {src_net, p->src} to {dst_net,
+ * p->dst}, at its local delivery or its encapsulation. src_tag: the tunnel
+ * option's tag when it came from another node with an exact one, else 0 and
+ * the source's groups come from sdn_sg_members. 0 to go on, or a DROP_*.
+ */
+static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
+					const struct sdn_pkt *p, __u32 src_net,
+					__u32 dst_net, __u64 src_tag)
+{
+	struct sdn_pol_scratch *w;
+	int ret;
+
+	if (p->frag == SDN_FRAG_LATER)
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return 0;
+	ret = sdn_flow_of(skb, p, src_net, dst_net, &w->f);
+	if (ret)
+		return ret;
+	/* An ICMP error (w->f is its quote, turned around) passes by its
+	 * flow's entry: the groups only say whether it is policed, and the
+	 * option describes the error's sender, not the quote's.
+	 */
+	if (w->f.icmp_err)
+		src_tag = 0;
+	else
+		sdn_sg_unbalance(w);
+	if (src_tag & SDN_TAG_EXACT)
+		w->f.src_groups = src_tag & ~(__u64)SDN_TAG_EXACT;
+	else
+		w->f.src_groups = sdn_sg_groups(w, w->f.src_net, &w->f.src);
+	w->f.dst_groups = sdn_sg_groups(w, w->f.dst_net, &w->f.dst);
+	if (!w->f.src_groups && !w->f.dst_groups)
+		return 0;
+	return sdn_pol_flow(w, SDN_LAYER_SG);
+}
+
+/* After sdn_encap() of a VPC packet: the source's groups in the tunnel
+ * option, when the device carries one (CONFIG(tunnel_groups)). 0, or
+ * DROP_ENCAP.
+ */
+static __always_inline int sdn_sg_tag(struct __sk_buff *skb, __u32 net,
+				      const struct sdn_addr *src)
+{
+	__u32 mode = CONFIG(tunnel_groups);
+	struct sdn_pol_scratch *w;
+	__u64 tag;
+
+	if (mode != SDN_TUNNEL_GROUPS_GBP && mode != SDN_TUNNEL_GROUPS_GENEVE)
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return DROP_ENCAP;
+	tag = sdn_sg_groups(w, net, src);
+	if (mode == SDN_TUNNEL_GROUPS_GBP) {
+		w->u.gbp = sdn_sg_gbp_encode(tag);
+		if (bpf_skb_set_tunnel_opt(skb, &w->u.gbp, sizeof(w->u.gbp)) < 0)
+			return DROP_ENCAP;
+		return 0;
+	}
+	tag = sdn_sg_tag_of(tag);
+	w->u.geneve.opt_class = bpf_htons(SDN_GENEVE_CLASS);
+	w->u.geneve.type = SDN_GENEVE_TYPE_GROUPS;
+	w->u.geneve.length = 2;
+	w->u.geneve.hi = bpf_htonl(tag >> 32);
+	w->u.geneve.lo = bpf_htonl((__u32)tag);
+	if (bpf_skb_set_tunnel_opt(skb, &w->u.geneve, sizeof(w->u.geneve)) < 0)
+		return DROP_ENCAP;
+	return 0;
+}
+
+/* sdn_from_overlay: the tag the sender put in the tunnel option, or 0 (look
+ * the source up) when there is none, it is not ours, or the device carries
+ * none.
+ */
+static __always_inline __u64 sdn_sg_tag_in(struct __sk_buff *skb)
+{
+	__u32 mode = CONFIG(tunnel_groups);
+	struct sdn_pol_scratch *w;
+
+	if (mode != SDN_TUNNEL_GROUPS_GBP && mode != SDN_TUNNEL_GROUPS_GENEVE)
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return 0;
+	if (mode == SDN_TUNNEL_GROUPS_GBP) {
+		if (bpf_skb_get_tunnel_opt(skb, &w->u.gbp, sizeof(w->u.gbp)) !=
+		    sizeof(w->u.gbp))
+			return 0;
+		return w->u.gbp & 0xffff;
+	}
+	if (bpf_skb_get_tunnel_opt(skb, &w->u.geneve, sizeof(w->u.geneve)) !=
+		    sizeof(w->u.geneve) ||
+	    w->u.geneve.opt_class != bpf_htons(SDN_GENEVE_CLASS) ||
+	    w->u.geneve.type != SDN_GENEVE_TYPE_GROUPS ||
+	    (w->u.geneve.length & 0x1f) != 2)
+		return 0;
+	return (__u64)bpf_ntohl(w->u.geneve.hi) << 32 | bpf_ntohl(w->u.geneve.lo);
+}
