@@ -1,15 +1,22 @@
 //! Lists the watch cache answers: a continue page it serves after the collection changed shows
 //! the collection as it was at the first page's revision (what storage's Exact read at that
 //! revision shows), on both backends; so does a list storage answers with the cache's bytes; a
-//! `resourceVersion=0` list equals storage's list.
+//! `resourceVersion=0` list equals storage's list. On etcd, a walk whose first page storage read
+//! at a revision moved by another key's write is served by the cache from the second page on.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use cozyplane_apiserver::registry::cache::WatchCache;
 use cozyplane_apiserver::registry::store::{DeleteOptions, ListParams, WriteOptions};
-use cozyplane_storage::Storage;
 use cozyplane_storage::testing::EtcdServer;
+use cozyplane_storage::{
+    KeyValue, ListOptions, ListResult, Result, Revision, Storage, Summary, Txn, TxnResponse, WatchOptions,
+    WatchStream,
+};
 use serde_json::{Value, json};
 
 fn vpc(name: &str) -> Value {
@@ -157,4 +164,118 @@ async fn continue_pages_from_the_cache_etcd() {
         .await
         .unwrap();
     continue_pages_show_the_first_pages_revision(storage).await;
+}
+
+/// A store that counts the page reads of VPC lists (more than one key asked for) and delegates
+/// everything to another backend.
+struct CountingPages {
+    inner: Arc<dyn Storage>,
+    pages: AtomicUsize,
+}
+
+#[async_trait]
+impl Storage for CountingPages {
+    async fn get(&self, key: &str) -> Result<KeyValue> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
+        if prefix.contains("/vpcs/") && opts.limit.is_none_or(|l| l > 1) {
+            self.pages.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.list(prefix, opts).await
+    }
+    async fn summary(&self, prefix: &str, revision: Revision) -> Result<Summary> {
+        self.inner.summary(prefix, revision).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.inner.txn(txn).await
+    }
+    async fn watch(&self, key: &str, opts: WatchOptions) -> Result<WatchStream> {
+        self.inner.watch(key, opts).await
+    }
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.inner.compact(revision).await
+    }
+    async fn current_revision(&self) -> Result<Revision> {
+        self.inner.current_revision().await
+    }
+    async fn health(&self) -> Result<()> {
+        self.inner.health().await
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+}
+
+#[tokio::test]
+async fn a_walk_past_the_kinds_last_write_is_served_by_the_cache_etcd() {
+    let etcd = tokio::task::spawn_blocking(EtcdServer::start).await.unwrap();
+    let inner = cozyplane_storage::open(cozyplane_storage::Config::Etcd(etcd.config()))
+        .await
+        .unwrap();
+    let counting = Arc::new(CountingPages {
+        inner: inner.clone(),
+        pages: AtomicUsize::new(0),
+    });
+    let storage: Arc<dyn Storage> = counting.clone();
+    let kinds = cozyplane_apiserver::registry::kinds(&storage);
+    let vpcs = kinds.iter().find(|k| k.info().plural == "vpcs").unwrap().clone();
+    let cache = WatchCache::start(vpcs.clone());
+    let w = WriteOptions::server();
+    let names = ["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"];
+    for n in names {
+        vpcs.create(Some("t"), vpc(n), &w).await.unwrap();
+    }
+    settled(&cache, &names).await;
+    // Another key's write (as the controllers' lease renewal is) moves etcd's revision past
+    // the kind's last event.
+    inner
+        .create(
+            "/registry/sdn.cozystack.io/_other",
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .unwrap();
+
+    let before = counting.pages.load(Ordering::SeqCst);
+    let first = cache
+        .list(
+            Some("t"),
+            &ListParams {
+                limit: Some(3),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.revision, inner.current_revision().await.unwrap());
+    let mut walked = values(&first.items);
+    let mut token = first.continue_token.expect("more pages");
+    loop {
+        let p = ListParams {
+            limit: Some(2),
+            continue_token: Some(token.clone()),
+            ..Default::default()
+        };
+        let page = cache.list(Some("t"), &p).await.unwrap();
+        assert_eq!(page.revision, first.revision);
+        walked.extend(values(&page.items));
+        match page.continue_token {
+            Some(t) => token = t,
+            None => break,
+        }
+    }
+    // Storage read the first page only.
+    assert_eq!(counting.pages.load(Ordering::SeqCst) - before, 1);
+    let exact = vpcs
+        .list(
+            Some("t"),
+            &ListParams {
+                revision: Some(first.revision),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(walked, exact.items);
 }

@@ -97,8 +97,8 @@ pub use config::{Config, open};
 pub use error::{Error, Result};
 pub use key::{ObjectKey, prefix_end};
 pub use types::{
-    Compare, Deleted, Event, KeyValue, ListOptions, ListResult, Op, Revision, Txn, TxnResponse, WatchOptions,
-    WatchStream,
+    Compare, Deleted, Event, KeyValue, ListOptions, ListResult, Op, Revision, Summary, Txn, TxnResponse,
+    WatchOptions, WatchStream,
 };
 
 use async_trait::async_trait;
@@ -217,6 +217,30 @@ pub trait Storage: Send + Sync + 'static {
     /// A failed comparison is not an error: the response says `succeeded: false`. Errors are
     /// for malformed transactions ([`Error::InvalidTxn`]) and an unreachable store.
     async fn txn(&self, txn: Txn) -> Result<TxnResponse>;
+
+    /// How many keys `prefix` held at `revision` and the newest `mod_revision` among them:
+    /// what a cache needs to prove that its copy of the prefix at an older revision is still
+    /// the state at `revision` (nothing under the prefix was written or deleted in between).
+    /// [`Error::Gone`] for a compacted revision, [`Error::FutureRevision`] for one not reached.
+    ///
+    /// The default reads every key; a backend answers it more cheaply where it can.
+    async fn summary(&self, prefix: &str, revision: Revision) -> Result<Summary> {
+        let mut opts = ListOptions {
+            revision: Some(revision),
+            limit: Some(1000),
+            continue_token: None,
+        };
+        let mut sum = Summary::default();
+        loop {
+            let page = self.list(prefix, &opts).await?;
+            sum.count += page.items.len() as u64;
+            sum.newest = page.items.iter().fold(sum.newest, |n, kv| n.max(kv.mod_revision));
+            match page.continue_token {
+                Some(t) => opts.continue_token = Some(t),
+                None => return Ok(sum),
+            }
+        }
+    }
 
     /// Stream changes of `key` (or of every key under it, if `opts.prefix`).
     async fn watch(&self, key: &str, opts: WatchOptions) -> Result<WatchStream>;

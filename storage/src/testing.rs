@@ -18,7 +18,9 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
-use crate::{Compare, Error, Event, ListOptions, Revision, Storage, Txn, WatchOptions, WatchStream, etcd};
+use crate::{
+    Compare, Error, Event, ListOptions, Revision, Storage, Summary, Txn, WatchOptions, WatchStream, etcd,
+};
 
 /// What a case gets: a store, and a key prefix no other case uses in it.
 pub struct Ctx {
@@ -78,6 +80,7 @@ pub fn cases() -> Vec<Case> {
         case!(list_pages_resume_at_the_revision_of_the_first_page),
         case!(list_at_a_past_revision_shows_that_moment),
         case!(list_at_a_future_revision_is_refused),
+        case!(summary_counts_the_keys_and_names_the_newest_write),
         case!(tampered_continue_tokens_are_invalid),
         case!(continue_after_compaction_is_expired, exclusive),
         case!(list_at_a_compacted_revision_is_gone, exclusive),
@@ -453,6 +456,51 @@ async fn continue_after_compaction_is_expired(cx: Ctx) {
         matches!(err, Error::Expired { requested, .. } if requested == first.revision),
         "{err:?}"
     );
+}
+
+async fn summary_counts_the_keys_and_names_the_newest_write(cx: Ctx) {
+    let a = cx.store.create(&cx.key("a"), b("a1")).await.unwrap();
+    let bb = cx.store.create(&cx.key("b"), b("b1")).await.unwrap();
+    // A write outside the prefix moves the revision, not the prefix's summary.
+    cx.store
+        .create(&format!("{}-other", cx.prefix.trim_end_matches('/')), b("x"))
+        .await
+        .unwrap();
+    let quiet = cx.store.current_revision().await.unwrap();
+    let a2 = cx
+        .store
+        .update(&cx.key("a"), b("a2"), a.mod_revision)
+        .await
+        .unwrap();
+    let del = cx
+        .store
+        .delete(&cx.key("b"), Some(bb.mod_revision))
+        .await
+        .unwrap();
+    let s = |count, newest| Summary { count, newest };
+    assert_eq!(
+        cx.store.summary(&cx.prefix, bb.mod_revision).await.unwrap(),
+        s(2, bb.mod_revision)
+    );
+    assert_eq!(
+        cx.store.summary(&cx.prefix, quiet).await.unwrap(),
+        s(2, bb.mod_revision)
+    );
+    assert_eq!(
+        cx.store.summary(&cx.prefix, a2.mod_revision).await.unwrap(),
+        s(2, a2.mod_revision)
+    );
+    // A delete shows in the count, not in the newest write.
+    assert_eq!(
+        cx.store.summary(&cx.prefix, del.revision).await.unwrap(),
+        s(1, a2.mod_revision)
+    );
+    let err = cx
+        .store
+        .summary(&cx.prefix, del.revision + 1000)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::FutureRevision { .. }), "{err:?}");
 }
 
 async fn put_n_more(cx: &Ctx, n: usize) {

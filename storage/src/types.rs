@@ -58,6 +58,15 @@ pub struct ListResult {
     pub remaining: Option<u64>,
 }
 
+/// What [`Storage::summary`](crate::Storage::summary) tells of a prefix at one revision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// How many keys the prefix held.
+    pub count: u64,
+    /// The newest `mod_revision` among them (0 when there were none).
+    pub newest: Revision,
+}
+
 /// A condition of a [`Txn`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Compare {

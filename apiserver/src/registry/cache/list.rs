@@ -9,7 +9,10 @@
 //!   3.4.25 / 3.5.8 may send early (etcd-io/etcd#15220).
 //! - Continue pages (of any of these): the cache rebuilds the list's revision from its history
 //!   (the state before each later change) when the history reaches back to it and storage
-//!   confirms the revision is not compacted (so an expired token is `410` as from storage).
+//!   confirms the revision is not compacted (so an expired token is `410` as from storage). A
+//!   revision past the cache's own events (on etcd, a first page read from storage after
+//!   another kind's write) is proven unchanged for the kind by one storage summary, once per
+//!   walk, and the cache serves the rest of the walk.
 //! - `Exact` reads, and anything the cache cannot answer: storage.
 //!
 //! Pages from the cache carry storage's continue tokens, so a walk may move between the two.
@@ -37,7 +40,7 @@ impl WatchCache {
             let Ok((rev, start)) = cozyplane_storage::continue_position(&prefix, token) else {
                 return self.list_from_storage(ns, p).await;
             };
-            if !self.readable(rev).await {
+            if !self.servable(rev).await {
                 return self.list_from_storage(ns, p).await;
             }
             let page = self.page(&self.lock(), ns, p, rev, Some(&start));
@@ -105,18 +108,51 @@ impl WatchCache {
         .await
     }
 
-    /// Whether storage can still read the resource at `rev` (not compacted, not in the future).
-    async fn readable(&self, rev: Revision) -> bool {
-        let opts = ListOptions {
-            revision: Some(rev),
-            limit: Some(1),
-            continue_token: None,
+    /// Whether the cache may answer a continue page at `rev`: storage can still read `rev`
+    /// (not compacted, not in the future: an expired token is `410` as from storage), and the
+    /// cache's contents reflect `rev` — proven by its own events, or, for a revision past them
+    /// (on etcd other keys' writes, the controllers' lease among them, move the revision a
+    /// list is read at), by [`Storage::summary`](cozyplane_storage::Storage::summary): if the
+    /// kind held at `rev` as many keys as the cache holds and none written after the cache's
+    /// revision, nothing of the kind changed in between, and the cache's revision becomes
+    /// `rev`. One such read serves every later page of the walk.
+    async fn servable(&self, rev: Revision) -> bool {
+        let (confirmed, count, unproven) = {
+            let st = self.lock();
+            (st.confirmed, st.objects.len() as u64, st.unproven)
         };
-        self.resource
-            .storage()
-            .list(&self.resource.prefix(None), &opts)
-            .await
-            .is_ok()
+        let storage = self.resource.storage();
+        if rev <= confirmed {
+            // The smallest read at `rev`: a range no key can be in (names are never empty),
+            // still refused at a compacted or future revision.
+            let opts = ListOptions {
+                revision: Some(rev),
+                limit: Some(1),
+                continue_token: None,
+            };
+            return storage
+                .list(&format!("{}\0", self.resource.prefix(None)), &opts)
+                .await
+                .is_ok();
+        }
+        // Where progress notifications are trusted the cache catches up on its own; a state
+        // once found changed stays changed.
+        if self.trusts_progress() || rev == unproven {
+            return false;
+        }
+        let Ok(sum) = storage.summary(&self.resource.prefix(None), rev).await else {
+            return false;
+        };
+        let mut st = self.lock();
+        // A relist in between only moves `confirmed` forward, to a state that is still `rev`'s.
+        if sum.newest <= confirmed && sum.count == count && st.ready && st.confirmed >= confirmed {
+            st.confirmed = st.confirmed.max(rev);
+            st.revision = st.revision.max(rev);
+            true
+        } else {
+            st.unproven = rev;
+            false
+        }
     }
 
     /// One page of the objects of `ns` as they were at `rev`, from `start` (an absolute storage

@@ -110,6 +110,9 @@ struct State {
     history: VecDeque<Change>,
     /// The history covers every change after this revision.
     oldest: Revision,
+    /// A revision past `confirmed` that storage showed to differ from the cache's contents
+    /// (`cache/list.rs`): not asked about again.
+    unproven: Revision,
     ready: bool,
 }
 
@@ -156,14 +159,18 @@ impl WatchCache {
         Cached::decode(&*self.resource, key, value, rev).map(Arc::new)
     }
 
+    /// Whether the backend's progress notifications prove what the cache holds: etcd before
+    /// 3.4.25 / 3.5.8 may send one before the events it vouches for (etcd-io/etcd#15220; Debian
+    /// ships 3.4.23), there only events do. The embedded store's notifications follow its events.
+    fn trusts_progress(&self) -> bool {
+        self.resource.storage().backend() != "etcd"
+    }
+
     /// One list-then-watch cycle; returns when the storage watch ends.
     async fn run(&self) -> Result<()> {
         let prefix = self.resource.prefix(None);
         let storage = self.resource.storage().clone();
-        // etcd before 3.4.25 / 3.5.8 may send a progress notification before the events it
-        // vouches for (etcd-io/etcd#15220; Debian ships 3.4.23): there only events prove what
-        // the cache holds. The embedded store's notifications follow its events.
-        let trust_progress = storage.backend() != "etcd";
+        let trust_progress = self.trusts_progress();
         let mut objects = BTreeSet::new();
         let mut opts = ListOptions {
             limit: Some(500),
@@ -192,6 +199,7 @@ impl WatchCache {
                 confirmed: revision,
                 history: VecDeque::new(),
                 oldest: revision,
+                unproven: 0,
                 ready: true,
             };
         }
