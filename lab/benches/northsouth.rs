@@ -7,37 +7,57 @@
 //! ```
 //!
 //! A two-node lab with the outside world of `cozyplane_lab::outside` (border router, internet
-//! host behind it, 1500 everywhere). Three ways out of node n1, same node, same router, same
-//! internet host:
+//! host behind it, 1500 everywhere) and the whole control-plane chain of the lab's tests
+//! (`Cp::start_with(.., CpOptions { doors: true })`): the server's gateway and FloatingIP loops
+//! own LoadBalancer Services, the kube stand-in assigns their addresses from the pool the
+//! router attracts to n1, and the agents program the maps from the status. The bench writes no
+//! status by hand. Same node n1, same router, same internet host for every path:
 //!
 //! * **net-0 masquerade**: a default-network pod, masqueraded by the datapath to n1's address;
 //! * **gateway NAT**: a VPC pod whose VPC's gateway has NAT (its address attracted to n1);
-//! * **reference**: a namespace wired to n1 by a plain veth with kernel routing and
-//!   `iptables -t nat -A POSTROUTING -s <its subnet> -o ul0 -j MASQUERADE` inside n1 (what a
-//!   user would otherwise run), with the pods' MTU.
+//! * **Floating IP**: another pod of that VPC with a FloatingIP (1:1 NAT both ways; it wins
+//!   over the gateway, so the pod also leaves as its Floating IP);
+//! * **reference, masquerade**: a namespace wired to n1 by a plain veth with kernel routing
+//!   and `iptables -t nat -A POSTROUTING -s <its subnet> -o ul0 -j MASQUERADE` inside n1
+//!   (what a user would otherwise run), with the pods' MTU;
+//! * **reference, 1:1 NAT**: a second such namespace with a public address of its own from
+//!   the end of the pool (`DNAT` in `PREROUTING`, `SNAT` in `POSTROUTING`, inside n1): what
+//!   a Floating IP replaces.
 //!
-//! Measured: TCP throughput (iperf3, both directions: pod → internet and internet → pod over
-//! the same connection direction, `-R`) and NAT connection set-up rate (new TCP connections
-//! per second, each connect + close, from the pod to a listener on the internet host).
-//! Ratios are against the reference. Figures are printed, never asserted. `NS_SECS` sets the
-//! seconds per measurement (default 5; `NS_SECS=1` for a quick proof that it runs).
+//! Measured, pod-initiated (every path): TCP throughput (iperf3, both directions: pod →
+//! internet and internet → pod over the same connection direction, `-R`) and NAT connection
+//! set-up rate (new TCP connections per second, each connect + close, from the pod to a
+//! listener on the internet host, counted as the listener accepts them). Internet-initiated
+//! (Floating IP and the 1:1 reference only): the same three figures with the internet host
+//! as the client of the public address and the server in the pod. Ratios are against the
+//! masquerade reference (pod-initiated table) and the 1:1 reference (internet-initiated
+//! table). Figures are printed, never asserted. `NS_SECS` sets the seconds per measurement
+//! (default 5; `NS_SECS=1` for a quick proof that it runs).
 
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cozyplane_apis::v1alpha1::VPCGateway;
+use cozyplane_apis::v1alpha1::{FloatingIP, VPCGateway};
+use cozyplane_bpf::maps::fip_in::FipInMap;
 use cozyplane_lab::outside::INET4;
 use cozyplane_lab::{Lab, Netns, Outside, bin_dir, run_in, sh_ok};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{Cp, pod, tenant, wait};
+use common::{Cp, CpOptions, pod, tenant, until, vni, vpc_ip, wait};
 
-const NAT4: &str = "203.0.113.10";
 const CONN_PORT: u16 = 7070;
+const IPERF_PORT: u16 = 5201;
+/// The masquerade reference's subnet (first three octets).
 const REF_NET: &str = "10.99.0";
+/// The 1:1 reference's subnet (first three octets).
+const REF1_NET: &str = "10.99.1";
+/// The 1:1 reference's public address: the pool's last (the stand-in assigns from the start).
+const REF1_PUBLIC: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 62);
 
 fn secs() -> u64 {
     std::env::var("NS_SECS")
@@ -55,27 +75,20 @@ fn main() {
     Lab::run(2, body);
 }
 
-/// iperf3 from `client` to the internet host; `reverse`: the host sends. Gbit/s received.
-fn iperf(outside: &Outside, client: &Netns, reverse: bool) -> f64 {
-    let server = outside.internet.iperf_server(5201);
+/// iperf3 from `client` to the server in `server` at `to`; `reverse`: the server sends.
+/// Gbit/s received.
+fn iperf(server: &Netns, client: &Netns, to: IpAddr, reverse: bool) -> f64 {
+    let srv = server.iperf_server(IPERF_PORT);
     let t = secs().to_string();
+    let (to, port) = (to.to_string(), IPERF_PORT.to_string());
     let mut args = vec![
-        "timeout",
-        "60",
-        "iperf3",
-        "-c",
-        "198.51.100.2",
-        "-t",
-        &t,
-        "-O",
-        "1",
-        "--json",
+        "timeout", "60", "iperf3", "-c", &to, "-p", &port, "-t", &t, "-O", "1", "--json",
     ];
     if reverse {
         args.push("-R");
     }
     let o = client.exec(&args);
-    drop(server);
+    drop(srv);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
@@ -83,9 +96,12 @@ fn iperf(outside: &Outside, client: &Netns, reverse: bool) -> f64 {
         / 1e9
 }
 
-/// A listener on the internet host that accepts and drops connections until the process ends.
-fn conn_server(ns: &Netns) {
+/// A listener in `ns` that accepts and drops connections until the process ends; the
+/// number it accepted so far.
+fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
     let path = ns.path();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = accepted.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
@@ -93,15 +109,22 @@ fn conn_server(ns: &Netns) {
         let l = TcpListener::bind(("0.0.0.0", CONN_PORT)).unwrap();
         tx.send(()).unwrap();
         for c in l.incoming() {
+            if c.is_ok() {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
             drop(c);
         }
     });
     rx.recv().unwrap();
+    accepted
 }
 
-/// New TCP connections per second from `client` to the internet host (connect, then close),
-/// two connecting threads for `secs()` seconds.
-fn conn_rate(client: &Netns) -> f64 {
+/// New TCP connections per second from `client` to `to` (connect, then close), two
+/// connecting threads for `secs()` seconds: those the listener behind `to` accepted (its
+/// count `accepted`), so a connect answered by anything else is not counted; the client's
+/// own count is printed beside it (to stderr) for a look at the difference.
+fn conn_rate(client: &Netns, to: IpAddr, accepted: &AtomicU64) -> f64 {
+    let before = accepted.load(Ordering::Relaxed);
     let dur = Duration::from_secs(secs());
     let counts: Vec<u64> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
@@ -112,7 +135,7 @@ fn conn_rate(client: &Netns) -> f64 {
                         let mut n = 0u64;
                         while t.elapsed() < dur {
                             if let Ok(c) =
-                                TcpStream::connect_timeout(&(INET4, CONN_PORT).into(), Duration::from_secs(2))
+                                TcpStream::connect_timeout(&(to, CONN_PORT).into(), Duration::from_secs(2))
                             {
                                 drop(c);
                                 n += 1;
@@ -125,39 +148,83 @@ fn conn_rate(client: &Netns) -> f64 {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    counts.iter().sum::<u64>() as f64 / dur.as_secs_f64()
+    // The last connections' accepts, done by now or never.
+    std::thread::sleep(Duration::from_millis(300));
+    let server = accepted.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "conn/s to {to}: {} connects, {server} accepted",
+        counts.iter().sum::<u64>()
+    );
+    server as f64 / dur.as_secs_f64()
 }
 
-/// The reference: a namespace behind a plain veth on node `n`, kernel routing and iptables
-/// MASQUERADE inside the node namespace only, MTU `mtu`.
-fn reference(n: &cozyplane_lab::Node, mtu: u32) -> Netns {
+/// `iptables -t nat <rule>` inside `n`.
+fn nat_rule(n: &cozyplane_lab::Node, rule: &[&str]) {
+    let mut args = vec!["ip", "netns", "exec", &n.ns.0, "iptables", "-t", "nat"];
+    args.extend_from_slice(rule);
+    sh_ok(&args);
+}
+
+/// A namespace `<net>.2` behind a plain veth `dev` (`<net>.1`) on node `n`, kernel routing,
+/// MTU `mtu`; the NAT is the caller's.
+fn plain(n: &cozyplane_lab::Node, (dev, net): (&str, &str), mtu: u32) -> Netns {
     let r = Netns::new("ref");
     let m = mtu.to_string();
     n.ns.ip_ok(&[
-        "link", "add", "refh", "type", "veth", "peer", "name", "eth0", "netns", &r.0,
+        "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", &r.0,
     ]);
-    n.ns.ip_ok(&["link", "set", "refh", "mtu", &m, "up"]);
-    n.ns.ip_ok(&["addr", "add", &format!("{REF_NET}.1/24"), "dev", "refh"]);
+    n.ns.ip_ok(&["link", "set", dev, "mtu", &m, "up"]);
+    n.ns.ip_ok(&["addr", "add", &format!("{net}.1/24"), "dev", dev]);
     r.ip_ok(&["link", "set", "eth0", "mtu", &m, "up"]);
-    r.ip_ok(&["addr", "add", &format!("{REF_NET}.2/24"), "dev", "eth0"]);
-    r.ip_ok(&["route", "add", "default", "via", &format!("{REF_NET}.1")]);
-    sh_ok(&[
-        "ip",
-        "netns",
-        "exec",
-        &n.ns.0,
-        "iptables",
-        "-t",
-        "nat",
-        "-A",
-        "POSTROUTING",
-        "-s",
-        &format!("{REF_NET}.0/24"),
-        "-o",
-        "ul0",
-        "-j",
-        "MASQUERADE",
-    ]);
+    r.ip_ok(&["addr", "add", &format!("{net}.2/24"), "dev", "eth0"]);
+    r.ip_ok(&["route", "add", "default", "via", &format!("{net}.1")]);
+    r
+}
+
+/// The masquerade reference: [`plain`] with iptables MASQUERADE inside the node namespace.
+fn reference(n: &cozyplane_lab::Node, mtu: u32) -> Netns {
+    let r = plain(n, ("refh", REF_NET), mtu);
+    let src = format!("{REF_NET}.0/24");
+    nat_rule(
+        n,
+        &["-A", "POSTROUTING", "-s", &src, "-o", "ul0", "-j", "MASQUERADE"],
+    );
+    r
+}
+
+/// The 1:1 reference: [`plain`] with iptables DNAT and SNAT between [`REF1_PUBLIC`] and the
+/// namespace inside the node namespace, what a Floating IP replaces.
+fn reference_1to1(n: &cozyplane_lab::Node, mtu: u32) -> Netns {
+    let r = plain(n, ("ref1h", REF1_NET), mtu);
+    let (public, private) = (REF1_PUBLIC.to_string(), format!("{REF1_NET}.2"));
+    nat_rule(
+        n,
+        &[
+            "-A",
+            "PREROUTING",
+            "-d",
+            &public,
+            "-j",
+            "DNAT",
+            "--to-destination",
+            &private,
+        ],
+    );
+    nat_rule(
+        n,
+        &[
+            "-A",
+            "POSTROUTING",
+            "-s",
+            &private,
+            "-o",
+            "ul0",
+            "-j",
+            "SNAT",
+            "--to-source",
+            &public,
+        ],
+    );
     r
 }
 
@@ -170,17 +237,41 @@ fn pod_mtu(ns: &Netns) -> u32 {
         .unwrap_or(1450)
 }
 
+/// One row: throughput client → server, server → client (Gbit/s), connections per second.
+type Row<'a> = (&'a str, f64, f64, f64);
+
+fn print_table(title: &str, cols: (&str, &str), rows: &[Row<'_>]) {
+    let (_, ru, rd, rr) = rows[0];
+    println!("\n{title}:");
+    println!(
+        "{:<50} {:>14} {:>8} {:>14} {:>8} {:>12} {:>8}",
+        "path", cols.0, "ratio", cols.1, "ratio", "conn/s", "ratio"
+    );
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    for &(name, up, down, rate) in rows {
+        println!(
+            "{name:<50} {up:>14.2} {:>7.0}% {down:>14.2} {:>7.0}% {rate:>12.0} {:>7.0}%",
+            100.0 * ratio(up, ru),
+            100.0 * ratio(down, rd),
+            100.0 * ratio(rate, rr)
+        );
+    }
+}
+
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start(lab).await;
+    let cp = Cp::start_with(lab, CpOptions { doors: true }).await;
     let lab = &*lab;
     let n1 = &lab.nodes[0];
     let outside = Outside::new(lab, 1500);
+    outside.attract(lab, 0);
 
     let p0 = pod(&cp, lab, 0, "default", "p0", None).await;
     tenant(&cp, "t1", "a", "10.30.0.0/24").await;
     let a1 = pod(&cp, lab, 0, "t1", "a1", Some("a")).await;
-    // The gateway's NAT address, written through the status subresource: it stands for the
-    // server's gateway loop and the LoadBalancer implementation.
+    let f1 = pod(&cp, lab, 0, "t1", "f1", Some("a")).await;
+    let vni = vni(&cp, "t1", "a").await;
+    // The gateway's NAT address and the Floating IP come from the chain: the server's loops
+    // own LoadBalancer Services, the stand-in assigns from the pool attracted to n1.
     let gws: Api<VPCGateway> = Api::namespaced(cp.sdn.clone(), "t1");
     let g: VPCGateway = serde_json::from_value(json!({
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCGateway",
@@ -189,59 +280,99 @@ async fn body(lab: &mut Lab) {
     }))
     .unwrap();
     gws.create(&PostParams::default(), &g).await.unwrap();
-    gws.patch_status(
-        "gw",
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"natAddress": NAT4}})),
-    )
-    .await
+    let nat4: Ipv4Addr = until("the gateway's natAddress", || async {
+        gws.get("gw").await.ok()?.status?.nat_address.parse().ok()
+    })
+    .await;
+    let target = IpAddr::V4(vpc_ip(&cp, &f1).await);
+    let fips: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
+    let f: FloatingIP = serde_json::from_value(json!({
+        "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": "eip", "namespace": "t1"},
+        "spec": {"vpcRef": {"name": "a"}, "target": target.to_string()}
+    }))
     .unwrap();
-    outside.attract(lab, 0);
-    let nat4: Ipv4Addr = NAT4.parse().unwrap();
+    fips.create(&PostParams::default(), &f).await.unwrap();
+    let eip: IpAddr = until("the FloatingIP Ready with an address", || async {
+        let st = fips.get("eip").await.ok()?.status?;
+        (st.phase == "Ready").then_some(())?;
+        st.address.parse().ok()
+    })
+    .await;
+    assert!(
+        eip != IpAddr::V4(REF1_PUBLIC) && nat4 != REF1_PUBLIC,
+        "the stand-in assigned the 1:1 reference's address"
+    );
     wait("n1 programmed the gateway", || {
         cozyplane_bpf::maps::snat_gws::SnatGwsMap::from_pin(&n1.scratch.pins())
             .and_then(|m| m.entries())
             .is_ok_and(|e| e.iter().any(|(_, (a, _))| *a == Some(nat4)))
     });
-    wait("the pods reach the internet host", || {
-        p0.ns.ping(INET4, 1, 1) && a1.ns.ping(INET4, 1, 1)
+    wait("n1 programmed the Floating IP", || {
+        FipInMap::from_pin(&n1.scratch.pins())
+            .and_then(|m| m.entries())
+            .is_ok_and(|e| e.contains(&(eip, (vni, target))))
     });
-    let r = reference(n1, pod_mtu(&p0.ns));
+    wait("the pods reach the internet host", || {
+        p0.ns.ping(INET4, 1, 1) && a1.ns.ping(INET4, 1, 1) && f1.ns.ping(INET4, 1, 1)
+    });
+    wait("the internet host reaches the Floating IP", || {
+        outside.internet.ping(eip, 1, 1)
+    });
+    let mtu = pod_mtu(&p0.ns);
+    let r = reference(n1, mtu);
+    let r1 = reference_1to1(n1, mtu);
     assert!(
-        r.ping(INET4, 1, 1),
-        "the reference namespace reaches the internet host"
+        r.ping(INET4, 1, 1) && r1.ping(INET4, 1, 1),
+        "the reference namespaces reach the internet host"
     );
-    conn_server(&outside.internet);
+    assert!(
+        outside.internet.ping(REF1_PUBLIC, 1, 1),
+        "the internet host reaches the 1:1 reference"
+    );
+    let [at_inet, at_f1, at_r1] = [&outside.internet, &f1.ns, &r1].map(conn_server);
 
-    let paths: [(&str, &Netns); 3] = [
+    let inet = IpAddr::V4(INET4);
+    let out_paths: [(&str, &Netns); 5] = [
         ("reference (kernel routing + iptables MASQUERADE)", &r),
+        ("reference 1:1 (iptables DNAT + SNAT)", &r1),
         ("net-0 masquerade (eBPF)", &p0.ns),
         ("gateway NAT (eBPF, VPC)", &a1.ns),
+        ("Floating IP (eBPF, VPC)", &f1.ns),
     ];
-    let mut rows = Vec::new();
-    for (name, ns) in paths {
-        let up = iperf(&outside, ns, false);
-        let down = iperf(&outside, ns, true);
-        let rate = conn_rate(ns);
-        rows.push((name, up, down, rate));
+    let mut out_rows = Vec::new();
+    for (name, ns) in out_paths {
+        let up = iperf(&outside.internet, ns, inet, false);
+        let down = iperf(&outside.internet, ns, inet, true);
+        out_rows.push((name, up, down, conn_rate(ns, inet, &at_inet)));
     }
-    let (_, ru, rd, rr) = rows[0];
+    let in_paths: [(&str, &Netns, IpAddr, &AtomicU64); 2] = [
+        (
+            "reference 1:1 (iptables DNAT + SNAT)",
+            &r1,
+            IpAddr::V4(REF1_PUBLIC),
+            &at_r1,
+        ),
+        ("Floating IP (eBPF, VPC)", &f1.ns, eip, &at_f1),
+    ];
+    let mut in_rows = Vec::new();
+    for (name, ns, public, accepted) in in_paths {
+        let down = iperf(ns, &outside.internet, public, false);
+        let up = iperf(ns, &outside.internet, public, true);
+        in_rows.push((name, down, up, conn_rate(&outside.internet, public, accepted)));
+    }
     println!(
-        "\nnorth-south, {} s per figure, MTU {} (node n1, router, internet host):",
+        "\nnorth-south, {} s per figure, MTU {mtu} (node n1, router, internet host; gateway {nat4}, Floating IP {eip}):",
         secs(),
-        pod_mtu(&p0.ns)
     );
-    println!(
-        "{:<50} {:>14} {:>8} {:>14} {:>8} {:>12} {:>8}",
-        "path", "pod→inet Gb/s", "ratio", "inet→pod Gb/s", "ratio", "conn/s", "ratio"
+    print_table(
+        "pod-initiated (pod → internet host)",
+        ("pod→inet Gb/s", "inet→pod Gb/s"),
+        &out_rows,
     );
-    for (name, up, down, rate) in rows {
-        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-        println!(
-            "{name:<50} {up:>14.2} {:>7.0}% {down:>14.2} {:>7.0}% {rate:>12.0} {:>7.0}%",
-            100.0 * ratio(up, ru),
-            100.0 * ratio(down, rd),
-            100.0 * ratio(rate, rr)
-        );
-    }
+    print_table(
+        "internet-initiated (internet host → public address → pod)",
+        ("inet→pod Gb/s", "pod→inet Gb/s"),
+        &in_rows,
+    );
 }
