@@ -18,6 +18,11 @@
 //!   `{vni,vpc_namespace,vpc,node,direction}`: east-west traffic per VPC (`sdn_net_stats`,
 //!   `tx`/`rx`; net 0 is no VPC and is left out). VPC names come from the VPC watch
 //!   ([`VpcNames`]); empty until it has seen the VPC;
+//! - `cozyplane_policy_drops_packets_total`, `cozyplane_policy_drops_bytes_total`
+//!   `{layer,reason,vni,vpc_namespace,vpc,node}`: what the policy layers refused on this
+//!   node (`sdn_pol_drops`), by layer (`np`, `sg`, `hf`), reason (`DROP_POL_*`) and VPC (a
+//!   SecurityGroup drop carries the VPC whose groups the flow met; NetworkPolicy's are
+//!   `vni="0"` with empty names);
 //! - `cozyplane_lb_flows_total`, `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total`:
 //!   the ServiceVIP load balancer's counters (`sdn_lb_stats`, [`crate::services`]);
 //! - `cozyplane_policy_*`: the policy writer's compile and write times, refused constructs
@@ -34,7 +39,8 @@ use std::sync::{Arc, RwLock};
 
 use cozyplane_bpf::abi::DoorKey;
 use cozyplane_bpf::maps::{
-    self, door_stats::DoorStatsMap, drops::DropsMap, net_stats::NetStatsMap, xnet_allow::XnetAllowMap,
+    self, door_stats::DoorStatsMap, drops::DropsMap, net_stats::NetStatsMap, pol_drops::PolDropsMap,
+    xnet_allow::XnetAllowMap,
 };
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
@@ -278,7 +284,48 @@ impl MapCollector {
             counter_family(enc, "cozyplane_vpc_packets", "East-west packets per VPC", &pk)?;
             counter_family(enc, "cozyplane_vpc_bytes", "East-west bytes per VPC", &by)?;
         }
-        Ok(())
+        self.encode_policy_drops(enc)
+    }
+
+    /// The policy layers' drops per layer, reason and VPC (`sdn_pol_drops`).
+    fn encode_policy_drops(&self, enc: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Ok(map) = PolDropsMap::from_pin(&self.pin_dir) else {
+            return Ok(());
+        };
+        let Ok(rows) = map.all() else { return Ok(()) };
+        let (mut pk, mut by) = (Vec::new(), Vec::new());
+        for r in rows {
+            let mut l = vec![
+                ("layer", layer_name(r.layer).to_string()),
+                ("reason", r.reason.c_name().to_string()),
+            ];
+            l.extend(self.vpc_labels(r.net));
+            pk.push((l.clone(), r.stats.packets));
+            by.push((l, r.stats.bytes));
+        }
+        counter_family(
+            enc,
+            "cozyplane_policy_drops_packets",
+            "Packets the policy layers refused, by layer, reason and VPC (vni 0: the default network)",
+            &pk,
+        )?;
+        counter_family(
+            enc,
+            "cozyplane_policy_drops_bytes",
+            "Bytes the policy layers refused, by layer, reason and VPC (vni 0: the default network)",
+            &by,
+        )
+    }
+}
+
+/// The label value of a policy layer (`SDN_LAYER_*`).
+fn layer_name(layer: u8) -> &'static str {
+    use cozyplane_bpf::abi::{LAYER_HF, LAYER_NP, LAYER_SG};
+    match layer {
+        LAYER_SG => "sg",
+        LAYER_NP => "np",
+        LAYER_HF => "hf",
+        _ => "unknown",
     }
 }
 

@@ -23,13 +23,17 @@
  *       sdn_from_overlay) and where a local pod's packet is encapsulated
  *       (so that each node's table sees both directions of its pods' flows).
  * A flow is policed (and tracked) when one of its ends is a subject: an NP
- * identity, or an endpoint with SecurityGroups. Other flows pay two lookups.
+ * identity some policy isolates (in either direction: the net-0 fast path
+ * spares the others the table), or an endpoint with SecurityGroups. Other
+ * flows pay two lookups, and the isolation markers of those ends that have an
+ * identity. Refusals are also counted per layer and net (lib/pol_drops.h).
  */
 #pragma once
 
 #include "common.h"
 #include "parse.h"
 #include "pct.h"
+#include "pol_drops.h"
 
 #define SDN_PEER_ALL		(1ULL << SDN_PEER_ALL_BIT)
 
@@ -285,33 +289,25 @@ static __always_inline int sdn_np_service(struct sdn_pol_scratch *w)
 	return bpf_map_lookup_elem(&sdn_internal, &w->u.xnet) != NULL;
 }
 
-/* NP: neither end of w->f is isolated in either direction (no policy selects
- * it): nothing to protect, so a packet of a flow the table never saw (one that
- * began before the table, or before its pod had an identity here) passes.
+/* NP: an identity (sdn_np_idents' value, or NULL) is isolated in some
+ * direction, some policy selecting it: its isolation marker in either
+ * direction.
  */
-static __always_inline int sdn_np_unisolated(struct sdn_pol_scratch *w)
+static __always_inline int sdn_np_isolated(struct sdn_pol_scratch *w,
+					   const struct sdn_np_ident *id)
 {
-	const struct sdn_addr *end = &w->f.src;
-	struct sdn_np_ident *id;
-
-#pragma unroll
-	for (int i = 0; i < 2; i++, end = &w->f.dst) {
-		id = bpf_map_lookup_elem(&sdn_np_idents, end);
-		if (!id)
-			continue;
-		__builtin_memset(&w->rk, 0, sizeof(w->rk));
-		w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
-		w->rk.subject = id->id;
-		w->rk.layer = SDN_LAYER_NP;
-		w->rk.peer = SDN_PEER_ISOLATED;
-		w->rk.dir = SDN_DIR_INGRESS;
-		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
-			return 0;
-		w->rk.dir = SDN_DIR_EGRESS;
-		if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
-			return 0;
-	}
-	return 1;
+	if (!id)
+		return 0;
+	__builtin_memset(&w->rk, 0, sizeof(w->rk));
+	w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
+	w->rk.subject = id->id;
+	w->rk.layer = SDN_LAYER_NP;
+	w->rk.peer = SDN_PEER_ISOLATED;
+	w->rk.dir = SDN_DIR_INGRESS;
+	if (bpf_map_lookup_elem(&sdn_pol_rules, &w->rk))
+		return 1;
+	w->rk.dir = SDN_DIR_EGRESS;
+	return bpf_map_lookup_elem(&sdn_pol_rules, &w->rk) != NULL;
 }
 
 /*
@@ -343,6 +339,38 @@ static __always_inline int sdn_pol_eval(struct sdn_pol_scratch *w, __u32 layer,
 }
 
 /*
+ * NP: a TCP segment that cannot open a flow and has no live entry, with an
+ * end isolated (sdn_np_police passed the others by). Its flow may have begun
+ * while neither end was isolated, when the net-0 fast path kept no entry, or
+ * before its pod had an identity here: cutting it because the table never
+ * saw it would cut connections a new policy still admits. Who opened it is
+ * unknown, so it is admitted only when the rules admit it in both
+ * orientations (never a flow refused in its true one), and then entered as
+ * established, initiated by this packet's sender; else DROP_POL_CT_INVALID.
+ */
+static __always_inline int sdn_np_adopt(struct sdn_pol_scratch *w, int from_b,
+					__u64 now, __u32 gen)
+{
+	int ret;
+
+	w->n.rule = 0;
+	if (sdn_pol_eval(w, SDN_LAYER_NP, &w->n.rule))
+		return DROP_POL_CT_INVALID;
+	sdn_flow_reverse(&w->f);
+	ret = sdn_pol_eval(w, SDN_LAYER_NP, &w->n.rule);
+	sdn_flow_reverse(&w->f);
+	if (ret)
+		return DROP_POL_CT_INVALID;
+	sdn_pct_new(&w->n, &w->f, from_b, now, gen, w->n.rule);
+	w->n.tcp = SDN_TCP_ESTABLISHED;
+	w->n.flags |= SDN_PCT_F_REPLIED;
+	w->n.layers = 1 << SDN_LAYER_NP;
+	sdn_pct_step(&w->n, &w->f, from_b, now, gen);
+	bpf_map_update_elem(&sdn_pol_ct, &w->k, &w->n, BPF_ANY);
+	return 0;
+}
+
+/*
  * One packet of a policed flow (w->f) through the connection table (ct.rs
  * step): 0 to pass, or a DROP_*. A first packet is evaluated and, admitted,
  * opens an entry; an entry from an older generation is re-checked in the
@@ -369,10 +397,10 @@ static __always_inline int sdn_pol_flow(struct sdn_pol_scratch *w, __u32 layer)
 	case SDN_PCT_PASS:
 		return 0;
 	case SDN_PCT_INVALID:
-		/* ct.rs drops it; NP spares flows no policy can concern. */
-		if (layer == SDN_LAYER_NP && sdn_np_unisolated(w))
-			return 0;
-		return DROP_POL_CT_INVALID;
+		/* ct.rs drops it; NP decides it as a flow the table never saw. */
+		if (layer != SDN_LAYER_NP)
+			return DROP_POL_CT_INVALID;
+		return sdn_np_adopt(w, from_b, now, gen);
 	case SDN_PCT_RECHECK:
 		if (!e)
 			return DROP_POL_CT_INVALID;
@@ -407,6 +435,7 @@ static __always_inline int sdn_pol_flow(struct sdn_pol_scratch *w, __u32 layer)
 static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
 					const struct sdn_pkt *p)
 {
+	struct sdn_np_ident *src, *dst;
 	struct sdn_pol_scratch *w;
 	int ret;
 
@@ -418,10 +447,18 @@ static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
 	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
 	if (ret)
 		return ret;
-	if (!bpf_map_lookup_elem(&sdn_np_idents, &w->f.src) &&
-	    !bpf_map_lookup_elem(&sdn_np_idents, &w->f.dst))
+	src = bpf_map_lookup_elem(&sdn_np_idents, &w->f.src);
+	dst = bpf_map_lookup_elem(&sdn_np_idents, &w->f.dst);
+	/* The net-0 fast path: neither end isolated in either direction (no
+	 * policy selects it), so the rules would admit the flow both ways and
+	 * nothing needs its state. No connection-table step, no entry; should
+	 * an end become isolated, the flow's next segment is decided by
+	 * sdn_np_adopt.
+	 */
+	if (!sdn_np_isolated(w, src) && !sdn_np_isolated(w, dst))
 		return 0;
-	return sdn_pol_flow(w, SDN_LAYER_NP);
+	return sdn_pol_count(skb->len, 0, SDN_LAYER_NP,
+			     sdn_pol_flow(w, SDN_LAYER_NP));
 }
 
 /*
@@ -487,7 +524,9 @@ static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
 	w->f.dst_groups = sdn_sg_groups(w, w->f.dst_net, &w->f.dst);
 	if (!w->f.src_groups && !w->f.dst_groups)
 		return 0;
-	return sdn_pol_flow(w, SDN_LAYER_SG);
+	return sdn_pol_count(skb->len,
+			     w->f.dst_groups ? w->f.dst_net : w->f.src_net,
+			     SDN_LAYER_SG, sdn_pol_flow(w, SDN_LAYER_SG));
 }
 
 /* After sdn_encap() of a VPC packet: the source's groups in the tunnel

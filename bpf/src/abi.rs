@@ -355,6 +355,21 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `struct sdn_pol_drop_key`: key of `sdn_pol_drops`, the policy layers' drops per
+    /// `{net, layer, reason}` (value: [`DropStats`], per CPU).
+    pub struct PolDropKey = "sdn_pol_drop_key" {
+        /// VNI of the VPC whose groups the flow met (SecurityGroups); 0 for NetworkPolicy.
+        pub net: u32,
+        /// `SDN_LAYER_*` (`abi::policy::LAYER_*`).
+        pub layer: u8,
+        /// `-DROP_POL_*`: [`crate::DropReason::index`] of the reason.
+        pub reason: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 2],
+    }
+}
+
+abi_struct! {
     /// `struct sdn_door_key`: key of `sdn_door_stats`, one row per `{VPC, door, direction}`.
     pub struct DoorKey = "sdn_door_key" {
         /// VNI of the VPC; net 0 is never metered.
@@ -581,6 +596,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     DnsCt::LAYOUT,
     DoorKey::LAYOUT,
     DoorStats::LAYOUT,
+    PolDropKey::LAYOUT,
     Fip::LAYOUT,
     FipPub::LAYOUT,
     LbgKey::LAYOUT,

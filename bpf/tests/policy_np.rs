@@ -28,8 +28,9 @@ use common::pkt::{self, UDP};
 use common::policy::{self as pol, ACK, FIN, SYN};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_SHOT};
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::abi::Pct;
+use cozyplane_bpf::abi::{LAYER_NP, Pct};
 use cozyplane_bpf::maps::endpoints::{self, EndpointsMap};
+use cozyplane_bpf::maps::pol_drops::{self, PolDropsMap};
 use cozyplane_policy::ct;
 use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
@@ -161,9 +162,26 @@ fn datapath_verdicts_equal_the_policy_crate_on_generated_policy_sets() {
         bad.len(),
         bad.iter().take(8).cloned().collect::<Vec<_>>().join("\n")
     );
-    // Every refusal is counted as NetworkPolicy's, and nothing else was dropped.
+    // Every refusal is counted as NetworkPolicy's, and nothing else was dropped; the
+    // per-net counters say the same, under net 0 and the NetworkPolicy layer.
     assert_eq!(drops_of(&dp, DropReason::PolNp), denied_runs);
     assert_eq!(total_drops(&dp), denied_runs);
+    assert_eq!(
+        pol_drops(&dp),
+        vec![(0, LAYER_NP, DropReason::PolNp, denied_runs)],
+        "sdn_pol_drops"
+    );
+}
+
+/// `sdn_pol_drops` as `(net, layer, reason, packets)` rows.
+fn pol_drops(dp: &Datapath) -> Vec<(u32, u8, DropReason, u64)> {
+    PolDropsMap::try_from(dp.map(pol_drops::NAME))
+        .unwrap()
+        .all()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.net, r.layer, r.reason, r.stats.packets))
+        .collect()
 }
 
 // ---- the connection table -------------------------------------------------------------
@@ -371,11 +389,21 @@ fn the_entry_is_the_policy_crates_key_and_state() {
 // generation bumped, the flow's next packet (either direction) is refused and its entry
 // deleted; without the bump the flow keeps going (the entry still holds); a flow the new
 // rules still admit survives the bump (re-checked, not cut).
+/// `c` accepts anything: isolated for ingress (so its flows are tracked), refusing nothing.
+fn c_open() -> NetworkPolicy {
+    policy_json(
+        r#"{"metadata":{"namespace":"y","name":"open-c"},
+            "spec":{"podSelector":{"matchLabels":{"pod":"c"}},"policyTypes":["Ingress"],
+                    "ingress":[{}]}}"#,
+    )
+}
+
 #[test]
 fn rule_removal_and_generation_bump_stop_an_established_flow() {
-    let (mut dp, w, t) = setup(&[a_locked()]);
+    let (mut dp, w, t) = setup(&[a_locked(), c_open()]);
     let g0 = pol::state(&dp).generation;
-    // b -> a:80 established; c -> b:22 established (b is not isolated at all).
+    // b -> a:80 established; c -> b:22 established (c is isolated, so the flow has an
+    // entry; b is not isolated at all).
     for (hook, s, d, sp, dpt, f) in [
         (FROM_POD, B, A, 40000, 80, SYN),
         (FROM_POD, A, B, 80, 40000, SYN | ACK),
@@ -385,7 +413,8 @@ fn rule_removal_and_generation_bump_stop_an_established_flow() {
         assert_eq!(send(&dp, hook, s, d, sp, dpt, f), TC_ACT_OK);
     }
 
-    let closed = compile(&w, &[a_closed()], Some(NODE));
+    assert_eq!(pol::ct_entries(&dp).len(), 2);
+    let closed = compile(&w, &[a_closed(), c_open()], Some(NODE));
     let diff = Diff::between(&t, &closed);
     assert!(diff.narrows(), "removing a rule narrows");
     pol::apply(&mut dp, &diff);
@@ -414,10 +443,13 @@ fn rule_removal_and_generation_bump_stop_an_established_flow() {
     assert_eq!(total_drops(&dp), 2);
 }
 
-// A new policy reaches established flows too: c -> b:22 runs while nothing isolates b;
-// a policy then selects b and admits only TCP 80 from x: the diff narrows (the isolation
-// marker is new), the generation is bumped, and the flow's next packet is refused while a
-// flow the policy admits (a -> b:80) survives the re-check.
+// A new policy reaches flows that began while nothing was isolated. Those took the net-0
+// fast path (no connection-table step, no entry): c -> b:22 and a -> b:80 run with no
+// entry. A policy then selects b and admits only TCP 80 from x: the diff narrows (the
+// isolation marker is new) and the generation is bumped. Each flow's next segment is of
+// no entry and is decided as one the table never saw: c -> b:22 is refused
+// (DROP_POL_CT_INVALID), a -> b:80, admitted both ways, is entered as established and its
+// replies pass by the entry.
 #[test]
 fn a_new_isolating_policy_stops_established_flows_it_refuses() {
     let (mut dp, w, t) = setup(&[]);
@@ -429,6 +461,7 @@ fn a_new_isolating_policy_stops_established_flows_it_refuses() {
     ] {
         assert_eq!(send(&dp, FROM_POD, s, d, sp, dpt, f), TC_ACT_OK);
     }
+    assert!(pol::ct_entries(&dp).is_empty(), "no entry while nothing is isolated");
     let lock_b = policy_json(
         r#"{"metadata":{"namespace":"x","name":"lock-b"},
             "spec":{"podSelector":{"matchLabels":{"pod":"b"}},"policyTypes":["Ingress"],
@@ -444,13 +477,73 @@ fn a_new_isolating_policy_stops_established_flows_it_refuses() {
         TC_ACT_SHOT,
         "c -> b:22 is cut"
     );
-    assert_eq!(drops_of(&dp, DropReason::PolRevoked), 1);
+    assert_eq!(drops_of(&dp, DropReason::PolCtInvalid), 1);
     assert_eq!(
         send(&dp, TO_POD, A, B, 42000, 80, ACK),
         TC_ACT_OK,
         "a -> b:80 goes on"
     );
+    let entries = pol::ct_entries(&dp);
+    assert_eq!(entries.len(), 1, "the admitted flow is entered");
+    assert_eq!(entries[0].1.tcp, Pct::TCP_ESTABLISHED);
+    assert_eq!(send(&dp, FROM_POD, B, A, 80, 42000, ACK), TC_ACT_OK, "its reply");
     assert_eq!(total_drops(&dp), 1);
+    assert_eq!(
+        pol_drops(&dp),
+        vec![(0, LAYER_NP, DropReason::PolCtInvalid, 1)]
+    );
+}
+
+// The net-0 fast path: between pods with identities that no policy isolates, a whole
+// connection (handshake, data, FIN, and a UDP exchange) passes both hooks without a
+// connection-table entry; once one end is isolated (here b's egress, a policy that admits
+// TCP 80 to x), a new flow of the same pair is tracked from its SYN, and a segment of a
+// flow the table never saw is adopted only if the rules admit the flow both ways (who
+// opened it is unknown).
+#[test]
+fn flows_between_unisolated_pods_skip_the_table() {
+    let (mut dp, w, t) = setup(&[]);
+    for hook in [FROM_POD, TO_POD] {
+        for (s, d, sp, dpt, f) in [
+            (A, B, 43000, 8080, SYN),
+            (B, A, 8080, 43000, SYN | ACK),
+            (A, B, 43000, 8080, ACK),
+            (B, A, 8080, 43000, FIN | ACK),
+            (A, B, 43000, 8080, FIN | ACK),
+        ] {
+            assert_eq!(send(&dp, hook, s, d, sp, dpt, f), TC_ACT_OK, "{hook}");
+        }
+    }
+    let (IpAddr::V4(a), IpAddr::V4(b)) = (ip(A), ip(B)) else {
+        unreachable!()
+    };
+    let dgram = pkt::ipv4(mac_of(ip(A)), cfg().gw_mac, a, b, UDP, 5353, 53, 0);
+    assert_eq!(dp.run(FROM_POD, &dgram, LO, 0).verdict, TC_ACT_OK);
+    assert!(pol::ct_entries(&dp).is_empty(), "no entry, no table step");
+    assert_eq!(total_drops(&dp), 0);
+
+    let b_egress = policy_json(
+        r#"{"metadata":{"namespace":"x","name":"b-out"},
+            "spec":{"podSelector":{"matchLabels":{"pod":"b"}},"policyTypes":["Egress"],
+                    "egress":[{"to":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"x"}}}],
+                               "ports":[{"protocol":"TCP","port":80}]}]}}"#,
+    );
+    let locked = compile(&w, &[b_egress], Some(NODE));
+    pol::apply(&mut dp, &Diff::between(&t, &locked));
+    pol::bump(&mut dp);
+    assert_eq!(send(&dp, FROM_POD, B, A, 44000, 80, SYN), TC_ACT_OK);
+    assert_eq!(pol::ct_entries(&dp).len(), 1, "b's new flow is tracked");
+    assert_eq!(send(&dp, TO_POD, A, B, 80, 44000, SYN | ACK), TC_ACT_OK);
+    // Unseen segments: b:45000 -> a:80 is admitted both ways (b may send TCP 80 to x;
+    // a:80 -> b:45000 meets no isolation), so it is adopted as established. a:46000 ->
+    // b:8080 is admitted as sent, but its other orientation (b:8080 -> a, b's egress to a
+    // port other than 80) is not: refused, in either direction.
+    assert_eq!(send(&dp, FROM_POD, B, A, 45000, 80, ACK), TC_ACT_OK, "adopted");
+    assert_eq!(pol::ct_entries(&dp).len(), 2);
+    assert_eq!(send(&dp, TO_POD, A, B, 46000, 8080, ACK), TC_ACT_SHOT);
+    assert_eq!(send(&dp, FROM_POD, B, A, 8080, 46000, ACK), TC_ACT_SHOT);
+    assert_eq!(drops_of(&dp, DropReason::PolCtInvalid), 2);
+    assert_eq!(total_drops(&dp), 2);
 }
 
 /// An ICMPv4 error from `from` to `to` quoting a UDP datagram `to:qsport -> qdst:qdport`.

@@ -410,3 +410,5 @@ struct {
 #include <sdn/snat_maps.h>
 /* The policy layers and their connection table (issue 14). */
 #include <sdn/policy_maps.h>
+/* The policy layers' drops per layer, net and reason (issue 14). */
+#include <sdn/pol_drops_maps.h>

@@ -34,6 +34,7 @@ pub mod lbg_front;
 pub mod lbg_ingress;
 pub mod lbg_rev;
 pub mod net_stats;
+pub mod pol_drops;
 pub mod node_blocks;
 pub mod nodes;
 pub mod ports;
@@ -73,6 +74,7 @@ pub const ALL: &[&str] = &[
     dnat::NAME,
     drops::NAME,
     net_stats::NAME,
+    pol_drops::NAME,
     xnet_routes::NAME,
     xnet_allow::NAME,
     nodes::NAME,
@@ -232,6 +234,11 @@ mod tests {
             (dnat::NAME, size_of::<DnatKey>(), size_of::<Dnat>()),
             (drops::NAME, size_of::<u32>(), size_of::<DropStats>()),
             (net_stats::NAME, size_of::<u32>(), size_of::<NetStats>()),
+            (
+                pol_drops::NAME,
+                size_of::<crate::abi::PolDropKey>(),
+                size_of::<DropStats>(),
+            ),
             (xnet_routes::NAME, size_of::<XnetKey>(), size_of::<XnetRoute>()),
             (xnet_allow::NAME, size_of::<XnetPair>(), size_of::<XnetStats>()),
             (nodes::NAME, size_of::<Addr>(), size_of::<NodeEntry>()),
