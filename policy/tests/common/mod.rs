@@ -39,8 +39,9 @@ pub fn labels(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
     kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-/// Named ports differ per pod so a name resolves to different numbers.
-fn pod_ports(pod: &str) -> Vec<(String, String, u16)> {
+/// Named ports differ per pod so a name resolves to different numbers: `(name, protocol,
+/// port)` of pod `a`, `b` or `c`.
+pub fn pod_ports(pod: &str) -> Vec<(String, String, u16)> {
     let (web, alt) = match pod {
         "a" => (80, 8080),
         "b" => (81, 9000),
@@ -161,23 +162,37 @@ fn ns_selector(r: &mut impl Rng) -> LabelSelector {
     }
 }
 
-fn ip_block(r: &mut impl Rng) -> IPBlock {
-    let (cidr, except): (&str, &[&str]) = match r.random_range(0..7) {
-        0 => ("10.0.0.0/16", &[]),
-        1 => ("10.0.2.0/24", &["10.0.2.3/32"]),
-        2 => ("0.0.0.0/0", &["10.0.1.0/24"]),
-        3 => ("192.168.0.0/16", &[]),
-        4 => ("10.0.3.4/32", &[]),
-        5 => ("10.0.0.0/8", &["10.0.1.0/24", "10.0.3.0/25"]),
-        _ => ("172.16.0.0/12", &["172.16.0.0/30"]),
-    };
+/// The ipBlocks of the probe world: CIDR and excepts around its pod and outside addresses.
+pub const IP_BLOCKS: [(&str, &[&str]); 7] = [
+    ("10.0.0.0/16", &[]),
+    ("10.0.2.0/24", &["10.0.2.3/32"]),
+    ("0.0.0.0/0", &["10.0.1.0/24"]),
+    ("192.168.0.0/16", &[]),
+    ("10.0.3.4/32", &[]),
+    ("10.0.0.0/8", &["10.0.1.0/24", "10.0.3.0/25"]),
+    ("172.16.0.0/12", &["172.16.0.0/30"]),
+];
+
+/// The ipBlock vocabulary of [`policy_with`]: `(cidr, excepts)`.
+pub type Blocks<'a> = &'a [(String, Vec<String>)];
+
+/// [`IP_BLOCKS`] as [`Blocks`].
+pub fn world_blocks() -> Vec<(String, Vec<String>)> {
+    IP_BLOCKS
+        .iter()
+        .map(|(c, e)| (c.to_string(), e.iter().map(ToString::to_string).collect()))
+        .collect()
+}
+
+fn ip_block(r: &mut impl Rng, blocks: Blocks<'_>) -> IPBlock {
+    let (cidr, except) = blocks.choose(r).unwrap();
     IPBlock {
-        cidr: cidr.into(),
-        except: (!except.is_empty()).then(|| except.iter().map(ToString::to_string).collect()),
+        cidr: cidr.clone(),
+        except: (!except.is_empty()).then(|| except.clone()),
     }
 }
 
-fn peer(r: &mut impl Rng, allow_block: bool) -> NetworkPolicyPeer {
+fn peer(r: &mut impl Rng, allow_block: bool, blocks: Blocks<'_>) -> NetworkPolicyPeer {
     let k = r.random_range(0..if allow_block { 4 } else { 3 });
     match k {
         0 => NetworkPolicyPeer {
@@ -194,7 +209,7 @@ fn peer(r: &mut impl Rng, allow_block: bool) -> NetworkPolicyPeer {
             ..Default::default()
         },
         _ => NetworkPolicyPeer {
-            ip_block: Some(ip_block(r)),
+            ip_block: Some(ip_block(r, blocks)),
             ..Default::default()
         },
     }
@@ -240,6 +255,12 @@ fn list<T>(r: &mut impl Rng, f: impl FnMut(&mut dyn rand::RngCore) -> T) -> Opti
 /// A random policy in a random namespace. Egress rules never pair a named port with an
 /// ipBlock (the compiler refuses that by design: see ir.rs).
 pub fn policy(r: &mut impl Rng, name: &str) -> NetworkPolicy {
+    policy_with(r, name, &world_blocks())
+}
+
+/// [`policy`] with the ipBlocks drawn from `blocks` (the lab's suite names its own
+/// pods' addresses).
+pub fn policy_with(r: &mut impl Rng, name: &str, blocks: Blocks<'_>) -> NetworkPolicy {
     let ns = NAMESPACES.choose(r).unwrap().to_string();
     let types = match r.random_range(0..4) {
         0 => None,
@@ -250,7 +271,7 @@ pub fn policy(r: &mut impl Rng, name: &str) -> NetworkPolicy {
     let n_in = r.random_range(0..3);
     let ingress = (0..n_in)
         .map(|_| NetworkPolicyIngressRule {
-            from: list(r, |r| peer(&mut BoxRng(r), true)),
+            from: list(r, |r| peer(&mut BoxRng(r), true, blocks)),
             ports: list(r, |r| port(&mut BoxRng(r))),
         })
         .collect::<Vec<_>>();
@@ -263,7 +284,7 @@ pub fn policy(r: &mut impl Rng, name: &str) -> NetworkPolicy {
                 .flatten()
                 .any(|p| matches!(p.port, Some(IntOrString::String(_))));
             NetworkPolicyEgressRule {
-                to: list(r, |r| peer(&mut BoxRng(r), !named)),
+                to: list(r, |r| peer(&mut BoxRng(r), !named, blocks)),
                 ports,
             }
         })
