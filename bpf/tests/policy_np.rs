@@ -461,7 +461,10 @@ fn a_new_isolating_policy_stops_established_flows_it_refuses() {
     ] {
         assert_eq!(send(&dp, FROM_POD, s, d, sp, dpt, f), TC_ACT_OK);
     }
-    assert!(pol::ct_entries(&dp).is_empty(), "no entry while nothing is isolated");
+    assert!(
+        pol::ct_entries(&dp).is_empty(),
+        "no entry while nothing is isolated"
+    );
     let lock_b = policy_json(
         r#"{"metadata":{"namespace":"x","name":"lock-b"},
             "spec":{"podSelector":{"matchLabels":{"pod":"b"}},"policyTypes":["Ingress"],
@@ -488,10 +491,7 @@ fn a_new_isolating_policy_stops_established_flows_it_refuses() {
     assert_eq!(entries[0].1.tcp, Pct::TCP_ESTABLISHED);
     assert_eq!(send(&dp, FROM_POD, B, A, 80, 42000, ACK), TC_ACT_OK, "its reply");
     assert_eq!(total_drops(&dp), 1);
-    assert_eq!(
-        pol_drops(&dp),
-        vec![(0, LAYER_NP, DropReason::PolCtInvalid, 1)]
-    );
+    assert_eq!(pol_drops(&dp), vec![(0, LAYER_NP, DropReason::PolCtInvalid, 1)]);
 }
 
 // The net-0 fast path: between pods with identities that no policy isolates, a whole

@@ -24,6 +24,8 @@ use cozyplane_apis::v1alpha1::{
     SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
     VPCRef,
 };
+use cozyplane_bpf::abi::LAYER_SG;
+use cozyplane_bpf::maps::pol_drops::{self, PolDropsMap};
 use cozyplane_bpf::maps::{
     endpoints::{self, EndpointsMap},
     remotes::{self, RemotesMap},
@@ -347,6 +349,21 @@ fn finish(dp: &Datapath, tally: &Tally, what: &str) {
         "every refusal is SG's"
     );
     assert_eq!(total_drops(dp), tally.denied, "and nothing else was dropped");
+    // The per-net counters: the same refusals, as SecurityGroups', under the VPCs' nets.
+    let rows = PolDropsMap::try_from(dp.map(pol_drops::NAME))
+        .unwrap()
+        .all()
+        .unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r.layer == LAYER_SG && r.reason == DropReason::PolSg && [VPC_A, VPC_B].contains(&r.net)),
+        "{rows:?}"
+    );
+    assert_eq!(
+        rows.iter().map(|r| r.stats.packets).sum::<u64>(),
+        tally.denied,
+        "sdn_pol_drops counts every refusal"
+    );
 }
 
 // The fixed world: every probe, delivered and encapsulated (the source's groups in the

@@ -303,10 +303,7 @@ async fn body(lab: &mut Lab) {
         "{:<10} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}",
         "pair", "Gbit/s none", "Gbit/s rules", "ratio", "conn/s none", "conn/s rules", "ratio"
     );
-    for (name, (g0, r0), (g1, r1)) in [
-        ("net 0", before[0], after[0]),
-        ("VPC", before[1], after[1]),
-    ] {
+    for (name, (g0, r0), (g1, r1)) in [("net 0", before[0], after[0]), ("VPC", before[1], after[1])] {
         println!(
             "{name:<10} {g0:>12.2} {g1:>12.2} {:>6.1}% {r0:>12.0} {r1:>12.0} {:>6.1}%",
             100.0 * g1 / g0.max(f64::MIN_POSITIVE),

@@ -12,7 +12,6 @@
 //!
 //! Needs root (fails without it), python3, and the agent and CNI binaries built.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use cozyplane_lab::{Lab, LabPod, Netns, Proc};
@@ -109,6 +108,7 @@ async fn body(lab: &mut Lab) {
     let mut rng = StdRng::seed_from_u64(1414);
     let mut applied: Vec<NetworkPolicy> = Vec::new();
     let (mut cases, mut denied, mut bad) = (0usize, 0usize, Vec::new());
+    let mut features = Features::default();
     for set in 0..SETS {
         for p in applied.drain(..) {
             np_api(p.metadata.namespace.as_deref().unwrap())
@@ -127,6 +127,7 @@ async fn body(lab: &mut Lab) {
                 .unwrap_or_else(|e| panic!("create {p:?}: {e}"));
         }
         applied.clone_from(&pols);
+        features.note(&pols);
         gate.flip(&cp).await;
 
         // Every pod to every other pod, every probe port; the node to its own pods.
@@ -139,9 +140,16 @@ async fn body(lab: &mut Lab) {
                     continue;
                 }
                 for (pr, port) in PROBES {
-                    let ok = oracle::allowed(&pols, &gen_world.ns_labels, &End::Pod(s), &End::Pod(d), pr, port);
+                    let ok =
+                        oracle::allowed(&pols, &gen_world.ns_labels, &End::Pod(s), &End::Pod(d), pr, port);
                     probes.push((d.ip, pr, port));
-                    expect.push((format!("{}/{} -> {}/{} {pr}/{port}", s.ns, s.labels["pod"], d.ns, d.labels["pod"]), ok));
+                    expect.push((
+                        format!(
+                            "{}/{} -> {}/{} {pr}/{port}",
+                            s.ns, s.labels["pod"], d.ns, d.labels["pod"]
+                        ),
+                        ok,
+                    ));
                 }
             }
             jobs.push((&slp.ns, probes));
@@ -152,7 +160,10 @@ async fn body(lab: &mut Lab) {
             for (lp, d) in pods.iter().filter(|(lp, _)| lp.node == k) {
                 for (pr, port) in [("TCP", 8081), ("TCP", 80)] {
                     probes.push((IpAddr::V4(lp.fabric), pr, port));
-                    expect.push((format!("node {} -> {}/{} {pr}/{port}", node.name, d.ns, lp.name), true));
+                    expect.push((
+                        format!("node {} -> {}/{} {pr}/{port}", node.name, d.ns, lp.name),
+                        true,
+                    ));
                 }
             }
             jobs.push((&node.ns, probes));
@@ -168,7 +179,11 @@ async fn body(lab: &mut Lab) {
                 }
             }
         }
-        eprintln!("set {set}: {} policies, {} mismatches so far", pols.len(), bad.len());
+        eprintln!(
+            "set {set}: {} policies, {} mismatches so far",
+            pols.len(),
+            bad.len()
+        );
         if !bad.is_empty() {
             eprintln!("policies of set {set}: {}", serde_json::to_string(&pols).unwrap());
         }
@@ -178,7 +193,19 @@ async fn body(lab: &mut Lab) {
          connections, {denied} refused, {} mismatches",
         bad.len()
     );
-    assert!(denied > 0 && denied < cases, "the sets must both admit and refuse");
+    println!("constructs in the sets: {features:?}");
+    assert!(
+        denied > 0 && denied < cases,
+        "the sets must both admit and refuse"
+    );
+    assert!(
+        features.named_ports > 0
+            && features.end_ports > 0
+            && features.excepts > 0
+            && features.both_selectors > 0
+            && features.egress > 0,
+        "the sets must use every construct: {features:?}"
+    );
     assert!(
         bad.is_empty(),
         "{} of {cases} cases differ; first:\n{}",
@@ -194,6 +221,38 @@ async fn body(lab: &mut Lab) {
     }
 
     host_network(&cp, lab, &pods, &mut gate).await;
+}
+
+/// How often the sets used the constructs the suite is about (rules, not policies).
+#[derive(Debug, Default)]
+struct Features {
+    named_ports: usize,
+    end_ports: usize,
+    excepts: usize,
+    both_selectors: usize,
+    egress: usize,
+}
+
+impl Features {
+    fn note(&mut self, pols: &[NetworkPolicy]) {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        for spec in pols.iter().filter_map(|p| p.spec.as_ref()) {
+            let ingress = spec.ingress.iter().flatten().map(|r| (&r.ports, &r.from));
+            let egress = spec.egress.iter().flatten().map(|r| (&r.ports, &r.to));
+            self.egress += spec.egress.as_ref().map_or(0, Vec::len);
+            for (ports, peers) in ingress.chain(egress) {
+                for p in ports.iter().flatten() {
+                    self.named_ports += usize::from(matches!(p.port, Some(IntOrString::String(_))));
+                    self.end_ports += usize::from(p.end_port.is_some());
+                }
+                for peer in peers.iter().flatten() {
+                    self.excepts += usize::from(peer.ip_block.as_ref().is_some_and(|b| b.except.is_some()));
+                    self.both_selectors +=
+                        usize::from(peer.pod_selector.is_some() && peer.namespace_selector.is_some());
+                }
+            }
+        }
+    }
 }
 
 /// A hostNetwork pod in `x` labelled like `x/a` while a policy isolates every pod of `x`
@@ -232,8 +291,14 @@ async fn host_network(cp: &Cp, lab: &Lab, pods: &[(LabPod, OPod)], gate: &mut Ga
     let ip = |p: &LabPod| IpAddr::V4(p.fabric);
     let got = run_probes(
         &[
-            (&n1.ns, vec![(ip(ya), "TCP", 80), (ip(xa), "TCP", 80), (ip(xa), "UDP", 53)]),
-            (&ya.ns, vec![(IpAddr::V4(n1.ip), "TCP", 18080), (ip(xa), "TCP", 80)]),
+            (
+                &n1.ns,
+                vec![(ip(ya), "TCP", 80), (ip(xa), "TCP", 80), (ip(xa), "UDP", 53)],
+            ),
+            (
+                &ya.ns,
+                vec![(IpAddr::V4(n1.ip), "TCP", 18080), (ip(xa), "TCP", 80)],
+            ),
             (&xb.ns, vec![(ip(ya), "TCP", 80)]),
         ],
         TIMEOUT,

@@ -87,7 +87,12 @@ pub(crate) async fn pod(
 }
 
 /// A hostNetwork pod on `node` with `labels`: no netns of its own, the node's address.
-pub(crate) async fn host_network_pod(cp: &Cp, lab: &Lab, (node, ns, name): (usize, &str, &str), labels: &BTreeMap<String, String>) {
+pub(crate) async fn host_network_pod(
+    cp: &Cp,
+    lab: &Lab,
+    (node, ns, name): (usize, &str, &str),
+    labels: &BTreeMap<String, String>,
+) {
     let n = &lab.nodes[node];
     let obj: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -100,7 +105,8 @@ pub(crate) async fn host_network_pod(cp: &Cp, lab: &Lab, (node, ns, name): (usiz
     let api = Api::<Pod>::namespaced(cp.kube.clone(), ns);
     api.create(&PostParams::default(), &obj).await.unwrap();
     let ip = n.ip.to_string();
-    let status = json!({ "status": { "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": ip, "phase": "Running" } });
+    let status =
+        json!({ "status": { "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": ip, "phase": "Running" } });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
@@ -186,12 +192,31 @@ impl Gate {
     /// have seen the pods created before it too (one watch, in order).
     pub(crate) async fn new(cp: &Cp, lab: &Lab) -> Self {
         let l = |role: &str| crate::npgen::labels(&[("role", role)]);
-        namespace(cp, "gate", &crate::npgen::labels(&[("kubernetes.io/metadata.name", "gate")])).await;
+        namespace(
+            cp,
+            "gate",
+            &crate::npgen::labels(&[("kubernetes.io/metadata.name", "gate")]),
+        )
+        .await;
         let mut pairs = Vec::new();
         let mut servers = Vec::new();
         for node in 0..lab.nodes.len() {
-            let p = pod(cp, lab, (node, "gate", &format!("prober{node}")), &l("prober"), &[]).await;
-            let t = pod(cp, lab, (node, "gate", &format!("target{node}")), &l("target"), &[]).await;
+            let p = pod(
+                cp,
+                lab,
+                (node, "gate", &format!("prober{node}")),
+                &l("prober"),
+                &[],
+            )
+            .await;
+            let t = pod(
+                cp,
+                lab,
+                (node, "gate", &format!("target{node}")),
+                &l("target"),
+                &[],
+            )
+            .await;
             servers.push(serve(&t.ns, "80,81", ""));
             pairs.push((p, t));
         }
@@ -210,7 +235,7 @@ impl Gate {
                 .await
                 .unwrap();
         }
-        let open = if self.flips % 2 == 0 { 80 } else { 81 };
+        let open = if self.flips.is_multiple_of(2) { 80 } else { 81 };
         let np: NetworkPolicy = serde_json::from_value(json!({
             "metadata": {"namespace": "gate", "name": format!("gate-{}", self.flips)},
             "spec": {"podSelector": {"matchLabels": {"role": "target"}}, "policyTypes": ["Ingress"],
