@@ -28,6 +28,7 @@
 #pragma once
 
 #include "common.h"
+#include "overlay.h"
 #include "parse.h"
 #include "pct.h"
 
@@ -46,8 +47,6 @@
  *   whole tag, always exact.
  */
 #define SDN_TAG_EXACT		1
-#define SDN_TUNNEL_GROUPS_GBP	1
-#define SDN_TUNNEL_GROUPS_GENEVE 2
 #define SDN_GENEVE_CLASS	0xfff1	/* RFC 8926 experimental class range */
 #define SDN_GENEVE_TYPE_GROUPS	0x01
 
@@ -97,6 +96,7 @@ struct sdn_pol_scratch {
 	union {
 		struct sdn_pcidr_key cidr;
 		struct sdn_lb_flow_key lb;
+		struct sdn_lbg_rev_key lbg;
 		struct sdn_block_key block;
 		struct sdn_ep_key ep;
 		struct sdn_xnet_key xnet;
