@@ -109,6 +109,12 @@ pub mod protocol {
     pub const TCP: &str = "TCP";
     /// UDP.
     pub const UDP: &str = "UDP";
+    /// SCTP.
+    pub const SCTP: &str = "SCTP";
+    /// ICMP (IPv4); a port is the message type.
+    pub const ICMP: &str = "ICMP";
+    /// ICMPv6; a port is the message type.
+    pub const ICMPV6: &str = "ICMPv6";
 }
 
 #[cfg(test)]
