@@ -156,7 +156,10 @@ fn a_replied_flow_leaves_by_its_entry_and_new_flows_out_need_a_rule() {
     in_routed_netns(|| {
         let t = world(true, Some("198.51.100.0/24"));
         let dp = setup(&t);
-        assert_eq!(dp.run(FROM_UPLINK, &syn_in(40001, 80), LO, 0).verdict, TC_ACT_REDIRECT);
+        assert_eq!(
+            dp.run(FROM_UPLINK, &syn_in(40001, 80), LO, 0).verdict,
+            TC_ACT_REDIRECT
+        );
         // The target's SYN-ACK and the rest of the flow pass by the entry.
         let reply = |flags| {
             with_flags(
@@ -177,7 +180,11 @@ fn a_replied_flow_leaves_by_its_entry_and_new_flows_out_need_a_rule() {
         let r = dp.run(FROM_POD, &out, LO, 0);
         assert_eq!(r.verdict, TC_ACT_SHOT);
         assert_eq!(drops_of(&dp, DropReason::PolSg), 1);
-        assert_eq!(door(&dp, VPC_A, DoorKey::EIP, DoorKey::OUT).packets, 3, "only the replies left");
+        assert_eq!(
+            door(&dp, VPC_A, DoorKey::EIP, DoorKey::OUT).packets,
+            3,
+            "only the replies left"
+        );
         // A packet of a flow the table never saw (no SYN through the door) is no reply.
         let stray = reply(0x10);
         let stray = {
@@ -199,7 +206,10 @@ fn an_ungrouped_target_keeps_its_door_open_both_ways() {
         let out = pkt::ipv4(MAC_A1, cfg().gw_mac, v4(VPC_IP), v4(CLIENT), TCP, 5556, 443, 0);
         assert!(allowed(&t, VPC_IP, CLIENT, 443));
         assert_eq!(dp.run(FROM_POD, &out, LO, 0).verdict, TC_ACT_REDIRECT);
-        assert_eq!(dp.run(FROM_UPLINK, &syn_in(40002, 22), LO, 0).verdict, TC_ACT_REDIRECT);
+        assert_eq!(
+            dp.run(FROM_UPLINK, &syn_in(40002, 22), LO, 0).verdict,
+            TC_ACT_REDIRECT
+        );
         assert_eq!(total_drops(&dp), 0);
     });
 }

@@ -32,7 +32,9 @@ use serde_json::json;
 mod common;
 mod sg_lab;
 use common::{Cp, CpOptions, half, now, pod, tenant, until, vni, vpc_ip, wait};
-use sg_lab::{Flow, ICMP, OPEN, Oracle, SHUT, TCP, group, port_groups, relabel, serve, serve_in, tcp_ok, vxlan_headers};
+use sg_lab::{
+    Flow, ICMP, OPEN, Oracle, SHUT, TCP, group, port_groups, relabel, serve, serve_in, tcp_ok, vxlan_headers,
+};
 
 /// ICMP echo request as the rules' port: `type << 8 | code`.
 const ECHO: u16 = 8 << 8;
@@ -64,14 +66,26 @@ fn probe(o: &Oracle, (from, to): (&Ep, &Ep), proto: u8, port: u16, expect: bool)
         tcp_ok(&from.pod.ns, IpAddr::V4(to.ip), port)
     };
     let oracle = o.allows(from.at(), to.at(), proto, port);
-    let how = if proto == ICMP { "ping".to_string() } else { format!("tcp/{port}") };
-    let same = if from.pod.node == to.pod.node { "same node" } else { "cross node" };
+    let how = if proto == ICMP {
+        "ping".to_string()
+    } else {
+        format!("tcp/{port}")
+    };
+    let same = if from.pod.node == to.pod.node {
+        "same node"
+    } else {
+        "cross node"
+    };
     eprintln!(
         "{:>5} -> {:<5} {how:<9} {same:<10} datapath {got:<5} verdict::sg {oracle:<5} expected {expect}",
         from.pod.name, to.pod.name
     );
     assert_eq!(got, expect, "{} -> {} {how} ({same})", from.pod.name, to.pod.name);
-    assert_eq!(oracle, expect, "verdict::sg for {} -> {} {how}", from.pod.name, to.pod.name);
+    assert_eq!(
+        oracle, expect,
+        "verdict::sg for {} -> {} {how}",
+        from.pod.name, to.pod.name
+    );
 }
 
 /// Waits until every agent holds what the compiler makes of the API objects now.
@@ -82,7 +96,10 @@ async fn settle(cp: &Cp, lab: &Lab) -> Oracle {
         if o.programmed(lab) {
             return o;
         }
-        assert!(t.elapsed().as_secs() < 20, "the agents never matched the compiler");
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "the agents never matched the compiler"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
@@ -157,7 +174,9 @@ async fn body(lab: &mut Lab) {
                 let allowed = XnetAllowMap::from_pin(&n.scratch.pins())
                     .and_then(|m| m.entries())
                     .unwrap_or_default();
-                [(va, vb), (vb, va)].iter().all(|p| allowed.iter().any(|(k, _)| k == p))
+                [(va, vb), (vb, va)]
+                    .iter()
+                    .all(|p| allowed.iter().any(|(k, _)| k == p))
             })
     });
     // No group yet: the VPC is open inside, and the peering lets b in.
@@ -166,7 +185,13 @@ async fn body(lab: &mut Lab) {
     probe(&o, (&bcli, &web1), TCP, SHUT, true);
 
     // --- The groups and the labels that make members.
-    for (p, role) in [(&web1, "web"), (&web2, "web"), (&cli1, "cli"), (&cli2, "cli"), (&bcli, "bcli")] {
+    for (p, role) in [
+        (&web1, "web"),
+        (&web2, "web"),
+        (&cli1, "cli"),
+        (&cli2, "cli"),
+        (&bcli, "bcli"),
+    ] {
         relabel(&cp, p.pod, Some(role)).await;
     }
     let tcp = |port: u16| json!({"protocol": "TCP", "port": port});
@@ -190,7 +215,10 @@ async fn body(lab: &mut Lab) {
         &cp,
         ("t1", "a", "cli"),
         "cli",
-        (&json!([]), &json!([{"to": {"group": "web"}, "ports": [tcp(OPEN), echo]}])),
+        (
+            &json!([]),
+            &json!([{"to": {"group": "web"}, "ports": [tcp(OPEN), echo]}]),
+        ),
     )
     .await;
     let bgrp = group(
@@ -205,7 +233,13 @@ async fn body(lab: &mut Lab) {
     .await;
     eprintln!("groups: web {web}, cli {cli} (VPC a, vni {va}); bcli {bgrp} (VPC b, vni {vb})");
     let gid = |g: u32| i32::try_from(g).unwrap();
-    for (p, g) in [(&web1, web), (&web2, web), (&cli1, cli), (&cli2, cli), (&bcli, bgrp)] {
+    for (p, g) in [
+        (&web1, web),
+        (&web2, web),
+        (&cli1, cli),
+        (&cli2, cli),
+        (&bcli, bgrp),
+    ] {
         port_groups(&cp, p.net, IpAddr::V4(p.ip), &[gid(g)]).await;
     }
     port_groups(&cp, va, IpAddr::V4(free1.ip), &[]).await;
@@ -243,7 +277,10 @@ async fn body(lab: &mut Lab) {
     for (from, to, proto, port, expect) in cases {
         probe(&o, (from, to), proto, port, expect);
     }
-    eprintln!("PASS {} east-west probes match the datapath and verdict::sg", cases.len());
+    eprintln!(
+        "PASS {} east-west probes match the datapath and verdict::sg",
+        cases.len()
+    );
 
     // --- The source's groups travel in the VXLAN-GBP policy id: exact tag = groups | 1.
     let n1ip = lab.nodes[0].ip;
@@ -287,7 +324,11 @@ async fn body(lab: &mut Lab) {
                 target.pod.name, lab.nodes[at].name
             );
             assert_eq!(got, expect, "inet -> {} tcp/{port}", target.pod.name);
-            assert_eq!(oracle, expect, "verdict::sg inet -> {} tcp/{port}", target.pod.name);
+            assert_eq!(
+                oracle, expect,
+                "verdict::sg inet -> {} tcp/{port}",
+                target.pod.name
+            );
         }
     }
     // Out through the door: a grouped pod's egress is closed to the internet without a CIDR
@@ -295,7 +336,10 @@ async fn body(lab: &mut Lab) {
     for (from, expect) in [(&web1, false), (&cli1, false), (&free1, true)] {
         let got = tcp_ok(&from.pod.ns, IpAddr::V4(INET4), OPEN);
         let oracle = o.allows(from.at(), inet, TCP, OPEN);
-        eprintln!("{} -> inet tcp/{OPEN}: datapath {got} verdict::sg {oracle} expected {expect}", from.pod.name);
+        eprintln!(
+            "{} -> inet tcp/{OPEN}: datapath {got} verdict::sg {oracle} expected {expect}",
+            from.pod.name
+        );
         assert_eq!(got, expect, "{} -> inet", from.pod.name);
         assert_eq!(oracle, expect, "verdict::sg {} -> inet", from.pod.name);
     }
@@ -313,7 +357,10 @@ async fn body(lab: &mut Lab) {
     wait("the flow only cli allowed is cut", || flow.ended());
     let exchanged = flow.exchanges();
     let lost = flow.finish().expect("the flow lost an exchange");
-    assert!(lost >= before, "the flow ran until the relabel ({exchanged} exchanges)");
+    assert!(
+        lost >= before,
+        "the flow ran until the relabel ({exchanged} exchanges)"
+    );
     eprintln!(
         "relabel cli1 -> idle: the established flow cli1 -> web2 lost its first exchange {:.3} s after \
          the label change's API response ({exchanged} exchanges before)",

@@ -35,7 +35,10 @@ async fn body(lab: &mut Lab) {
     for n in &lab.nodes {
         assert!(gbp(n), "{}: the default device has gbp", n.name);
     }
-    assert!(a1.ns.ping(ia2, 3, 3), "a1 (n1) -> a2 (n2) with the groups on the wire");
+    assert!(
+        a1.ns.ping(ia2, 3, 3),
+        "a1 (n1) -> a2 (n2) with the groups on the wire"
+    );
 
     let kube = cp.standin.admin_kubeconfig();
     for (flag, want) in [("--tunnel-groups=off", false), ("--tunnel-groups=on", true)] {

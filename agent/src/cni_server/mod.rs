@@ -233,7 +233,13 @@ impl AgentState {
             [0x02, 0xcf, o[0], o[1], o[2], o[3]]
         });
         let tunnel = netdev
-            .ensure_tunnel((cfg.tunnel, cfg.tunnel_groups), &cfg.tunnel_dev, port, mtu, dev_mac)
+            .ensure_tunnel(
+                (cfg.tunnel, cfg.tunnel_groups),
+                &cfg.tunnel_dev,
+                port,
+                mtu,
+                dev_mac,
+            )
             .await?;
         let dp_cfg = DatapathConfig {
             tunnel_ifindex: tunnel.index,

@@ -33,7 +33,6 @@ use netlink_packet_route::route::{
 use nix::sched::{CloneFlags, setns};
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder, new_connection};
 
-
 /// The gateway every pod routes through (`DatapathConfig::gw_ipv4`).
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 /// The IPv6 gateway every pod routes through (the datapath's `SDN_GW6`): link-local, owned by
@@ -325,7 +324,10 @@ impl NetDev {
                     )),
                 ]));
                 if super::tunnel::routes_need_gbp_none() {
-                    push_encap(&mut msg, RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Opts(gbp_none())));
+                    push_encap(
+                        &mut msg,
+                        RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Opts(gbp_none())),
+                    );
                 }
             }
         }

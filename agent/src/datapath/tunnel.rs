@@ -83,7 +83,10 @@ impl NetDev {
         if existing.is_none() {
             let msg = match kind {
                 TunnelKind::Vxlan => {
-                    let b = LinkVxlan::new(name, 0).port(port).collect_metadata(true).learning(false);
+                    let b = LinkVxlan::new(name, 0)
+                        .port(port)
+                        .collect_metadata(true)
+                        .learning(false);
                     if gbp { b.gbp() } else { b }.build()
                 }
                 TunnelKind::Geneve => LinkGeneve::new(name, 0).port(port).collect_metadata().build(),
@@ -132,8 +135,14 @@ mod tests {
 
     #[test]
     fn the_gbp_flag_is_read_from_the_device() {
-        assert_eq!(vxlan_gbp(&vxlan(vec![InfoVxlan::Id(0), InfoVxlan::Gbp])), Some(true));
-        assert_eq!(vxlan_gbp(&vxlan(vec![InfoVxlan::Id(0), InfoVxlan::Learning(false)])), Some(false));
+        assert_eq!(
+            vxlan_gbp(&vxlan(vec![InfoVxlan::Id(0), InfoVxlan::Gbp])),
+            Some(true)
+        );
+        assert_eq!(
+            vxlan_gbp(&vxlan(vec![InfoVxlan::Id(0), InfoVxlan::Learning(false)])),
+            Some(false)
+        );
         assert_eq!(vxlan_gbp(&LinkMessage::default()), None, "not a VXLAN device");
     }
 }

@@ -150,7 +150,12 @@ pub(crate) async fn relabel(cp: &Cp, p: &LabPod, role: Option<&str>) {
 
 /// A SecurityGroup `name` of VPC `vpc` in `ns` selecting `role=<role>`, with these rules
 /// (the API's JSON); its id once allocated.
-pub(crate) async fn group(cp: &Cp, (ns, vpc, name): (&str, &str, &str), role: &str, (ingress, egress): (&Value, &Value)) -> u32 {
+pub(crate) async fn group(
+    cp: &Cp,
+    (ns, vpc, name): (&str, &str, &str),
+    role: &str,
+    (ingress, egress): (&Value, &Value),
+) -> u32 {
     let sg: SecurityGroup = serde_json::from_value(json!({
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "SecurityGroup",
         "metadata": {"name": name, "namespace": ns},
@@ -172,7 +177,13 @@ pub(crate) async fn port_groups(cp: &Cp, vni: u32, ip: IpAddr, want: &[i32]) {
     let name = format!("v{vni}.{}", ip.to_string().replace(['.', ':'], "-"));
     let api: Api<Port> = Api::all(cp.sdn.clone());
     until(&format!("Port {name} status.groups = {want:?}"), || async {
-        let g = api.get(&name).await.ok()?.status.map(|s| s.groups).unwrap_or_default();
+        let g = api
+            .get(&name)
+            .await
+            .ok()?
+            .status
+            .map(|s| s.groups)
+            .unwrap_or_default();
         (g == want).then_some(())
     })
     .await;
@@ -190,7 +201,10 @@ impl Oracle {
         for v in Api::<VPC>::all(cp.sdn.clone()).list(&lp).await.unwrap() {
             let vni = v.status.as_ref().map_or(0, |s| s.vni);
             if vni > 0 {
-                let (ns, name) = (v.metadata.namespace.unwrap_or_default(), v.metadata.name.unwrap_or_default());
+                let (ns, name) = (
+                    v.metadata.namespace.unwrap_or_default(),
+                    v.metadata.name.unwrap_or_default(),
+                );
                 c.set_vpc(&ns, &name, u32::try_from(vni).unwrap());
             }
         }
