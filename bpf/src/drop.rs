@@ -84,6 +84,12 @@ pub enum DropReason {
     /// `DROP_POL_REVOKED`: an established flow re-checked after a policy generation change,
     /// and no longer admitted.
     PolRevoked = -48,
+    /// `DROP_POL_HF_INGRESS`: HostFirewall: ingress is armed on this node and no rule admits
+    /// the flow into it.
+    PolHfIngress = -49,
+    /// `DROP_POL_HF_EGRESS`: HostFirewall: egress is armed on this node and no rule admits the
+    /// flow out of it.
+    PolHfEgress = -50,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -129,6 +135,8 @@ impl DropReason {
         Self::PolSg,
         Self::PolCtInvalid,
         Self::PolRevoked,
+        Self::PolHfIngress,
+        Self::PolHfEgress,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -171,6 +179,8 @@ impl DropReason {
             Self::PolSg => "DROP_POL_SG",
             Self::PolCtInvalid => "DROP_POL_CT_INVALID",
             Self::PolRevoked => "DROP_POL_REVOKED",
+            Self::PolHfIngress => "DROP_POL_HF_INGRESS",
+            Self::PolHfEgress => "DROP_POL_HF_EGRESS",
         }
     }
 
