@@ -1,9 +1,10 @@
 //! The node's uplink: where north-south traffic leaves and its replies come back.
 //!
 //! At start the agent picks the uplink (`--uplink-device`, else the device of the IPv4
-//! default route, else the IPv6 one), attaches `sdn_from_uplink` to its ingress (a pinned TCX
-//! link like the overlay's, so the hook and the NAT flows survive an agent restart: the
-//! datapath fails static) and writes the node's NAT settings (`sdn_snat_conf`): the uplink's
+//! default route, else the IPv6 one), attaches `sdn_from_uplink` to its ingress and
+//! `sdn_host_out` (the HostFirewall's egress) to its egress (pinned TCX links like the
+//! overlay's, so the hooks and the NAT flows survive an agent restart: the datapath fails
+//! static) and writes the node's NAT settings (`sdn_snat_conf`): the uplink's
 //! ifindex and global addresses (what net-0 pods are masqueraded to), the masquerade port
 //! range, and this node's shard of the gateway port range ([`shard_of`]). The uplink's
 //! addresses also go into `sdn_snat_addrs` as net 0, so that `sdn_from_uplink` recognises
@@ -233,6 +234,7 @@ pub async fn setup(
     let up = find(netdev, cfg.uplink_device.as_deref()).await?;
     if let Some(u) = &up {
         datapath.attach_uplink(&u.dev)?;
+        datapath.attach_host_out(&u.dev)?;
     }
     let pins = datapath.pin_dir();
     let map = |what: &str| {
