@@ -206,7 +206,12 @@ const FIXTURES: &[Fixture] = &[
     Fixture {
         plural: "hostfirewalls",
         needs: |_| Vec::new(),
-        object: |_, name| obj("HostFirewall", name, json!({})),
+        // Closed ingress on every node: a lockout, so it carries the override.
+        object: |_, name| {
+            let mut o = obj("HostFirewall", name, json!({}));
+            o["metadata"]["annotations"] = json!({"sdn.cozystack.io/allow-lockout": "true"});
+            o
+        },
         spec_change: ("/spec/policyTypes", || json!(["Ingress"])),
         spec: Spec::Mutable,
         status: Some(("/status/conditions", || {

@@ -8,7 +8,9 @@
 //!   canonical range strictly inside it, listed once (Go only required both to parse);
 //! - each port has protocol `TCP` or `UDP` and a port in 0–65535 (0 = every port); a non-zero
 //!   `endPort` needs a non-zero `port`, lies in `port..=65535` and spans at most
-//!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates.
+//!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates;
+//! - the rule set does not cut the nodes off from the API server, unless overridden
+//!   (`super::host_firewall_lockout`).
 //!
 //! Default ([`default_host_firewall`]): an empty port protocol becomes `TCP`, as for a
 //! NetworkPolicy port. `policyTypes` is deliberately *not* defaulted: empty means "`Ingress`,
@@ -20,6 +22,7 @@ use std::collections::HashSet;
 use cozyplane_apis::v1alpha1::{HostFirewall, HostFirewallPeer, HostFirewallPort, protocol};
 
 use super::common::{self, MAX_PORT};
+use super::host_firewall_lockout::validate_lockout;
 use super::field::{FieldError, FieldErrors, FieldPath};
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
@@ -58,6 +61,7 @@ pub fn validate_host_firewall(hf: &HostFirewall) -> FieldErrors {
         validate_peers(&mut errs, &rule.to, &rp.child("to"));
         validate_ports(&mut errs, &rule.ports, &rp.child("ports"));
     }
+    errs.extend(validate_lockout(hf));
     errs
 }
 
@@ -183,7 +187,7 @@ mod tests {
                 ingress: vec![HostFirewallIngressRule { from, ports }],
                 egress: vec![HostFirewallEgressRule {
                     to: vec![peer("::/0", &[])],
-                    ports: vec![port("UDP", 53, 0)],
+                    ports: vec![port("UDP", 53, 0), port("TCP", 6443, 0)],
                 }],
             },
         )
@@ -199,10 +203,20 @@ mod tests {
             vec![port("TCP", 22, 0), port("TCP", 30000, 30063), port("UDP", 0, 0)],
         );
         assert_errors(&validate_host_firewall(&h), &[]);
+        // An empty spec closes ingress on every node: a lockout, let through by the override.
+        let mut empty = HostFirewall::new("empty", HostFirewallSpec::default());
         assert_errors(
-            &validate_host_firewall(&HostFirewall::new("empty", HostFirewallSpec::default())),
-            &[],
+            &validate_host_firewall(&empty),
+            &[("spec.ingress", ErrorType::Forbidden)],
         );
+        empty.metadata.annotations = Some(
+            [(
+                crate::validation::host_firewall_lockout::ALLOW_LOCKOUT.to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        );
+        assert_errors(&validate_host_firewall(&empty), &[]);
     }
 
     #[test]
