@@ -81,7 +81,12 @@ fn write(dp: &mut Datapath, old: &Tables, new: &Tables) {
     }
 }
 
-fn fw(name: &str, types: &[&str], ingress: Vec<HostFirewallIngressRule>, egress: Vec<HostFirewallEgressRule>) -> HostFirewall {
+fn fw(
+    name: &str,
+    types: &[&str],
+    ingress: Vec<HostFirewallIngressRule>,
+    egress: Vec<HostFirewallEgressRule>,
+) -> HostFirewall {
     HostFirewall {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -250,10 +255,16 @@ fn generated_sets_match_the_verdict() {
                     sport = sport.checked_add(1).unwrap_or(1024);
                     let want = verdict::hf(&t, peer, me, proto, port).allowed();
                     let got = inbound(&dp, &packet(peer, me, proto, sport, port, SYN));
-                    assert_eq!(got, want, "set {set}: in {peer}:{sport} -> {me}:{port} proto {proto}");
+                    assert_eq!(
+                        got, want,
+                        "set {set}: in {peer}:{sport} -> {me}:{port} proto {proto}"
+                    );
                     let want_out = verdict::hf(&t, me, peer, proto, port).allowed();
                     let got_out = outbound(&dp, &packet(me, peer, proto, sport, port, SYN));
-                    assert_eq!(got_out, want_out, "set {set}: out {me}:{sport} -> {peer}:{port} proto {proto}");
+                    assert_eq!(
+                        got_out, want_out,
+                        "set {set}: out {me}:{sport} -> {peer}:{port} proto {proto}"
+                    );
                     cases += 2;
                     denied += u64::from(!want) + u64::from(!want_out);
                 }
@@ -262,7 +273,10 @@ fn generated_sets_match_the_verdict() {
         old = t;
     }
     // The sets must exercise both answers, or the comparison proves little.
-    assert!(denied > cases / 20 && denied < cases * 19 / 20, "{denied} of {cases} denied");
+    assert!(
+        denied > cases / 20 && denied < cases * 19 / 20,
+        "{denied} of {cases} denied"
+    );
     assert!(drops_of(&dp, DropReason::PolHfIngress) > 0);
     assert!(drops_of(&dp, DropReason::PolHfEgress) > 0);
     eprintln!("{cases} probes over {SETS} sets, {denied} denied");
@@ -284,8 +298,14 @@ fn neighbour_discovery_passes_and_ipv6_is_filtered() {
     let (dp, _) = closed();
     let (me, other) = (ip(NODE6), ip("fd00::99"));
     for typ in 133..=137u8 {
-        assert!(inbound(&dp, &packet(other, me, ICMPV6, 0, 0, typ)), "ND type {typ} in");
-        assert!(outbound(&dp, &packet(me, other, ICMPV6, 0, 0, typ)), "ND type {typ} out");
+        assert!(
+            inbound(&dp, &packet(other, me, ICMPV6, 0, 0, typ)),
+            "ND type {typ} in"
+        );
+        assert!(
+            outbound(&dp, &packet(me, other, ICMPV6, 0, 0, typ)),
+            "ND type {typ} out"
+        );
     }
     // An echo request and TCP over global IPv6 are the firewall's.
     assert!(!inbound(&dp, &packet(other, me, ICMPV6, 7, 7, 128)));
@@ -305,7 +325,10 @@ fn link_local_passes_both_ways() {
     assert!(outbound(&dp, &packet(me, other, pkt::TCP, 40001, 179, SYN)));
     assert!(inbound(&dp, &packet(other, me, pkt::TCP, 179, 40001, SYN | ACK)));
     // From a global source to the node's global address: refused.
-    assert!(!inbound(&dp, &packet(ip("fd00::99"), ip(NODE6), pkt::TCP, 40000, 179, SYN)));
+    assert!(!inbound(
+        &dp,
+        &packet(ip("fd00::99"), ip(NODE6), pkt::TCP, 40000, 179, SYN)
+    ));
     assert!(pol::ct_entries(&dp).is_empty(), "exempt traffic makes no entry");
 }
 
@@ -317,8 +340,14 @@ fn tunnel_port_from_known_nodes_only() {
         (ip(NODE6), ip(PEER_NODE6), ip("fd00::99")),
     ] {
         for port in [4789, 6081] {
-            assert!(inbound(&dp, &packet(node, me, UDP, 51000, port, 0)), "{node} -> {port}");
-            assert!(outbound(&dp, &packet(me, node, UDP, 51000, port, 0)), "-> {node}:{port}");
+            assert!(
+                inbound(&dp, &packet(node, me, UDP, 51000, port, 0)),
+                "{node} -> {port}"
+            );
+            assert!(
+                outbound(&dp, &packet(me, node, UDP, 51000, port, 0)),
+                "-> {node}:{port}"
+            );
             assert!(!inbound(&dp, &packet(stranger, me, UDP, 51000, port, 0)));
             assert!(!outbound(&dp, &packet(me, stranger, UDP, 51000, port, 0)));
         }
@@ -337,7 +366,10 @@ fn kubernetes_control_ports_between_nodes_pass() {
         for port in [6443, 10250] {
             // The other node's kubelet to this node's API server, and its answer; this
             // node's kubelet to the other's.
-            assert!(inbound(&dp, &packet(node, me, pkt::TCP, 40000, port, SYN)), "{node} -> :{port}");
+            assert!(
+                inbound(&dp, &packet(node, me, pkt::TCP, 40000, port, SYN)),
+                "{node} -> :{port}"
+            );
             assert!(outbound(&dp, &packet(me, node, pkt::TCP, port, 40000, SYN | ACK)));
             assert!(outbound(&dp, &packet(me, node, pkt::TCP, 40001, port, SYN)));
             assert!(inbound(&dp, &packet(node, me, pkt::TCP, port, 40001, SYN | ACK)));
@@ -368,7 +400,10 @@ fn icmp_errors_pass_with_their_flow() {
     assert!(outbound(&dp, &syn));
     let IpAddr::V4(me4) = me else { unreachable!() };
     let err = pkt::icmp4_error(router, me4, 3, 4, [0, 0, 5, 0xdc], pkt::ip_of(&syn));
-    assert!(inbound(&dp, &pkt::frame(MAC_UP, MAC_GW, &err)), "frag-needed of the flow");
+    assert!(
+        inbound(&dp, &pkt::frame(MAC_UP, MAC_GW, &err)),
+        "frag-needed of the flow"
+    );
     // The same error about a flow the node never opened.
     let other = packet(me, web, pkt::TCP, 40001, 443, SYN);
     let err = pkt::icmp4_error(router, me4, 3, 4, [0, 0, 5, 0xdc], pkt::ip_of(&other));
@@ -381,7 +416,9 @@ fn icmp_errors_pass_with_their_flow() {
     let (me6, web6) = (ip(NODE6), ip("2606:4700::1"));
     let syn6 = packet(me6, web6, pkt::TCP, 40000, 443, SYN);
     assert!(outbound(&dp, &syn6));
-    let (IpAddr::V6(r6), IpAddr::V6(m6)) = (ip("2001:db8::1"), me6) else { unreachable!() };
+    let (IpAddr::V6(r6), IpAddr::V6(m6)) = (ip("2001:db8::1"), me6) else {
+        unreachable!()
+    };
     let err6 = pkt::icmp6_error(r6, m6, 2, 0, [0, 0, 5, 0xdc], pkt::ip6_of(&syn6));
     assert!(inbound(&dp, &pkt::frame6(MAC_UP, MAC_GW, &err6)));
 }
@@ -426,15 +463,32 @@ fn traffic_that_is_not_the_nodes_passes() {
     let (dp, _) = closed();
     // To a pod's fabric address (routed to it by the host) and from one (forwarded out).
     let pod = ip("10.244.1.5");
-    assert!(inbound(&dp, &packet(ip("8.8.8.8"), pod, pkt::TCP, 40000, 80, SYN)));
-    assert!(outbound_iif(&dp, &packet(pod, ip("8.8.8.8"), pkt::TCP, 40000, 80, SYN), 7));
+    assert!(inbound(
+        &dp,
+        &packet(ip("8.8.8.8"), pod, pkt::TCP, 40000, 80, SYN)
+    ));
+    assert!(outbound_iif(
+        &dp,
+        &packet(pod, ip("8.8.8.8"), pkt::TCP, 40000, 80, SYN),
+        7
+    ));
     // Masqueraded to the node's address, but received on a pod's veth first.
-    assert!(outbound_iif(&dp, &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 61000, 80, SYN), 7));
+    assert!(outbound_iif(
+        &dp,
+        &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 61000, 80, SYN),
+        7
+    ));
     // The node's own: refused.
-    assert!(!outbound(&dp, &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 40000, 80, SYN)));
+    assert!(!outbound(
+        &dp,
+        &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 40000, 80, SYN)
+    ));
     // ARP is no IP: the host decides.
     let IpAddr::V4(me) = ip(NODE4) else { unreachable!() };
-    assert!(inbound(&dp, &pkt::arp_request(MAC_GW, "10.0.0.9".parse().unwrap(), me)));
+    assert!(inbound(
+        &dp,
+        &pkt::arp_request(MAC_GW, "10.0.0.9".parse().unwrap(), me)
+    ));
 }
 
 #[test]
@@ -446,9 +500,18 @@ fn nothing_armed_nothing_tracked() {
     let t = compile(&[f]).tables().clone();
     assert_eq!(t.state_flags, 0);
     write(&mut dp, &Tables::default(), &t);
-    assert!(inbound(&dp, &packet(ip("8.8.8.8"), ip(NODE4), pkt::TCP, 40000, 22, SYN)));
-    assert!(outbound(&dp, &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 40000, 22, SYN)));
-    assert!(inbound(&dp, &packet(ip("8.8.8.8"), ip(NODE4), pkt::TCP, 40001, 22, ACK)));
+    assert!(inbound(
+        &dp,
+        &packet(ip("8.8.8.8"), ip(NODE4), pkt::TCP, 40000, 22, SYN)
+    ));
+    assert!(outbound(
+        &dp,
+        &packet(ip(NODE4), ip("8.8.8.8"), pkt::TCP, 40000, 22, SYN)
+    ));
+    assert!(inbound(
+        &dp,
+        &packet(ip("8.8.8.8"), ip(NODE4), pkt::TCP, 40001, 22, ACK)
+    ));
     assert!(pol::ct_entries(&dp).is_empty());
 }
 
@@ -472,10 +535,16 @@ fn removing_a_rule_stops_an_established_flow() {
     assert!(outbound(&dp, &packet(me, admin, pkt::TCP, 22, 50000, SYN | ACK)));
     assert!(inbound(&dp, &packet(admin, me, pkt::TCP, 50000, 22, ACK)));
     // The rule goes (ingress stays armed): the next packet of the session is refused.
-    let shut = compile(&[fw("ssh", &["Ingress"], vec![], vec![])]).tables().clone();
-    let gen = pol::state(&dp).generation;
+    let shut = compile(&[fw("ssh", &["Ingress"], vec![], vec![])])
+        .tables()
+        .clone();
+    let before = pol::state(&dp).generation;
     write(&mut dp, &open, &shut);
-    assert_ne!(pol::state(&dp).generation, gen, "a narrowing diff bumps the generation");
+    assert_ne!(
+        pol::state(&dp).generation,
+        before,
+        "a narrowing diff bumps the generation"
+    );
     assert!(!inbound(&dp, &packet(admin, me, pkt::TCP, 50000, 22, ACK)));
     assert_eq!(drops_of(&dp, DropReason::PolRevoked), 1);
     // And reopened by a rule.

@@ -76,9 +76,13 @@ async fn firewall(cp: &Cp, name: &str, spec: serde_json::Value) {
     let api: Api<HostFirewall> = Api::all(cp.sdn.clone());
     let body = json!({ "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "HostFirewall",
         "metadata": { "name": name }, "spec": spec });
-    api.patch(name, &PatchParams::apply("lab-hostfw").force(), &Patch::Apply(&body))
-        .await
-        .unwrap();
+    api.patch(
+        name,
+        &PatchParams::apply("lab-hostfw").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap();
 }
 
 async fn label(cp: &Cp, node: &str, key: &str) {
@@ -148,7 +152,10 @@ async fn body(lab: &mut Lab) {
     for n in [n1, n2] {
         n.ns.ip_ok(&["-6", "neigh", "flush", "dev", "ul0"]);
     }
-    assert!(connects(&n1.ns, &v6, PORT), "IPv6 by the rule, after neighbour discovery");
+    assert!(
+        connects(&n1.ns, &v6, PORT),
+        "IPv6 by the rule, after neighbour discovery"
+    );
 
     // 2. n1's egress closed but for the control namespace: its own pod stays reachable.
     let _pa = server(&a.ns, PORT);

@@ -186,11 +186,7 @@ fn changes(l: &mut Listings, ev: Ev, own: &[std::net::IpAddr]) -> Result<Vec<Cha
             .collect(),
         Ev::Node(r) => l
             .node
-            .event(
-                (*r)?,
-                |o| key_of(&o.metadata),
-                |o| Some(feed::node_info(o, own)),
-            )
+            .event((*r)?, |o| key_of(&o.metadata), |o| Some(feed::node_info(o, own)))
             .into_iter()
             .map(Change::Node)
             .collect(),

@@ -22,8 +22,8 @@ use std::collections::HashSet;
 use cozyplane_apis::v1alpha1::{HostFirewall, HostFirewallPeer, HostFirewallPort, protocol};
 
 use super::common::{self, MAX_PORT};
-use super::host_firewall_lockout::validate_lockout;
 use super::field::{FieldError, FieldErrors, FieldPath};
+use super::host_firewall_lockout::validate_lockout;
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
 /// Protocols a HostFirewall port may have.

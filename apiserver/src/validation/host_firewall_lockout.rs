@@ -97,7 +97,8 @@ fn may_select_control_plane(sel: &LabelSelector) -> bool {
         return true;
     }
     let excluded = exprs.iter().any(|e| {
-        CONTROL_PLANE_LABELS.contains(&e.key.as_str()) && matches!(e.operator.as_str(), "DoesNotExist" | "NotIn")
+        CONTROL_PLANE_LABELS.contains(&e.key.as_str())
+            && matches!(e.operator.as_str(), "DoesNotExist" | "NotIn")
     });
     let asked = labels.is_some_and(|l| l.keys().any(|k| CONTROL_PLANE_LABELS.contains(&k.as_str())))
         || exprs.iter().any(|e| {
@@ -131,7 +132,11 @@ mod tests {
         }
     }
 
-    fn hf(types: &[&str], ingress: Vec<Vec<HostFirewallPort>>, egress: Vec<Vec<HostFirewallPort>>) -> HostFirewall {
+    fn hf(
+        types: &[&str],
+        ingress: Vec<Vec<HostFirewallPort>>,
+        egress: Vec<Vec<HostFirewallPort>>,
+    ) -> HostFirewall {
         HostFirewall::new(
             "fw",
             HostFirewallSpec {
