@@ -86,11 +86,13 @@ async fn firewall(cp: &Cp, name: &str, spec: serde_json::Value) {
 }
 
 async fn label(cp: &Cp, node: &str, key: &str) {
+    let mut labels = serde_json::Map::new();
+    labels.insert(key.to_owned(), json!("on"));
     Api::<Node>::all(cp.kube.clone())
         .patch(
             node,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "labels": { key: "on" } } })),
+            &Patch::Merge(json!({ "metadata": { "labels": labels } })),
         )
         .await
         .unwrap();
