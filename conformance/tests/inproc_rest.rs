@@ -206,11 +206,14 @@ const FIXTURES: &[Fixture] = &[
     Fixture {
         plural: "hostfirewalls",
         needs: |_| Vec::new(),
-        // Closed ingress on every node: a lockout, so it carries the override.
+        // Ingress closed on every node but for the API server's port (closing that too is a
+        // lockout, refused at admission).
         object: |_, name| {
-            let mut o = obj("HostFirewall", name, json!({}));
-            o["metadata"]["annotations"] = json!({"sdn.cozystack.io/allow-lockout": "true"});
-            o
+            obj(
+                "HostFirewall",
+                name,
+                json!({"ingress": [{"ports": [{"protocol": "TCP", "port": 6443}]}]}),
+            )
         },
         spec_change: ("/spec/policyTypes", || json!(["Ingress"])),
         spec: Spec::Mutable,
