@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 const HFS: &str = "/apis/sdn.cozystack.io/v1alpha1/hostfirewalls";
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-fn hf(name: &str, annotations: Value, spec: Value) -> String {
+fn hf(name: &str, annotations: &Value, spec: &Value) -> String {
     json!({ "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "HostFirewall",
         "metadata": { "name": name, "annotations": annotations }, "spec": spec })
     .to_string()
@@ -38,12 +38,7 @@ async fn lockout_is_refused_unless_overridden() {
         "ingress": [{ "ports": [{ "protocol": "TCP", "port": 22 }] }],
         "egress": [{ "ports": [{ "protocol": "UDP", "port": 53 }] }] });
     let (c, _, b) = s
-        .raw(
-            "POST",
-            HFS,
-            &[JSON],
-            Some(&hf("closed", json!({}), closed.clone())),
-        )
+        .raw("POST", HFS, &[JSON], Some(&hf("closed", &json!({}), &closed)))
         .await;
     assert_eq!(c, 422, "{b}");
     assert_eq!(
@@ -67,8 +62,8 @@ async fn lockout_is_refused_unless_overridden() {
             &[JSON],
             Some(&hf(
                 "closed",
-                json!({ "sdn.cozystack.io/allow-lockout": "true" }),
-                closed,
+                &json!({ "sdn.cozystack.io/allow-lockout": "true" }),
+                &closed,
             )),
         )
         .await;
@@ -79,7 +74,7 @@ async fn lockout_is_refused_unless_overridden() {
         "ingress": [{ "ports": [{ "protocol": "TCP", "port": 22 }, { "protocol": "TCP", "port": 6443 }] }],
         "egress": [{ "ports": [{ "protocol": "UDP", "port": 53 }, { "protocol": "TCP", "port": 6443 }] }] });
     let (c, _, b) = s
-        .raw("POST", HFS, &[JSON], Some(&hf("open", json!({}), open)))
+        .raw("POST", HFS, &[JSON], Some(&hf("open", &json!({}), &open)))
         .await;
     assert_eq!(c, 201, "{b}");
     let patch = json!({ "spec": { "egress": [{ "ports": [{ "protocol": "UDP", "port": 53 }] }] } });
@@ -103,7 +98,7 @@ async fn lockout_is_refused_unless_overridden() {
             { "key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist" }] },
         "policyTypes": ["Ingress"], "ingress": [{ "ports": [{ "protocol": "TCP", "port": 22 }] }] });
     let (c, _, b) = s
-        .raw("POST", HFS, &[JSON], Some(&hf("workers", json!({}), workers)))
+        .raw("POST", HFS, &[JSON], Some(&hf("workers", &json!({}), &workers)))
         .await;
     assert_eq!(c, 201, "{b}");
 }

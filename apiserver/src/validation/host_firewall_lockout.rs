@@ -92,7 +92,7 @@ fn admits_api(ports: &[HostFirewallPort]) -> bool {
 fn may_select_control_plane(sel: &LabelSelector) -> bool {
     let labels = sel.match_labels.as_ref();
     let exprs = sel.match_expressions.as_deref().unwrap_or_default();
-    let empty = labels.is_none_or(|l| l.is_empty()) && exprs.is_empty();
+    let empty = labels.is_none_or(std::collections::BTreeMap::is_empty) && exprs.is_empty();
     if empty {
         return true;
     }
