@@ -753,11 +753,29 @@ abi_struct! {
         pub pod: Addr,
         /// The pod's port (network order).
         pub pod_port: u16,
+        /// `SDN_SNAT_S_*`: what the NAT saw of a TCP connection; 0 for other protocols.
+        pub state: u8,
         /// Explicit padding, 0.
-        pub pad: [u8; 2],
+        pub pad: u8,
         /// Last seen, in units of 2^30 ns of the kernel's monotonic clock.
         pub seen: u32,
     }
+}
+
+impl SnatRev {
+    /// `SDN_SNAT_S_REPLIED`: a packet came back from the peer.
+    pub const S_REPLIED: u8 = 1;
+    /// `SDN_SNAT_S_FIN_OUT`: the pod sent a FIN.
+    pub const S_FIN_OUT: u8 = 1 << 1;
+    /// `SDN_SNAT_S_FIN_IN`: the peer sent a FIN.
+    pub const S_FIN_IN: u8 = 1 << 2;
+    /// `SDN_SNAT_S_CLOSED`: an RST, or the last ACK after both FINs: the port is free.
+    pub const S_CLOSED: u8 = 1 << 3;
+}
+
+impl SnatRkey {
+    /// `SDN_SNAT_CLAIM`: `pad[0]` of a takeover lock key (no flow).
+    pub const CLAIM: u8 = 1;
 }
 
 abi_struct! {
