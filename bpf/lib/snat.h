@@ -63,7 +63,6 @@
 #define SDN_TCPF_RST		0x04
 #define SDN_TCPF_ACK		0x10
 #endif
-#define SDN_SNAT_S_FINS		(SDN_SNAT_S_FIN_OUT | SDN_SNAT_S_FIN_IN)
 
 /* The NAT paths are BPF-to-BPF calls, not inlined: each has its own stack
  * frame, which keeps every program's frame within the 512 bytes.
@@ -106,24 +105,38 @@ static __always_inline int sdn_snat_is_syn(__u8 tcp)
 	       SDN_TCPF_SYN;
 }
 
+/* Counts event e (SDN_SNAT_S_*) in cur->state if s (as read) has not seen it:
+ * an atomic add, since the other direction may be counting another event on
+ * another CPU. Two CPUs counting the same event at once count 2, which still
+ * reads as seen; a byte would need 256 to overflow into the next.
+ */
+static __always_inline void sdn_snat_mark(struct sdn_snat_rev *cur, __u32 s,
+					  __u32 e)
+{
+	if (!SDN_SNAT_S_SEEN(s, e))
+		__sync_fetch_and_add(&cur->state, e);
+}
+
 /* A TCP packet of the flow cur crossed the NAT, outwards (out) or back. */
 static __always_inline void sdn_snat_track(struct sdn_snat_rev *cur, __u8 tcp,
 					   int out)
 {
-	__u8 s = cur->state, n = s;
+	__u32 s = *(volatile __u32 *)&cur->state;
 
 	if (!out)
-		n |= SDN_SNAT_S_REPLIED;
+		sdn_snat_mark(cur, s, SDN_SNAT_S_REPLIED);
 	if (tcp & SDN_TCPF_RST)
-		n |= SDN_SNAT_S_CLOSED;
+		sdn_snat_mark(cur, s, SDN_SNAT_S_CLOSED);
 	else if (tcp & SDN_TCPF_FIN)
-		n |= out ? SDN_SNAT_S_FIN_OUT : SDN_SNAT_S_FIN_IN;
-	else if ((s & SDN_SNAT_S_FINS) == SDN_SNAT_S_FINS &&
-		 (tcp & SDN_TCPF_ACK))
-		/* The ACK of the second FIN: the close is complete. */
-		n |= SDN_SNAT_S_CLOSED;
-	if (n != s)
-		cur->state = n;
+		sdn_snat_mark(cur, s,
+			      out ? SDN_SNAT_S_FIN_OUT : SDN_SNAT_S_FIN_IN);
+	else if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_OUT) &&
+		 SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_IN) && (tcp & SDN_TCPF_ACK))
+		/* The ACK of the second FIN: the close is complete. Its FIN
+		 * was counted before the packet was delivered, so before the
+		 * ACK could be sent.
+		 */
+		sdn_snat_mark(cur, s, SDN_SNAT_S_CLOSED);
 }
 
 /*
@@ -149,15 +162,16 @@ static __always_inline int sdn_snat_takeable(const struct sdn_snat_rev *old,
 					     __u32 now, __u8 proto)
 {
 	__u32 idle = now - old->seen;
-	__u8 s = old->state;
+	__u32 s = old->state;
 
 	if (proto != IPPROTO_TCP)
 		return idle > SDN_SNAT_TTL_OTHER;
-	if (s & SDN_SNAT_S_CLOSED)
+	if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_CLOSED))
 		return 1;
-	if ((s & SDN_SNAT_S_FINS) == SDN_SNAT_S_FINS)
+	if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_OUT) &&
+	    SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_IN))
 		return idle > SDN_SNAT_TTL_FIN;
-	if (!(s & SDN_SNAT_S_REPLIED))
+	if (!SDN_SNAT_S_SEEN(s, SDN_SNAT_S_REPLIED))
 		return idle > SDN_SNAT_TTL_OTHER;
 	return idle > SDN_SNAT_TTL_TCP;
 }
@@ -319,7 +333,7 @@ static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
 		if (cur && cur->net == net && cur->pod_port == sport &&
 		    sdn_addr_eq(&cur->pod, &p->src)) {
 			if (!sdn_snat_is_syn(tcp) ||
-			    !(cur->state & SDN_SNAT_S_CLOSED)) {
+			    !SDN_SNAT_S_SEEN(cur->state, SDN_SNAT_S_CLOSED)) {
 				if (cur->seen != w->rv.seen)
 					cur->seen = w->rv.seen;
 				if (p->proto == IPPROTO_TCP)
