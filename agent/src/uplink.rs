@@ -45,11 +45,7 @@ pub fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     let (a, b) = s
         .split_once('-')
         .ok_or_else(|| format!("{s:?}: expected MIN-MAX"))?;
-    let port = |p: &str| {
-        p.trim()
-            .parse::<u16>()
-            .map_err(|e| format!("{s:?}: {p:?}: {e}"))
-    };
+    let port = |p: &str| p.trim().parse::<u16>().map_err(|e| format!("{s:?}: {p:?}: {e}"));
     let (min, max) = (port(a)?, port(b)?);
     if min == 0 || min > max {
         return Err(format!("{s:?}: expected 1 <= MIN <= MAX"));

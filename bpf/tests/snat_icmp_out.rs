@@ -96,14 +96,22 @@ fn unreachable_leaves_translated(dp: &Datapath, pod: Ipv4Addr, nat: Ipv4Addr, po
     assert_eq!(r.verdict, TC_ACT_REDIRECT, "out of the uplink");
     pkt::assert_v4_checksums(&r.packet);
     let ip = pkt::ip_of(&r.packet);
-    assert_eq!(pkt::addrs(ip), (nat, v4(PEER4)), "from the NAT address to the peer");
+    assert_eq!(
+        pkt::addrs(ip),
+        (nat, v4(PEER4)),
+        "from the NAT address to the peer"
+    );
     assert_eq!(&ip[20..22], &[3, 3], "type and code kept");
     let q = &ip[28..];
     assert_eq!(pkt::addrs(q), (v4(PEER4), nat), "the quote as the peer sent it");
     assert_eq!(pkt::csum(&q[..20]), 0, "quoted IP header checksum");
     assert_eq!(u16::from_be_bytes([q[20], q[21]]), 53, "the peer's port kept");
     assert_eq!(u16::from_be_bytes([q[22], q[23]]), port, "the NAT port");
-    assert_eq!(pkt::l4_csum_v4(v4(PEER4), nat, UDP, &q[20..]), 0, "quoted UDP checksum");
+    assert_eq!(
+        pkt::l4_csum_v4(v4(PEER4), nat, UDP, &q[20..]),
+        0,
+        "quoted UDP checksum"
+    );
 }
 
 #[test]
@@ -121,7 +129,11 @@ fn a_masqueraded_pods_port_unreachable_leaves_from_the_node() {
         let err = pkt::icmp4_error(v4(POD4), v4(PEER4), 3, 3, [0; 4], pkt::ip_of(&stray));
         let frame = pkt::frame(cfg().gw_mac, MAC_A1, &err);
         let r = dp.run(FROM_POD, &frame, LO, 0);
-        assert_eq!((r.verdict, pkt::ip_of(&r.packet)), (TC_ACT_OK, &err[..]), "untouched");
+        assert_eq!(
+            (r.verdict, pkt::ip_of(&r.packet)),
+            (TC_ACT_OK, &err[..]),
+            "untouched"
+        );
     });
 }
 

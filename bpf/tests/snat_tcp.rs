@@ -107,7 +107,16 @@ fn out(dp: &Datapath, src: &str, sport: u16, flags: u8) -> (u32, Option<u16>) {
 /// The peer answers the NAT port `port` with `flags`: it must reach the VPC pod's `sport`.
 #[track_caller]
 fn back(dp: &Datapath, port: u16, sport: u16, flags: u8) {
-    let f = pkt::ipv4(ROUTER_MAC, UPLINK_MAC, v4(PEER4), v4(NAT4), TCP, PEER_PORT, port, 0);
+    let f = pkt::ipv4(
+        ROUTER_MAC,
+        UPLINK_MAC,
+        v4(PEER4),
+        v4(NAT4),
+        TCP,
+        PEER_PORT,
+        port,
+        0,
+    );
     let r = dp.run(FROM_UPLINK, &with_flags(f, flags), LO, 0);
     assert_eq!(r.verdict, TC_ACT_REDIRECT, "the reply to {port} reaches the pod");
     let ip = pkt::ip_of(&r.packet);
@@ -120,7 +129,10 @@ fn back(dp: &Datapath, port: u16, sport: u16, flags: u8) {
 fn open(dp: &Datapath, sport: u16) -> u16 {
     let (v, port) = out(dp, VPC_IP, sport, SYN);
     let port = port.unwrap_or_else(|| panic!("SYN from {sport}: verdict {v}, no port"));
-    assert!((SHARD.0..SHARD.0 + SHARD.1).contains(&port), "{port} in the shard");
+    assert!(
+        (SHARD.0..SHARD.0 + SHARD.1).contains(&port),
+        "{port} in the shard"
+    );
     back(dp, port, sport, SYN_ACK);
     assert_eq!(out(dp, VPC_IP, sport, ACK).1, Some(port), "the handshake's ACK");
     port
@@ -201,9 +213,22 @@ fn tcp_without_a_syn_never_gets_a_port() {
 
         port(&mut dp, LO, 0);
         endpoint(&mut dp, 0, POD4, LO, MAC_A1);
-        let f = pkt::ipv4(MAC_A1, cfg().gw_mac, v4(POD4), v4(PEER4), TCP, 41001, PEER_PORT, 0);
+        let f = pkt::ipv4(
+            MAC_A1,
+            cfg().gw_mac,
+            v4(POD4),
+            v4(PEER4),
+            TCP,
+            41001,
+            PEER_PORT,
+            0,
+        );
         let r = dp.run(FROM_POD, &with_flags(f.clone(), ACK), LO, 0);
-        assert_eq!(r.verdict, common::TC_ACT_SHOT, "masquerade: an ACK without a flow");
+        assert_eq!(
+            r.verdict,
+            common::TC_ACT_SHOT,
+            "masquerade: an ACK without a flow"
+        );
         assert_eq!(drops_of(&dp, DropReason::SnatTcpNoFlow), 5);
         let r = dp.run(FROM_POD, &f, LO, 0);
         assert_eq!(r.verdict, TC_ACT_REDIRECT, "masquerade: the SYN gets a port");

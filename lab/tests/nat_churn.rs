@@ -10,7 +10,8 @@
 //! SYN may find the span full (`DROP_SNAT_FULL` stays 0), which holds only if a closed
 //! connection gives its port back at once. Then each pod answers a datagram that arrives
 //! after its socket closed with a port unreachable, which must reach the internet host from
-//! the NAT address, quoting the NAT port.
+//! the NAT address, quoting the NAT port. Last, the internet host opens connections to a
+//! Floating IP whose target listens: all set up, nothing dropped by the datapath.
 //!
 //! Layout: one node, the outside world of `cozyplane_lab::outside` with the pool attracted
 //! to it, tenant t1's VPC a (10.30.0.0/24) with a NAT-enabled gateway.
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use cozyplane_apis::v1alpha1::VPCGateway;
+use cozyplane_apis::v1alpha1::{FloatingIP, VPCGateway};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
 use cozyplane_lab::outside::INET4;
@@ -29,7 +30,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, CpOptions, pod, tenant, until, wait};
+use common::{Cp, CpOptions, pod, tenant, until, vpc_ip, wait};
 
 const CONN_PORT: u16 = 7070;
 const ECHO_PORT: u16 = 7777;
@@ -43,7 +44,23 @@ fn lab_nat_churn() {
     Lab::run(1, body);
 }
 
-/// A listener on the internet host that accepts and closes; how many it accepted.
+/// `TcpExtTCPSynRetrans` of `ns`: SYNs its TCP had to send again.
+fn syn_retrans(ns: &Netns) -> u64 {
+    let o = ns.exec(&["nstat", "-asz", "TcpExtTCPSynRetrans"]);
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("TcpExtTCPSynRetrans")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// A listener that accepts and closes, on four threads (one acceptor falls behind fast
+/// clients: its queue overflows and the kernel drops their SYNs); how many it accepted.
 fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
     let path = ns.path();
     let accepted = Arc::new(AtomicU64::new(0));
@@ -54,6 +71,17 @@ fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
         nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
         let l = TcpListener::bind(("0.0.0.0", CONN_PORT)).unwrap();
         tx.send(()).unwrap();
+        for _ in 0..3 {
+            let l = l.try_clone().unwrap();
+            let count = count.clone();
+            std::thread::spawn(move || {
+                for c in l.incoming() {
+                    if c.is_ok() {
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
         for c in l.incoming() {
             if c.is_ok() {
                 count.fetch_add(1, Ordering::Relaxed);
@@ -86,22 +114,38 @@ fn late_echo(ns: &Netns) -> std::sync::mpsc::Receiver<SocketAddr> {
     rx
 }
 
-/// `n` connections from `p` to the listener, one after the other; how many connected. A
-/// connect that gets no answer in 5 s (its SYN and a retransmission dropped) counts as
-/// failed: the bound only keeps a broken datapath from hanging the test.
+/// One connection to `to`, closed by the server first (read to its FIN), then by us: whether
+/// it was set up and closed. A connect that gets no answer in 5 s (its SYN and a
+/// retransmission dropped) counts as failed: the bound only keeps a broken datapath from
+/// hanging the test.
+fn connect_close(to: SocketAddr) -> bool {
+    let Ok(mut c) = TcpStream::connect_timeout(&to, Duration::from_secs(5)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    // Waiting for the server's close keeps one connection at a time: a client that closes
+    // and moves on would leave half-closed ones behind (the listener accepts later), which
+    // rightly keep their ports.
+    matches!(std::io::Read::read(&mut c, &mut [0u8; 16]), Ok(0))
+}
+
+/// `n` connections from `p` to the listener, one after the other; how many were set up.
 fn churn(p: &LabPod, n: u32) -> u32 {
     run_in(&p.ns, || {
         let to = SocketAddr::from((INET4, CONN_PORT));
-        (0..n)
-            .filter(|_| TcpStream::connect_timeout(&to, Duration::from_secs(5)).is_ok())
-            .count() as u32
+        (0..n).filter(|_| connect_close(to)).count() as u32
     })
 }
 
 /// `p` sends a datagram to the late echo and closes its socket; the echo's answer meets a
 /// closed port, and the pod's port unreachable must reach the internet host from `nat`,
 /// quoting `nat` and the NAT port the echo saw.
-fn unreachable_leaves_translated(outside: &Outside, echo: &std::sync::mpsc::Receiver<SocketAddr>, p: &LabPod, nat: Ipv4Addr) {
+fn unreachable_leaves_translated(
+    outside: &Outside,
+    echo: &std::sync::mpsc::Receiver<SocketAddr>,
+    p: &LabPod,
+    nat: Ipv4Addr,
+) {
     let seen = outside.capture("icmp", || {
         run_in(&p.ns, || {
             let s = UdpSocket::bind("0.0.0.0:0").unwrap();
@@ -109,10 +153,22 @@ fn unreachable_leaves_translated(outside: &Outside, echo: &std::sync::mpsc::Rece
         });
         std::thread::sleep(Duration::from_millis(800));
     });
-    let from = echo.recv_timeout(Duration::from_secs(5)).expect("the echo got the datagram");
-    eprintln!("{}: the echo saw {from}; ICMP on the internet host: {seen:?}", p.name);
-    assert_eq!(from.ip(), IpAddr::V4(nat), "the datagram left from the NAT address");
-    let want = format!("IP {nat} > {INET4}: ICMP {nat} udp port {} unreachable", from.port());
+    let from = echo
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the echo got the datagram");
+    eprintln!(
+        "{}: the echo saw {from}; ICMP on the internet host: {seen:?}",
+        p.name
+    );
+    assert_eq!(
+        from.ip(),
+        IpAddr::V4(nat),
+        "the datagram left from the NAT address"
+    );
+    let want = format!(
+        "IP {nat} > {INET4}: ICMP {nat} udp port {} unreachable",
+        from.port()
+    );
     assert!(
         seen.iter().any(|l| l.contains(&want)),
         "{}: no `{want}` among {seen:?}",
@@ -176,8 +232,55 @@ async fn body(lab: &mut Lab) {
         );
         assert_eq!(ok, n, "{}: every connection set up", p.name);
         assert_eq!(got, u64::from(n), "{}: the listener accepted them all", p.name);
-        assert_eq!(n1.drops(DropReason::SnatFull), 0, "{}: no SYN found the span full", p.name);
+        assert_eq!(
+            n1.drops(DropReason::SnatFull),
+            0,
+            "{}: no SYN found the span full",
+            p.name
+        );
     }
+
+    // Internet-initiated, through a Floating IP: the internet host connects to the public
+    // address, the listener is in the pod.
+    let f1 = pod(&cp, lab, 0, "t1", "f1", Some("a")).await;
+    let target = IpAddr::V4(vpc_ip(&cp, &f1).await);
+    let fips: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
+    let f: FloatingIP = serde_json::from_value(json!({
+        "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": "eip", "namespace": "t1"},
+        "spec": {"vpcRef": {"name": "a"}, "target": target.to_string()}
+    }))
+    .unwrap();
+    fips.create(&PostParams::default(), &f).await.unwrap();
+    let eip: IpAddr = until("the FloatingIP Ready with an address", || async {
+        let st = fips.get("eip").await.ok()?.status?;
+        (st.phase == "Ready").then_some(())?;
+        st.address.parse().ok()
+    })
+    .await;
+    wait("the internet host reaches the Floating IP", || {
+        outside.internet.ping(eip, 1, 1)
+    });
+    let at_f1 = conn_server(&f1.ns);
+    let retrans = syn_retrans(&outside.internet);
+    let n = 500;
+    let ok = run_in(&outside.internet, || {
+        let to = SocketAddr::from((eip, CONN_PORT));
+        (0..n).filter(|_| connect_close(to)).count()
+    });
+    let dropped: Vec<_> = DropReason::ALL
+        .iter()
+        .map(|r| (r.c_name(), n1.drops(*r)))
+        .filter(|(_, c)| *c > 0)
+        .collect();
+    eprintln!(
+        "inet -> {eip} (f1): {ok}/{n} set up, {} accepted, SYN retransmissions {}; n1 drops {dropped:?}",
+        at_f1.load(Ordering::Relaxed),
+        syn_retrans(&outside.internet) - retrans,
+    );
+    assert_eq!(ok, n, "every connection to the Floating IP set up");
+    assert_eq!(at_f1.load(Ordering::Relaxed), n as u64, "f1 accepted them all");
+    assert!(dropped.is_empty(), "the datapath dropped nothing: {dropped:?}");
 
     let echo = late_echo(&outside.internet);
     unreachable_leaves_translated(&outside, &echo, &p0, n1.ip);
