@@ -38,7 +38,8 @@
 #define DROP_SNAT_NO_ROUTE	-22	/* a NATed packet has no route out of the uplink */
 #define DROP_SNAT_NO_OWNER	-23	/* reply to a VPC NAT address whose port shard has no known node */
 #define DROP_SNAT_NO_CT		-24	/* reply to a VPC NAT address without a NAT flow at its owner */
-#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error) */
+#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error about no NATed flow) */
+#define DROP_SNAT_TCP_NO_FLOW	-26	/* a TCP packet other than a SYN with no NAT flow: it never gets a port */
 #define DROP_FIP_NO_TARGET	-28	/* Floating IP whose target is neither on this node nor known remotely */
 #define DROP_NS_NO_ROUTE	-29	/* north-south egress: no route out of the node (bpf_fib_lookup) */
 #define DROP_LB_REFUSED		-30	/* LoadBalancer traffic into a VPC whose gateway does not admit it */
