@@ -358,7 +358,7 @@ async fn patch_04_strategic_merge_patch_directives() {
             "POST",
             HFS,
             &[JSON],
-            Some(r#"{"apiVersion":"sdn.cozystack.io/v1alpha1","kind":"HostFirewall","metadata":{"name":"smp","annotations":{"sdn.cozystack.io/allow-lockout":"true"}},"spec":{}}"#),
+            Some(r#"{"apiVersion":"sdn.cozystack.io/v1alpha1","kind":"HostFirewall","metadata":{"name":"smp"},"spec":{}}"#),
         )
         .await;
     assert_eq!(c, 201, "{b}");
@@ -705,7 +705,7 @@ async fn patch_09_update_managers_for_post_put_patch() {
             "POST",
             HFS,
             &[JSON],
-            Some(r#"{"apiVersion":"sdn.cozystack.io/v1alpha1","kind":"HostFirewall","metadata":{"name":"u","annotations":{"sdn.cozystack.io/allow-lockout":"true"}},"spec":{}}"#),
+            Some(r#"{"apiVersion":"sdn.cozystack.io/v1alpha1","kind":"HostFirewall","metadata":{"name":"u"},"spec":{}}"#),
         )
         .await;
     assert_eq!(c, 201, "{b}");
@@ -773,8 +773,6 @@ fn hf_yaml(name: &str, body: &str) -> String {
 kind: HostFirewall
 metadata:
   name: {name}
-  annotations:
-    sdn.cozystack.io/allow-lockout: \"true\"
 {body}"
     )
 }

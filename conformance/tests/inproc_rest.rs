@@ -206,15 +206,7 @@ const FIXTURES: &[Fixture] = &[
     Fixture {
         plural: "hostfirewalls",
         needs: |_| Vec::new(),
-        // Ingress closed on every node but for the API server's port (closing that too is a
-        // lockout, refused at admission).
-        object: |_, name| {
-            obj(
-                "HostFirewall",
-                name,
-                json!({"ingress": [{"ports": [{"protocol": "TCP", "port": 6443}]}]}),
-            )
-        },
+        object: |_, name| obj("HostFirewall", name, json!({})),
         spec_change: ("/spec/policyTypes", || json!(["Ingress"])),
         spec: Spec::Mutable,
         status: Some(("/status/conditions", || {

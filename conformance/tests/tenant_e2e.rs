@@ -547,8 +547,7 @@ async fn tenant_cannot_list_cluster_kinds_nor_other_tenants_vpcs_nor_create_host
         "{err}"
     );
     fails(s, alice, &["get", "vpcs", "--all-namespaces"]).await;
-    let hf = json!({ "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "HostFirewall",
-        "metadata": { "name": "hf", "annotations": { "sdn.cozystack.io/allow-lockout": "true" } },
+    let hf = json!({ "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "HostFirewall", "metadata": { "name": "hf" },
         "spec": { "nodeSelector": {}, "policyTypes": ["Ingress"] } });
     let file = manifest(e.dir.path(), "hf.json", &hf);
     let err = fails(s, alice, &["create", "-f", &file]).await;

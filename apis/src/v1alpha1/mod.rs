@@ -46,8 +46,8 @@ mod vpc_trace;
 
 pub use floating_ip::{FloatingIP, FloatingIPList, FloatingIPSpec, FloatingIPStatus};
 pub use host_firewall::{
-    HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule, HostFirewallList, HostFirewallPeer,
-    HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
+    ALLOW_LOCKOUT_ANNOTATION, API_SERVER_PORT, HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule,
+    HostFirewallList, HostFirewallPeer, HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
 };
 pub use port::{Port, PortList, PortSpec, PortStatus};
 pub use refs::{LocalVPCRef, VPCRef};

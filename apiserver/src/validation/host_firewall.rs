@@ -9,8 +9,11 @@
 //! - each port has protocol `TCP` or `UDP` and a port in 0–65535 (0 = every port); a non-zero
 //!   `endPort` needs a non-zero `port`, lies in `port..=65535` and spans at most
 //!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates;
-//! - the rule set does not cut the nodes off from the API server, unless overridden
-//!   (`super::host_firewall_lockout`).
+//!
+//! A rule set that would close the API server's port is not refused: the compiler keeps that
+//! port open on every restricted node unless the firewall carries the override annotation
+//! (`cozyplane_policy::hf`, docs/policy.md "Lockout protection"), so no object stored here can
+//! cut a node off without saying so.
 //!
 //! Default ([`default_host_firewall`]): an empty port protocol becomes `TCP`, as for a
 //! NetworkPolicy port. `policyTypes` is deliberately *not* defaulted: empty means "`Ingress`,
@@ -23,7 +26,6 @@ use cozyplane_apis::v1alpha1::{HostFirewall, HostFirewallPeer, HostFirewallPort,
 
 use super::common::{self, MAX_PORT};
 use super::field::{FieldError, FieldErrors, FieldPath};
-use super::host_firewall_lockout::validate_lockout;
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
 /// Protocols a HostFirewall port may have.
@@ -61,7 +63,6 @@ pub fn validate_host_firewall(hf: &HostFirewall) -> FieldErrors {
         validate_peers(&mut errs, &rule.to, &rp.child("to"));
         validate_ports(&mut errs, &rule.ports, &rp.child("ports"));
     }
-    errs.extend(validate_lockout(hf));
     errs
 }
 
@@ -203,19 +204,9 @@ mod tests {
             vec![port("TCP", 22, 0), port("TCP", 30000, 30063), port("UDP", 0, 0)],
         );
         assert_errors(&validate_host_firewall(&h), &[]);
-        // An empty spec closes ingress on every node: a lockout, let through by the override.
-        let mut empty = HostFirewall::new("empty", HostFirewallSpec::default());
-        assert_errors(
-            &validate_host_firewall(&empty),
-            &[("spec.ingress", ErrorType::Forbidden)],
-        );
-        empty.metadata.annotations = Some(
-            [(
-                crate::validation::host_firewall_lockout::ALLOW_LOCKOUT.to_owned(),
-                "true".to_owned(),
-            )]
-            .into(),
-        );
+        // An empty spec closes ingress on every node: valid (the compiler keeps the API
+        // server's port open on it; docs/policy.md, "Lockout protection").
+        let empty = HostFirewall::new("empty", HostFirewallSpec::default());
         assert_errors(&validate_host_firewall(&empty), &[]);
     }
 

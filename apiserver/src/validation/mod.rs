@@ -56,7 +56,6 @@ mod test_util;
 
 pub mod floating_ip;
 pub mod host_firewall;
-pub mod host_firewall_lockout;
 pub mod port;
 pub mod security_group;
 pub mod service_vip;
