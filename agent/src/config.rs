@@ -143,6 +143,11 @@ pub struct AgentConfig {
     /// translates to the uplink's address) or `off` (an operator who masquerades elsewhere).
     #[arg(long, value_enum, default_value = "bpf")]
     pub masquerade: crate::uplink::Masquerade,
+    /// The ports masqueraded flows get, `MIN-MAX` (inclusive). Keep them out of the node's
+    /// own ephemeral range (`net.ipv4.ip_local_port_range`, 32768–60999 by default), or the
+    /// node's connections and masqueraded ones may meet at one port.
+    #[arg(long, default_value = "61000-65535", value_parser = crate::uplink::parse_port_range)]
+    pub masquerade_ports: (u16, u16),
     /// The cluster's Service CIDRs (comma-separated), both families in a dual-stack cluster:
     /// cluster-internal like every node's pod block and addresses ([`crate::internal`]).
     #[arg(long, value_delimiter = ',', default_value = "10.96.0.0/12")]

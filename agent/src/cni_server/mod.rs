@@ -256,6 +256,8 @@ impl AgentState {
             "datapath loaded"
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
+        // The node's own traffic to other nodes' pods leaves through the tunnel device.
+        datapath.attach_host_out(&cfg.tunnel_dev)?;
         crate::uplink::setup(&mut datapath, &netdev, cfg, &block).await?;
         crate::datapath::netfilter::install(dp_cfg.dnat_mark, HOST_VETH_PREFIX).await?;
         let mut ipam = Ipam::open(&cfg.state_dir, block)?;

@@ -20,13 +20,13 @@ pub struct SecurityGroupSpec {
     /// Which of the VPC's pods are members; empty selects all of them.
     #[serde(default, skip_serializing_if = "is_default")]
     pub pod_selector: LabelSelector,
-    /// Traffic members accept. Members are default-deny for new inbound flows; each rule
-    /// reopens some.
+    /// Traffic members accept. Members are default-deny for new inbound TCP connections and UDP;
+    /// each rule reopens some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ingress: Vec<SecurityGroupIngressRule>,
-    /// Traffic members may send. Members are default-deny for new outbound flows; each rule
-    /// reopens some.
+    /// Traffic members may send. Members are default-deny for new outbound TCP connections and
+    /// UDP; each rule reopens some.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub egress: Vec<SecurityGroupEgressRule>,
@@ -88,8 +88,8 @@ pub struct SecurityGroupPort {
     #[serde(default)]
     #[schemars(transform = crate::schema::mark_required)]
     pub protocol: String,
-    /// The port; 0 means every port of the protocol. For `ICMP` and `ICMPv6`, the message
-    /// type (any code), 0 every type.
+    /// The port; 0 means every port of the protocol. For ICMP and ICMPv6, the type (any
+    /// code); 0 means every type.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub port: i32,
 }
@@ -117,8 +117,8 @@ pub struct SecurityGroupStatus {
 }
 
 /// Stateful policy for the pods of one VPC. Pods in no group keep allow-all within their VPC;
-/// a member only accepts and sends new flows (TCP, UDP, SCTP, ICMP echo) that some rule of
-/// one of its groups allows; replies and ICMP errors of an admitted flow pass.
+/// a member only accepts and sends new TCP connections and UDP that some rule of one of its
+/// groups allows. ICMP is never filtered.
 #[derive(Clone, Debug, Default, PartialEq, JsonSchema)]
 #[schemars(transform = crate::schema::object_root::<SecurityGroup>)]
 pub struct SecurityGroup {

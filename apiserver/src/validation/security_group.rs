@@ -9,8 +9,8 @@
 //!   server accepted host bits; here the message names the canonical form);
 //! - each `ports[j]` has protocol `TCP`, `UDP`, `SCTP`, `ICMP` or `ICMPv6` (the Go server
 //!   accepted anything and the agent silently skipped other values, so a typo opened nothing
-//!   without a word), and a port in 0–65535 where 0 means every port (for ICMP and ICMPv6 the
-//!   port is the message type, 0–255, 0 every type); `(protocol, port)` pairs are unique
+//!   without a word), and a port in 0–65535 where 0 means every port (ICMP, ICMPv6: a type in
+//!   0–255, 0 every type, as the policy compiler reads it); `(protocol, port)` pairs are unique
 //!   within a rule.
 //!
 //! Default ([`default_security_group`]): an empty port protocol becomes `TCP`, as for a
@@ -25,7 +25,7 @@ use super::field::{FieldError, FieldErrors, FieldPath};
 use super::format;
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
-/// Protocols a SecurityGroup port may have (what the policy compiler compiles).
+/// Protocols a SecurityGroup port may have (the ones the policy compiler and the datapath know).
 pub const SECURITY_GROUP_PROTOCOLS: &[&str] = &[
     protocol::TCP,
     protocol::UDP,
@@ -33,9 +33,6 @@ pub const SECURITY_GROUP_PROTOCOLS: &[&str] = &[
     protocol::ICMP,
     protocol::ICMPV6,
 ];
-
-/// The largest ICMP/ICMPv6 type a rule may name.
-const MAX_ICMP_TYPE: i32 = 255;
 
 /// Validates a new SecurityGroup: metadata and spec.
 pub fn validate_security_group(sg: &SecurityGroup) -> FieldErrors {
@@ -118,20 +115,20 @@ fn validate_ports(errs: &mut FieldErrors, ports: &[SecurityGroupPort], path: &Fi
         let pp = path.index(j);
         common::protocol(errs, pp.child("protocol"), &p.protocol, SECURITY_GROUP_PROTOCOLS);
         let icmp = p.protocol == protocol::ICMP || p.protocol == protocol::ICMPV6;
-        let ok = if icmp {
-            let ok = (0..=MAX_ICMP_TYPE).contains(&p.port);
+        let valid = if icmp {
+            let ok = (0..=255).contains(&p.port);
             if !ok {
                 errs.push(FieldError::invalid_int(
                     pp.child("port"),
-                    p.port.into(),
-                    format!("an ICMP type: must be between 0 and {MAX_ICMP_TYPE}, inclusive (0: every type)"),
+                    i64::from(p.port),
+                    "must be an ICMP type between 0 and 255 (0: every type)",
                 ));
             }
             ok
         } else {
             common::port_number(errs, pp.child("port"), p.port, 0)
         };
-        if ok && !seen.insert((&p.protocol, p.port)) {
+        if valid && !seen.insert((&p.protocol, p.port)) {
             errs.push(FieldError::duplicate(pp, &format!("{}/{}", p.protocol, p.port)));
         }
     }
@@ -263,15 +260,15 @@ mod tests {
                 ports: vec![
                     port("TCP", 80),
                     port("TCP", 80),
-                    port("SCTP", 1),
+                    port("GRE", 1),
                     port("tcp", 2),
                     port("", 3),
                     port("UDP", 65536),
                     port("UDP", -1),
+                    port("SCTP", 9),
                     port("ICMP", 8),
                     port("ICMPv6", 128),
                     port("ICMP", 256),
-                    port("icmp", 8),
                 ],
             }],
             vec![],
@@ -280,12 +277,12 @@ mod tests {
             &validate_security_group(&s),
             &[
                 ("spec.ingress[0].ports[1]", ErrorType::Duplicate),
+                ("spec.ingress[0].ports[2].protocol", ErrorType::NotSupported),
                 ("spec.ingress[0].ports[3].protocol", ErrorType::NotSupported),
                 ("spec.ingress[0].ports[4].protocol", ErrorType::Required),
                 ("spec.ingress[0].ports[5].port", ErrorType::Invalid),
                 ("spec.ingress[0].ports[6].port", ErrorType::Invalid),
-                ("spec.ingress[0].ports[9].port", ErrorType::Invalid),
-                ("spec.ingress[0].ports[10].protocol", ErrorType::NotSupported),
+                ("spec.ingress[0].ports[10].port", ErrorType::Invalid),
             ],
         );
     }
