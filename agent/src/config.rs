@@ -25,8 +25,8 @@ impl TunnelKind {
 
     /// Bytes the encapsulation adds over an underlay of the family of `underlay` (this node's
     /// tunnel address; IPv4 when unknown): the outer IP header (20, or 40 for IPv6), UDP 8,
-    /// the tunnel header 8 and the inner Ethernet header 14. Geneve options are not used, so
-    /// both kinds add 50 over IPv4 and 70 over IPv6. The pod MTU is the underlay's less this,
+    /// the tunnel header 8 and the inner Ethernet header 14: both kinds add 50 over IPv4 and
+    /// 70 over IPv6, before options ([`Self::groups_overhead`]). The pod MTU is the underlay's less this,
     /// so that no encapsulated frame needs fragmenting and a pod's own MTU is its path MTU
     /// inside its VPC.
     pub fn overhead(self, underlay: Option<IpAddr>) -> u32 {
@@ -36,6 +36,37 @@ impl TunnelKind {
         };
         outer_ip + 8 + 8 + 14
     }
+
+    /// Bytes the source's-groups option adds to every VPC packet ([`TunnelGroups::On`]):
+    /// none on VXLAN (the GBP extension reuses reserved header bits), one 12-byte option
+    /// (4-byte header, 8 bytes of groups) on Geneve.
+    pub fn groups_overhead(self, groups: TunnelGroups) -> u32 {
+        match (self, groups) {
+            (Self::Geneve, TunnelGroups::On) => 12,
+            _ => 0,
+        }
+    }
+
+    /// The datapath's `tunnel_groups` knob for this encapsulation (`docs/policy.md`, "The
+    /// source's groups on the wire"): 1 VXLAN-GBP, 2 Geneve option, 0 none.
+    pub fn groups_knob(self, groups: TunnelGroups) -> u32 {
+        match (self, groups) {
+            (_, TunnelGroups::Off) => 0,
+            (Self::Vxlan, TunnelGroups::On) => 1,
+            (Self::Geneve, TunnelGroups::On) => 2,
+        }
+    }
+}
+
+/// Whether a VPC packet carries its source's SecurityGroups to the receiving node in the
+/// tunnel header (VXLAN-GBP, or a Geneve option), where they are authoritative. Every node
+/// must agree: a VXLAN-GBP packet reaching a device without `gbp` is dropped by the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TunnelGroups {
+    /// Carry them (a VXLAN device is created with `gbp`).
+    On,
+    /// Do not (a VXLAN device without `gbp`; the receiver looks the source up).
+    Off,
 }
 
 /// `cozyplane-agent` flags.
@@ -67,6 +98,11 @@ pub struct AgentConfig {
     /// Name of the collect-metadata tunnel device.
     #[arg(long, default_value = "cozyplane0")]
     pub tunnel_dev: String,
+    /// The source's SecurityGroups in the tunnel header (VXLAN-GBP or a Geneve option):
+    /// `on` or `off`, the same on every node. A VXLAN device found with the other setting
+    /// (an agent upgraded or reconfigured) is recreated, which cuts the overlay for a moment.
+    #[arg(long, env = "COZYPLANE_TUNNEL_GROUPS", value_enum, default_value = "on")]
+    pub tunnel_groups: TunnelGroups,
     /// UDP port of the tunnel (default: 4789 VXLAN, 6081 Geneve).
     #[arg(long)]
     pub tunnel_port: Option<u16>,
@@ -107,6 +143,11 @@ pub struct AgentConfig {
     /// translates to the uplink's address) or `off` (an operator who masquerades elsewhere).
     #[arg(long, value_enum, default_value = "bpf")]
     pub masquerade: crate::uplink::Masquerade,
+    /// The ports masqueraded flows get, `MIN-MAX` (inclusive). Keep them out of the node's
+    /// own ephemeral range (`net.ipv4.ip_local_port_range`, 32768–60999 by default), or the
+    /// node's connections and masqueraded ones may meet at one port.
+    #[arg(long, default_value = "61000-65535", value_parser = crate::uplink::parse_port_range)]
+    pub masquerade_ports: (u16, u16),
     /// The cluster's Service CIDRs (comma-separated), both families in a dual-stack cluster:
     /// cluster-internal like every node's pod block and addresses ([`crate::internal`]).
     #[arg(long, value_delimiter = ',', default_value = "10.96.0.0/12")]
@@ -206,5 +247,18 @@ mod tests {
             );
             assert_eq!(kind.overhead(Some("2001:db8::1".parse().unwrap())), 70);
         }
+    }
+
+    #[test]
+    fn groups_travel_unless_turned_off() {
+        let c = AgentConfig::try_parse_from(["cozyplane-agent"]).unwrap();
+        assert_eq!(c.tunnel_groups, TunnelGroups::On);
+        assert_eq!(c.tunnel.groups_knob(c.tunnel_groups), 1);
+        assert_eq!(TunnelKind::Vxlan.groups_overhead(TunnelGroups::On), 0);
+        assert_eq!(TunnelKind::Geneve.groups_knob(TunnelGroups::On), 2);
+        assert_eq!(TunnelKind::Geneve.groups_overhead(TunnelGroups::On), 12);
+        let c = AgentConfig::try_parse_from(["cozyplane-agent", "--tunnel-groups=off"]).unwrap();
+        assert_eq!(c.tunnel.groups_knob(c.tunnel_groups), 0);
+        assert_eq!(TunnelKind::Geneve.groups_overhead(TunnelGroups::Off), 0);
     }
 }

@@ -1,9 +1,10 @@
 //! The node's uplink: where north-south traffic leaves and its replies come back.
 //!
 //! At start the agent picks the uplink (`--uplink-device`, else the device of the IPv4
-//! default route, else the IPv6 one), attaches `sdn_from_uplink` to its ingress (a pinned TCX
-//! link like the overlay's, so the hook and the NAT flows survive an agent restart: the
-//! datapath fails static) and writes the node's NAT settings (`sdn_snat_conf`): the uplink's
+//! default route, else the IPv6 one), attaches `sdn_from_uplink` to its ingress and
+//! `sdn_host_out` (the HostFirewall's egress) to its egress (pinned TCX links like the
+//! overlay's, so the hooks and the NAT flows survive an agent restart: the datapath fails
+//! static) and writes the node's NAT settings (`sdn_snat_conf`): the uplink's
 //! ifindex and global addresses (what net-0 pods are masqueraded to), the masquerade port
 //! range, and this node's shard of the gateway port range ([`shard_of`]). The uplink's
 //! addresses also go into `sdn_snat_addrs` as net 0, so that `sdn_from_uplink` recognises
@@ -35,9 +36,23 @@ pub enum Masquerade {
     Off,
 }
 
-/// Net-0 masquerade ports: above the host's default ephemeral range (32768–60999), so the
-/// node's own connections never collide with masqueraded ones.
+/// Net-0 masquerade ports by default (`--masquerade-ports`): above the host's default
+/// ephemeral range (32768–60999), so the node's own connections never collide with
+/// masqueraded ones.
 pub const MASQ_PORTS: (u16, u16) = (61000, 65535);
+
+/// `--masquerade-ports`: `MIN-MAX`, 1 ≤ MIN ≤ MAX.
+pub fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: expected MIN-MAX"))?;
+    let port = |p: &str| p.trim().parse::<u16>().map_err(|e| format!("{s:?}: {p:?}: {e}"));
+    let (min, max) = (port(a)?, port(b)?);
+    if min == 0 || min > max {
+        return Err(format!("{s:?}: expected 1 <= MIN <= MAX"));
+    }
+    Ok((min, max))
+}
 /// The gateway NAT range, cut into `--nat-shards` equal shards; the NAT address is the VPC's
 /// own, so the whole unprivileged range is available.
 pub const GW_PORTS: (u16, u16) = (1024, 65535);
@@ -105,11 +120,16 @@ pub fn shard_size(shards: u16) -> u16 {
     u16::try_from(span / u32::from(shards.max(1))).unwrap_or(u16::MAX)
 }
 
-/// The settings `sdn_snat_conf` gets.
-pub fn conf(up: Option<&Uplink>, masq: Masquerade, block: &Block, shards: u16) -> SnatConf {
+/// The settings `sdn_snat_conf` gets; `masq` with its port range (`--masquerade-ports`).
+pub fn conf(
+    up: Option<&Uplink>,
+    (masq, masq_ports): (Masquerade, (u16, u16)),
+    block: &Block,
+    shards: u16,
+) -> SnatConf {
     let mut c = SnatConf {
-        masq_min: MASQ_PORTS.0,
-        masq_max: MASQ_PORTS.1,
+        masq_min: masq_ports.0,
+        masq_max: masq_ports.1,
         gw_min: GW_PORTS.0,
         gw_shard_size: shard_size(shards),
         gw_shards: shards,
@@ -233,13 +253,19 @@ pub async fn setup(
     let up = find(netdev, cfg.uplink_device.as_deref()).await?;
     if let Some(u) = &up {
         datapath.attach_uplink(&u.dev)?;
+        datapath.attach_host_out(&u.dev)?;
     }
     let pins = datapath.pin_dir();
     let map = |what: &str| {
         let what = what.to_string();
         move |source| UplinkError::Map { what, source }
     };
-    let c = conf(up.as_ref(), cfg.masquerade, block, cfg.nat_shards);
+    let c = conf(
+        up.as_ref(),
+        (cfg.masquerade, cfg.masquerade_ports),
+        block,
+        cfg.nat_shards,
+    );
     SnatConfMap::from_pin(pins)
         .and_then(|mut m| m.set(c))
         .map_err(map("write sdn_snat_conf"))?;
@@ -300,7 +326,7 @@ mod tests {
     #[test]
     fn no_uplink_masquerades_nothing() {
         let block: Block = "10.244.1.0/24".parse().unwrap();
-        let c = conf(None, Masquerade::Bpf, &block, 16);
+        let c = conf(None, (Masquerade::Bpf, MASQ_PORTS), &block, 16);
         assert_eq!(c.flags & SnatConf::F_MASQ, 0);
         let up = Uplink {
             dev: "eth0".into(),
@@ -308,10 +334,20 @@ mod tests {
             addr4: Some("192.0.2.7".parse().unwrap()),
             addr6: None,
         };
-        let c = conf(Some(&up), Masquerade::Bpf, &block, 16);
+        let c = conf(Some(&up), (Masquerade::Bpf, MASQ_PORTS), &block, 16);
         assert_eq!(c.flags, SnatConf::F_MASQ | SnatConf::F_HAVE4);
-        let c = conf(Some(&up), Masquerade::Off, &block, 16);
+        let c = conf(Some(&up), (Masquerade::Off, (100, 200)), &block, 16);
         assert_eq!(c.flags, SnatConf::F_HAVE4);
         assert_eq!((c.shard, c.gw_shard_size), (1, 4032));
+        assert_eq!((c.masq_min, c.masq_max), (100, 200));
+    }
+
+    #[test]
+    fn masquerade_ports_parse_as_an_inclusive_range() {
+        assert_eq!(parse_port_range("61000-65535"), Ok((61000, 65535)));
+        assert_eq!(parse_port_range("61000-61000"), Ok((61000, 61000)));
+        for bad in ["61000", "0-10", "20-10", "1-65536", "a-b"] {
+            assert!(parse_port_range(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -16,4 +16,5 @@ pub mod options;
 pub mod rbac;
 pub mod registry;
 pub mod server;
+pub mod trace;
 pub mod validation;

@@ -252,7 +252,7 @@ impl Options {
             admission::quota::Reconciler::new(k.clone(), kinds.clone()).start(self.quota_resync_period);
         } else if let Some(store) = &namespaces {
             tracing::info!("no kube-apiserver connection: serving namespaces here; quota admission is off");
-            admission = admission.with_local_namespaces(store.clone());
+            admission = admission.with_local_namespaces(store.clone(), state.core.first().cloned());
         }
         if let Some(service) = &self.ensure_apiservice {
             let Some(k) = &kube else {

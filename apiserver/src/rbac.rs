@@ -8,7 +8,7 @@
 //! Only namespaced kinds appear: a RoleBinding of these roles can then never grant a
 //! cluster-scoped kind (`ports`, `servicevips`, `hostfirewalls`). The virtual verbs `export` and
 //! `peer` on `vpcs` are in the edit role; under a RoleBinding they cover only the VPCs of that
-//! namespace.
+//! namespace. `create` on `vpcs/trace` (a question, it changes nothing) is in both roles.
 
 use std::fmt::Write as _;
 
@@ -33,6 +33,9 @@ pub const EDIT_VERBS: [&str; 8] = [
 pub const VIEW_VERBS: [&str; 3] = ["get", "list", "watch"];
 /// Virtual verbs on `vpcs` tenants hold for their own VPCs.
 pub const VIRTUAL_VERBS: [&str; 2] = ["export", "peer"];
+/// Subresources that answer a question about a VPC without changing anything (`create` is
+/// the verb of a POSTed question, as a SubjectAccessReview's): in the edit and the view role.
+pub const QUESTIONS: [&str; 1] = ["vpcs/trace"];
 
 /// The kinds a tenant may be granted: the namespaced ones.
 pub fn tenant_kinds() -> Vec<&'static KindInfo> {
@@ -80,11 +83,13 @@ pub fn tenant_rbac_yaml() -> String {
         rule(&mut out, &status, &["get"]);
     }
     rule(&mut out, &["vpcs"], &VIRTUAL_VERBS);
+    rule(&mut out, &QUESTIONS, &["create"]);
     header(&mut out, "cozyplane-tenant-view", &["view"]);
     rule(&mut out, &plurals, &VIEW_VERBS);
     if !status.is_empty() {
         rule(&mut out, &status, &["get"]);
     }
+    rule(&mut out, &QUESTIONS, &["create"]);
     out.push_str("{{- end }}\n");
     out
 }
@@ -104,6 +109,11 @@ mod tests {
             );
         }
         assert!(y.contains("resources: [vpcs]\n    verbs: [export, peer]"));
+        assert_eq!(
+            y.matches("resources: [vpcs/trace]\n    verbs: [create]").count(),
+            2,
+            "edit and view may ask for a trace"
+        );
         assert!(y.contains("aggregate-to-view"));
     }
 }

@@ -61,7 +61,15 @@ static __sdn_noinline int sdn_masq_from_pod(struct __sk_buff *skb,
 			return SDN_SNAT_PASS;
 		return sdn_snat_send(skb, p, c);
 	}
-	/* ICMP errors and untranslatable protocols leave as before (host). */
+	/* An error about a masqueraded flow's reply leaves translated; other
+	 * errors and untranslatable protocols leave as before (host).
+	 */
+	if (sdn_icmp_is_error(p)) {
+		ret = sdn_snat_err_out(skb, p, 0, nat);
+		if (ret)
+			return ret;
+		return sdn_snat_send(skb, p, c);
+	}
 	if (sdn_snat_out_ports(p, &sport, &dport))
 		return SDN_SNAT_PASS;
 	ret = sdn_snat_out(skb, p, 0, nat,
@@ -121,6 +129,16 @@ static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 		ret = sdn_frag_follow(skb, p, net);
 		if (ret)
 			return ret;
+		return sdn_snat_send(skb, p, c);
+	}
+	if (sdn_icmp_is_error(p)) {
+		/* Only about a reply of one of the VPC's NATed flows. */
+		ret = sdn_snat_err_out(skb, p, net, &nat);
+		if (ret == SDN_SNAT_PASS)
+			return DROP_SNAT_UNSUPPORTED;
+		if (ret)
+			return ret;
+		sdn_meter_door(skb, net, SDN_DOOR_GATEWAY, SDN_DIR_OUT);
 		return sdn_snat_send(skb, p, c);
 	}
 	min = (__u32)c->gw_min + (__u32)c->shard * c->gw_shard_size;

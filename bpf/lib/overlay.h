@@ -10,6 +10,12 @@
 #include "common.h"
 #include "parse.h"
 
+/* CONFIG(tunnel_groups): how a VPC packet carries its source's groups
+ * (lib/policy.h, docs/policy.md).
+ */
+#define SDN_TUNNEL_GROUPS_GBP	1
+#define SDN_TUNNEL_GROUPS_GENEVE 2
+
 /* Wire VNI of a net: the default network travels under its own VNI. */
 static __always_inline __u32 sdn_net_to_vni(__u32 net)
 {
@@ -21,8 +27,25 @@ static __always_inline __u32 sdn_vni_to_net(__u32 vni)
 	return vni == CONFIG(net0_vni) ? 0 : vni;
 }
 
+/*
+ * An explicit VXLAN-GBP option of 0 ("groups not carried"). A gbp device in
+ * collect-metadata mode builds the header from the option when there is one,
+ * and otherwise from metadata vxlan_xmit_one never initialises: a packet
+ * encapsulated without an option would carry whatever policy id was on the
+ * kernel's stack, which the receiver reads as the source's groups. A
+ * subprogram, so that its 4 bytes sit in a leaf frame, not in the callers'.
+ */
+static __sdn_noinline int sdn_gbp_none(struct __sk_buff *skb)
+{
+	__u32 none = 0;
+
+	return bpf_skb_set_tunnel_opt(skb, &none, sizeof(none));
+}
+
 /* Sets the tunnel key and redirects to the tunnel device; returns the tc
- * verdict, or a DROP_* reason (negative).
+ * verdict, or a DROP_* reason (negative). With VXLAN-GBP the packet carries
+ * the tag 0; a VPC pod's packet has its source's groups written over it
+ * afterwards (sdn_sg_tag).
  */
 static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
 				     const struct sdn_remote *r)
@@ -49,6 +72,9 @@ static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
 		flags |= BPF_F_TUNINFO_IPV6;
 	}
 	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags) < 0)
+		return DROP_ENCAP;
+	if (CONFIG(tunnel_groups) == SDN_TUNNEL_GROUPS_GBP &&
+	    sdn_gbp_none(skb) < 0)
 		return DROP_ENCAP;
 
 	/* The receiver's tunnel device must see the inner frame as PACKET_HOST

@@ -21,7 +21,9 @@
  *       too, so there is no same-node shortcut around it);
  *   SG  wherever a VPC packet is delivered to a local pod (sdn_from_pod,
  *       sdn_from_overlay) and where a local pod's packet is encapsulated
- *       (so that each node's table sees both directions of its pods' flows).
+ *       (so that each node's table sees both directions of its pods' flows);
+ *   HF  lib/hostfw.h: sdn_from_uplink (to this node) and sdn_host_out (the
+ *       node's own packets leaving by the uplink or the tunnel device).
  * A flow is policed (and tracked) when one of its ends is a subject: an NP
  * identity some policy isolates (in either direction: the net-0 fast path
  * spares the others the table), or an endpoint with SecurityGroups. Other
@@ -31,6 +33,7 @@
 #pragma once
 
 #include "common.h"
+#include "overlay.h"
 #include "parse.h"
 #include "pct.h"
 #include "pol_drops.h"
@@ -50,8 +53,6 @@
  *   whole tag, always exact.
  */
 #define SDN_TAG_EXACT		1
-#define SDN_TUNNEL_GROUPS_GBP	1
-#define SDN_TUNNEL_GROUPS_GENEVE 2
 #define SDN_GENEVE_CLASS	0xfff1	/* RFC 8926 experimental class range */
 #define SDN_GENEVE_TYPE_GROUPS	0x01
 
@@ -101,6 +102,7 @@ struct sdn_pol_scratch {
 	union {
 		struct sdn_pcidr_key cidr;
 		struct sdn_lb_flow_key lb;
+		struct sdn_lbg_rev_key lbg;
 		struct sdn_block_key block;
 		struct sdn_ep_key ep;
 		struct sdn_xnet_key xnet;
@@ -310,6 +312,55 @@ static __always_inline int sdn_np_isolated(struct sdn_pol_scratch *w,
 	return bpf_map_lookup_elem(&sdn_pol_rules, &w->rk) != NULL;
 }
 
+/* verdict.rs hf()'s check for one direction: `me` is this node's subject end.
+ * 1 open (not one of this node's addresses, or the direction not armed) or
+ * admitted, 0 denied. HostFirewall peers have no token: their CIDR class
+ * (scope 0), then any.
+ */
+static __always_inline int sdn_hf_check(struct sdn_pol_scratch *w, __u8 dir,
+					__u32 armed,
+					const struct sdn_addr *me,
+					const struct sdn_addr *peer, __u32 *rule)
+{
+	__u32 flag = dir == SDN_DIR_INGRESS ? SDN_POL_F_HF_INGRESS :
+					      SDN_POL_F_HF_EGRESS;
+
+	if (!(armed & flag) || !bpf_map_lookup_elem(&sdn_hf_self, me))
+		return 1;
+	__builtin_memset(&w->rk, 0, sizeof(w->rk));
+	w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
+	w->rk.layer = SDN_LAYER_HF;
+	w->rk.dir = dir;
+	w->rk.proto = w->f.proto;
+	w->rk.port = w->f.rport;
+	return sdn_pol_admit(&w->rk, 0, 0,
+			     sdn_pol_class(w, 0, SDN_LAYER_HF, peer), rule);
+}
+
+/* The armed HostFirewall directions (SDN_POL_F_HF_*) of sdn_pol_state. */
+static __always_inline __u32 sdn_hf_armed(void)
+{
+	struct sdn_pol_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&sdn_pol_state, &zero);
+	return st ? st->flags & (SDN_POL_F_HF_INGRESS | SDN_POL_F_HF_EGRESS) : 0;
+}
+
+/* verdict.rs hf(): the source's egress, then the destination's ingress, each
+ * when it is one of this node's addresses and the direction is armed.
+ */
+static __always_inline int sdn_hf_eval(struct sdn_pol_scratch *w, __u32 *rule)
+{
+	__u32 armed = sdn_hf_armed();
+
+	if (!sdn_hf_check(w, SDN_DIR_EGRESS, armed, &w->f.src, &w->f.dst, rule))
+		return DROP_POL_HF_EGRESS;
+	if (!sdn_hf_check(w, SDN_DIR_INGRESS, armed, &w->f.dst, &w->f.src, rule))
+		return DROP_POL_HF_INGRESS;
+	return 0;
+}
+
 /*
  * The rules' verdict on the flow w->f in `layer`: the source's egress, then
  * the destination's ingress. 0 when both admit (*rule: the last admitting
@@ -320,6 +371,8 @@ static __always_inline int sdn_np_isolated(struct sdn_pol_scratch *w,
 static __always_inline int sdn_pol_eval(struct sdn_pol_scratch *w, __u32 layer,
 					__u32 *rule)
 {
+	if (layer == SDN_LAYER_HF)
+		return sdn_hf_eval(w, rule);
 	if (layer == SDN_LAYER_NP) {
 		if (sdn_np_service(w))
 			return 0;
@@ -398,9 +451,18 @@ static __always_inline int sdn_pol_flow(struct sdn_pol_scratch *w, __u32 layer)
 		return 0;
 	case SDN_PCT_INVALID:
 		/* ct.rs drops it; NP decides it as a flow the table never saw. */
-		if (layer != SDN_LAYER_NP)
-			return DROP_POL_CT_INVALID;
-		return sdn_np_adopt(w, from_b, now, gen);
+		if (layer == SDN_LAYER_NP)
+			return sdn_np_adopt(w, from_b, now, gen);
+		/* HF: a flow that began before the firewall was armed (or
+		 * before this entry's eviction) passes packet by packet when
+		 * the rules admit it in its own direction: arming a firewall
+		 * that admits SSH does not cut the session that installs it.
+		 */
+		if (layer == SDN_LAYER_HF) {
+			w->n.rule = 0;
+			return sdn_hf_eval(w, &w->n.rule) ? DROP_POL_CT_INVALID : 0;
+		}
+		return DROP_POL_CT_INVALID;
 	case SDN_PCT_RECHECK:
 		if (!e)
 			return DROP_POL_CT_INVALID;

@@ -15,15 +15,21 @@
  * Ports come from a range the caller gives (a dedicated masquerade range, or
  * this node's gateway shard), probed at random. Both halves are LRU maps, so
  * a full table evicts the least recently used flows; besides, a reverse entry
- * not seen for SDN_SNAT_TTL_* may be taken over by a new flow (its forward
- * half is removed with it, so the old flow cannot keep using the port). A new
- * flow that finds no port is dropped and counted (DROP_SNAT_FULL).
+ * may be taken over by a new flow once its flow is over (sdn_snat_takeable:
+ * a TCP connection closed by RST or by both FINs and the last ACK at once,
+ * other flows after SDN_SNAT_TTL_* idle); its forward half is removed with
+ * it, so the old flow cannot keep using the port. A takeover happens under a
+ * claim (sdn_snat_take), so two CPUs never hand one port to two flows. A new
+ * flow that finds no port is dropped and counted (DROP_SNAT_FULL); a TCP
+ * packet other than a SYN never opens a flow (DROP_SNAT_TCP_NO_FLOW).
  *
  * TCP and UDP by port, ICMP and ICMPv6 echo by identifier. ICMP and ICMPv6
  * errors about a NATed flow (fragmentation needed / packet too big, time
  * exceeded, unreachable, parameter problem) are translated back to the pod,
- * their quote included (lib/icmp_err.h). IPv4 fragments follow their first
- * fragment (lib/frag.h).
+ * their quote included (lib/icmp_err.h); the errors a pod sends about a
+ * reply it got through the NAT leave translated the same way, outwards
+ * (sdn_snat_err_out). IPv4 fragments follow their first fragment
+ * (lib/frag.h).
  */
 #pragma once
 
@@ -40,9 +46,23 @@
 #define SDN_SNAT_PASS		0x100
 
 #define SDN_SNAT_TRIES		16
-/* Idle seconds (units of 2^30 ns) after which a flow's port may be reused. */
+/* Idle seconds (units of 2^30 ns) after which a flow's port may be reused:
+ * an established TCP connection, one with both FINs but no last ACK seen (a
+ * lost ACK, or the NAT saw only part of the close), and everything else (UDP,
+ * echo, a TCP SYN never answered). A closed TCP connection (RST, or the last
+ * ACK after both FINs) has none: see sdn_snat_takeable.
+ */
 #define SDN_SNAT_TTL_TCP	3600
+#define SDN_SNAT_TTL_FIN	2
 #define SDN_SNAT_TTL_OTHER	120
+
+/* TCP header flag bits (byte 13), as lib/pct.h names them. */
+#ifndef SDN_TCPF_FIN
+#define SDN_TCPF_FIN		0x01
+#define SDN_TCPF_SYN		0x02
+#define SDN_TCPF_RST		0x04
+#define SDN_TCPF_ACK		0x10
+#endif
 
 /* The NAT paths are BPF-to-BPF calls, not inlined: each has its own stack
  * frame, which keeps every program's frame within the 512 bytes.
@@ -64,6 +84,137 @@ static __always_inline struct sdn_snat_conf *sdn_snat_conf_get(void)
 static __always_inline __u32 sdn_snat_now(void)
 {
 	return bpf_ktime_get_ns() >> 30;
+}
+
+/* p's TCP flags (SDN_TCPF_*); 0 for anything else or an unreadable header. */
+static __always_inline __u8 sdn_snat_tcp_flags(struct __sk_buff *skb,
+					       const struct sdn_pkt *p)
+{
+	__u8 f = 0;
+
+	if (p->proto != IPPROTO_TCP || p->frag == SDN_FRAG_LATER ||
+	    bpf_skb_load_bytes(skb, p->l4_off + 13, &f, sizeof(f)) < 0)
+		return 0;
+	return f;
+}
+
+/* A lone SYN: the only TCP packet that may open a flow. */
+static __always_inline int sdn_snat_is_syn(__u8 tcp)
+{
+	return (tcp & (SDN_TCPF_SYN | SDN_TCPF_ACK | SDN_TCPF_RST)) ==
+	       SDN_TCPF_SYN;
+}
+
+/* Counts event e (SDN_SNAT_S_*) in cur->state if s (as read) has not seen it:
+ * an atomic add, since the other direction may be counting another event on
+ * another CPU. Two CPUs counting the same event at once count 2, which still
+ * reads as seen; a byte would need 256 to overflow into the next.
+ */
+static __always_inline void sdn_snat_mark(struct sdn_snat_rev *cur, __u32 s,
+					  __u32 e)
+{
+	if (!SDN_SNAT_S_SEEN(s, e))
+		__sync_fetch_and_add(&cur->state, e);
+}
+
+/* A TCP packet of the flow cur crossed the NAT, outwards (out) or back. */
+static __always_inline void sdn_snat_track(struct sdn_snat_rev *cur, __u8 tcp,
+					   int out)
+{
+	__u32 s = *(volatile __u32 *)&cur->state;
+
+	if (!out)
+		sdn_snat_mark(cur, s, SDN_SNAT_S_REPLIED);
+	if (tcp & SDN_TCPF_RST)
+		sdn_snat_mark(cur, s, SDN_SNAT_S_CLOSED);
+	else if (tcp & SDN_TCPF_FIN)
+		sdn_snat_mark(cur, s,
+			      out ? SDN_SNAT_S_FIN_OUT : SDN_SNAT_S_FIN_IN);
+	else if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_OUT) &&
+		 SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_IN) && (tcp & SDN_TCPF_ACK))
+		/* The ACK of the second FIN: the close is complete. Its FIN
+		 * was counted before the packet was delivered, so before the
+		 * ACK could be sent.
+		 */
+		sdn_snat_mark(cur, s, SDN_SNAT_S_CLOSED);
+}
+
+/*
+ * Whether the flow of the reverse entry old (protocol proto) is over, now:
+ * its port may go to a new flow towards the same peer address and port.
+ *
+ * A closed TCP connection has no hold at all. It is closed by an RST (no
+ * packet of it is answered after one) or by the ACK that follows the second
+ * FIN, i.e. the last packet of the closing handshake has already crossed the
+ * NAT, so nothing of the old connection is still to come but retransmissions
+ * of a lost last ACK. What is left is the peer's own state for the tuple: if
+ * it closed first it sits in TIME_WAIT, and a TIME_WAIT socket accepts a new
+ * SYN whose timestamp is newer (RFC 6191; Linux does, the pod's timestamps
+ * being monotonic per {pod, peer}) or whose sequence lies beyond the old
+ * connection's, exactly what it does for the kernel's own port reuse and for
+ * iptables MASQUERADE, which keeps the pod's port. A hold of a few seconds
+ * would buy nothing against TIME_WAIT (60 s) and would cap the new
+ * connections per second to one peer port at span / hold. Both FINs without
+ * the last ACK wait SDN_SNAT_TTL_FIN, which the lost ACK's retransmission
+ * needs.
+ */
+static __always_inline int sdn_snat_takeable(const struct sdn_snat_rev *old,
+					     __u32 now, __u8 proto)
+{
+	__u32 idle = now - old->seen;
+	__u32 s = old->state;
+
+	if (proto != IPPROTO_TCP)
+		return idle > SDN_SNAT_TTL_OTHER;
+	if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_CLOSED))
+		return 1;
+	if (SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_OUT) &&
+	    SDN_SNAT_S_SEEN(s, SDN_SNAT_S_FIN_IN))
+		return idle > SDN_SNAT_TTL_FIN;
+	if (!SDN_SNAT_S_SEEN(s, SDN_SNAT_S_REPLIED))
+		return idle > SDN_SNAT_TTL_OTHER;
+	return idle > SDN_SNAT_TTL_TCP;
+}
+
+/*
+ * Takes the reverse entry w->rk (nat_port set) over for the flow w->rv, if
+ * its flow is over. Two CPUs could both see the old entry takeable and both
+ * overwrite it, leaving one flow with a port the reverse map gives to the
+ * other: so the takeover is done only by the CPU that inserted the claim key
+ * (w->rk with pad[0] SDN_SNAT_CLAIM; BPF_NOEXIST is atomic), which looks
+ * again under it. The old flow's forward half goes, if it still names this
+ * port. Returns 0 when the entry is now w->rv's.
+ */
+static __always_inline int sdn_snat_take(struct sdn_snat_work *w)
+{
+	struct sdn_snat_rev *old;
+	struct sdn_snat_fwd *of;
+	int ret = -1;
+
+	w->rk.pad[0] = SDN_SNAT_CLAIM;
+	if (bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_NOEXIST)) {
+		w->rk.pad[0] = 0;
+		return -1;
+	}
+	w->rk.pad[0] = 0;
+	old = bpf_map_lookup_elem(&sdn_snat_rev, &w->rk);
+	if (old && sdn_snat_takeable(old, w->rv.seen, w->rk.proto)) {
+		w->old.net = old->net;
+		w->old.src = old->pod;
+		w->old.dst = w->rk.peer;
+		w->old.sport = old->pod_port;
+		w->old.dport = w->rk.peer_port;
+		w->old.proto = w->rk.proto;
+		of = bpf_map_lookup_elem(&sdn_snat_fwd, &w->old);
+		if (of && of->nat_port == w->rk.nat_port &&
+		    sdn_addr_eq(&of->nat, &w->rk.nat))
+			bpf_map_delete_elem(&sdn_snat_fwd, &w->old);
+		ret = bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_ANY);
+	}
+	w->rk.pad[0] = SDN_SNAT_CLAIM;
+	bpf_map_delete_elem(&sdn_snat_rev, &w->rk);
+	w->rk.pad[0] = 0;
+	return ret ? -1 : 0;
 }
 
 /* The flow's ports as it leaves the pod; DROP_SNAT_UNSUPPORTED if the engine
@@ -101,31 +252,32 @@ static __always_inline int sdn_snat_out_ports(const struct sdn_pkt *p,
 static __sdn_noinline int sdn_snat_alloc(struct sdn_snat_work *w, __u32 min,
 					 __u32 span)
 {
-	__u32 ttl = w->rk.proto == IPPROTO_TCP ? SDN_SNAT_TTL_TCP :
-						 SDN_SNAT_TTL_OTHER;
+	__u32 start = bpf_get_prandom_u32();
 
 	if (!span)
 		return DROP_SNAT_FULL;
+	/* A span of at most SDN_SNAT_TRIES ports is walked whole, from a random
+	 * start: a free port is always found. A wider one is probed at random:
+	 * with closed connections' ports free at once, live flows are what
+	 * fills a span, and they sit at random ports, whose runs a linear probe
+	 * would walk instead (primary clustering).
+	 */
 #pragma unroll
 	for (int i = 0; i < SDN_SNAT_TRIES; i++) {
 		struct sdn_snat_rev *old;
+		__u32 off;
 
-		w->rk.nat_port =
-			bpf_htons((__u16)(min + bpf_get_prandom_u32() % span));
+		if (span <= SDN_SNAT_TRIES)
+			off = (start + i) % span;
+		else
+			off = bpf_get_prandom_u32() % span;
+		w->rk.nat_port = bpf_htons((__u16)(min + off));
 		if (!bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_NOEXIST))
 			return 0;
 		old = bpf_map_lookup_elem(&sdn_snat_rev, &w->rk);
-		if (!old || w->rv.seen - old->seen <= ttl)
+		if (!old || !sdn_snat_takeable(old, w->rv.seen, w->rk.proto))
 			continue;
-		/* Expired: the old flow loses its forward half with the port. */
-		w->old.net = old->net;
-		w->old.src = old->pod;
-		w->old.dst = w->rk.peer;
-		w->old.sport = old->pod_port;
-		w->old.dport = w->rk.peer_port;
-		w->old.proto = w->rk.proto;
-		bpf_map_delete_elem(&sdn_snat_fwd, &w->old);
-		if (!bpf_map_update_elem(&sdn_snat_rev, &w->rk, &w->rv, BPF_ANY))
+		if (!sdn_snat_take(w))
 			return 0;
 	}
 	return DROP_SNAT_FULL;
@@ -146,10 +298,12 @@ static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
 	__be16 sport, dport, nat_port;
 	__u32 zero = 0;
 	int ret, have = 0;
+	__u8 tcp;
 
 	ret = sdn_snat_out_ports(p, &sport, &dport);
 	if (ret)
 		return ret;
+	tcp = sdn_snat_tcp_flags(skb, p);
 	w = bpf_map_lookup_elem(&sdn_snat_work, &zero);
 	if (!w)
 		return DROP_SNAT_FULL;
@@ -178,9 +332,19 @@ static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
 		cur = bpf_map_lookup_elem(&sdn_snat_rev, &w->rk);
 		if (cur && cur->net == net && cur->pod_port == sport &&
 		    sdn_addr_eq(&cur->pod, &p->src)) {
-			if (cur->seen != w->rv.seen)
-				cur->seen = w->rv.seen;
-			have = 1;
+			if (!sdn_snat_is_syn(tcp) ||
+			    !SDN_SNAT_S_SEEN(cur->state, SDN_SNAT_S_CLOSED)) {
+				if (cur->seen != w->rv.seen)
+					cur->seen = w->rv.seen;
+				if (p->proto == IPPROTO_TCP)
+					sdn_snat_track(cur, tcp, 1);
+				have = 1;
+			} else if (!sdn_snat_take(w)) {
+				/* A new connection of the same 5-tuple on a
+				 * closed one: it reopens on the same port.
+				 */
+				have = 2;
+			}
 		} else if (!cur && !bpf_map_update_elem(&sdn_snat_rev, &w->rk,
 							&w->rv, BPF_NOEXIST)) {
 			/* The LRU had evicted only the reverse half. */
@@ -188,9 +352,18 @@ static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
 		}
 	}
 	if (!have) {
+		/* Only a SYN opens a TCP flow: an ACK, FIN or RST without one
+		 * is of a connection the NAT no longer (or never) knew, and
+		 * a new port would only show the peer a stranger.
+		 */
+		if (p->proto == IPPROTO_TCP && !sdn_snat_is_syn(tcp))
+			return DROP_SNAT_TCP_NO_FLOW;
 		ret = sdn_snat_alloc(w, min, span);
 		if (ret)
 			return ret;
+		have = 2;
+	}
+	if (have == 2) {
 		w->fv.nat = *nat;
 		w->fv.nat_port = w->rk.nat_port;
 		if (bpf_map_update_elem(&sdn_snat_fwd, &w->fk, &w->fv, BPF_ANY)) {
@@ -221,6 +394,54 @@ static __sdn_noinline int sdn_snat_out(struct __sk_buff *skb,
 		w->frag.dport = p->dport;
 		bpf_map_update_elem(&sdn_frags, &w->frk, &w->frag, BPF_ANY);
 	}
+	return 0;
+}
+
+/*
+ * An ICMP(v6) error p that a pod of net sends about a packet it got through
+ * the NAT address nat: a reply of one of its NATed flows, un-NATed on the way
+ * in, so the quote is peer:peer_port -> pod:pod_port (an echo reply: the
+ * pod's id). The quote becomes what the peer sent, peer:peer_port ->
+ * nat:nat_port, and the error leaves from nat, so the peer finds its socket
+ * by it. Returns 0 (p->src is nat), SDN_SNAT_PASS when the error is about no
+ * flow NATed to nat, or a DROP_*.
+ */
+static __sdn_noinline int sdn_snat_err_out(struct __sk_buff *skb,
+					    struct sdn_pkt *p, __u32 net,
+					    const struct sdn_addr *nat)
+{
+	struct sdn_icmp_quote q = {};
+	struct sdn_snat_work *w;
+	struct sdn_snat_fwd *fv;
+	__u32 zero = 0;
+
+	if (sdn_icmp_quote(skb, p, &q))
+		return SDN_SNAT_PASS;
+	/* From the peer the error goes to, to the pod; the only ICMP a NATed
+	 * flow brings in is an echo reply.
+	 */
+	if (!sdn_addr_eq(&q.dst, &p->src) || !sdn_addr_eq(&q.src, &p->dst) ||
+	    sdn_icmp_quote_not_echo(&q, 1))
+		return SDN_SNAT_PASS;
+	w = bpf_map_lookup_elem(&sdn_snat_work, &zero);
+	if (!w)
+		return SDN_SNAT_PASS;
+	__builtin_memset(&w->fk, 0, sizeof(w->fk));
+	w->fk.net = net;
+	w->fk.src = p->src;
+	w->fk.dst = p->dst;
+	w->fk.sport = q.dport;
+	w->fk.dport = sdn_icmp_quote_is_icmp(&q) ? 0 : q.sport;
+	w->fk.proto = q.proto;
+	fv = bpf_map_lookup_elem(&sdn_snat_fwd, &w->fk);
+	if (!fv || !sdn_addr_eq(&fv->nat, nat))
+		return SDN_SNAT_PASS;
+	w->fv = *fv;
+	if (sdn_icmp_quote_addr(skb, p, &q, 0, &w->fv.nat) ||
+	    sdn_icmp_quote_port(skb, p, &q, 0, w->fv.nat_port) ||
+	    sdn_icmp_outer_addr(skb, p, 1, &p->src, &w->fv.nat))
+		return DROP_REWRITE;
+	p->src = w->fv.nat;
 	return 0;
 }
 
@@ -364,6 +585,8 @@ static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 	cur = sdn_snat_rev_touch(r);
 	if (!cur)
 		return DROP_SNAT_NO_CT;
+	if (p->proto == IPPROTO_TCP)
+		sdn_snat_track(cur, sdn_snat_tcp_flags(skb, p), 0);
 	rv = *cur;
 	*net = rv.net;
 	sdn_frag_key(&frk, p, rv.net);

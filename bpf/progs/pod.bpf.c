@@ -65,8 +65,11 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	if (ret == DROP_VPC_ISOLATION) {
 		/* In no net it may reach: out through a door (a Floating IP or
 		 * a LoadBalancer reply first, then the gateway), or nowhere.
+		 * SecurityGroups first, for what leaves by a Floating IP.
 		 */
-		ret = sdn_doors_from_pod(skb, p, net);
+		ret = sdn_fip_police_out(skb, p, net);
+		if (!ret)
+			ret = sdn_doors_from_pod(skb, p, net);
 		if (!ret)
 			ret = sdn_gw_from_pod(skb, p, net);
 		return ret < 0 ? sdn_drop(skb, ret) : ret;

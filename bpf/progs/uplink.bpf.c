@@ -4,6 +4,7 @@
 #include "../lib/doors.h"
 #include "../lib/drop.h"
 #include "../lib/egress.h"
+#include "../lib/hostfw.h"
 #include "../lib/parse.h"
 
 /*
@@ -11,8 +12,8 @@
  * routing: a dispatcher over the north-south doors. Each door recognises what
  * is its own (a reply to a NATed flow, a Floating IP, a LoadBalancer
  * frontend) and delivers it, locally or over the overlay to the node that
- * owns it; everything else, the node's own traffic and the overlay's
- * included, passes untouched.
+ * owns it; what is left to the node's own addresses meets the HostFirewall
+ * when one is armed (lib/hostfw.h); everything else passes untouched.
  * Returns TC_ACT_OK, TC_ACT_REDIRECT, or TC_ACT_SHOT via sdn_drop().
  */
 SEC("classifier")
@@ -34,7 +35,27 @@ int sdn_from_uplink(struct __sk_buff *skb)
 	ret = sdn_doors_from_uplink(skb, &p);
 	if (ret < 0)
 		return sdn_drop(skb, ret);
-	return ret ? ret : TC_ACT_OK;
+	if (ret)
+		return ret;
+
+	/* What is left and addressed to the node itself: HostFirewall. */
+	ret = sdn_hf_from_uplink(skb, &p);
+	return ret ? sdn_drop(skb, ret) : TC_ACT_OK;
+}
+
+/*
+ * Attached at tc egress (TCX links) of the uplink and of the tunnel device:
+ * the node's own packets leaving, judged by the HostFirewall when egress (or
+ * ingress, for the replies) is armed (lib/hostfw.h). Forwarded traffic (pods',
+ * encapsulated or masqueraded) passes untouched.
+ * Returns TC_ACT_OK, or TC_ACT_SHOT via sdn_drop().
+ */
+SEC("classifier")
+int sdn_host_out(struct __sk_buff *skb)
+{
+	int ret = sdn_hf_out(skb);
+
+	return ret ? sdn_drop(skb, ret) : TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -773,7 +773,31 @@ abi_struct! {
         pub pad: [u8; 2],
         /// Last seen, in units of 2^30 ns of the kernel's monotonic clock.
         pub seen: u32,
+        /// `SDN_SNAT_S_*`: what the NAT saw of a TCP connection, one byte per event (a
+        /// count: non-zero once seen); 0 for other protocols.
+        pub state: u32,
     }
+}
+
+impl SnatRev {
+    /// `SDN_SNAT_S_REPLIED`: a packet came back from the peer.
+    pub const S_REPLIED: u32 = 1;
+    /// `SDN_SNAT_S_FIN_OUT`: the pod sent a FIN.
+    pub const S_FIN_OUT: u32 = 1 << 8;
+    /// `SDN_SNAT_S_FIN_IN`: the peer sent a FIN.
+    pub const S_FIN_IN: u32 = 1 << 16;
+    /// `SDN_SNAT_S_CLOSED`: an RST, or the last ACK after both FINs: the port is free.
+    pub const S_CLOSED: u32 = 1 << 24;
+
+    /// Whether event `e` (one of the `S_*`) was seen.
+    pub const fn seen_event(&self, e: u32) -> bool {
+        self.state & e.wrapping_mul(0xff) != 0
+    }
+}
+
+impl SnatRkey {
+    /// `SDN_SNAT_CLAIM`: `pad[0]` of a takeover lock key (no flow).
+    pub const CLAIM: u8 = 1;
 }
 
 abi_struct! {

@@ -55,8 +55,12 @@ pub enum DropReason {
     SnatNoOwner = -23,
     /// `DROP_SNAT_NO_CT`: a reply to a VPC NAT address without a NAT flow at its owner.
     SnatNoCt = -24,
-    /// `DROP_SNAT_UNSUPPORTED`: VPC traffic to outside that the gateway cannot translate.
+    /// `DROP_SNAT_UNSUPPORTED`: VPC traffic to outside that the gateway cannot translate
+    /// (a protocol, or an ICMP error about no NATed flow).
     SnatUnsupported = -25,
+    /// `DROP_SNAT_TCP_NO_FLOW`: a TCP packet other than a SYN with no NAT flow (it never gets
+    /// a port).
+    SnatTcpNoFlow = -26,
     /// `DROP_FIP_NO_TARGET`: a Floating IP whose target is neither on this node nor known remotely.
     FipNoTarget = -28,
     /// `DROP_NS_NO_ROUTE`: north-south egress with no route out of the node (`bpf_fib_lookup`).
@@ -84,6 +88,12 @@ pub enum DropReason {
     /// `DROP_POL_REVOKED`: an established flow re-checked after a policy generation change,
     /// and no longer admitted.
     PolRevoked = -48,
+    /// `DROP_POL_HF_INGRESS`: HostFirewall: ingress is armed on this node and no rule admits
+    /// the flow into it.
+    PolHfIngress = -49,
+    /// `DROP_POL_HF_EGRESS`: HostFirewall: egress is armed on this node and no rule admits the
+    /// flow out of it.
+    PolHfEgress = -50,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -117,6 +127,7 @@ impl DropReason {
         Self::SnatNoOwner,
         Self::SnatNoCt,
         Self::SnatUnsupported,
+        Self::SnatTcpNoFlow,
         Self::FipNoTarget,
         Self::NsNoRoute,
         Self::LbRefused,
@@ -129,6 +140,8 @@ impl DropReason {
         Self::PolSg,
         Self::PolCtInvalid,
         Self::PolRevoked,
+        Self::PolHfIngress,
+        Self::PolHfEgress,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -159,6 +172,7 @@ impl DropReason {
             Self::SnatNoOwner => "DROP_SNAT_NO_OWNER",
             Self::SnatNoCt => "DROP_SNAT_NO_CT",
             Self::SnatUnsupported => "DROP_SNAT_UNSUPPORTED",
+            Self::SnatTcpNoFlow => "DROP_SNAT_TCP_NO_FLOW",
             Self::FipNoTarget => "DROP_FIP_NO_TARGET",
             Self::NsNoRoute => "DROP_NS_NO_ROUTE",
             Self::LbRefused => "DROP_LB_REFUSED",
@@ -171,6 +185,8 @@ impl DropReason {
             Self::PolSg => "DROP_POL_SG",
             Self::PolCtInvalid => "DROP_POL_CT_INVALID",
             Self::PolRevoked => "DROP_POL_REVOKED",
+            Self::PolHfIngress => "DROP_POL_HF_INGRESS",
+            Self::PolHfEgress => "DROP_POL_HF_EGRESS",
         }
     }
 

@@ -26,7 +26,7 @@ pub use layout::MapLayout;
 static POD_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/pod.o");
 /// `obj/overlay.o`: `sdn_from_overlay`.
 static OVERLAY_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/overlay.o");
-/// `obj/uplink.o`: `sdn_from_uplink`.
+/// `obj/uplink.o`: `sdn_from_uplink` and `sdn_host_out`.
 static UPLINK_OBJECT: &[u8] = aya::include_bytes_aligned!("../obj/uplink.o");
 
 /// One embedded ELF object; one per attach device (style: one object per attach point).

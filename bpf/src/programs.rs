@@ -13,6 +13,8 @@ pub enum AttachPoint {
     OverlayIngress,
     /// Ingress of the node's uplink (the default route's device), ahead of its routing.
     UplinkIngress,
+    /// Egress of the node's uplink and of its tunnel device: the node's own packets leaving.
+    HostEgress,
 }
 
 /// One entry program.
@@ -52,8 +54,15 @@ pub const FROM_UPLINK: ProgramSpec = ProgramSpec {
     attach: AttachPoint::UplinkIngress,
 };
 
+/// `sdn_host_out` (the HostFirewall's egress hook; `lib/hostfw.h`).
+pub const HOST_OUT: ProgramSpec = ProgramSpec {
+    name: "sdn_host_out",
+    object: Object::Uplink,
+    attach: AttachPoint::HostEgress,
+};
+
 /// Every entry program.
-pub const ALL: [ProgramSpec; 4] = [FROM_POD, TO_POD, FROM_OVERLAY, FROM_UPLINK];
+pub const ALL: [ProgramSpec; 5] = [FROM_POD, TO_POD, FROM_OVERLAY, FROM_UPLINK, HOST_OUT];
 
 /// Times [`load`] tries a program the kernel refused with `EAGAIN`.
 const LOAD_TRIES: u32 = 5;

@@ -92,6 +92,20 @@ fn generated_asserts() -> String {
         cozyplane_bpf::abi::Endpoint::F_SEVERED
     )
     .unwrap();
+    {
+        use cozyplane_bpf::abi::{SnatRev, SnatRkey};
+        writeln!(
+            c,
+            "_Static_assert(SDN_SNAT_S_REPLIED == {} && SDN_SNAT_S_FIN_OUT == {} && \
+             SDN_SNAT_S_FIN_IN == {} && SDN_SNAT_S_CLOSED == {} && SDN_SNAT_CLAIM == {}, \"snat state\");",
+            SnatRev::S_REPLIED,
+            SnatRev::S_FIN_OUT,
+            SnatRev::S_FIN_IN,
+            SnatRev::S_CLOSED,
+            SnatRkey::CLAIM,
+        )
+        .unwrap();
+    }
     for (name, size) in GLOBALS {
         writeln!(
             c,

@@ -12,18 +12,15 @@
 //! device's metadata); it makes the same call with the option's groups.
 
 mod common;
+#[path = "../../policy/tests/sgkit/mod.rs"]
+mod sgkit;
 
 use std::net::IpAddr;
 
 use common::fixtures::{VPC_A, VPC_B, cfg, drops_of, ip, port, total_drops};
-use common::pkt::{self, ICMP, TCP, UDP};
+use common::pkt::{self, ICMP, TCP};
 use common::policy as pol;
 use common::{Datapath, LO, TC_ACT_REDIRECT, TC_ACT_SHOT};
-use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupEgressRule,
-    SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
-    VPCRef,
-};
 use cozyplane_bpf::abi::LAYER_SG;
 use cozyplane_bpf::maps::pol_drops::{self, PolDropsMap};
 use cozyplane_bpf::maps::{
@@ -36,35 +33,12 @@ use cozyplane_bpf::{DatapathConfig, DropReason};
 use cozyplane_policy::model::Tables;
 use cozyplane_policy::sg::SgCompiler;
 use cozyplane_policy::verdict::{self, Endpoint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
+use sgkit::{EPS, PROBES, cidr, group, port_obj, random_group, random_groups_of};
 
 const FROM_POD: &str = "sdn_from_pod";
-
-/// The endpoints: name, VPC, address.
-const EPS: [(&str, &str, &str); 8] = [
-    ("web", "va", "10.1.0.2"),
-    ("app", "va", "10.1.0.3"),
-    ("free", "va", "10.1.0.4"),
-    ("db", "va", "10.1.0.5"),
-    ("multi", "va", "10.1.0.6"),
-    ("free2", "va", "10.1.0.7"),
-    ("peer", "vb", "10.2.0.2"),
-    ("vfree", "vb", "10.2.0.3"),
-];
-
-/// Probes: protocol and port (ICMP: the echo request, `type << 8 | code`).
-const PROBES: [(u8, u16); 7] = [
-    (TCP, 80),
-    (TCP, 443),
-    (TCP, 8080),
-    (TCP, 5432),
-    (TCP, 22),
-    (UDP, 53),
-    (ICMP, 8 << 8),
-];
 
 fn net_of(vpc: &str) -> u32 {
     if vpc == "va" { VPC_A } else { VPC_B }
@@ -76,137 +50,9 @@ fn mac_of(a: IpAddr) -> [u8; 6] {
     [0x0a, 0x5e, o[0], o[1], o[2], o[3]]
 }
 
-fn group_peer(name: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        group: name.into(),
-        ..Default::default()
-    }
-}
-
-fn peered(name: &str, vpc: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        group: name.into(),
-        vpc: Some(VPCRef {
-            namespace: "t1".into(),
-            name: vpc.into(),
-        }),
-        ..Default::default()
-    }
-}
-
-fn cidr(c: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        cidr: c.into(),
-        ..Default::default()
-    }
-}
-
-fn sgport(p: &str, n: i32) -> SecurityGroupPort {
-    SecurityGroupPort {
-        protocol: p.into(),
-        port: n,
-    }
-}
-
-type Rules = Vec<(SecurityGroupPeer, Vec<SecurityGroupPort>)>;
-
-fn group(name: &str, vpc: &str, id: i32, ingress: Rules, egress: Rules) -> SecurityGroup {
-    SecurityGroup {
-        metadata: ObjectMeta {
-            namespace: Some("t1".into()),
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: SecurityGroupSpec {
-            vpc_ref: LocalVPCRef { name: vpc.into() },
-            ingress: ingress
-                .into_iter()
-                .map(|(from, ports)| SecurityGroupIngressRule { from, ports })
-                .collect(),
-            egress: egress
-                .into_iter()
-                .map(|(to, ports)| SecurityGroupEgressRule { to, ports })
-                .collect(),
-            ..Default::default()
-        },
-        status: Some(SecurityGroupStatus {
-            id,
-            ..Default::default()
-        }),
-    }
-}
-
-fn port_obj(name: &str, vpc: &str, addr: &str, groups: &[i32]) -> Port {
-    Port {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: PortSpec {
-            vpc_ref: VPCRef {
-                namespace: "t1".into(),
-                name: vpc.into(),
-            },
-            ip: addr.into(),
-            ..Default::default()
-        },
-        status: Some(PortStatus {
-            groups: groups.to_vec(),
-        }),
-    }
-}
-
-/// The fixed world: web admits app (TCP 80, ICMP echo), a CIDR of its VPC (TCP 443) and
-/// the peered VPC's group (TCP 8080); app may send to web (anything), anywhere (UDP 53)
-/// and to the peered group (TCP 5432); db admits nothing; the peered group admits app's
-/// TCP 5432 and may send TCP 8080 to web.
+/// The fixed world of `sgkit`, with the fixtures' nets.
 fn fixed() -> SgCompiler {
-    let mut c = SgCompiler::new();
-    c.set_vpc("t1", "va", VPC_A);
-    c.set_vpc("t1", "vb", VPC_B);
-    c.set_group(&group(
-        "web",
-        "va",
-        1,
-        vec![
-            (group_peer("app"), vec![sgport("TCP", 80), sgport("ICMP", 8)]),
-            (cidr("10.1.0.4/30"), vec![sgport("TCP", 443)]),
-            (peered("peer", "vb"), vec![sgport("TCP", 8080)]),
-        ],
-        vec![],
-    ));
-    c.set_group(&group(
-        "app",
-        "va",
-        2,
-        vec![],
-        vec![
-            (group_peer("web"), vec![]),
-            (cidr("0.0.0.0/0"), vec![sgport("UDP", 53)]),
-            (peered("peer", "vb"), vec![sgport("TCP", 5432)]),
-        ],
-    ));
-    c.set_group(&group("db", "va", 3, vec![], vec![]));
-    c.set_group(&group(
-        "peer",
-        "vb",
-        1,
-        vec![(peered("app", "va"), vec![sgport("TCP", 5432)])],
-        vec![(peered("web", "va"), vec![sgport("TCP", 8080)])],
-    ));
-    for (n, v, a, g) in [
-        ("web", "va", "10.1.0.2", &[1][..]),
-        ("app", "va", "10.1.0.3", &[2]),
-        ("free", "va", "10.1.0.4", &[]),
-        ("db", "va", "10.1.0.5", &[3]),
-        ("multi", "va", "10.1.0.6", &[1, 2]),
-        ("free2", "va", "10.1.0.7", &[]),
-        ("peer", "vb", "10.2.0.2", &[1]),
-        ("vfree", "vb", "10.2.0.3", &[]),
-    ] {
-        c.set_port(&port_obj(n, v, a, g));
-    }
-    c
+    sgkit::fixed(VPC_A, VPC_B)
 }
 
 /// `tunnel_groups`: the source's groups not carried, in VXLAN-GBP's policy id, in a
@@ -392,51 +238,6 @@ fn datapath_verdicts_equal_the_policy_crate_on_the_fixed_world() {
     finish(&dp, &tally, "fixed world");
 }
 
-/// Vocabulary of the random worlds.
-fn random_peer(r: &mut StdRng, vpc: &str) -> SecurityGroupPeer {
-    let other = if vpc == "va" { "vb" } else { "va" };
-    match r.random_range(0..7) {
-        0 => group_peer(["g1", "g2", "g3"].choose(r).unwrap()),
-        1 => group_peer("g1"),
-        2 => peered(["g1", "g2"].choose(r).unwrap(), other),
-        3 => cidr("10.1.0.0/29"),
-        4 => cidr("10.1.0.4/30"),
-        5 => cidr("10.2.0.0/24"),
-        _ => cidr("0.0.0.0/0"),
-    }
-}
-
-fn random_ports(r: &mut StdRng) -> Vec<SecurityGroupPort> {
-    let all = [
-        sgport("TCP", 80),
-        sgport("TCP", 0),
-        sgport("UDP", 53),
-        sgport("ICMP", 8),
-        sgport("ICMP", 0),
-        sgport("TCP", 5432),
-        sgport("TCP", 8080),
-    ];
-    match r.random_range(0..4) {
-        0 => vec![],
-        n => (0..n).map(|_| all.choose(r).unwrap().clone()).collect(),
-    }
-}
-
-fn random_group(r: &mut StdRng, name: &str, vpc: &str, id: i32) -> SecurityGroup {
-    let mut rules = || -> Rules {
-        (0..r.random_range(0..3))
-            .map(|_| (random_peer(r, vpc), random_ports(r)))
-            .collect()
-    };
-    let ingress = rules();
-    let egress = rules();
-    group(name, vpc, id, ingress, egress)
-}
-
-fn random_groups_of(r: &mut StdRng) -> Vec<i32> {
-    (1..=3).filter(|_| r.random_bool(0.4)).collect()
-}
-
 // Random worlds: three groups per VPC with random rules, random memberships; each step
 // changes one group's rules or one Port's groups through the compiler, and only the diff
 // is written (adds before removes); the table is emptied between steps, so every probe
@@ -456,9 +257,8 @@ fn datapath_verdicts_equal_the_policy_crate_on_random_worlds() {
     write(&mut dp, c.set_vpc("t1", "va", VPC_A));
     write(&mut dp, c.set_vpc("t1", "vb", VPC_B));
     for vpc in ["va", "vb"] {
-        for (i, g) in ["g1", "g2", "g3"].iter().enumerate() {
-            let sg = random_group(&mut r, g, vpc, i as i32 + 1);
-            write(&mut dp, c.set_group(&sg));
+        for i in 1..=3 {
+            write(&mut dp, c.set_group(&random_group(&mut r, vpc, i)));
         }
     }
     let mut t = Tables::default();
@@ -477,9 +277,8 @@ fn datapath_verdicts_equal_the_policy_crate_on_random_worlds() {
         probe_all(&mut dp, &t, &format!("step {step}"), &mut sport, &mut tally);
         t = if step % 2 == 0 {
             let vpc = ["va", "vb"].choose(&mut r).unwrap();
-            let i = r.random_range(0..3);
-            let sg = random_group(&mut r, ["g1", "g2", "g3"][i], vpc, i as i32 + 1);
-            write(&mut dp, c.set_group(&sg))
+            let i = r.random_range(1..=3);
+            write(&mut dp, c.set_group(&random_group(&mut r, vpc, i)))
         } else {
             let (n, v, a) = *EPS.choose(&mut r).unwrap();
             let groups = random_groups_of(&mut r);

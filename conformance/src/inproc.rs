@@ -66,8 +66,10 @@ impl InProc {
             .expect("initial namespaces");
         let core: Vec<Arc<dyn Resource>> = vec![namespaces.clone()];
         let state = AppState::with_core(kinds.clone(), core, storage.clone(), true, MAX_BODY);
-        let admission =
-            Arc::new(Admission::new(Arc::new(AlwaysAllow)).with_local_namespaces(namespaces.clone()));
+        let admission = Arc::new(
+            Admission::new(Arc::new(AlwaysAllow))
+                .with_local_namespaces(namespaces.clone(), Some(state.core[0].clone())),
+        );
         let tasks = vec![
             cozyplane_apiserver::controllers::start(state.kinds.clone(), state.caches.clone(), storage, None),
             registry::namespace::controller::start(namespaces, state.core[0].clone(), kinds),

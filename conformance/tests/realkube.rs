@@ -68,6 +68,10 @@ fn tests() -> Vec<(&'static str, Test)> {
             tenancy::virtual_verbs,
         ),
         (
+            "trace_with_kubectl_create_raw_in_its_namespace_and_forbidden_in_another",
+            tenancy::trace,
+        ),
+        (
             "resourcequota_count_vpcs_limits_creates_and_reports_usage",
             tenancy::quota,
         ),

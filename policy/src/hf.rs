@@ -2,14 +2,24 @@
 //! `sdn_pol_rules` (layer HF), `sdn_pol_cidrs` (scope 0) and the armed flags out.
 //!
 //! Stateful: only a flow's first packet meets these rules, replies pass by the connection
-//! table. Exempt by the datapath before any rule (docs/policy.md): the tunnel port from
+//! table.
+//!
+//! Lockout protection: a restricted direction always admits TCP to the API server's port
+//! ([`API_SERVER_PORT`]: into the node on ingress, out of it on egress), the way host
+//! firewalls keep failsafe ports, unless a firewall selecting the node carries
+//! [`ALLOW_LOCKOUT_ANNOTATION`]` = "true"`. The agents learn of a firewall and of its removal
+//! through the API server, so a rule set that cut a node off from it could not be lifted
+//! there; rule sets that would are therefore not refused but cannot take that port without the
+//! explicit override. Exempt by the datapath before any rule (docs/policy.md): the tunnel port from
 //! known nodes, ICMP errors of known flows, IPv6 neighbour discovery and link-local
 //! traffic, the node to its own pods.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use cozyplane_apis::v1alpha1::{HostFirewall, HostFirewallPeer, HostFirewallPort};
+use cozyplane_apis::v1alpha1::{
+    ALLOW_LOCKOUT_ANNOTATION, API_SERVER_PORT, HostFirewall, HostFirewallPeer, HostFirewallPort,
+};
 
 use crate::cidr::{Block, Prefix};
 use crate::classes::{self, Contrib, WHOLE};
@@ -48,6 +58,17 @@ pub struct HfCompiler {
     firewalls: BTreeMap<String, HostFirewall>,
     out: Tables,
     warnings: Vec<Warning>,
+}
+
+/// The name the failsafe rules' ids are made from (no HostFirewall has an empty name).
+const FAILSAFE: &str = "";
+
+fn allows_lockout(hf: &HostFirewall) -> bool {
+    hf.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALLOW_LOCKOUT_ANNOTATION))
+        .is_some_and(|v| v == "true")
 }
 
 /// A rule's id: stable, nonzero.
@@ -107,6 +128,7 @@ impl HfCompiler {
         self.warnings.clear();
         let mut warnings = Vec::new();
         let mut flags = 0;
+        let mut lockout_allowed = false;
         let mut rules: Vec<RawRule> = Vec::new();
         for (name, hf) in &self.firewalls {
             let object = format!("HostFirewall {name}");
@@ -124,6 +146,7 @@ impl HfCompiler {
                     continue;
                 }
             }
+            lockout_allowed |= allows_lockout(hf);
             let types: Vec<&str> = if hf.spec.policy_types.is_empty() {
                 let mut t = vec!["Ingress"];
                 if !hf.spec.egress.is_empty() {
@@ -195,6 +218,19 @@ impl HfCompiler {
                     .collect()
             };
             parsed.push((rule_id(name, *dir, *i), *dir, blocks, specs));
+        }
+        if !lockout_allowed {
+            let api = ports::blocks(API_SERVER_PORT, API_SERVER_PORT);
+            for (flag, dir) in [(POL_F_HF_INGRESS, Dir::Ingress), (POL_F_HF_EGRESS, Dir::Egress)] {
+                if flags & flag != 0 {
+                    parsed.push((
+                        rule_id(FAILSAFE, dir, 0),
+                        dir,
+                        None,
+                        vec![(proto::TCP, api.clone())],
+                    ));
+                }
+            }
         }
         let all_blocks: Vec<&Block> = parsed
             .iter()

@@ -18,8 +18,24 @@ use crate::error::{Reason, Warning};
 use crate::identity;
 use crate::model::{CidrKey, Diff, Dir, Layer, MapDiff, RuleKey, RuleVal, Tables, proto};
 use crate::ports::{self, PortBlock, ProtoBlocks};
+use crate::verdict::PeerMatch;
 
 type ObjKey = (String, String);
+
+/// A rule of a SecurityGroup: `namespace/name spec.<dir>[index]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleRef {
+    /// The group's namespace.
+    pub namespace: String,
+    /// The group's name.
+    pub name: String,
+    /// The group's VPC (in the same namespace).
+    pub vpc: String,
+    /// `spec.ingress` or `spec.egress`.
+    pub dir: Dir,
+    /// The index in that list.
+    pub index: usize,
+}
 /// `sdn_sg_members` entries: `(net, address)` → groups.
 type Members = BTreeMap<(u32, IpAddr), u64>;
 
@@ -98,6 +114,85 @@ impl SgCompiler {
     pub fn remove_vpc(&mut self, ns: &str, name: &str) -> Diff {
         self.vpcs.remove(&(ns.to_string(), name.to_string()));
         self.refresh_vpcs()
+    }
+
+    /// A compiler holding `vpcs` (`(namespace, name, net)`), `groups` and `ports`, compiled
+    /// once: the same tables as feeding them one by one (in any order), without recompiling
+    /// a partition per group.
+    pub fn build<'a>(
+        vpcs: impl IntoIterator<Item = (String, String, u32)>,
+        groups: impl IntoIterator<Item = &'a SecurityGroup>,
+        ports: impl IntoIterator<Item = &'a Port>,
+    ) -> Self {
+        let mut c = Self::new();
+        c.vpcs = vpcs
+            .into_iter()
+            .map(|(ns, name, net)| ((ns, name), net))
+            .collect();
+        c.groups = groups.into_iter().map(|g| (obj_key(g), g.clone())).collect();
+        c.recompile_all();
+        for p in ports {
+            c.set_port(p);
+        }
+        c
+    }
+
+    /// The rule of group `group` of net `net` that admits `peer` (in `peer_groups`) in
+    /// direction `dir` on `proto`/`port`, found the way [`verdict::sg_detail`] found the
+    /// group (`how`: by the peer's groups or by its CIDR class): the first such rule of the
+    /// group in the order of its spec. The compiled entry records only the lowest id of the
+    /// rules merged into it, which need not be one that names this peer; this names one
+    /// that does.
+    ///
+    /// [`verdict::sg_detail`]: crate::verdict::sg_detail
+    #[expect(clippy::too_many_arguments, reason = "a verdict's fields")]
+    pub fn explain(
+        &self,
+        net: u32,
+        dir: Dir,
+        group: u32,
+        how: PeerMatch,
+        peer: (u32, IpAddr, u64),
+        proto: u8,
+        port: u16,
+    ) -> Option<RuleRef> {
+        let (peer_net, peer_ip, peer_groups) = peer;
+        self.groups
+            .iter()
+            .filter(|(_, g)| {
+                self.net_of_group(g) == Some(net) && g.status.as_ref().map_or(0, |s| s.id) == group as i32
+            })
+            .find_map(|(key, g)| {
+                let rules: Vec<(&SecurityGroupPeer, &Vec<SecurityGroupPort>)> = match dir {
+                    Dir::Ingress => g.spec.ingress.iter().map(|r| (&r.from, &r.ports)).collect(),
+                    Dir::Egress => g.spec.egress.iter().map(|r| (&r.to, &r.ports)).collect(),
+                };
+                rules.into_iter().enumerate().find_map(|(index, (p, list))| {
+                    let peer_ok = match how {
+                        PeerMatch::Token => {
+                            !p.group.is_empty()
+                                && self.resolve_group(p, &key.0).is_some_and(|(pn, pid)| {
+                                    pn == peer_net && peer_groups & (1u64 << pid) != 0
+                                })
+                        }
+                        PeerMatch::Class(_) => {
+                            p.group.is_empty() && p.cidr.parse::<Prefix>().is_ok_and(|c| c.contains(peer_ip))
+                        }
+                        PeerMatch::Any => false,
+                    };
+                    let specs = port_specs(list).unwrap_or_else(|_| port_specs_ok(list));
+                    let port_ok = specs
+                        .iter()
+                        .any(|(pr, blocks)| *pr == proto && blocks.iter().any(|b| b.contains(port)));
+                    (peer_ok && port_ok).then(|| RuleRef {
+                        namespace: key.0.clone(),
+                        name: key.1.clone(),
+                        vpc: g.spec.vpc_ref.name.clone(),
+                        dir,
+                        index,
+                    })
+                })
+            })
     }
 
     /// Where rule `id` is (`SecurityGroup ns/name spec.ingress[i]`), for the trace.

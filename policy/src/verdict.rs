@@ -97,8 +97,47 @@ pub fn class_of(t: &Tables, scope: u32, layer: Layer, ip: IpAddr) -> Option<u32>
     })
 }
 
+/// Which of the three peer lookups admitted: the peer's own token, its CIDR class, any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerMatch {
+    /// The peer's own token (SG: its net and groups; NP: its identity).
+    Token,
+    /// The peer's CIDR class in the subject's scope.
+    Class(u32),
+    /// The "any peer" entry.
+    Any,
+}
+
 /// The three peer lookups of an identity-less or identity-carrying peer: its own token (if
-/// any), its CIDR class (if any), any.
+/// any), its CIDR class (if any), any. Returns the admitting rule and the lookup that found it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the key's fields, as the datapath fills them"
+)]
+fn admit_by(
+    t: &Tables,
+    layer: Layer,
+    dir: Dir,
+    net: u32,
+    subject: u32,
+    token: Option<(u32, u64)>,
+    peer_ip: IpAddr,
+    proto: u8,
+    port: u16,
+) -> Option<(u32, PeerMatch)> {
+    let class = class_of(t, net, layer, peer_ip).map(|c| (PEER_CLASS | c, ALL, PeerMatch::Class(c)));
+    token
+        .map(|(p, w)| (p, w, PeerMatch::Token))
+        .into_iter()
+        .chain(class)
+        .chain([(PEER_ANY, ALL, PeerMatch::Any)])
+        .find_map(|(peer, want, how)| {
+            lookup(t, layer, dir, net, subject, peer, proto, port)
+                .filter(|v| v.peers & want != 0)
+                .map(|v| (v.rule, how))
+        })
+}
+
 #[expect(
     clippy::too_many_arguments,
     reason = "the key's fields, as the datapath fills them"
@@ -114,17 +153,8 @@ fn admit(
     proto: u8,
     port: u16,
 ) -> Check {
-    let class = class_of(t, net, layer, peer_ip).map(|c| (PEER_CLASS | c, ALL));
-    token
-        .into_iter()
-        .chain(class)
-        .chain([(PEER_ANY, ALL)])
-        .find_map(|(peer, want)| {
-            lookup(t, layer, dir, net, subject, peer, proto, port)
-                .filter(|v| v.peers & want != 0)
-                .map(|v| Check::Rule(v.rule))
-        })
-        .unwrap_or(Check::Denied)
+    admit_by(t, layer, dir, net, subject, token, peer_ip, proto, port)
+        .map_or(Check::Denied, |(r, _)| Check::Rule(r))
 }
 
 /// NetworkPolicy: may `src` open a flow to `dst` on `proto`/`port` (ICMP: `type << 8 |
@@ -157,29 +187,76 @@ pub struct Endpoint {
     pub ip: IpAddr,
 }
 
+/// One direction of a SecurityGroup verdict, with what decided it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SgCheck {
+    /// The outcome, as [`sg`] gives it.
+    pub check: Check,
+    /// The subject's groups (`sdn_sg_members`; 0: ungrouped, open).
+    pub groups: u64,
+    /// The admitting group of the subject (the first, in id order, as the datapath's loop)
+    /// and the lookup that found its rule; `None` unless admitted.
+    pub by: Option<(u32, PeerMatch)>,
+}
+
+/// A SecurityGroup verdict with its deciding groups: the trace API's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SgDetail {
+    /// The source's egress.
+    pub egress: SgCheck,
+    /// The destination's ingress.
+    pub ingress: SgCheck,
+}
+
+impl SgDetail {
+    /// The plain verdict.
+    pub fn verdict(&self) -> Verdict {
+        Verdict {
+            egress: self.egress.check,
+            ingress: self.ingress.check,
+        }
+    }
+}
+
 /// SecurityGroups: may `src` open a flow to `dst`? Groups come from `sdn_sg_members`
 /// (across nodes, the tunnel option carries the source's, with the same value). A side
 /// with no groups is open in its direction; an address outside every VPC (north-south) is
 /// given with the net of the side it talks to and no groups.
 pub fn sg(t: &Tables, src: Endpoint, dst: Endpoint, proto: u8, port: u16) -> Verdict {
+    sg_detail(t, src, dst, proto, port).verdict()
+}
+
+/// [`sg`] with what decided each direction: the subject's groups, and for an admitted
+/// direction the group whose rule admitted it and which peer lookup matched.
+pub fn sg_detail(t: &Tables, src: Endpoint, dst: Endpoint, proto: u8, port: u16) -> SgDetail {
     let groups = |e: Endpoint| t.sg_members.get(&(e.net, e.ip)).copied().unwrap_or(0);
     let check = |dir: Dir, me: Endpoint, peer: Endpoint| {
         let mine = groups(me);
         if mine == 0 {
-            return Check::Open;
+            return SgCheck {
+                check: Check::Open,
+                groups: 0,
+                by: None,
+            };
         }
         let theirs = groups(peer);
-        let mut result = Check::Denied;
-        for g in (1..63u32).filter(|g| mine & (1 << g) != 0) {
-            let token = (theirs != 0).then_some((peer.net, theirs));
-            if let Check::Rule(r) = admit(t, Layer::Sg, dir, me.net, g, token, peer.ip, proto, port) {
-                result = Check::Rule(r);
-                break;
-            }
-        }
-        result
+        let token = (theirs != 0).then_some((peer.net, theirs));
+        (1..63u32)
+            .filter(|g| mine & (1 << g) != 0)
+            .find_map(|g| {
+                admit_by(t, Layer::Sg, dir, me.net, g, token, peer.ip, proto, port).map(|(r, how)| SgCheck {
+                    check: Check::Rule(r),
+                    groups: mine,
+                    by: Some((g, how)),
+                })
+            })
+            .unwrap_or(SgCheck {
+                check: Check::Denied,
+                groups: mine,
+                by: None,
+            })
     };
-    Verdict {
+    SgDetail {
         egress: check(Dir::Egress, src, dst),
         ingress: check(Dir::Ingress, dst, src),
     }

@@ -216,3 +216,34 @@ fn refused_constructs_allow_nothing_and_are_reported() {
         assert!(!inbound(&c, src, "10.10.0.1", pr, port), "{pr}/{port} widened");
     }
 }
+
+#[test]
+fn restricted_directions_keep_the_api_server_port_unless_overridden() {
+    use cozyplane_apis::v1alpha1::ALLOW_LOCKOUT_ANNOTATION;
+    // Both directions closed, no rule at all.
+    let closed = || fw("closed", &["Ingress", "Egress"], vec![], vec![]);
+    let mut c = HfCompiler::new(node("worker"));
+    c.set_firewall(&closed());
+    assert_eq!(c.tables().state_flags, POL_F_HF_INGRESS | POL_F_HF_EGRESS);
+    for (src, dst) in [("192.0.2.7", "10.10.0.1"), ("2001:db8::7", "fd00::1")] {
+        assert!(inbound(&c, src, dst, proto::TCP, 6443), "failsafe in: {src}");
+        assert!(!inbound(&c, src, dst, proto::TCP, 22), "closed in: {src}");
+        assert!(!inbound(&c, src, dst, proto::UDP, 6443), "TCP only: {src}");
+        assert!(inbound(&c, dst, src, proto::TCP, 6443), "failsafe out: {src}");
+        assert!(!inbound(&c, dst, src, proto::TCP, 443), "closed out: {src}");
+    }
+    // The override on any firewall selecting the node turns the failsafe off.
+    let mut over = fw("over", &["Ingress"], vec![], vec![]);
+    over.metadata.annotations = Some([(ALLOW_LOCKOUT_ANNOTATION.to_string(), "true".to_string())].into());
+    let d = c.set_firewall(&over);
+    assert!(d.narrows(), "losing the failsafe narrows");
+    assert!(!inbound(&c, "192.0.2.7", "10.10.0.1", proto::TCP, 6443));
+    assert!(!inbound(&c, "10.10.0.1", "192.0.2.7", proto::TCP, 6443));
+    c.remove_firewall("over");
+    assert!(inbound(&c, "192.0.2.7", "10.10.0.1", proto::TCP, 6443));
+    // An unarmed direction has no failsafe entry: it is open anyway.
+    let mut c = HfCompiler::new(node("worker"));
+    c.set_firewall(&fw("in", &["Ingress"], vec![], vec![]));
+    assert_eq!(c.tables().state_flags, POL_F_HF_INGRESS);
+    assert!(inbound(&c, "10.10.0.1", "192.0.2.7", proto::UDP, 53));
+}

@@ -3,102 +3,20 @@
 //! CIDR, per protocol and port, ICMP by type; ungrouped endpoints stay open; a Port's
 //! relabel rewrites only its member entry; refused constructs allow nothing.
 
+mod sgkit;
+
 use std::net::IpAddr;
 
-use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupEgressRule,
-    SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
-    VPCRef,
-};
+use cozyplane_apis::v1alpha1::SecurityGroup;
 use cozyplane_policy::model::proto;
 use cozyplane_policy::sg::SgCompiler;
 use cozyplane_policy::verdict::{self, Endpoint};
 use cozyplane_policy::{Reason, Tables};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
+use sgkit::{cidr, group, group_peer, peered, port_obj, sgport as port};
 
 const VA: u32 = 100;
 const VB: u32 = 200;
-
-fn group_peer(name: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        group: name.into(),
-        ..Default::default()
-    }
-}
-
-fn peered(name: &str, vpc: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        group: name.into(),
-        vpc: Some(VPCRef {
-            namespace: "t1".into(),
-            name: vpc.into(),
-        }),
-        ..Default::default()
-    }
-}
-
-fn cidr(c: &str) -> SecurityGroupPeer {
-    SecurityGroupPeer {
-        cidr: c.into(),
-        ..Default::default()
-    }
-}
-
-fn port(p: &str, n: i32) -> SecurityGroupPort {
-    SecurityGroupPort {
-        protocol: p.into(),
-        port: n,
-    }
-}
-
-type Rules = Vec<(SecurityGroupPeer, Vec<SecurityGroupPort>)>;
-
-fn group(name: &str, vpc: &str, id: i32, ingress: Rules, egress: Rules) -> SecurityGroup {
-    SecurityGroup {
-        metadata: ObjectMeta {
-            namespace: Some("t1".into()),
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: SecurityGroupSpec {
-            vpc_ref: LocalVPCRef { name: vpc.into() },
-            ingress: ingress
-                .into_iter()
-                .map(|(from, ports)| SecurityGroupIngressRule { from, ports })
-                .collect(),
-            egress: egress
-                .into_iter()
-                .map(|(to, ports)| SecurityGroupEgressRule { to, ports })
-                .collect(),
-            ..Default::default()
-        },
-        status: Some(SecurityGroupStatus {
-            id,
-            ..Default::default()
-        }),
-    }
-}
-
-fn port_obj(name: &str, vpc: &str, ip: &str, groups: &[i32]) -> Port {
-    Port {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: PortSpec {
-            vpc_ref: VPCRef {
-                namespace: "t1".into(),
-                name: vpc.into(),
-            },
-            ip: ip.into(),
-            ..Default::default()
-        },
-        status: Some(PortStatus {
-            groups: groups.to_vec(),
-        }),
-    }
-}
 
 fn web() -> SecurityGroup {
     group(
@@ -339,6 +257,104 @@ fn order_of_arrival_does_not_matter_and_rules_are_named() {
         panic!("admitted by a rule");
     };
     assert_eq!(c.rule_name(id), Some("SecurityGroup t1/web spec.ingress[1]"));
+}
+
+#[test]
+fn build_compiles_the_same_tables_as_feeding_one_by_one() {
+    let vpcs = [
+        (sgkit::NS.to_string(), "va".to_string(), VA),
+        (sgkit::NS.to_string(), "vb".to_string(), VB),
+    ];
+    let built = SgCompiler::build(vpcs, &sgkit::fixed_groups(), &sgkit::fixed_ports());
+    assert_eq!(built.tables(), sgkit::fixed(VA, VB).tables());
+}
+
+#[test]
+fn explain_names_the_rule_that_admits_this_peer() {
+    // Two rules of web admit TCP 80, from app and from db: the compiled entry merges them and
+    // keeps the lowest id, whichever peer it names; explain names the peer's own rule.
+    let mut c = SgCompiler::new();
+    c.set_vpc("t1", "va", VA);
+    c.set_group(&group(
+        "web",
+        "va",
+        1,
+        vec![
+            (group_peer("app"), vec![port("TCP", 80)]),
+            (group_peer("db"), vec![port("TCP", 80)]),
+            (cidr("10.1.0.0/24"), vec![port("UDP", 53)]),
+        ],
+        vec![],
+    ));
+    c.set_group(&group("app", "va", 2, vec![], vec![(cidr("0.0.0.0/0"), vec![])]));
+    c.set_group(&group("db", "va", 3, vec![], vec![(cidr("0.0.0.0/0"), vec![])]));
+    for (n, ip, g) in [
+        ("p-web", "10.1.0.2", 1),
+        ("p-app", "10.1.0.3", 2),
+        ("p-db", "10.1.0.5", 3),
+    ] {
+        c.set_port(&port_obj(n, "va", ip, &[g]));
+    }
+    let t = c.tables();
+    for (src, groups, want) in [("10.1.0.3", 1u64 << 2, 0), ("10.1.0.5", 1 << 3, 1)] {
+        let d = verdict::sg_detail(&t, ep(VA, src), ep(VA, "10.1.0.2"), proto::TCP, 80);
+        assert!(d.verdict().allowed());
+        let (g, how) = d.ingress.by.expect("admitted by a group");
+        assert_eq!(g, 1);
+        let r = c
+            .explain(
+                VA,
+                cozyplane_policy::Dir::Ingress,
+                g,
+                how,
+                (VA, src.parse().unwrap(), groups),
+                proto::TCP,
+                80,
+            )
+            .expect("a rule");
+        assert_eq!((r.name.as_str(), r.index), ("web", want), "{src}");
+    }
+    let d = verdict::sg_detail(&t, ep(VA, "10.1.0.3"), ep(VA, "10.1.0.2"), proto::UDP, 53);
+    let (g, how) = d.ingress.by.unwrap();
+    assert!(matches!(how, verdict::PeerMatch::Class(_)), "{how:?}");
+    let r = c.explain(
+        VA,
+        cozyplane_policy::Dir::Ingress,
+        g,
+        how,
+        (VA, "10.1.0.3".parse().unwrap(), 1 << 2),
+        proto::UDP,
+        53,
+    );
+    assert_eq!(r.map(|r| r.index), Some(2), "by CIDR");
+}
+
+#[test]
+fn every_admitted_direction_of_the_fixed_world_is_explained() {
+    let c = sgkit::fixed(VA, VB);
+    let t = c.tables();
+    let net = |v: &str| if v == "va" { VA } else { VB };
+    let mut explained = 0;
+    for (_, sv, sa) in sgkit::EPS {
+        for (_, dv, da) in sgkit::EPS {
+            for (pr, p) in sgkit::PROBES {
+                let (s, d) = (ep(net(sv), sa), ep(net(dv), da));
+                let v = verdict::sg_detail(&t, s, d, pr, p);
+                for (dir, k, me, peer) in [
+                    (cozyplane_policy::Dir::Egress, v.egress, s, d),
+                    (cozyplane_policy::Dir::Ingress, v.ingress, d, s),
+                ] {
+                    if let Some((g, how)) = k.by {
+                        let theirs = t.sg_members.get(&(peer.net, peer.ip)).copied().unwrap_or(0);
+                        let r = c.explain(me.net, dir, g, how, (peer.net, peer.ip, theirs), pr, p);
+                        assert!(r.is_some_and(|r| r.dir == dir), "{sa} -> {da} {pr}/{p} {dir:?}");
+                        explained += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(explained > 20, "{explained}");
 }
 
 /// A random group of VPC va or vb: rules by local group, peered group, CIDR.

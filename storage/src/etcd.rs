@@ -17,6 +17,8 @@ use etcd_client::{
 };
 use tokio::sync::mpsc;
 
+mod lease;
+
 use crate::progress::ProgressTicker;
 use crate::{
     Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Summary, Txn,
@@ -67,6 +69,7 @@ pub struct EtcdStore {
     client: Client,
     kv: KvClient,
     watch: WatchClient,
+    holds: lease::Holds,
 }
 
 /// The largest response we accept. gRPC's 4 MiB default is far below a list of a few thousand
@@ -109,7 +112,12 @@ impl EtcdStore {
         let watch = client
             .watch_client()
             .max_decoding_message_size(MAX_RESPONSE_BYTES);
-        Ok(Self { client, kv, watch })
+        Ok(Self {
+            client,
+            kv,
+            watch,
+            holds: lease::Holds::default(),
+        })
     }
 
     /// The underlying client, for callers that need etcd features beyond the trait (leases
@@ -413,6 +421,10 @@ impl Storage for EtcdStore {
             .await
             .map_err(Error::unavailable)?;
         Ok(())
+    }
+
+    async fn hold(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        self.hold_with_lease(key, holder, ttl).await
     }
 
     fn backend(&self) -> &'static str {

@@ -86,6 +86,7 @@ mod config;
 pub mod embedded;
 mod error;
 pub mod etcd;
+mod hold;
 mod key;
 mod progress;
 #[cfg(feature = "test-util")]
@@ -240,6 +241,16 @@ pub trait Storage: Send + Sync + 'static {
                 None => return Ok(sum),
             }
         }
+    }
+
+    /// Takes or keeps `key` for `holder`: `true` while `holder` holds it. A hold lapses `ttl`
+    /// after its last renewal (a call that returned `true`); then another holder may take it.
+    /// Leader election calls this every few seconds from each candidate.
+    ///
+    /// The default keeps the expiry in the key and renews it by compare-and-swap, a write per
+    /// renewal; etcd binds the key to a lease and renews with keep-alives, which write nothing.
+    async fn hold(&self, key: &str, holder: &str, ttl: std::time::Duration) -> Result<bool> {
+        hold::by_compare_and_swap(self, key, holder, ttl).await
     }
 
     /// Stream changes of `key` (or of every key under it, if `opts.prefix`).

@@ -99,6 +99,7 @@ pub fn cases() -> Vec<Case> {
         case!(watch_from_a_compacted_revision_ends_with_gone, exclusive),
         case!(watch_sends_progress_notifications_with_the_current_revision),
         case!(health_and_current_revision_answer),
+        case!(hold_admits_one_holder_until_it_lapses),
     ]
 }
 
@@ -1078,4 +1079,41 @@ impl Drop for EtcdServer {
 
 fn etcd_binary() -> String {
     std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into())
+}
+
+async fn hold_admits_one_holder_until_it_lapses(cx: Ctx) {
+    let key = cx.key("leader");
+    let ttl = Duration::from_secs(1);
+    assert!(
+        cx.store.hold(&key, "a", ttl).await.unwrap(),
+        "a free key is taken"
+    );
+    assert!(
+        !cx.store.hold(&key, "b", ttl).await.unwrap(),
+        "a held key is not shared"
+    );
+    let before = cx.store.get(&key).await.unwrap();
+    assert!(cx.store.hold(&key, "a", ttl).await.unwrap(), "the holder renews");
+    let after = cx.store.get(&key).await.unwrap();
+    if cx.store.backend() == "etcd" {
+        // A lease keep-alive: the key (and etcd's revision) did not move.
+        assert_eq!(after.mod_revision, before.mod_revision);
+    } else {
+        assert!(after.mod_revision > before.mod_revision);
+    }
+    // a stops renewing: its hold lapses (etcd rounds a lease up to its minimum TTL) and b
+    // takes the key.
+    let deadline = tokio::time::Instant::now() + HANG;
+    while !cx.store.hold(&key, "b", ttl).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lapsed hold was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !cx.store.hold(&key, "a", ttl).await.unwrap(),
+        "a lost the key to b"
+    );
+    assert!(cx.store.hold(&key, "b", ttl).await.unwrap());
 }

@@ -200,11 +200,12 @@ impl AgentState {
         let netdev = NetDev::new()?;
         let underlay = netdev.underlay_mtu(cfg.underlay_dev.as_deref()).await?;
         // The tunnel's outer family is this node's tunnel address's.
-        let overhead = cfg.tunnel.overhead(cfg.node_ip);
+        let overhead = cfg.tunnel.overhead(cfg.node_ip) + cfg.tunnel.groups_overhead(cfg.tunnel_groups);
         let mtu = underlay.saturating_sub(overhead).max(576);
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
             dnat_mark: cfg.dnat_mark,
+            tunnel_groups: cfg.tunnel.groups_knob(cfg.tunnel_groups),
             ..DatapathConfig::default()
         };
         let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
@@ -232,7 +233,13 @@ impl AgentState {
             [0x02, 0xcf, o[0], o[1], o[2], o[3]]
         });
         let tunnel = netdev
-            .ensure_tunnel(cfg.tunnel, &cfg.tunnel_dev, port, mtu, dev_mac)
+            .ensure_tunnel(
+                (cfg.tunnel, cfg.tunnel_groups),
+                &cfg.tunnel_dev,
+                port,
+                mtu,
+                dev_mac,
+            )
             .await?;
         let dp_cfg = DatapathConfig {
             tunnel_ifindex: tunnel.index,
@@ -249,6 +256,8 @@ impl AgentState {
             "datapath loaded"
         );
         datapath.attach_overlay(&cfg.tunnel_dev)?;
+        // The node's own traffic to other nodes' pods leaves through the tunnel device.
+        datapath.attach_host_out(&cfg.tunnel_dev)?;
         crate::uplink::setup(&mut datapath, &netdev, cfg, &block).await?;
         crate::datapath::netfilter::install(dp_cfg.dnat_mark, HOST_VETH_PREFIX).await?;
         let mut ipam = Ipam::open(&cfg.state_dir, block)?;

@@ -176,6 +176,13 @@ impl Datapath {
         self.attach(&programs::FROM_UPLINK, dev, TcAttachType::Ingress)
     }
 
+    /// Attach `sdn_host_out` (the HostFirewall's egress hook) to `dev`'s egress: the uplink's
+    /// and the tunnel device's (how the node reaches other nodes' pods). A pinned TCX link,
+    /// like the ingress hooks'.
+    pub fn attach_host_out(&mut self, dev: &str) -> Result<AttachOutcome, LoadError> {
+        self.attach(&programs::HOST_OUT, dev, TcAttachType::Egress)
+    }
+
     /// Remove the link pins of `dev` (a pod's filters go with its veth; pins are left only
     /// by agents that attached pods with TCX). Absent pins are fine (idempotent DEL).
     pub fn detach(&self, dev: &str) -> Result<(), LoadError> {

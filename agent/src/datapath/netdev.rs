@@ -28,12 +28,10 @@ use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, Li
 use netlink_packet_route::neighbour::NeighbourState;
 use netlink_packet_route::route::{
     RouteAttribute, RouteFlags, RouteIp6Tunnel, RouteIp6TunnelFlags, RouteIpTunnel, RouteLwEnCapType,
-    RouteLwTunnelEncap, RouteScope,
+    RouteLwTunnelEncap, RouteLwTunnelOpt, RouteScope, RouteVxlanOpt,
 };
 use nix::sched::{CloneFlags, setns};
-use rtnetlink::{Handle, LinkGeneve, LinkUnspec, LinkVeth, LinkVxlan, RouteMessageBuilder, new_connection};
-
-use crate::config::TunnelKind;
+use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder, new_connection};
 
 /// The gateway every pod routes through (`DatapathConfig::gw_ipv4`).
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
@@ -65,13 +63,13 @@ pub enum NetdevError {
     Missing(String),
 }
 
-fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetdevError {
+pub(super) fn nl(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> NetdevError {
     let what = what.into();
     move |source| NetdevError::Netlink { what, source }
 }
 
 /// Whether a netlink error means "no such object" (ENODEV, ENOENT, ESRCH).
-fn is_not_found(e: &rtnetlink::Error) -> bool {
+pub(super) fn is_not_found(e: &rtnetlink::Error) -> bool {
     matches!(e, rtnetlink::Error::NetlinkError(m)
         if m.code.is_some_and(|c| [nix::libc::ENODEV, nix::libc::ENOENT, nix::libc::ESRCH].contains(&-c.get())))
 }
@@ -89,7 +87,7 @@ pub struct LinkInfo {
     pub up: bool,
 }
 
-fn link_info(m: &LinkMessage) -> LinkInfo {
+pub(super) fn link_info(m: &LinkMessage) -> LinkInfo {
     let mut info = LinkInfo {
         index: m.header.index,
         mtu: 0,
@@ -187,51 +185,6 @@ impl NetDev {
             }
         }
         Ok(1500)
-    }
-
-    /// Create (or adopt) the collect-metadata tunnel device `name` with MAC `mac`, NOARP,
-    /// and bring it up.
-    pub async fn ensure_tunnel(
-        &self,
-        kind: TunnelKind,
-        name: &str,
-        port: u16,
-        mtu: u32,
-        mac: [u8; 6],
-    ) -> Result<LinkInfo, NetdevError> {
-        if self.link(name).await?.is_none() {
-            let msg = match kind {
-                TunnelKind::Vxlan => LinkVxlan::new(name, 0)
-                    .port(port)
-                    .collect_metadata(true)
-                    .learning(false)
-                    .build(),
-                TunnelKind::Geneve => LinkGeneve::new(name, 0).port(port).collect_metadata().build(),
-            };
-            in_turn(self.h.link().add(msg).execute())
-                .await
-                .map_err(nl(format!(
-                    "create {kind:?} device {name} (is the kernel module available?)"
-                )))?;
-        }
-        let l = self
-            .link(name)
-            .await?
-            .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))?;
-        let configure = LinkUnspec::new_with_index(l.index)
-            .mtu(mtu)
-            .address(mac.to_vec())
-            // No ARP: host-routed frames into the tunnel (remote pod routes) get the device's
-            // own MAC as destination; the receiving program ignores it.
-            .arp(false)
-            .up()
-            .build();
-        in_turn(self.h.link().set(configure).execute())
-            .await
-            .map_err(nl(format!("configure {name}")))?;
-        self.link(name)
-            .await?
-            .ok_or_else(|| NetdevError::Missing(format!("{name} vanished")))
     }
 
     /// The names of this netns's links that start with `prefix`.
@@ -354,6 +307,9 @@ impl NetDev {
                     RouteLwTunnelEncap::Ip(RouteIpTunnel::Id(u64::from(vni))),
                     RouteLwTunnelEncap::Ip(RouteIpTunnel::Destination(node)),
                 ]));
+                if super::tunnel::routes_need_gbp_none() {
+                    push_encap(&mut msg, RouteLwTunnelEncap::Ip(RouteIpTunnel::Opts(gbp_none())));
+                }
             }
             IpAddr::V6(node) => {
                 msg.attributes
@@ -367,6 +323,12 @@ impl NetDev {
                         RouteIp6TunnelFlags::Key | RouteIp6TunnelFlags::Checksum,
                     )),
                 ]));
+                if super::tunnel::routes_need_gbp_none() {
+                    push_encap(
+                        &mut msg,
+                        RouteLwTunnelEncap::Ip6(RouteIp6Tunnel::Opts(gbp_none())),
+                    );
+                }
             }
         }
         in_turn(self.h.route().add(msg).replace().execute())
@@ -474,7 +436,7 @@ pub async fn rtnl_turn() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 /// Runs one RTNL-taking request in its turn ([`rtnl_turn`]).
-async fn in_turn<T>(request: impl Future<Output = T>) -> T {
+pub(super) async fn in_turn<T>(request: impl Future<Output = T>) -> T {
     let _turn = rtnl_turn().await;
     request.await
 }
@@ -541,6 +503,21 @@ pub struct PodSide {
 }
 
 /// A route to another node's block out of the tunnel device.
+/// A VXLAN option with policy id 0 ("groups not carried"), for routes into a `gbp` device.
+fn gbp_none() -> Vec<RouteLwTunnelOpt> {
+    vec![RouteLwTunnelOpt::Vxlan(vec![RouteVxlanOpt::Gbp(0)])]
+}
+
+/// Appends `e` to the route's `RTA_ENCAP`.
+fn push_encap(msg: &mut netlink_packet_route::route::RouteMessage, e: RouteLwTunnelEncap) {
+    for a in &mut msg.attributes {
+        if let RouteAttribute::Encap(v) = a {
+            v.push(e);
+            return;
+        }
+    }
+}
+
 fn block_route(tunnel: u32, block: IpAddr, len: u8) -> netlink_packet_route::route::RouteMessage {
     match block {
         IpAddr::V4(b) => RouteMessageBuilder::<Ipv4Addr>::new()

@@ -184,15 +184,16 @@ pub struct Feed {
     bare_node: NodeInfo,
 }
 
-/// The node's addresses in its Node object, and the agent's own underlay address.
-pub fn node_info(n: &k8s_openapi::api::core::v1::Node, node_ip: IpAddr) -> NodeInfo {
+/// The node's addresses in its Node object, and the agent's own: its underlay address and the
+/// uplink's (`own`).
+pub fn node_info(n: &k8s_openapi::api::core::v1::Node, own: &[IpAddr]) -> NodeInfo {
     let mut addresses: Vec<IpAddr> = n
         .status
         .iter()
         .flat_map(|s| s.addresses.iter().flatten())
         .filter_map(|a| a.address.parse().ok())
         .collect();
-    addresses.push(node_ip);
+    addresses.extend_from_slice(own);
     addresses.sort_unstable();
     addresses.dedup();
     NodeInfo {

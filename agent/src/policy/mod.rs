@@ -155,7 +155,7 @@ fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
 }
 
 /// Turn one event into the compilers' changes (and update the listing).
-fn changes(l: &mut Listings, ev: Ev, node_ip: std::net::IpAddr) -> Result<Vec<Change>, watcher::Error> {
+fn changes(l: &mut Listings, ev: Ev, own: &[std::net::IpAddr]) -> Result<Vec<Change>, watcher::Error> {
     Ok(match ev {
         Ev::Policy(r) => l
             .policies
@@ -186,11 +186,7 @@ fn changes(l: &mut Listings, ev: Ev, node_ip: std::net::IpAddr) -> Result<Vec<Ch
             .collect(),
         Ev::Node(r) => l
             .node
-            .event(
-                (*r)?,
-                |o| key_of(&o.metadata),
-                |o| Some(feed::node_info(o, node_ip)),
-            )
+            .event((*r)?, |o| key_of(&o.metadata), |o| Some(feed::node_info(o, own)))
             .into_iter()
             .map(Change::Node)
             .collect(),
@@ -313,12 +309,21 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, metrics: crate::metrics::Met
             return;
         }
     };
+    // This node's own addresses beyond its Node object's: the tunnel's and the uplink's (the
+    // masquerade addresses of net 0, which `uplink::setup` wrote before this task started),
+    // so the HostFirewall judges the uplink's IPv6 too.
+    let mut own = vec![api.node_ip];
+    match cozyplane_bpf::maps::snat_addrs::SnatAddrsMap::from_pin(&pin_dir).and_then(|m| m.entries()) {
+        Ok(addrs) => own.extend(addrs.into_iter().filter(|(_, net)| *net == 0).map(|(ip, _)| ip)),
+        Err(e) => tracing::warn!("HostFirewall: the uplink's addresses are unknown ({e})"),
+    }
+    own.sort_unstable();
+    own.dedup();
     let bare_node = cozyplane_policy::hf::NodeInfo {
         name: api.node.clone(),
-        addresses: vec![api.node_ip],
+        addresses: own.clone(),
         ..Default::default()
     };
-    let node_ip = api.node_ip;
     let mut events = streams(&api);
     let mut listings = Listings::default();
     let mut w = Writer {
@@ -335,7 +340,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, metrics: crate::metrics::Met
     );
     while let Some(ev) = events.next().await {
         let tick = matches!(ev, Ev::Tick);
-        let changes = match changes(&mut listings, ev, node_ip) {
+        let changes = match changes(&mut listings, ev, &own) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("policy watch: {e}");

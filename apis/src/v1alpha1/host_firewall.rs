@@ -104,6 +104,14 @@ pub struct HostFirewallStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The annotation that lets a HostFirewall close the API server's port: `"true"` on any of the
+/// firewalls selecting a node turns that node's failsafe off (docs/policy.md, "Lockout
+/// protection"). Without it every node whose ingress or egress is restricted keeps
+/// [`API_SERVER_PORT`] open in that direction.
+pub const ALLOW_LOCKOUT_ANNOTATION: &str = "sdn.cozystack.io/allow-lockout";
+/// The Kubernetes API server's port, which HostFirewalls keep open unless overridden.
+pub const API_SERVER_PORT: u16 = 6443;
+
 /// Policy for traffic to and from the selected nodes themselves (not their pods), written by
 /// cluster operators. Kubernetes plumbing (kubelet, API server, probes) is never blocked.
 #[derive(Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -42,11 +42,12 @@ mod vpc;
 mod vpc_binding;
 mod vpc_gateway;
 mod vpc_peering;
+mod vpc_trace;
 
 pub use floating_ip::{FloatingIP, FloatingIPList, FloatingIPSpec, FloatingIPStatus};
 pub use host_firewall::{
-    HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule, HostFirewallList, HostFirewallPeer,
-    HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
+    ALLOW_LOCKOUT_ANNOTATION, API_SERVER_PORT, HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule,
+    HostFirewallList, HostFirewallPeer, HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
 };
 pub use port::{Port, PortList, PortSpec, PortStatus};
 pub use refs::{LocalVPCRef, VPCRef};
@@ -64,6 +65,10 @@ pub use vpc_gateway::{
     VPCGateway, VPCGatewayIngress, VPCGatewayList, VPCGatewayNAT, VPCGatewaySpec, VPCGatewayStatus,
 };
 pub use vpc_peering::{VPCPeering, VPCPeeringList, VPCPeeringSpec, VPCPeeringStatus};
+pub use vpc_trace::{
+    TRACE_KIND, VPCTrace, VPCTraceDirection, VPCTraceEndpoint, VPCTraceResolved, VPCTraceRule, VPCTraceSpec,
+    VPCTraceStatus,
+};
 
 /// Condition types and reasons written by the controllers, per kind.
 pub mod conditions {
@@ -109,6 +114,12 @@ pub mod protocol {
     pub const TCP: &str = "TCP";
     /// UDP.
     pub const UDP: &str = "UDP";
+    /// SCTP.
+    pub const SCTP: &str = "SCTP";
+    /// ICMP (IPv4).
+    pub const ICMP: &str = "ICMP";
+    /// ICMPv6.
+    pub const ICMPV6: &str = "ICMPv6";
 }
 
 #[cfg(test)]

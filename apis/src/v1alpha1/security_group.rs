@@ -84,11 +84,12 @@ pub struct SecurityGroupPeer {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::hoist_required)]
 pub struct SecurityGroupPort {
-    /// `TCP` or `UDP`; entries with other values are ignored.
+    /// `TCP`, `UDP`, `SCTP`, `ICMP` or `ICMPv6`.
     #[serde(default)]
     #[schemars(transform = crate::schema::mark_required)]
     pub protocol: String,
-    /// The port; 0 means every port of the protocol.
+    /// The port; 0 means every port of the protocol. For ICMP and ICMPv6, the type (any
+    /// code); 0 means every type.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub port: i32,
 }

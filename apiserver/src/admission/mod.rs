@@ -71,9 +71,13 @@ impl Admission {
     }
 
     /// Turns on namespace lifecycle admission against this server's own `namespaces`
-    /// (standalone without a kube-apiserver).
-    pub fn with_local_namespaces(mut self, namespaces: Arc<dyn crate::registry::Resource>) -> Self {
-        self.namespaces = Some(namespace::Lifecycle::local(namespaces));
+    /// (standalone without a kube-apiserver), read through their watch `cache` when given.
+    pub fn with_local_namespaces(
+        mut self,
+        namespaces: Arc<dyn crate::registry::Resource>,
+        cache: Option<Arc<crate::registry::cache::WatchCache>>,
+    ) -> Self {
+        self.namespaces = Some(namespace::Lifecycle::local(namespaces, cache));
         self
     }
 

@@ -1,12 +1,11 @@
-//! Leader election over the store: a lease key holding `<holder> <expiry ms>`, taken and renewed
-//! with compare-and-swap transactions (so it works the same on etcd and on the embedded store,
-//! where the only candidate wins at once).
+//! Leader election over the store: one key held by the leader through [`Storage::hold`] (an
+//! etcd lease kept alive, which writes nothing; a compare-and-swap of `<holder> <expiry ms>`
+//! on the embedded store, where the only candidate wins at once).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use bytes::Bytes;
-use cozyplane_storage::{Compare, Storage, Txn};
+use cozyplane_storage::Storage;
 
 /// The lease key.
 pub const LEASE_KEY: &str = crate::registry::keys::LEASE;
@@ -21,12 +20,6 @@ pub struct Elector {
     id: String,
 }
 
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-}
-
 impl Elector {
     /// A candidate with a random identity.
     pub fn new(storage: Arc<dyn Storage>) -> Self {
@@ -36,29 +29,19 @@ impl Elector {
         }
     }
 
-    /// Takes or renews the lease; `true` while this candidate leads.
+    /// Takes or renews the lease; `true` while this candidate leads. A store that cannot be
+    /// reached ends the lead: the loops stop rather than act on a lease that may have lapsed.
     pub async fn try_lead(&self) -> bool {
-        let value = Bytes::from(format!("{} {}", self.id, now_ms() + LEASE.as_millis()));
-        let cond = match self.storage.get(LEASE_KEY).await {
-            Ok(kv) => {
-                let text = String::from_utf8_lossy(&kv.value).into_owned();
-                let (holder, expiry) = text.split_once(' ').unwrap_or(("", "0"));
-                let expired = expiry.parse::<u128>().unwrap_or(0) < now_ms();
-                if holder != self.id && !expired {
-                    return false;
-                }
-                Compare::ModRevision(LEASE_KEY.into(), kv.mod_revision)
+        match self.storage.hold(LEASE_KEY, &self.id, LEASE).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::debug!(error = %e, "leader lease not renewed");
+                false
             }
-            Err(cozyplane_storage::Error::NotFound { .. }) => Compare::Absent(LEASE_KEY.into()),
-            Err(_) => return false,
-        };
-        self.storage
-            .txn(Txn::new().when(cond).put(LEASE_KEY, value))
-            .await
-            .is_ok_and(|r| r.succeeded)
+        }
     }
 
-    /// Returns once this candidate holds the lease (renewing it at most every [`RENEW`]).
+    /// Returns once this candidate holds the lease (retrying every [`RENEW`]).
     pub async fn wait_leader(&self) {
         loop {
             if self.try_lead().await {

@@ -279,6 +279,17 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
                 &crate::alloc::projection::allocations(&st.storage, ns, name).await?,
             ));
         }
+        // The SecurityGroup verdict of a flow, computed on request (crate::trace): a `create`
+        // of subresource `vpcs/trace`, authorized as such by the authorization layer.
+        ["apis", g, v, "namespaces", ns, "vpcs", name, "trace"] if *g == GROUP && *v == VERSION => {
+            if method != axum::http::Method::POST {
+                return Err(ApiError::method_not_allowed(method.as_str()));
+            }
+            let body = read_body(body, st.max_body).await?;
+            let answer = crate::trace::trace(&st.storage, ns, name, &body).await?;
+            let bytes = serde_json::to_vec(&answer).map_err(ApiError::internal)?;
+            return Ok(raw(StatusCode::CREATED, "application/json", bytes));
+        }
         ["apis", g, v, rest @ ..] if *g == GROUP && *v == VERSION => {
             let mut target = resolve(&st.caches, rest)?;
             target.requester = parts.extensions.get::<Requester>().cloned();

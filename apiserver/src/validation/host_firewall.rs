@@ -8,7 +8,12 @@
 //!   canonical range strictly inside it, listed once (Go only required both to parse);
 //! - each port has protocol `TCP` or `UDP` and a port in 0–65535 (0 = every port); a non-zero
 //!   `endPort` needs a non-zero `port`, lies in `port..=65535` and spans at most
-//!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates.
+//!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates;
+//!
+//! A rule set that would close the API server's port is not refused: the compiler keeps that
+//! port open on every restricted node unless the firewall carries the override annotation
+//! (`cozyplane_policy::hf`, docs/policy.md "Lockout protection"), so no object stored here can
+//! cut a node off without saying so.
 //!
 //! Default ([`default_host_firewall`]): an empty port protocol becomes `TCP`, as for a
 //! NetworkPolicy port. `policyTypes` is deliberately *not* defaulted: empty means "`Ingress`,
@@ -183,7 +188,7 @@ mod tests {
                 ingress: vec![HostFirewallIngressRule { from, ports }],
                 egress: vec![HostFirewallEgressRule {
                     to: vec![peer("::/0", &[])],
-                    ports: vec![port("UDP", 53, 0)],
+                    ports: vec![port("UDP", 53, 0), port("TCP", 6443, 0)],
                 }],
             },
         )
@@ -199,10 +204,10 @@ mod tests {
             vec![port("TCP", 22, 0), port("TCP", 30000, 30063), port("UDP", 0, 0)],
         );
         assert_errors(&validate_host_firewall(&h), &[]);
-        assert_errors(
-            &validate_host_firewall(&HostFirewall::new("empty", HostFirewallSpec::default())),
-            &[],
-        );
+        // An empty spec closes ingress on every node: valid (the compiler keeps the API
+        // server's port open on it; docs/policy.md, "Lockout protection").
+        let empty = HostFirewall::new("empty", HostFirewallSpec::default());
+        assert_errors(&validate_host_firewall(&empty), &[]);
     }
 
     #[test]

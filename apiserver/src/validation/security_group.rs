@@ -7,9 +7,11 @@
 //!   `cidr`; `group` is an object name (DNS-1123 subdomain); `vpc` is allowed only with `group`
 //!   and needs a namespace and name (DNS-1123 labels); `cidr` is a canonical range (the Go
 //!   server accepted host bits; here the message names the canonical form);
-//! - each `ports[j]` has protocol `TCP` or `UDP` (the Go server accepted anything and the agent
-//!   silently skipped other values, so a typo opened nothing without a word), and a port in
-//!   0–65535 where 0 means every port; `(protocol, port)` pairs are unique within a rule.
+//! - each `ports[j]` has protocol `TCP`, `UDP`, `SCTP`, `ICMP` or `ICMPv6` (the Go server
+//!   accepted anything and the agent silently skipped other values, so a typo opened nothing
+//!   without a word), and a port in 0–65535 where 0 means every port (ICMP, ICMPv6: a type in
+//!   0–255, 0 every type, as the policy compiler reads it); `(protocol, port)` pairs are unique
+//!   within a rule.
 //!
 //! Default ([`default_security_group`]): an empty port protocol becomes `TCP`, as for a
 //! NetworkPolicy port.
@@ -23,8 +25,14 @@ use super::field::{FieldError, FieldErrors, FieldPath};
 use super::format;
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
-/// Protocols a SecurityGroup port may have (ICMP is never filtered, so it has no rules).
-pub const SECURITY_GROUP_PROTOCOLS: &[&str] = &[protocol::TCP, protocol::UDP];
+/// Protocols a SecurityGroup port may have (the ones the policy compiler and the datapath know).
+pub const SECURITY_GROUP_PROTOCOLS: &[&str] = &[
+    protocol::TCP,
+    protocol::UDP,
+    protocol::SCTP,
+    protocol::ICMP,
+    protocol::ICMPV6,
+];
 
 /// Validates a new SecurityGroup: metadata and spec.
 pub fn validate_security_group(sg: &SecurityGroup) -> FieldErrors {
@@ -106,7 +114,21 @@ fn validate_ports(errs: &mut FieldErrors, ports: &[SecurityGroupPort], path: &Fi
     for (j, p) in ports.iter().enumerate() {
         let pp = path.index(j);
         common::protocol(errs, pp.child("protocol"), &p.protocol, SECURITY_GROUP_PROTOCOLS);
-        if common::port_number(errs, pp.child("port"), p.port, 0) && !seen.insert((&p.protocol, p.port)) {
+        let icmp = p.protocol == protocol::ICMP || p.protocol == protocol::ICMPV6;
+        let valid = if icmp {
+            let ok = (0..=255).contains(&p.port);
+            if !ok {
+                errs.push(FieldError::invalid_int(
+                    pp.child("port"),
+                    i64::from(p.port),
+                    "must be an ICMP type between 0 and 255 (0: every type)",
+                ));
+            }
+            ok
+        } else {
+            common::port_number(errs, pp.child("port"), p.port, 0)
+        };
+        if valid && !seen.insert((&p.protocol, p.port)) {
             errs.push(FieldError::duplicate(pp, &format!("{}/{}", p.protocol, p.port)));
         }
     }
@@ -238,11 +260,15 @@ mod tests {
                 ports: vec![
                     port("TCP", 80),
                     port("TCP", 80),
-                    port("SCTP", 1),
+                    port("GRE", 1),
                     port("tcp", 2),
                     port("", 3),
                     port("UDP", 65536),
                     port("UDP", -1),
+                    port("SCTP", 9),
+                    port("ICMP", 8),
+                    port("ICMPv6", 128),
+                    port("ICMP", 256),
                 ],
             }],
             vec![],
@@ -256,6 +282,7 @@ mod tests {
                 ("spec.ingress[0].ports[4].protocol", ErrorType::Required),
                 ("spec.ingress[0].ports[5].port", ErrorType::Invalid),
                 ("spec.ingress[0].ports[6].port", ErrorType::Invalid),
+                ("spec.ingress[0].ports[10].port", ErrorType::Invalid),
             ],
         );
     }

@@ -38,7 +38,8 @@
 #define DROP_SNAT_NO_ROUTE	-22	/* a NATed packet has no route out of the uplink */
 #define DROP_SNAT_NO_OWNER	-23	/* reply to a VPC NAT address whose port shard has no known node */
 #define DROP_SNAT_NO_CT		-24	/* reply to a VPC NAT address without a NAT flow at its owner */
-#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error) */
+#define DROP_SNAT_UNSUPPORTED	-25	/* VPC traffic to outside the gateway cannot translate (protocol, ICMP error about no NATed flow) */
+#define DROP_SNAT_TCP_NO_FLOW	-26	/* a TCP packet other than a SYN with no NAT flow: it never gets a port */
 #define DROP_FIP_NO_TARGET	-28	/* Floating IP whose target is neither on this node nor known remotely */
 #define DROP_NS_NO_ROUTE	-29	/* north-south egress: no route out of the node (bpf_fib_lookup) */
 #define DROP_LB_REFUSED		-30	/* LoadBalancer traffic into a VPC whose gateway does not admit it */
@@ -47,11 +48,13 @@
 #define DROP_DNS_CT_FULL	-35	/* DNS steering: the query state could not be recorded */
 #define DROP_DNS_NO_CT		-36	/* an answer from the node resolver's port with no steered query */
 #define DROP_VIP_NO_BACKEND	-38	/* a new flow to a ServiceVIP port that has no backend (lib/lb.h) */
-/* -45..-49: the policy layers (lib/policy.h, lib/pct.h) */
+/* -45..-50: the policy layers (lib/policy.h, lib/pct.h) */
 #define DROP_POL_NP		-45	/* NetworkPolicy: no rule admits the flow (the source's egress or the destination's ingress) */
 #define DROP_POL_SG		-46	/* SecurityGroups: no rule admits the flow (either end's groups) */
 #define DROP_POL_CT_INVALID	-47	/* a policed flow's packet without a live connection entry that cannot open one (TCP without a lone SYN, an ICMP error of no known flow) */
 #define DROP_POL_REVOKED	-48	/* an established flow re-checked after a policy generation change and no longer admitted */
+#define DROP_POL_HF_INGRESS	-49	/* HostFirewall: no rule admits the flow into this node (ingress armed) */
+#define DROP_POL_HF_EGRESS	-50	/* HostFirewall: no rule admits the flow out of this node (egress armed) */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -86,7 +86,12 @@ _Static_assert(sizeof(struct sdn_snat_fwd) == 20, "ABI: sdn_snat_fwd");
 /* sdn_snat_rev: a reply as it arrives from outside -> the pod's side.
  * Inserted with BPF_NOEXIST: that is what keeps a NAT port unique per
  * {nat, peer, peer_port, proto}. seen (seconds of bpf_ktime) lets an expired
- * flow's port be taken over before the LRU evicts it.
+ * flow's port be taken over before the LRU evicts it; state (SDN_SNAT_S_*,
+ * TCP only) lets a closed connection's port be taken over at once.
+ *
+ * A key with pad[0] == SDN_SNAT_CLAIM is no flow: it is the short-lived lock
+ * one CPU holds while it takes over the entry of the same key with pad 0
+ * (lib/snat.h, sdn_snat_take). Replies never look such a key up.
  */
 struct sdn_snat_rkey {
 	struct sdn_addr nat;
@@ -104,8 +109,24 @@ struct sdn_snat_rev {
 	__be16 pod_port;
 	__u8 pad[2];
 	__u32 seen;
+	__u32 state;		/* SDN_SNAT_S_*: a TCP flow's life; 0 otherwise */
 };
-_Static_assert(sizeof(struct sdn_snat_rev) == 28, "ABI: sdn_snat_rev");
+_Static_assert(sizeof(struct sdn_snat_rev) == 32, "ABI: sdn_snat_rev");
+
+/* sdn_snat_rev.state: what the NAT saw of a TCP connection, one byte per
+ * event, each a count (non-zero: seen). Counts, not bits: both directions of
+ * a connection update it at once on different CPUs (a simultaneous close),
+ * and BPF has an atomic add on every kernel, not an atomic or.
+ */
+#define SDN_SNAT_S_REPLIED	(1u << 0)	/* a packet came back from the peer */
+#define SDN_SNAT_S_FIN_OUT	(1u << 8)	/* the pod sent a FIN */
+#define SDN_SNAT_S_FIN_IN	(1u << 16)	/* the peer sent a FIN */
+#define SDN_SNAT_S_CLOSED	(1u << 24)	/* an RST, or the last ACK after both FINs */
+/* The byte of event e in state s: non-zero once e was seen. */
+#define SDN_SNAT_S_SEEN(s, e)	((s) & ((e) * 0xffu))
+
+/* sdn_snat_rkey.pad[0] of a takeover lock (see sdn_snat_rev). */
+#define SDN_SNAT_CLAIM		1
 
 /* sdn_snat_work: per-CPU scratch of sdn_snat_out (key 0). Its keys would not
  * fit the 512-byte stack on top of sdn_from_pod's own frame. Datapath only.
@@ -119,7 +140,7 @@ struct sdn_snat_work {
 	struct sdn_snat_key old;	/* an expired flow's forward key */
 	struct sdn_frag frag;		/* what a first fragment became */
 };
-_Static_assert(sizeof(struct sdn_snat_work) == 260, "ABI: sdn_snat_work");
+_Static_assert(sizeof(struct sdn_snat_work) == 264, "ABI: sdn_snat_work");
 
 #define SDN_SNAT_CT_MAX		131072
 #define SDN_SNAT_ADDRS_MAX	16384

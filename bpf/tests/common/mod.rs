@@ -29,6 +29,7 @@ pub const TC_ACT_REDIRECT: u32 = 7;
 /// `sizeof(struct __sk_buff)` in the 6.1 UAPI, and the offsets the tests set or read.
 const SKB_CTX_LEN: usize = 192;
 const SKB_MARK: usize = 8;
+const SKB_INGRESS_IFINDEX: usize = 36;
 const SKB_IFINDEX: usize = 40;
 
 /// The test run's skb sits on the loopback device: `BPF_PROG_TEST_RUN` uses `lo` unless
@@ -121,20 +122,29 @@ impl Datapath {
     }
 
     fn prog(&self, name: &str) -> &SchedClassifier {
-        let ebpf = if name == programs::FROM_OVERLAY.name {
-            &self.overlay
-        } else if name == programs::FROM_UPLINK.name {
-            &self.uplink
-        } else {
-            &self.pod
+        let object = programs::ALL
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(Object::Pod, |s| s.object);
+        let ebpf = match object {
+            Object::Pod => &self.pod,
+            Object::Overlay => &self.overlay,
+            Object::Uplink => &self.uplink,
         };
         ebpf.program(name).unwrap().try_into().unwrap()
     }
 
     /// Run `name` on `packet` as if it arrived on device `ifindex` with `mark`.
     pub fn run(&self, name: &str, packet: &[u8], ifindex: u32, mark: u32) -> Run {
+        self.run_iif(name, packet, ifindex, 0, mark)
+    }
+
+    /// [`Self::run`] with `__sk_buff.ingress_ifindex` (`skb_iif`): nonzero for a packet the
+    /// host received on some device before (forwarded), 0 for one it sent itself.
+    pub fn run_iif(&self, name: &str, packet: &[u8], ifindex: u32, iif: u32, mark: u32) -> Run {
         let mut ctx = [0u8; SKB_CTX_LEN];
         ctx[SKB_MARK..SKB_MARK + 4].copy_from_slice(&mark.to_ne_bytes());
+        ctx[SKB_INGRESS_IFINDEX..SKB_INGRESS_IFINDEX + 4].copy_from_slice(&iif.to_ne_bytes());
         ctx[SKB_IFINDEX..SKB_IFINDEX + 4].copy_from_slice(&ifindex.to_ne_bytes());
         let mut ctx_out = [0u8; SKB_CTX_LEN];
         let mut out = vec![0u8; packet.len() + 256];

@@ -310,3 +310,55 @@ pub(crate) fn front_proxy_spoofing(env: &Arc<Env>) {
         }
     });
 }
+
+/// A tenant asks its VPC for a SecurityGroup verdict with `kubectl create --raw` (a `create`
+/// of `vpcs/trace`, granted by the chart's tenant roles aggregated into `admin`), and is
+/// refused in another namespace by real RBAC.
+pub(crate) fn trace(env: &Arc<Env>) {
+    let e = env.clone();
+    env.run(async move {
+        let cp = &e.cp;
+        let ns = cp.namespace("trace").await;
+        let other = cp.namespace("trace-other").await;
+        let kc = e.tenant(&ns).await;
+        e.create_ok(&kc, &ns, &vpc("v1", "10.1.0.0/24")).await;
+        e.create_ok(&cp.admin, &other, &vpc("v1", "10.2.0.0/24")).await;
+        for (n, want) in [(&ns, "yes"), (&other, "no")] {
+            let got = e
+                .can_i(
+                    &kc,
+                    &["create", "vpcs.sdn.cozystack.io", "--subresource=trace", "-n", n],
+                )
+                .await;
+            assert_eq!(got, want, "create vpcs/trace in {n}");
+        }
+        let question = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCTrace", "spec": {
+            "source": {"address": "10.1.0.2"}, "destination": {"address": "10.1.0.3"},
+            "protocol": "TCP", "port": 80}});
+        let uri = |n: &str| format!("/apis/sdn.cozystack.io/v1alpha1/namespaces/{n}/vpcs/v1/trace");
+        let out = cp
+            .kubectl_stdin(&kc, &["create", "--raw", &uri(&ns)], &question.to_string())
+            .await;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).expect("the answer is JSON");
+        assert_eq!(answer["status"]["verdict"], "Allowed", "{answer}");
+        assert_eq!(answer["status"]["reason"], "Ungrouped", "{answer}");
+        let out = cp
+            .kubectl_stdin(&kc, &["create", "--raw", &uri(&other)], &question.to_string())
+            .await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("Forbidden"), "{err}");
+        // Bad input through the aggregator: the 422 and its cause reach kubectl.
+        let bad = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCTrace", "spec": {
+            "source": {"address": "192.0.2.1"}, "destination": {"address": "10.1.0.3"},
+            "protocol": "TCP", "port": 80}});
+        let out = cp
+            .kubectl_stdin(&kc, &["create", "--raw", &uri(&ns)], &bad.to_string())
+            .await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("spec.source.address"),
+            "{err}"
+        );
+    });
+}

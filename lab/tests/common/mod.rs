@@ -44,6 +44,11 @@ impl Cp {
 
     /// [`Cp::start`] as `opts` says.
     pub(crate) async fn start_with(lab: &mut Lab, opts: CpOptions) -> Self {
+        Self::start_with_args(lab, opts, &[]).await
+    }
+
+    /// [`Cp::start_with`], every agent started with the extra flags `agent_args`.
+    pub(crate) async fn start_with_args(lab: &mut Lab, opts: CpOptions, agent_args: &[&str]) -> Self {
         let (standin, server) = if opts.doors {
             let s = StandIn::start(
                 Options::default().lb_pool(cozyplane_lab::LB_POOL_V4, cozyplane_lab::LB_POOL_V6),
@@ -74,7 +79,7 @@ impl Cp {
         let sdn = server.client().await;
         for n in &lab.nodes {
             n.register(&kube).await;
-            n.start_agent(&kube_kc, &server.kubeconfig);
+            n.start_agent_with(&kube_kc, &server.kubeconfig, agent_args);
         }
         Self {
             kube,

@@ -287,6 +287,16 @@ impl WatchCache {
         Ok(())
     }
 
+    /// The object stored under `key` as the cache holds it, once it has listed; `None` if the
+    /// cache does not know it (absent, created a moment ago, or the cache is not ready yet).
+    pub fn object(&self, key: &str) -> Option<Arc<Cached>> {
+        let st = self.lock();
+        if !st.ready {
+            return None;
+        }
+        st.objects.get(key).map(|e| e.0.clone())
+    }
+
     /// Waits until the cache has heard of `rev` (at most `wait`); `false` if it has not.
     async fn caught_up(&self, rev: Revision, wait: Duration) -> bool {
         let mut rx = self.revision.subscribe();

@@ -1,0 +1,177 @@
+//! `make e2e`, two dual-stack nodes: HostFirewall with real connections (issue 14, item 4).
+//! Needs root, iperf3, and the agent and CNI binaries built.
+//!
+//! Layout: nodes n1 (192.168.77.1, fd77::1) and n2 (192.168.77.2, fd77::2) on one underlay,
+//! tunnels over IPv4; default-network pods a on n1 and b on n2. Every firewall admits the
+//! control namespace (the lab's API servers are reached through it), as a real one must admit
+//! the API server. Asserted, each by a TCP connection and the node's drop counter:
+//!
+//! 1. n2's ingress closed: n1 → n2 refused over IPv4 and IPv6 (`DROP_POL_HF_INGRESS`), while a
+//!    link-local TCP session between the nodes and neighbour discovery (neighbour caches
+//!    flushed, a global IPv6 connection admitted by a rule) keep working; reopened by a rule.
+//! 2. n1's egress closed: n1 → b (a pod on n2, through the tunnel) refused
+//!    (`DROP_POL_HF_EGRESS`), n1 → a (its own pod) still connects.
+
+use std::net::Ipv6Addr;
+
+use cozyplane_apis::v1alpha1::HostFirewall;
+use cozyplane_bpf::DropReason;
+use cozyplane_lab::{CTL_IP, Lab, Netns, Proc};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+mod common;
+use common::{Cp, pod, wait};
+
+const PORT: u16 = 5301;
+
+#[test]
+fn lab_hostfw() {
+    Lab::run_on(Lab::dual_stack(2), body);
+}
+
+/// A long-running iperf3 server in `ns` (not one-shot: probes may come before and after).
+fn server(ns: &Netns, port: u16) -> Proc {
+    let p = Proc(
+        ns.command(&["iperf3", "-s", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("iperf3 -s"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    p
+}
+
+/// A one-second TCP stream from `ns` to `to` (an address, or `fe80::…%dev`).
+fn connects(ns: &Netns, to: &str, port: u16) -> bool {
+    ns.exec(&[
+        "iperf3",
+        "-c",
+        to,
+        "-p",
+        &port.to_string(),
+        "-t",
+        "1",
+        "--connect-timeout",
+        "1500",
+    ])
+    .status
+    .success()
+}
+
+/// The link-local address of `ul0` in `ns`.
+fn link_local(ns: &Netns) -> Ipv6Addr {
+    let out = ns.ip_ok(&["-6", "-o", "addr", "show", "dev", "ul0", "scope", "link"]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet6")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no link-local address on ul0: {out}"))
+}
+
+/// Creates or replaces the HostFirewall `name` (server-side apply by one manager).
+async fn firewall(cp: &Cp, name: &str, spec: serde_json::Value) {
+    let api: Api<HostFirewall> = Api::all(cp.sdn.clone());
+    let body = json!({ "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "HostFirewall",
+        "metadata": { "name": name }, "spec": spec });
+    api.patch(
+        name,
+        &PatchParams::apply("lab-hostfw").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap();
+}
+
+async fn label(cp: &Cp, node: &str, key: &str) {
+    let mut labels = serde_json::Map::new();
+    labels.insert(key.to_owned(), json!("on"));
+    Api::<Node>::all(cp.kube.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": labels } })),
+        )
+        .await
+        .unwrap();
+}
+
+async fn body(lab: &mut Lab) {
+    let cp = Cp::start(lab).await;
+    let lab = &*lab;
+    let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
+    Api::<Namespace>::all(cp.kube.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "hf"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let a = pod(&cp, lab, 0, "hf", "a", None).await;
+    let b = pod(&cp, lab, 1, "hf", "b", None).await;
+    label(&cp, "n1", "hf-egress").await;
+    label(&cp, "n2", "hf-ingress").await;
+    let ctl = format!("{CTL_IP}/32");
+    let (v4, v6) = (n2.ip.to_string(), n2.v6.as_ref().unwrap().1.to_string());
+    let ll = format!("{}%ul0", link_local(&n2.ns));
+    let _srv = server(&n2.ns, PORT);
+    assert!(connects(&n1.ns, &v4, PORT), "n1 -> n2 over IPv4 before");
+    assert!(connects(&n1.ns, &v6, PORT), "n1 -> n2 over IPv6 before");
+    assert!(connects(&n1.ns, &ll, PORT), "n1 -> n2 over link-local before");
+
+    // 1. n2's ingress closed but for the control namespace.
+    firewall(
+        &cp,
+        "n2-in",
+        json!({ "nodeSelector": { "matchLabels": { "hf-ingress": "on" } },
+                "policyTypes": ["Ingress"], "ingress": [{ "from": [{ "cidr": ctl }] }] }),
+    )
+    .await;
+    wait("n2 refuses n1 over IPv4", || !connects(&n1.ns, &v4, PORT));
+    let before = n2.drops(DropReason::PolHfIngress);
+    assert!(before > 0, "refused by the firewall, not for want of a server");
+    assert!(!connects(&n1.ns, &v6, PORT), "IPv6 ingress is filtered");
+    assert!(n2.drops(DropReason::PolHfIngress) > before, "IPv6 counted");
+    // Link-local and neighbour discovery survive: caches flushed, the session resolves again.
+    for n in [n1, n2] {
+        n.ns.ip_ok(&["-6", "neigh", "flush", "dev", "ul0"]);
+    }
+    assert!(connects(&n1.ns, &ll, PORT), "link-local TCP with the firewall on");
+    // Reopened by a rule (both families of the underlay), and ND resolves the global address.
+    firewall(
+        &cp,
+        "n2-in",
+        json!({ "nodeSelector": { "matchLabels": { "hf-ingress": "on" } },
+                "policyTypes": ["Ingress"], "ingress": [
+                    { "from": [{ "cidr": ctl }] },
+                    { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" }],
+                      "ports": [{ "protocol": "TCP", "port": PORT }] }] }),
+    )
+    .await;
+    wait("n2 admits n1 again", || connects(&n1.ns, &v4, PORT));
+    for n in [n1, n2] {
+        n.ns.ip_ok(&["-6", "neigh", "flush", "dev", "ul0"]);
+    }
+    assert!(
+        connects(&n1.ns, &v6, PORT),
+        "IPv6 by the rule, after neighbour discovery"
+    );
+
+    // 2. n1's egress closed but for the control namespace: its own pod stays reachable.
+    let _pa = server(&a.ns, PORT);
+    let _pb = server(&b.ns, PORT);
+    let (pa, pb) = (a.fabric.to_string(), b.fabric.to_string());
+    assert!(connects(&n1.ns, &pb, PORT), "n1 -> b before");
+    firewall(
+        &cp,
+        "n1-out",
+        json!({ "nodeSelector": { "matchLabels": { "hf-egress": "on" } },
+                "policyTypes": ["Egress"], "egress": [{ "to": [{ "cidr": ctl }] }] }),
+    )
+    .await;
+    wait("n1 may not reach the remote pod", || !connects(&n1.ns, &pb, PORT));
+    assert!(n1.drops(DropReason::PolHfEgress) > 0, "refused by n1's egress");
+    assert!(connects(&n1.ns, &pa, PORT), "n1 -> its own pod a stays exempt");
+}

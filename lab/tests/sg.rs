@@ -1,0 +1,383 @@
+//! `make e2e`: SecurityGroups end to end (issue 14) with real connections on two nodes, the
+//! whole control-plane chain (the server's membership loop writes `Port.status.groups` from
+//! pod labels, the agents compile and write the maps). Needs root, ping, tcpdump, and the
+//! agent and CNI binaries built.
+//!
+//! Layout: tenant t1's VPC a (10.70.0.0/24) with web1, cli1, free1 on n1 and web2, cli2,
+//! free2 on n2; tenant t2's VPC b (10.71.0.0/24), peered with a, with bcli on n2. Groups:
+//!
+//! * `web` (role=web): ingress from group `cli` (TCP 8080, ICMP echo), from group `bcli` of
+//!   the peered VPC b (TCP 8080), from free1's address as a CIDR (TCP 8080) and from the
+//!   internet host's 198.51.100.0/24 (TCP 8080, through a Floating IP); no egress rule.
+//! * `cli` (role=cli): egress to group `web` (TCP 8080, ICMP echo); no ingress rule.
+//! * `bcli` (role=bcli, VPC b): egress to group `web` of VPC a (TCP 8080).
+//!
+//! free1 and free2 are in no group. Every probe runs same-node and cross-node where the
+//! layout has both, and its outcome is compared with the compiler's `verdict::sg` for the
+//! same API objects. Then: the source's groups on the wire (VXLAN-GBP), north-south
+//! ingress and egress through Floating IPs, and a relabel that moves pods between groups
+//! live and cuts an established flow only the old group allowed.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use cozyplane_apis::v1alpha1::FloatingIP;
+use cozyplane_bpf::maps::fip_in::FipInMap;
+use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
+use cozyplane_lab::outside::INET4;
+use cozyplane_lab::{Lab, LabPod, Outside};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+mod common;
+mod sg_lab;
+use common::{Cp, CpOptions, half, now, pod, tenant, until, vni, vpc_ip, wait};
+use sg_lab::{
+    Flow, ICMP, OPEN, Oracle, SHUT, TCP, group, port_groups, relabel, serve, serve_in, tcp_ok, vxlan_headers,
+};
+
+/// ICMP echo request as the rules' port: `type << 8 | code`.
+const ECHO: u16 = 8 << 8;
+
+#[test]
+fn lab_sg() {
+    Lab::run(2, body);
+}
+
+/// A pod of the suite: where it is and what it is called in the probes.
+struct Ep<'a> {
+    pod: &'a LabPod,
+    net: u32,
+    ip: Ipv4Addr,
+}
+
+impl Ep<'_> {
+    fn at(&self) -> (u32, IpAddr) {
+        (self.net, IpAddr::V4(self.ip))
+    }
+}
+
+/// One probe: a TCP exchange (`port`) or a ping (`proto` ICMP) from `from` to `to`, its
+/// outcome and the compiler's verdict both equal to `expect`.
+fn probe(o: &Oracle, (from, to): (&Ep, &Ep), proto: u8, port: u16, expect: bool) {
+    let got = if proto == ICMP {
+        from.pod.ns.ping(to.ip, 2, 1)
+    } else {
+        tcp_ok(&from.pod.ns, IpAddr::V4(to.ip), port)
+    };
+    let oracle = o.allows(from.at(), to.at(), proto, port);
+    let how = if proto == ICMP {
+        "ping".to_string()
+    } else {
+        format!("tcp/{port}")
+    };
+    let same = if from.pod.node == to.pod.node {
+        "same node"
+    } else {
+        "cross node"
+    };
+    eprintln!(
+        "{:>5} -> {:<5} {how:<9} {same:<10} datapath {got:<5} verdict::sg {oracle:<5} expected {expect}",
+        from.pod.name, to.pod.name
+    );
+    assert_eq!(got, expect, "{} -> {} {how} ({same})", from.pod.name, to.pod.name);
+    assert_eq!(
+        oracle, expect,
+        "verdict::sg for {} -> {} {how}",
+        from.pod.name, to.pod.name
+    );
+}
+
+/// Waits until every agent holds what the compiler makes of the API objects now.
+async fn settle(cp: &Cp, lab: &Lab) -> Oracle {
+    let t = Instant::now();
+    loop {
+        let o = Oracle::load(cp).await;
+        if o.programmed(lab) {
+            return o;
+        }
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "the agents never matched the compiler"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// FloatingIP `name` of `target` (VPC t1/a), Ready and programmed on both agents; its
+/// address.
+async fn floating_ip(cp: &Cp, lab: &Lab, name: &str, target: Ipv4Addr) -> IpAddr {
+    let api: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
+    let f: FloatingIP = serde_json::from_value(json!({
+        "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": name, "namespace": "t1"},
+        "spec": {"vpcRef": {"name": "a"}, "target": target.to_string()}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &f).await.unwrap();
+    let eip: IpAddr = until(&format!("{name} Ready"), || async {
+        let st = api.get(name).await.ok()?.status?;
+        (st.phase == "Ready").then_some(())?;
+        st.address.parse().ok()
+    })
+    .await;
+    wait(&format!("both agents program {name}"), || {
+        lab.nodes.iter().all(|n| {
+            FipInMap::from_pin(&n.scratch.pins())
+                .and_then(|m| m.entries())
+                .unwrap_or_default()
+                .iter()
+                .any(|(a, _)| *a == eip)
+        })
+    });
+    eip
+}
+
+async fn body(lab: &mut Lab) {
+    let cp = Cp::start_with(lab, CpOptions { doors: true }).await;
+    let lab = &*lab;
+    let outside = Outside::new(lab, 1500);
+
+    tenant(&cp, "t1", "a", "10.70.0.0/24").await;
+    tenant(&cp, "t2", "b", "10.71.0.0/24").await;
+    let (va, vb) = (vni(&cp, "t1", "a").await, vni(&cp, "t2", "b").await);
+    half(&cp, ("t1", "a"), ("t2", "b")).await;
+    half(&cp, ("t2", "b"), ("t1", "a")).await;
+
+    let mut pods = Vec::new();
+    for (node, ns, name, vpc) in [
+        (0, "t1", "web1", "a"),
+        (1, "t1", "web2", "a"),
+        (0, "t1", "cli1", "a"),
+        (1, "t1", "cli2", "a"),
+        (0, "t1", "free1", "a"),
+        (1, "t1", "free2", "a"),
+        (1, "t2", "bcli", "b"),
+    ] {
+        let p = pod(&cp, lab, node, ns, name, Some(vpc)).await;
+        let ip = vpc_ip(&cp, &p).await;
+        let net = if ns == "t1" { va } else { vb };
+        serve(&p);
+        pods.push((p, net, ip));
+    }
+    let ep = |i: usize| Ep {
+        pod: &pods[i].0,
+        net: pods[i].1,
+        ip: pods[i].2,
+    };
+    let (web1, web2, cli1, cli2, free1, free2, bcli) = (ep(0), ep(1), ep(2), ep(3), ep(4), ep(5), ep(6));
+    wait("every node learns the other's VPC pods and the peering", || {
+        lab.nodes[0].remote(va, web2.ip).is_some()
+            && lab.nodes[1].remote(va, web1.ip).is_some()
+            && lab.nodes[0].remote(vb, bcli.ip).is_some()
+            && lab.nodes.iter().all(|n| {
+                let allowed = XnetAllowMap::from_pin(&n.scratch.pins())
+                    .and_then(|m| m.entries())
+                    .unwrap_or_default();
+                [(va, vb), (vb, va)]
+                    .iter()
+                    .all(|p| allowed.iter().any(|(k, _)| k == p))
+            })
+    });
+    // No group yet: the VPC is open inside, and the peering lets b in.
+    let o = settle(&cp, lab).await;
+    probe(&o, (&cli1, &web2), TCP, SHUT, true);
+    probe(&o, (&bcli, &web1), TCP, SHUT, true);
+
+    // --- The groups and the labels that make members.
+    for (p, role) in [
+        (&web1, "web"),
+        (&web2, "web"),
+        (&cli1, "cli"),
+        (&cli2, "cli"),
+        (&bcli, "bcli"),
+    ] {
+        relabel(&cp, p.pod, Some(role)).await;
+    }
+    let tcp = |port: u16| json!({"protocol": "TCP", "port": port});
+    let echo = json!({"protocol": "ICMP", "port": 8});
+    let web = group(
+        &cp,
+        ("t1", "a", "web"),
+        "web",
+        (
+            &json!([
+                {"from": {"group": "cli"}, "ports": [tcp(OPEN), echo]},
+                {"from": {"group": "bcli", "vpc": {"namespace": "t2", "name": "b"}}, "ports": [tcp(OPEN)]},
+                {"from": {"cidr": format!("{}/32", free1.ip)}, "ports": [tcp(OPEN)]},
+                {"from": {"cidr": "198.51.100.0/24"}, "ports": [tcp(OPEN)]},
+            ]),
+            &json!([]),
+        ),
+    )
+    .await;
+    let cli = group(
+        &cp,
+        ("t1", "a", "cli"),
+        "cli",
+        (
+            &json!([]),
+            &json!([{"to": {"group": "web"}, "ports": [tcp(OPEN), echo]}]),
+        ),
+    )
+    .await;
+    let bgrp = group(
+        &cp,
+        ("t2", "b", "bcli"),
+        "bcli",
+        (
+            &json!([]),
+            &json!([{"to": {"group": "web", "vpc": {"namespace": "t1", "name": "a"}}, "ports": [tcp(OPEN)]}]),
+        ),
+    )
+    .await;
+    eprintln!("groups: web {web}, cli {cli} (VPC a, vni {va}); bcli {bgrp} (VPC b, vni {vb})");
+    let gid = |g: u32| i32::try_from(g).unwrap();
+    for (p, g) in [
+        (&web1, web),
+        (&web2, web),
+        (&cli1, cli),
+        (&cli2, cli),
+        (&bcli, bgrp),
+    ] {
+        port_groups(&cp, p.net, IpAddr::V4(p.ip), &[gid(g)]).await;
+    }
+    port_groups(&cp, va, IpAddr::V4(free1.ip), &[]).await;
+    let o = settle(&cp, lab).await;
+
+    // --- East-west: allowed by group, by the peered VPC's group, by CIDR; default-deny of
+    // grouped pods both ways; ungrouped pods open among themselves.
+    let cases = [
+        (&cli1, &web1, TCP, OPEN, true),
+        (&cli1, &web2, TCP, OPEN, true),
+        (&cli2, &web1, TCP, OPEN, true),
+        (&cli1, &web1, TCP, SHUT, false),
+        (&cli2, &web2, TCP, SHUT, false),
+        (&web1, &cli1, TCP, OPEN, false),
+        (&web2, &cli1, TCP, OPEN, false),
+        (&cli1, &cli2, TCP, OPEN, false),
+        (&free1, &web1, TCP, OPEN, true),
+        (&free1, &web2, TCP, OPEN, true),
+        (&free2, &web1, TCP, OPEN, false),
+        (&free2, &web2, TCP, OPEN, false),
+        (&free1, &free2, TCP, SHUT, true),
+        (&free2, &free1, TCP, OPEN, true),
+        (&cli1, &free1, TCP, OPEN, false),
+        (&free1, &cli1, TCP, OPEN, false),
+        (&bcli, &web2, TCP, OPEN, true),
+        (&bcli, &web1, TCP, OPEN, true),
+        (&bcli, &web1, TCP, SHUT, false),
+        (&bcli, &free1, TCP, OPEN, false),
+        (&cli1, &web1, ICMP, ECHO, true),
+        (&cli2, &web1, ICMP, ECHO, true),
+        (&free1, &web1, ICMP, ECHO, false),
+        (&web1, &cli1, ICMP, ECHO, false),
+        (&free1, &free2, ICMP, ECHO, true),
+    ];
+    for (from, to, proto, port, expect) in cases {
+        probe(&o, (from, to), proto, port, expect);
+    }
+    eprintln!(
+        "PASS {} east-west probes match the datapath and verdict::sg",
+        cases.len()
+    );
+
+    // --- The source's groups travel in the VXLAN-GBP policy id: exact tag = groups | 1.
+    let n1ip = lab.nodes[0].ip;
+    let headers = vxlan_headers(
+        &lab.nodes[1].ns,
+        "ul0",
+        &format!("udp dst port 4789 and src host {n1ip}"),
+        || assert!(tcp_ok(&cli1.pod.ns, IpAddr::V4(web2.ip), OPEN), "cli1 -> web2"),
+    );
+    let of_a: Vec<_> = headers
+        .iter()
+        .filter(|h| u32::from_be_bytes([0, h[4], h[5], h[6]]) == va)
+        .collect();
+    let tag = (1u16 << cli) | 1;
+    eprintln!("VXLAN headers n1 -> n2 in VNI {va}: {of_a:02x?} (cli1's tag {tag:#06x})");
+    assert!(!of_a.is_empty(), "cli1's packets crossed the underlay");
+    for h in &of_a {
+        assert_eq!(h[0], 0x88, "G and I flags: the group policy id is present");
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]), tag, "cli1's exact groups");
+    }
+
+    // --- North-south through Floating IPs, the door at n2 (the target on n1: over the
+    // overlay) then at n1 (delivered there).
+    serve_in(&outside.internet);
+    let eip_web = floating_ip(&cp, lab, "eip-web", web1.ip).await;
+    let eip_cli = floating_ip(&cp, lab, "eip-cli", cli1.ip).await;
+    let eip_free = floating_ip(&cp, lab, "eip-free", free1.ip).await;
+    let inet = (va, IpAddr::V4(INET4));
+    for at in [1, 0] {
+        outside.attract(lab, at);
+        for (eip, target, port, expect) in [
+            (eip_web, &web1, OPEN, true),
+            (eip_web, &web1, SHUT, false),
+            (eip_cli, &cli1, OPEN, false),
+            (eip_free, &free1, SHUT, true),
+        ] {
+            let got = tcp_ok(&outside.internet, eip, port);
+            let oracle = o.allows(inet, target.at(), TCP, port);
+            eprintln!(
+                "inet -> {eip} ({}) tcp/{port} door at {}: datapath {got} verdict::sg {oracle} expected {expect}",
+                target.pod.name, lab.nodes[at].name
+            );
+            assert_eq!(got, expect, "inet -> {} tcp/{port}", target.pod.name);
+            assert_eq!(
+                oracle, expect,
+                "verdict::sg inet -> {} tcp/{port}",
+                target.pod.name
+            );
+        }
+    }
+    // Out through the door: a grouped pod's egress is closed to the internet without a CIDR
+    // rule; an ungrouped one's is open.
+    for (from, expect) in [(&web1, false), (&cli1, false), (&free1, true)] {
+        let got = tcp_ok(&from.pod.ns, IpAddr::V4(INET4), OPEN);
+        let oracle = o.allows(from.at(), inet, TCP, OPEN);
+        eprintln!(
+            "{} -> inet tcp/{OPEN}: datapath {got} verdict::sg {oracle} expected {expect}",
+            from.pod.name
+        );
+        assert_eq!(got, expect, "{} -> inet", from.pod.name);
+        assert_eq!(oracle, expect, "verdict::sg {} -> inet", from.pod.name);
+    }
+    eprintln!("PASS north-south through Floating IPs");
+
+    // --- Relabel: cli1 leaves `cli` while its flow to web2 (cross node) runs; free2 joins
+    // `cli`.
+    let flow = Flow::start(&cli1.pod.ns, IpAddr::V4(web2.ip), OPEN);
+    wait("the long flow exchanges", || flow.exchanges() >= 10);
+    assert!(!flow.ended(), "the flow runs before the relabel");
+    let before = now();
+    relabel(&cp, cli1.pod, Some("idle")).await;
+    let answered = now();
+    relabel(&cp, free2.pod, Some("cli")).await;
+    wait("the flow only cli allowed is cut", || flow.ended());
+    let exchanged = flow.exchanges();
+    let lost = flow.finish().expect("the flow lost an exchange");
+    assert!(
+        lost >= before,
+        "the flow ran until the relabel ({exchanged} exchanges)"
+    );
+    eprintln!(
+        "relabel cli1 -> idle: the established flow cli1 -> web2 lost its first exchange {:.3} s after \
+         the label change's API response ({exchanged} exchanges before)",
+        lost - answered
+    );
+    port_groups(&cp, va, IpAddr::V4(cli1.ip), &[]).await;
+    port_groups(&cp, va, IpAddr::V4(free2.ip), &[gid(cli)]).await;
+    let o = settle(&cp, lab).await;
+    for (from, to, port, expect) in [
+        (&cli1, &web2, OPEN, false),
+        (&cli1, &web1, OPEN, false),
+        (&cli1, &free1, OPEN, true),
+        (&free2, &web1, OPEN, true),
+        (&free2, &web2, OPEN, true),
+        (&free2, &free1, OPEN, false),
+    ] {
+        probe(&o, (from, to), TCP, port, expect);
+    }
+    eprintln!("PASS relabelling moves pods between groups live and cuts what only the old group allowed");
+}
