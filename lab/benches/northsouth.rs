@@ -42,15 +42,14 @@
 //! never asserted. `NS_SECS` sets the seconds per measurement
 //! (default 5; `NS_SECS=1` for a quick proof that it runs).
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::AtomicU64;
 
 use cozyplane_apis::v1alpha1::{FloatingIP, VPCGateway};
 use cozyplane_bpf::maps::fip_in::FipInMap;
+use cozyplane_lab::load::{self, conn_server};
 use cozyplane_lab::outside::{INET4, INET6};
-use cozyplane_lab::{Lab, Netns, Outside, bin_dir, run_in, sh_ok};
+use cozyplane_lab::{Lab, Netns, Outside, bin_dir, sh_ok};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -58,14 +57,6 @@ use serde_json::json;
 mod common;
 use common::{Cp, CpOptions, pod, tenant_ranges, until, vni, vpc_ip, wait};
 
-const CONN_PORT: u16 = 7070;
-/// Threads accepting on each connection listener. One is not enough: where the path is fast
-/// enough, the two connecting threads outrun a lone acceptor, its accept queue (128) fills,
-/// the listener's kernel drops the next SYNs (`TcpExtListenOverflows`) and each such
-/// connection waits a 1 s SYN retransmission. That, not the datapath, was the Floating IP's
-/// internet-initiated figure (17 %, docs/benchmarks.md).
-const ACCEPTORS: usize = 4;
-const IPERF_PORT: u16 = 5201;
 /// The masquerade reference's subnet (first three octets).
 const REF_NET: &str = "10.99.0";
 /// The masquerade reference's IPv6 subnet (a /64, without the host part).
@@ -91,100 +82,12 @@ fn main() {
     Lab::run_on(Lab::dual_stack(2), body);
 }
 
-/// iperf3 from `client` to the server in `server` at `to`; `reverse`: the server sends.
-/// Gbit/s received.
 fn iperf(server: &Netns, client: &Netns, to: IpAddr, reverse: bool) -> f64 {
-    let srv = server.iperf_server(IPERF_PORT);
-    let t = secs().to_string();
-    let (to, port) = (to.to_string(), IPERF_PORT.to_string());
-    let mut args = vec![
-        "timeout", "60", "iperf3", "-c", &to, "-p", &port, "-t", &t, "-O", "1", "--json",
-    ];
-    if reverse {
-        args.push("-R");
-    }
-    let o = client.exec(&args);
-    drop(srv);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0)
-        / 1e9
+    load::iperf(server, client, to, reverse, secs())
 }
 
-/// A listener in `ns` (both families) that accepts and drops connections until the process
-/// ends, on [`ACCEPTORS`] threads; the number it accepted so far.
-fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
-    let path = ns.path();
-    let accepted = Arc::new(AtomicU64::new(0));
-    let count = accepted.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(&path).unwrap();
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        // IPv6 and, as v4-mapped addresses, IPv4 (IPV6_V6ONLY is off by default).
-        let l = TcpListener::bind(("::", CONN_PORT)).unwrap();
-        tx.send(()).unwrap();
-        for _ in 1..ACCEPTORS {
-            let l = l.try_clone().unwrap();
-            let count = count.clone();
-            std::thread::spawn(move || {
-                for c in l.incoming() {
-                    if c.is_ok() {
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                    drop(c);
-                }
-            });
-        }
-        for c in l.incoming() {
-            if c.is_ok() {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(c);
-        }
-    });
-    rx.recv().unwrap();
-    accepted
-}
-
-/// New TCP connections per second from `client` to `to` (connect, then close), two
-/// connecting threads for `secs()` seconds: those the listener behind `to` accepted (its
-/// count `accepted`), so a connect answered by anything else is not counted; the client's
-/// own count is printed beside it (to stderr) for a look at the difference.
 fn conn_rate(client: &Netns, to: IpAddr, accepted: &AtomicU64) -> f64 {
-    let before = accepted.load(Ordering::Relaxed);
-    let dur = Duration::from_secs(secs());
-    let counts: Vec<u64> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
-                    run_in(client, || {
-                        let t = Instant::now();
-                        let mut n = 0u64;
-                        while t.elapsed() < dur {
-                            if let Ok(c) =
-                                TcpStream::connect_timeout(&(to, CONN_PORT).into(), Duration::from_secs(2))
-                            {
-                                drop(c);
-                                n += 1;
-                            }
-                        }
-                        n
-                    })
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    // The last connections' accepts, done by now or never.
-    std::thread::sleep(Duration::from_millis(300));
-    let server = accepted.load(Ordering::Relaxed) - before;
-    eprintln!(
-        "conn/s to {to}: {} connects, {server} accepted",
-        counts.iter().sum::<u64>()
-    );
-    server as f64 / dur.as_secs_f64()
+    load::conn_rate(client, to, accepted, secs())
 }
 
 /// `iptables -t nat <rule>` inside `n`.

@@ -27,12 +27,13 @@
 //! printed, never asserted. `POL_SECS` (default 5; `POL_SECS=1` for a quick proof that it
 //! runs).
 
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::SecurityGroup;
+use cozyplane_lab::load::{self, CONN_PORT, IPERF_PORT, conn_server};
 use cozyplane_lab::{Lab, LabPod, Netns, bin_dir, run_in};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -43,8 +44,6 @@ use serde_json::json;
 mod common;
 use common::{Cp, CpOptions, metric, pod, tenant, vpc_ip, wait};
 
-const CONN_PORT: u16 = 7070;
-const IPERF_PORT: u16 = 5201;
 /// NetworkPolicies loaded.
 const NPS: usize = 1_000;
 /// SecurityGroups, and ingress rules in each (`GROUPS * RULES` SecurityGroup rules).
@@ -67,69 +66,12 @@ fn main() {
     Lab::run(2, body);
 }
 
-/// iperf3 from `client` to the server in `server` at `to`: Gbit/s received.
 fn iperf(server: &Netns, client: &Netns, to: IpAddr) -> f64 {
-    let srv = server.iperf_server(IPERF_PORT);
-    let t = secs().to_string();
-    let (to, port) = (to.to_string(), IPERF_PORT.to_string());
-    let o = client.exec(&[
-        "timeout", "60", "iperf3", "-c", &to, "-p", &port, "-t", &t, "-O", "1", "--json",
-    ]);
-    drop(srv);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0)
-        / 1e9
+    load::iperf(server, client, to, false, secs())
 }
 
-/// A listener in `ns` on [`CONN_PORT`] that accepts and drops connections until the
-/// process ends; the number it accepted so far.
-fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
-    let path = ns.path();
-    let accepted = Arc::new(AtomicU64::new(0));
-    let count = accepted.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(&path).unwrap();
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let l = TcpListener::bind(("0.0.0.0", CONN_PORT)).unwrap();
-        tx.send(()).unwrap();
-        for c in l.incoming() {
-            if c.is_ok() {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(c);
-        }
-    });
-    rx.recv().unwrap();
-    accepted
-}
-
-/// New TCP connections per second from `client` to `to`, as the listener behind it
-/// counted them (`accepted`).
 fn conn_rate(client: &Netns, to: IpAddr, accepted: &AtomicU64) -> f64 {
-    let before = accepted.load(Ordering::Relaxed);
-    let dur = Duration::from_secs(secs());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                run_in(client, || {
-                    let t = Instant::now();
-                    while t.elapsed() < dur {
-                        if let Ok(c) =
-                            TcpStream::connect_timeout(&(to, CONN_PORT).into(), Duration::from_secs(2))
-                        {
-                            drop(c);
-                        }
-                    }
-                });
-            });
-        }
-    });
-    // The last connections' accepts, done by now or never.
-    std::thread::sleep(Duration::from_millis(300));
-    (accepted.load(Ordering::Relaxed) - before) as f64 / dur.as_secs_f64()
+    load::conn_rate(client, to, accepted, secs())
 }
 
 /// Merges `labels` into the Pod's.

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
+pub mod load;
 pub mod outside;
 pub use outside::Outside;
 

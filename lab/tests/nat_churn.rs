@@ -16,14 +16,14 @@
 //! Layout: one node, the outside world of `cozyplane_lab::outside` with the pool attracted
 //! to it, tenant t1's VPC a (10.30.0.0/24) with a NAT-enabled gateway.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::{FloatingIP, VPCGateway};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
+use cozyplane_lab::load::{CONN_PORT, conn_server};
 use cozyplane_lab::outside::INET4;
 use cozyplane_lab::{Lab, LabPod, Netns, Outside, run_in};
 use kube::api::{Api, PostParams};
@@ -32,7 +32,6 @@ use serde_json::json;
 mod common;
 use common::{Cp, CpOptions, pod, tenant, until, vpc_ip, wait};
 
-const CONN_PORT: u16 = 7070;
 const ECHO_PORT: u16 = 7777;
 const MASQ_PORTS: (u16, u16) = (61000, 61015);
 const NAT_SHARDS: u16 = 1024;
@@ -57,39 +56,6 @@ fn syn_retrans(ns: &Netns) -> u64 {
                 .ok()
         })
         .unwrap_or(0)
-}
-
-/// A listener that accepts and closes, on four threads (one acceptor falls behind fast
-/// clients: its queue overflows and the kernel drops their SYNs); how many it accepted.
-fn conn_server(ns: &Netns) -> Arc<AtomicU64> {
-    let path = ns.path();
-    let accepted = Arc::new(AtomicU64::new(0));
-    let count = accepted.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let f = std::fs::File::open(&path).unwrap();
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let l = TcpListener::bind(("0.0.0.0", CONN_PORT)).unwrap();
-        tx.send(()).unwrap();
-        for _ in 0..3 {
-            let l = l.try_clone().unwrap();
-            let count = count.clone();
-            std::thread::spawn(move || {
-                for c in l.incoming() {
-                    if c.is_ok() {
-                        count.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-        for c in l.incoming() {
-            if c.is_ok() {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    });
-    rx.recv().unwrap();
-    accepted
 }
 
 /// A UDP server on the internet host that answers each datagram after 300 ms (its sender's
