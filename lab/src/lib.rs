@@ -110,6 +110,22 @@ impl Netns {
         v.extend_from_slice(args);
         sh_ok(&v)
     }
+    /// Waits (up to 10 s) until no IPv6 address here is tentative. A router whose link-local
+    /// address is still in duplicate address detection sends no neighbour solicitation for
+    /// the packets it forwards (the kernel needs a usable link-local source), so a test that
+    /// forwards IPv6 right after a link came up lost its first packets (a CI failure of
+    /// `lab_egress`: the internet host saw only DAD probes from `::`).
+    pub fn wait_v6_settled(&self) {
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(10) {
+            let out = self.ip(&["-6", "addr", "show", "tentative"]);
+            if out.status.success() && out.stdout.is_empty() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("{}: IPv6 addresses still tentative after 10 s", self.0);
+    }
     /// `ip netns exec <name> ...`.
     pub fn exec(&self, args: &[&str]) -> Output {
         let mut v = vec!["ip", "netns", "exec", &self.0];
@@ -705,6 +721,9 @@ impl Lab {
             node.ns
                 .ip_ok(&["addr", "add", &format!("{ip}/64"), "dev", "ul0", "nodad"]);
             node.v6 = Some((format!("fd44:0:0:{}::/64", i + 1), ip));
+        }
+        for node in &lab.nodes {
+            node.ns.wait_v6_settled();
         }
         lab
     }

@@ -99,6 +99,8 @@ impl Outside {
         sysctl(&router, "net.ipv4.ip_forward=1");
         sysctl(&router, "net.ipv6.conf.all.forwarding=1");
 
+        router.wait_v6_settled();
+        internet.wait_v6_settled();
         let mut routed = Vec::new();
         for n in &lab.nodes {
             n.ns.ip_ok(&[
