@@ -141,15 +141,7 @@ fn reference(n: &cozyplane_lab::Node, mtu: u32) -> Netns {
         "nodad",
     ]);
     r.ip_ok(&["-6", "route", "add", "default", "via", &format!("{REF_NET6}::1")]);
-    sh_ok(&[
-        "ip",
-        "netns",
-        "exec",
-        &n.ns.0,
-        "sysctl",
-        "-qw",
-        "net.ipv6.conf.all.forwarding=1",
-    ]);
+    n.ns.sysctl("net.ipv6.conf.all.forwarding=1");
     let src6 = format!("{REF_NET6}::/64");
     sh_ok(&[
         "ip",

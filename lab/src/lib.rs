@@ -110,6 +110,10 @@ impl Netns {
         v.extend_from_slice(args);
         sh_ok(&v)
     }
+    /// `sysctl -w <kv>` inside this netns, which must succeed.
+    pub fn sysctl(&self, kv: &str) {
+        sh_ok(&["ip", "netns", "exec", &self.0, "sysctl", "-qw", kv]);
+    }
     /// Waits (up to 10 s) until no IPv6 address here is tentative. A router whose link-local
     /// address is still in duplicate address detection sends no neighbour solicitation for
     /// the packets it forwards (the kernel needs a usable link-local source), so a test that

@@ -23,7 +23,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use crate::{Lab, Netns, sh, sh_ok, start_tcpdump, stop_tcpdump};
+use crate::{Lab, Netns, sh, start_tcpdump, stop_tcpdump};
 
 /// The router's address on the underlay.
 pub const ROUTER4: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 254);
@@ -53,10 +53,6 @@ pub struct Outside {
     pub wan_mtu: u32,
     /// The node netns names given a default route, with whether it was IPv6 too.
     routed: Vec<(String, bool)>,
-}
-
-fn sysctl(ns: &Netns, kv: &str) {
-    sh_ok(&["ip", "netns", "exec", &ns.0, "sysctl", "-qw", kv]);
 }
 
 impl Outside {
@@ -96,8 +92,8 @@ impl Outside {
         internet.ip_ok(&["addr", "add", &format!("{INET6}/64"), "dev", "eth0", "nodad"]);
         internet.ip_ok(&["route", "add", "default", "via", &WAN4.to_string()]);
         internet.ip_ok(&["-6", "route", "add", "default", "via", &WAN6.to_string()]);
-        sysctl(&router, "net.ipv4.ip_forward=1");
-        sysctl(&router, "net.ipv6.conf.all.forwarding=1");
+        router.sysctl("net.ipv4.ip_forward=1");
+        router.sysctl("net.ipv6.conf.all.forwarding=1");
 
         router.wait_v6_settled();
         internet.wait_v6_settled();

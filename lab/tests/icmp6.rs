@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use cozyplane_apis::v1alpha1::VPCGateway;
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
 use cozyplane_lab::outside::INET6;
-use cozyplane_lab::{Lab, LabPod, Netns, Node, Outside, capture, sh_ok};
+use cozyplane_lab::{Lab, LabPod, Netns, Node, Outside, capture};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -45,10 +45,6 @@ fn out(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn sysctl(ns: &Netns, kv: &str) {
-    sh_ok(&["ip", "netns", "exec", &ns.0, "sysctl", "-qw", kv]);
 }
 
 /// The pod's IPv6 fabric address, from its CNI result.
@@ -174,7 +170,7 @@ fn narrow_branch(outside: &Outside, lab: &Lab, s1_fabric: Ipv6Addr) -> [Netns; 2
     far.ip_ok(&["addr", "add", "2001:db8:300::1/64", "dev", "out0", "nodad"]);
     ext.ip_ok(&["link", "set", "eth0", "up"]);
     ext.ip_ok(&["addr", "add", &format!("{EXT6}/64"), "dev", "eth0", "nodad"]);
-    sysctl(&far, "net.ipv6.conf.all.forwarding=1");
+    far.sysctl("net.ipv6.conf.all.forwarding=1");
     far.ip_ok(&["-6", "route", "add", "default", "via", "2001:db8:200::1"]);
     ext.ip_ok(&["-6", "route", "add", "default", "via", "2001:db8:300::1"]);
     rtr.ip_ok(&[

@@ -15,7 +15,7 @@
 //!   203.0.113.2   192.0.2.0/24   198.51.100.0/24 └─ underlay ─ n2 ─ a2 (VPC a)
 //! ```
 
-use cozyplane_lab::{Lab, LabPod, Netns, capture, sh_ok};
+use cozyplane_lab::{Lab, LabPod, Netns, capture};
 
 mod common;
 use common::{Cp, pod, tenant, vpc_ip, wait};
@@ -26,10 +26,6 @@ const EXT_IP: &str = "203.0.113.2";
 #[test]
 fn lab_pmtu() {
     Lab::run(2, body);
-}
-
-fn sysctl(ns: &Netns, kv: &str) {
-    sh_ok(&["ip", "netns", "exec", &ns.0, "sysctl", "-qw", kv]);
 }
 
 /// A veth pair `a` (in `x`) – `b` (in `y`) with these addresses (/24) and MTU.
@@ -50,7 +46,7 @@ fn outside(lab: &Lab) -> [Netns; 3] {
     link(&rtr, "thin0", "192.0.2.1", &far, "thin1", "192.0.2.2", NARROW_MTU);
     link(&far, "out0", "203.0.113.1", &ext, "eth0", EXT_IP, 1500);
     for r in [&rtr, &far] {
-        sysctl(r, "net.ipv4.ip_forward=1");
+        r.sysctl("net.ipv4.ip_forward=1");
     }
     rtr.ip_ok(&["route", "add", "10.244.0.0/16", "via", "198.51.100.1"]);
     rtr.ip_ok(&["route", "add", "203.0.113.0/24", "via", "192.0.2.2"]);
@@ -63,8 +59,8 @@ fn outside(lab: &Lab) -> [Netns; 3] {
     // Replies from n2's pods reach n1 over the underlay, requests over the tunnel: loose
     // or no source validation, as on the nodes of a real cluster with such a gateway.
     for n in [n1, n2] {
-        sysctl(&n.ns, "net.ipv4.conf.all.rp_filter=0");
-        sysctl(&n.ns, "net.ipv4.conf.ul0.rp_filter=0");
+        n.ns.sysctl("net.ipv4.conf.all.rp_filter=0");
+        n.ns.sysctl("net.ipv4.conf.ul0.rp_filter=0");
     }
     [rtr, far, ext]
 }
