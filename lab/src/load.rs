@@ -13,10 +13,11 @@ pub const CONN_PORT: u16 = 7070;
 /// The port of the iperf3 server [`iperf`] starts.
 pub const IPERF_PORT: u16 = 5201;
 /// Threads accepting on each connection listener. One is not enough: where the path is fast
-/// enough, two connecting threads outrun a lone acceptor, its accept queue (128) fills, the
+/// enough, two connecting threads outrun a lone acceptor, its accept queue fills, the
 /// listener's kernel drops the next SYNs (`TcpExtListenOverflows`) and each such connection
 /// waits a 1 s SYN retransmission. That, not the datapath, was the Floating IP's
-/// internet-initiated set-up figure of session 8 (17 %, docs/benchmarks.md).
+/// internet-initiated set-up figure of session 8 (17 %, docs/benchmarks.md). The queue's
+/// length is raised too ([`conn_server`]).
 pub const ACCEPTORS: usize = 4;
 
 /// iperf3 for `secs` seconds from `client` to a server started in `server`, reached at `to`;
