@@ -9,11 +9,67 @@
  *       for its target); the gateway's NAT comes last (added with it). 0: no
  *       door; the caller drops it as DROP_VPC_ISOLATION.
  *   sdn_doors_from_uplink: Floating IPs, then LoadBalancer frontends.
+ *
+ * SecurityGroups police every door at the pod's side, in the VPC's view (the
+ * outside peer a CIDR peer of the pod's net): inbound where the packet is
+ * delivered to a local pod (the doors here, sdn_from_overlay for a pod on
+ * another node), outbound in sdn_doors_police_out ahead of the doors.
  */
 #pragma once
 
 #include "fip.h"
 #include "lb_gate.h"
+#include "policy.h"
+
+/*
+ * SecurityGroups for a VPC pod's packet that sdn_doors_from_pod will send out
+ * by a door: a LoadBalancer backend's reply or a packet out by the pod's
+ * Floating IP. The pod's egress (a reply passes by its flow's entry, which
+ * the inbound packet made here or in sdn_from_overlay: the backend's and the
+ * target's node sees both directions), in the VPC's view, before any
+ * translation. It asks what the doors will, in their order: not internal, a
+ * backend's reply of the packet's family, else a Floating IP of the packet's
+ * family. The gateway polices its own (sdn_gw_from_pod). Keys in the policy
+ * scratch: a subprogram of its own, so only its small frame sits between
+ * sdn_from_pod and the policy check. 0 to go on (the doors decide), or a
+ * DROP_*.
+ */
+static __sdn_noinline int sdn_doors_police_out(struct __sk_buff *skb,
+					       const struct sdn_pkt *p,
+					       __u32 net)
+{
+	struct sdn_pol_scratch *w = sdn_pol_scratch();
+	struct sdn_lbg_key *fe;
+	struct sdn_fip_pub *fp;
+
+	if (!w)
+		return 0;
+	w->u.xnet.prefixlen = 32 + 128;
+	w->u.xnet.net = 0;
+	w->u.xnet.ip = p->dst;
+	if (bpf_map_lookup_elem(&sdn_internal, &w->u.xnet))
+		return 0;
+	w->u.xnet.net = net;
+	if (bpf_map_lookup_elem(&sdn_internal, &w->u.xnet))
+		return 0;
+	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) &&
+	    p->frag != SDN_FRAG_LATER) {
+		__builtin_memset(&w->u.lbg, 0, sizeof(w->u.lbg));
+		w->u.lbg.net = net;
+		w->u.lbg.ip = p->src;
+		w->u.lbg.port = p->sport;
+		w->u.lbg.proto = p->proto;
+		fe = bpf_map_lookup_elem(&sdn_lbg_rev, &w->u.lbg);
+		if (fe && (p->family == 4) == sdn_addr_is_v4(&fe->addr))
+			return sdn_sg_police(skb, p, net, net, 0);
+	}
+	w->u.ep.net = net;
+	w->u.ep.ip = p->src;
+	fp = bpf_map_lookup_elem(&sdn_fip_out, &w->u.ep);
+	if (!fp || (p->family == 4) != sdn_addr_is_v4(&fp->addr))
+		return 0;
+	return sdn_sg_police(skb, p, net, net, 0);
+}
 
 static __sdn_noinline int sdn_doors_from_pod(struct __sk_buff *skb,
 					      struct sdn_pkt *p, __u32 net)

@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "overlay.h"
 #include "parse.h"
+#include "policy.h"
 #include "snat.h"
 
 /* IPv4 multicast and broadcast are nobody's to NAT. */
@@ -124,6 +125,14 @@ static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 	c = sdn_snat_conf_get();
 	if (!c || !c->gw_shard_size)
 		return DROP_NO_GATEWAY;
+	/* SecurityGroups: the pod's egress to a CIDR peer, in the VPC's view
+	 * before the NAT. Its replies come back to this node (the owner of
+	 * the port's shard) and pass by the same entry in sdn_snat_deliver,
+	 * so the one table sees both directions however long the flow lives.
+	 */
+	ret = sdn_sg_police(skb, p, net, net, 0);
+	if (ret)
+		return ret;
 	if (p->frag == SDN_FRAG_LATER) {
 		/* Never out un-NATed: a fragment without its first stays in. */
 		ret = sdn_frag_follow(skb, p, net);
@@ -170,6 +179,15 @@ static __always_inline int sdn_snat_deliver(struct __sk_buff *skb,
 	ep = sdn_endpoint_lookup(net, &p->dst);
 	if (!ep)
 		return DROP_NO_ENDPOINT;
+	/* A gateway flow's reply, in the VPC's view after the un-NAT, passes
+	 * by the entry its pod's packet made in sdn_gw_from_pod (refused, it
+	 * is not counted as crossing). Net 0's masquerade has no groups.
+	 */
+	if (net) {
+		ret = sdn_sg_police(skb, p, net, net, 0);
+		if (ret)
+			return ret;
+	}
 	/* Net 0 (the masquerade) is no VPC: the meter leaves it out. */
 	sdn_meter_door(skb, net, SDN_DOOR_GATEWAY, SDN_DIR_IN);
 	return sdn_deliver_local(skb, net, ep);

@@ -24,8 +24,9 @@
  * the VPC's view (the outside peer in the target's net, no groups: a CIDR
  * peer): inbound at the delivery (here for a target on this node, in
  * sdn_from_overlay for one on another), outbound before the doors
- * (sdn_fip_police_out, called by sdn_from_pod ahead of sdn_doors_from_pod:
- * under the doors' frame the check would take the stack past 512 bytes). A
+ * (sdn_doors_police_out, lib/doors.h, called by sdn_from_pod ahead of
+ * sdn_doors_from_pod: under the doors' frame the check would take the stack
+ * past 512 bytes). A
  * grouped target is closed to new flows either way until a CIDR rule admits
  * the peer; replies pass by the connection table.
  *
@@ -156,50 +157,4 @@ static __always_inline int sdn_fip_from_pod(struct __sk_buff *skb,
 	if (ret == TC_ACT_REDIRECT)
 		sdn_meter_door(skb, net, SDN_DOOR_EIP, SDN_DIR_OUT);
 	return ret;
-}
-
-/*
- * SecurityGroups for a VPC pod's packet that sdn_doors_from_pod will send out
- * by the pod's Floating IP: the pod's egress (a reply passes by its flow's
- * entry), in the VPC's view, before any translation. It asks what the doors
- * will: not internal, not a LoadBalancer backend's reply (that door comes
- * first, and its flows are not policed yet), a Floating IP of the packet's
- * family. Keys in the policy scratch: a subprogram of its own, so only its
- * small frame sits between sdn_from_pod and the policy check. 0 to go on (the
- * doors decide), or a DROP_*.
- */
-static __sdn_noinline int sdn_fip_police_out(struct __sk_buff *skb,
-					     const struct sdn_pkt *p, __u32 net)
-{
-	struct sdn_pol_scratch *w = sdn_pol_scratch();
-	struct sdn_lbg_key *fe;
-	struct sdn_fip_pub *fp;
-
-	if (!w)
-		return 0;
-	w->u.xnet.prefixlen = 32 + 128;
-	w->u.xnet.net = 0;
-	w->u.xnet.ip = p->dst;
-	if (bpf_map_lookup_elem(&sdn_internal, &w->u.xnet))
-		return 0;
-	w->u.xnet.net = net;
-	if (bpf_map_lookup_elem(&sdn_internal, &w->u.xnet))
-		return 0;
-	if ((p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) &&
-	    p->frag != SDN_FRAG_LATER) {
-		__builtin_memset(&w->u.lbg, 0, sizeof(w->u.lbg));
-		w->u.lbg.net = net;
-		w->u.lbg.ip = p->src;
-		w->u.lbg.port = p->sport;
-		w->u.lbg.proto = p->proto;
-		fe = bpf_map_lookup_elem(&sdn_lbg_rev, &w->u.lbg);
-		if (fe && (p->family == 4) == sdn_addr_is_v4(&fe->addr))
-			return 0;
-	}
-	w->u.ep.net = net;
-	w->u.ep.ip = p->src;
-	fp = bpf_map_lookup_elem(&sdn_fip_out, &w->u.ep);
-	if (!fp || (p->family == 4) != sdn_addr_is_v4(&fp->addr))
-		return 0;
-	return sdn_sg_police(skb, p, net, net, 0);
 }

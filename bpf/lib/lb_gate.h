@@ -25,6 +25,11 @@
  *       and target port (sdn_lbg_rev) to a non-internal destination is a reply:
  *       its source becomes the frontend, and it leaves by the node's route.
  *
+ * SecurityGroups (lib/policy.h) police both directions on the backend's node,
+ * the client a CIDR peer of its VPC: inbound at a local delivery here (in
+ * sdn_from_overlay for a backend on another node), the replies in
+ * sdn_doors_police_out (lib/doors.h) before sdn_lbg_from_pod.
+ *
  * Both return 0 when the packet is not theirs, the tc verdict, or a DROP_*
  * reason (< 0). Both meter door SDN_DOOR_LOADBALANCER.
  */
@@ -35,6 +40,7 @@
 #include "nat.h"
 #include "ns_out.h"
 #include "parse.h"
+#include "policy.h"
 #include "fip.h"
 
 /* The backend a client's flow goes to: depends only on the client's address
@@ -97,6 +103,15 @@ static __always_inline int sdn_lbg_from_uplink(struct __sk_buff *skb,
 		return DROP_REWRITE;
 	p->dst = be.ip;
 	p->dport = be.port;
+	/* SecurityGroups at a local backend's delivery (a remote one's node
+	 * polices it in sdn_from_overlay), as for a Floating IP: the client
+	 * is a CIDR peer of the backend's VPC, the port the target port.
+	 */
+	if (sdn_endpoint_lookup(net, &be.ip)) {
+		ret = sdn_sg_police(skb, p, net, net, 0);
+		if (ret)
+			return ret;
+	}
 	return sdn_ns_deliver(skb, net, &be.ip, SDN_DOOR_LOADBALANCER,
 			      DROP_LB_NO_BACKEND);
 }

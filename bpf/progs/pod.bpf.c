@@ -65,9 +65,9 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 	if (ret == DROP_VPC_ISOLATION) {
 		/* In no net it may reach: out through a door (a Floating IP or
 		 * a LoadBalancer reply first, then the gateway), or nowhere.
-		 * SecurityGroups first, for what leaves by a Floating IP.
+		 * SecurityGroups first, for what leaves by a door.
 		 */
-		ret = sdn_fip_police_out(skb, p, net);
+		ret = sdn_doors_police_out(skb, p, net);
 		if (!ret)
 			ret = sdn_doors_from_pod(skb, p, net);
 		if (!ret)

@@ -1,8 +1,9 @@
-//! SecurityGroups on the Floating IP door (`lib/fip.h`, `lib/policy.h`) through
-//! `BPF_PROG_TEST_RUN`: the outside peer is a CIDR peer of the target's VPC. A grouped
-//! target is closed to new inbound flows until a CIDR rule admits the peer, its replies
-//! leave by the flow's entry, and its own new flows out through the door need an egress
-//! rule; an ungrouped target stays open. Every outcome is also `verdict::sg`'s. Needs
+//! SecurityGroups on the Floating IP and LoadBalancer doors (`lib/doors.h`, `lib/policy.h`) and on the VPC
+//! gateway's NAT (`lib/egress.h`) through `BPF_PROG_TEST_RUN`: the outside peer is a CIDR
+//! peer of the target's VPC. A grouped target is closed to new inbound flows until a CIDR
+//! rule admits the peer, its replies leave by the flow's entry, and its own new flows out
+//! through the door or the gateway need an egress rule (whose replies come back by the
+//! entry); an ungrouped target stays open. Every outcome is also `verdict::sg`'s. Needs
 //! root; fails (never skips) without it.
 
 mod common;
@@ -15,12 +16,13 @@ use common::pkt::{self, TCP};
 use common::policy as pol;
 use common::{Datapath, LO, TC_ACT_REDIRECT, TC_ACT_SHOT};
 use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupIngressRule, SecurityGroupPeer,
-    SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus, VPCRef,
+    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupEgressRule,
+    SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
+    VPCRef,
 };
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::abi::DoorKey;
-use cozyplane_policy::model::Tables;
+use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::sg::SgCompiler;
 use cozyplane_policy::verdict::{self, Endpoint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,22 +30,44 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 const PUB: &str = "203.0.113.10";
 const VPC_IP: &str = "10.0.0.1";
 const CLIENT: &str = "198.51.100.7";
+/// VPC A's gateway NAT address.
+const NAT4: &str = "203.0.113.1";
+
+/// A CIDR peer on TCP `port`.
+fn cidr_on(cidr: &str, port: u16) -> (SecurityGroupPeer, Vec<SecurityGroupPort>) {
+    (
+        SecurityGroupPeer {
+            cidr: cidr.into(),
+            ..Default::default()
+        },
+        vec![SecurityGroupPort {
+            protocol: "TCP".into(),
+            port: port.into(),
+        }],
+    )
+}
 
 /// The world: VPC_IP's Port in group `web` (id 1) when `grouped`, whose ingress admits
 /// `admit` (a CIDR) on TCP 80 when given; no egress rule.
 fn world(grouped: bool, admit: Option<&str>) -> Tables {
+    world_both(grouped, admit, None)
+}
+
+/// [`world`], with an egress rule to `egress` (a CIDR) on TCP 443 when given.
+fn world_both(grouped: bool, admit: Option<&str>, egress: Option<&str>) -> Tables {
     let mut c = SgCompiler::new();
     c.set_vpc("t1", "va", VPC_A);
     let ingress = admit
-        .map(|cidr| SecurityGroupIngressRule {
-            from: SecurityGroupPeer {
-                cidr: cidr.into(),
-                ..Default::default()
-            },
-            ports: vec![SecurityGroupPort {
-                protocol: "TCP".into(),
-                port: 80,
-            }],
+        .map(|cidr| {
+            let (from, ports) = cidr_on(cidr, 80);
+            SecurityGroupIngressRule { from, ports }
+        })
+        .into_iter()
+        .collect();
+    let egress = egress
+        .map(|cidr| {
+            let (to, ports) = cidr_on(cidr, 443);
+            SecurityGroupEgressRule { to, ports }
         })
         .into_iter()
         .collect();
@@ -56,6 +80,7 @@ fn world(grouped: bool, admit: Option<&str>) -> Tables {
         spec: SecurityGroupSpec {
             vpc_ref: LocalVPCRef { name: "va".into() },
             ingress,
+            egress,
             ..Default::default()
         },
         status: Some(SecurityGroupStatus {
@@ -211,5 +236,200 @@ fn an_ungrouped_target_keeps_its_door_open_both_ways() {
             TC_ACT_REDIRECT
         );
         assert_eq!(total_drops(&dp), 0);
+    });
+}
+
+/// The gateway's node: the target is its pod, VPC A NATs to [`NAT4`] from a shard of 64.
+fn gateway_setup(t: &Tables) -> Datapath {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, VPC_IP, MAC_A1);
+    internal_range(&mut dp, 0, "10.96.0.0/12");
+    internal_range(&mut dp, VPC_A, "10.0.0.0/24");
+    snat_ipv4(&mut dp, (61000, 61003), (1024, 64, 1), &[(VPC_A, NAT4)]);
+    pol::load(&mut dp, t);
+    dp
+}
+
+// The gateway's CIDR egress: a grouped pod's new flow out through the gateway's NAT needs
+// an egress rule for the peer and port; the replies (un-NATed on the pod's node, the owner
+// of the port's shard) pass by the flow's entry without any ingress rule; a refused
+// packet takes no NAT port and is not metered as crossing.
+#[test]
+fn the_gateway_needs_a_cidr_egress_rule_and_its_replies_pass_by_the_entry() {
+    in_routed_netns(|| {
+        for (grouped, egress, port, expect) in [
+            (false, None, 443, true),
+            (true, None, 443, false),
+            (true, Some("198.51.100.0/24"), 443, true),
+            (true, Some("198.51.100.0/24"), 444, false),
+            (true, Some("192.0.2.0/24"), 443, false),
+        ] {
+            let what = format!("grouped {grouped}, egress {egress:?}, port {port}");
+            let t = world_both(grouped, None, egress);
+            let dp = gateway_setup(&t);
+            assert_eq!(allowed(&t, VPC_IP, CLIENT, port), expect, "verdict::sg: {what}");
+            let syn = pkt::ipv4(MAC_A1, cfg().gw_mac, v4(VPC_IP), v4(CLIENT), TCP, 5000, port, 0);
+            let r = dp.run(FROM_POD, &syn, LO, 0);
+            if !expect {
+                assert_dropped(&dp, r.verdict, DropReason::PolSg);
+                assert_eq!(
+                    door(&dp, VPC_A, DoorKey::GATEWAY, DoorKey::OUT).packets,
+                    0,
+                    "{what}: refused before the meter"
+                );
+                continue;
+            }
+            assert_eq!(r.verdict, TC_ACT_REDIRECT, "{what}: out by the route");
+            let ip = pkt::ip_of(&r.packet);
+            assert_eq!(pkt::addrs(ip), (v4(NAT4), v4(CLIENT)), "{what}: NATed");
+            let nat_port = u16::from_be_bytes([ip[20], ip[21]]);
+            for flags in [0x12, 0x10, 0x18] {
+                let back = with_flags(
+                    pkt::ipv4(
+                        ROUTER_MAC,
+                        UPLINK_MAC,
+                        v4(CLIENT),
+                        v4(NAT4),
+                        TCP,
+                        port,
+                        nat_port,
+                        0,
+                    ),
+                    flags,
+                );
+                let r = dp.run(FROM_UPLINK, &back, LO, 0);
+                assert_eq!(
+                    r.verdict, TC_ACT_REDIRECT,
+                    "{what}: reply {flags:#x} into the pod"
+                );
+                let ip = pkt::ip_of(&r.packet);
+                assert_eq!(pkt::addrs(ip), (v4(CLIENT), v4(VPC_IP)), "{what}: un-NATed");
+            }
+            assert_eq!(total_drops(&dp), 0, "{what}");
+            assert_eq!(
+                door(&dp, VPC_A, DoorKey::GATEWAY, DoorKey::IN).packets,
+                3,
+                "{what}"
+            );
+        }
+    });
+}
+
+// A reply for a NATed flow whose entry is gone (the table lost it, or the flow began when
+// the pod had no group and the rules changed since) is a new inbound flow in the pod's
+// view: refused for a grouped pod that admits no ingress from the peer.
+#[test]
+fn a_gateway_reply_without_its_entry_is_judged_as_ingress() {
+    in_routed_netns(|| {
+        let open = world_both(false, None, None);
+        let mut dp = gateway_setup(&open);
+        let syn = pkt::ipv4(MAC_A1, cfg().gw_mac, v4(VPC_IP), v4(CLIENT), TCP, 5001, 443, 0);
+        let r = dp.run(FROM_POD, &syn, LO, 0);
+        assert_eq!(r.verdict, TC_ACT_REDIRECT, "ungrouped: out");
+        let nat_port = u16::from_be_bytes([pkt::ip_of(&r.packet)[20], pkt::ip_of(&r.packet)[21]]);
+        // The pod joins `web` (no rule admits the peer in): the next reply is refused.
+        let closed = world_both(true, None, Some("198.51.100.0/24"));
+        assert!(
+            !allowed(&closed, CLIENT, VPC_IP, 5001),
+            "verdict::sg: no ingress rule"
+        );
+        pol::apply(&mut dp, &Diff::between(&open, &closed));
+        pol::bump(&mut dp);
+        let back = with_flags(
+            pkt::ipv4(
+                ROUTER_MAC,
+                UPLINK_MAC,
+                v4(CLIENT),
+                v4(NAT4),
+                TCP,
+                443,
+                nat_port,
+                0,
+            ),
+            0x12,
+        );
+        let r = dp.run(FROM_UPLINK, &back, LO, 0);
+        assert_eq!(r.verdict, TC_ACT_SHOT);
+        assert_eq!(total_drops(&dp), 1);
+        assert_eq!(door(&dp, VPC_A, DoorKey::GATEWAY, DoorKey::IN).packets, 0);
+    });
+}
+
+/// The LoadBalancer frontend of [`lb_setup`].
+const FRONT: &str = "203.0.113.20";
+
+/// The backend's node: the target is the one backend of [`FRONT`] port 80 (target port
+/// 80), and its VPC's gateway admits LoadBalancer ingress.
+fn lb_setup(t: &Tables) -> Datapath {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, VPC_IP, MAC_A1);
+    lb_frontend(&mut dp, FRONT, 80, TCP, VPC_A, &[(VPC_IP, 80)]);
+    lb_admit(&mut dp, VPC_A, true);
+    internal_range(&mut dp, 0, "10.96.0.0/12");
+    internal_range(&mut dp, VPC_A, "10.0.0.0/24");
+    pol::load(&mut dp, t);
+    dp
+}
+
+// The LoadBalancer door polices like a Floating IP: a grouped backend on this node is closed
+// to the client until a CIDR rule admits it (refused before the door's meter); an ungrouped
+// one is open.
+#[test]
+fn a_grouped_backend_is_closed_behind_its_load_balancer_until_a_cidr_rule_admits_it() {
+    for (grouped, admit, expect) in [
+        (false, None, true),
+        (true, None, false),
+        (true, Some("198.51.100.0/24"), true),
+        (true, Some("192.0.2.0/24"), false),
+    ] {
+        let what = format!("grouped {grouped}, rule {admit:?}");
+        let t = world(grouped, admit);
+        let dp = lb_setup(&t);
+        assert_eq!(allowed(&t, CLIENT, VPC_IP, 80), expect, "verdict::sg: {what}");
+        let syn = pkt::ipv4(ROUTER_MAC, UPLINK_MAC, v4(CLIENT), v4(FRONT), TCP, 40000, 80, 0);
+        let r = dp.run(FROM_UPLINK, &syn, LO, 0);
+        if expect {
+            assert_eq!(r.verdict, TC_ACT_REDIRECT, "{what}: into the backend");
+            let got = pkt::parse_v4(&r.packet);
+            assert_eq!((got.src, got.dst), (v4(CLIENT), v4(VPC_IP)), "{what}");
+            assert_eq!(total_drops(&dp), 0, "{what}");
+        } else {
+            assert_dropped(&dp, r.verdict, DropReason::PolSg);
+            assert_eq!(
+                door(&dp, VPC_A, DoorKey::LOADBALANCER, DoorKey::IN).packets,
+                0,
+                "{what}: refused before the meter"
+            );
+        }
+    }
+}
+
+// The backend's replies leave as the frontend by the flow's entry (web has no egress rule);
+// a "reply" of a flow the table never saw is refused.
+#[test]
+fn a_backends_replies_pass_by_the_entry_its_client_made() {
+    in_routed_netns(|| {
+        let t = world(true, Some("198.51.100.0/24"));
+        let dp = lb_setup(&t);
+        let syn = pkt::ipv4(ROUTER_MAC, UPLINK_MAC, v4(CLIENT), v4(FRONT), TCP, 40001, 80, 0);
+        assert_eq!(dp.run(FROM_UPLINK, &syn, LO, 0).verdict, TC_ACT_REDIRECT);
+        let reply = |flags, dport: u16| {
+            with_flags(
+                pkt::ipv4(MAC_A1, cfg().gw_mac, v4(VPC_IP), v4(CLIENT), TCP, 80, dport, 0),
+                flags,
+            )
+        };
+        for flags in [0x12, 0x10, 0x18] {
+            let r = dp.run(FROM_POD, &reply(flags, 40001), LO, 0);
+            assert_eq!(r.verdict, TC_ACT_REDIRECT, "flags {flags:#x}: out by the route");
+            let got = pkt::parse_v4(&r.packet);
+            assert_eq!((got.src, got.sport), (v4(FRONT), 80), "as the frontend");
+        }
+        assert_eq!(total_drops(&dp), 0);
+        assert_eq!(door(&dp, VPC_A, DoorKey::LOADBALANCER, DoorKey::OUT).packets, 3);
+        let r = dp.run(FROM_POD, &reply(0x10, 40999), LO, 0);
+        assert_eq!(r.verdict, TC_ACT_SHOT);
+        assert_eq!(drops_of(&dp, DropReason::PolCtInvalid), 1);
+        assert_eq!(door(&dp, VPC_A, DoorKey::LOADBALANCER, DoorKey::OUT).packets, 3);
     });
 }

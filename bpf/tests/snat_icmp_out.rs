@@ -8,65 +8,23 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 
 use common::doors::*;
 use common::fixtures::*;
 use common::pkt::{self, UDP};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::abi::{Addr, SnatConf};
-use cozyplane_bpf::maps::{
-    snat_addrs::{self, SnatAddrsMap},
-    snat_conf::{self, SnatConfMap},
-    snat_gws::{self, SnatGwsMap},
-};
 
-const NODE4: &str = "192.0.2.1";
 const PEER4: &str = "198.51.100.2";
 const NAT4: &str = "203.0.113.1";
 const VPC_IP: &str = "10.30.0.5";
 const POD4: &str = "10.244.1.20";
 
-fn ifindex(dev: &str) -> u32 {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show", dev])
-        .output()
-        .unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
-    s.split(':')
-        .next()
-        .and_then(|i| i.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no ifindex for {dev}: {s}"))
-}
-
 /// Masquerade on (to [`NODE4`]), the gateway range in 16 shards of which this node has 0,
 /// VPC A's gateway NATs to [`NAT4`].
 fn setup() -> Datapath {
     let mut dp = Datapath::load(&cfg());
-    let c = SnatConf {
-        flags: SnatConf::F_MASQ | SnatConf::F_HAVE4,
-        uplink_ifindex: ifindex("up0"),
-        node4: Addr::from(v4(NODE4)),
-        masq_min: 61000,
-        masq_max: 65535,
-        gw_min: 1024,
-        gw_shard_size: 4032,
-        gw_shards: 16,
-        shard: 0,
-        ..SnatConf::default()
-    };
-    SnatConfMap::try_from(dp.map_mut(snat_conf::NAME))
-        .unwrap()
-        .set(c)
-        .unwrap();
-    let mut addrs = SnatAddrsMap::try_from(dp.map_mut(snat_addrs::NAME)).unwrap();
-    addrs.insert(ip(NODE4), 0).unwrap();
-    addrs.insert(ip(NAT4), VPC_A).unwrap();
-    SnatGwsMap::try_from(dp.map_mut(snat_gws::NAME))
-        .unwrap()
-        .upsert(VPC_A, (Some(v4(NAT4)), None))
-        .unwrap();
+    snat_ipv4(&mut dp, (61000, 65535), (1024, 4032, 16), &[(VPC_A, NAT4)]);
     dp
 }
 

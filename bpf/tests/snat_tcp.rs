@@ -7,22 +7,13 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::doors::*;
 use common::fixtures::*;
 use common::pkt::{self, TCP};
 use common::{Datapath, LO, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::abi::{Addr, SnatConf};
-use cozyplane_bpf::maps::{
-    snat_addrs::{self, SnatAddrsMap},
-    snat_conf::{self, SnatConfMap},
-    snat_gws::{self, SnatGwsMap},
-    snat_rev::{self, SnatRevMap},
-};
+use cozyplane_bpf::maps::snat_rev::{self, SnatRevMap};
 
-const NODE4: &str = "192.0.2.1";
 const PEER4: &str = "198.51.100.2";
 const PEER_PORT: u16 = 7070;
 const NAT4: &str = "203.0.113.1";
@@ -37,46 +28,12 @@ const RST: u8 = 0x04;
 const ACK: u8 = 0x10;
 const SYN_ACK: u8 = 0x12;
 
-fn ifindex(dev: &str) -> u32 {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show", dev])
-        .output()
-        .unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
-    s.split(':')
-        .next()
-        .and_then(|i| i.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no ifindex for {dev}: {s}"))
-}
-
 /// Masquerade on (to [`NODE4`], ports 61000..=61003) and one gateway shard of
 /// [`SHARD`]; VPC A's gateway NATs to [`NAT4`], and its pod [`VPC_IP`] is on lo.
 fn setup() -> Datapath {
     let mut dp = Datapath::load(&cfg());
     vpc_pod(&mut dp, VPC_A, VPC_IP, MAC_A1);
-    let c = SnatConf {
-        flags: SnatConf::F_MASQ | SnatConf::F_HAVE4,
-        uplink_ifindex: ifindex("up0"),
-        node4: Addr::from(v4(NODE4)),
-        masq_min: 61000,
-        masq_max: 61003,
-        gw_min: SHARD.0,
-        gw_shard_size: SHARD.1,
-        gw_shards: 1,
-        shard: 0,
-        ..SnatConf::default()
-    };
-    SnatConfMap::try_from(dp.map_mut(snat_conf::NAME))
-        .unwrap()
-        .set(c)
-        .unwrap();
-    let mut addrs = SnatAddrsMap::try_from(dp.map_mut(snat_addrs::NAME)).unwrap();
-    addrs.insert(ip(NODE4), 0).unwrap();
-    addrs.insert(ip(NAT4), VPC_A).unwrap();
-    SnatGwsMap::try_from(dp.map_mut(snat_gws::NAME))
-        .unwrap()
-        .upsert(VPC_A, (Some(v4(NAT4)), None))
-        .unwrap();
+    snat_ipv4(&mut dp, (61000, 61003), (SHARD.0, SHARD.1, 1), &[(VPC_A, NAT4)]);
     dp
 }
 

@@ -9,24 +9,25 @@
 //! * `web` (role=web): ingress from group `cli` (TCP 8080, ICMP echo), from group `bcli` of
 //!   the peered VPC b (TCP 8080), from free1's address as a CIDR (TCP 8080) and from the
 //!   internet host's 198.51.100.0/24 (TCP 8080, through a Floating IP); no egress rule.
-//! * `cli` (role=cli): egress to group `web` (TCP 8080, ICMP echo); no ingress rule.
+//! * `cli` (role=cli): egress to group `web` (TCP 8080, ICMP echo); no ingress rule; later
+//!   also egress to the internet host's 198.51.100.0/24 (TCP 8080, through the gateway).
 //! * `bcli` (role=bcli, VPC b): egress to group `web` of VPC a (TCP 8080).
 //!
 //! free1 and free2 are in no group. Every probe runs same-node and cross-node where the
 //! layout has both, and its outcome is compared with the compiler's `verdict::sg` for the
 //! same API objects. Then: the source's groups on the wire (VXLAN-GBP), north-south
-//! ingress and egress through Floating IPs, and a relabel that moves pods between groups
+//! ingress and egress through Floating IPs, egress through the VPC's gateway, and a relabel that moves pods between groups
 //! live and cuts an established flow only the old group allowed.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
-use cozyplane_apis::v1alpha1::FloatingIP;
+use cozyplane_apis::v1alpha1::{FloatingIP, SecurityGroup, VPCGateway};
 use cozyplane_bpf::maps::fip_in::FipInMap;
 use cozyplane_bpf::maps::xnet_allow::XnetAllowMap;
 use cozyplane_lab::outside::INET4;
 use cozyplane_lab::{Lab, LabPod, Outside};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
@@ -86,6 +87,20 @@ fn probe(o: &Oracle, (from, to): (&Ep, &Ep), proto: u8, port: u16, expect: bool)
         "verdict::sg for {} -> {} {how}",
         from.pod.name, to.pod.name
     );
+}
+
+/// A TCP exchange from `from` (VPC `net`) to the internet host, out through `door`; the
+/// datapath's outcome and `verdict::sg`'s (the host as a CIDR peer of the VPC) must be
+/// `expect`.
+fn probe_out(o: &Oracle, from: &Ep, net: u32, port: u16, expect: bool, door: &str) {
+    let got = tcp_ok(&from.pod.ns, IpAddr::V4(INET4), port);
+    let oracle = o.allows(from.at(), (net, IpAddr::V4(INET4)), TCP, port);
+    eprintln!(
+        "{} -> inet tcp/{port} through {door}: datapath {got} verdict::sg {oracle} expected {expect}",
+        from.pod.name
+    );
+    assert_eq!(got, expect, "{} -> inet tcp/{port} through {door}", from.pod.name);
+    assert_eq!(oracle, expect, "verdict::sg {} -> inet tcp/{port}", from.pod.name);
 }
 
 /// Waits until every agent holds what the compiler makes of the API objects now.
@@ -334,16 +349,56 @@ async fn body(lab: &mut Lab) {
     // Out through the door: a grouped pod's egress is closed to the internet without a CIDR
     // rule; an ungrouped one's is open.
     for (from, expect) in [(&web1, false), (&cli1, false), (&free1, true)] {
-        let got = tcp_ok(&from.pod.ns, IpAddr::V4(INET4), OPEN);
-        let oracle = o.allows(from.at(), inet, TCP, OPEN);
-        eprintln!(
-            "{} -> inet tcp/{OPEN}: datapath {got} verdict::sg {oracle} expected {expect}",
-            from.pod.name
-        );
-        assert_eq!(got, expect, "{} -> inet", from.pod.name);
-        assert_eq!(oracle, expect, "verdict::sg {} -> inet", from.pod.name);
+        probe_out(&o, from, va, OPEN, expect, "its Floating IP");
     }
     eprintln!("PASS north-south through Floating IPs");
+
+    // --- Out through the VPC's gateway: its NAT on the pod's own node (n2's pods have no
+    // Floating IP), the replies attracted to n1 (sent on over the overlay to the port's
+    // shard, n2) and then to n2. A grouped pod needs a CIDR egress rule, whose replies come
+    // back by the flow's entry (web has no ingress rule for them); an ungrouped one is open.
+    let gws: Api<VPCGateway> = Api::namespaced(cp.sdn.clone(), "t1");
+    let g: VPCGateway = serde_json::from_value(json!({
+        "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCGateway",
+        "metadata": {"name": "gw", "namespace": "t1"},
+        "spec": {"vpcRef": {"name": "a"}, "nat": {"enabled": true}, "ingress": {"loadBalancer": false}}
+    }))
+    .unwrap();
+    gws.create(&PostParams::default(), &g).await.unwrap();
+    let nat4: Ipv4Addr = until("the gateway's natAddress", || async {
+        gws.get("gw").await.ok()?.status?.nat_address.parse().ok()
+    })
+    .await;
+    eprintln!("gateway t1/gw: natAddress {nat4}");
+    wait("free2 reaches the internet through the gateway", || {
+        tcp_ok(&free2.pod.ns, IpAddr::V4(INET4), OPEN)
+    });
+    for at in [0, 1] {
+        outside.attract(lab, at);
+        for (from, expect) in [(&web2, false), (&cli2, false), (&free2, true)] {
+            probe_out(&o, from, va, OPEN, expect, "the gateway");
+        }
+    }
+    // cli gains a CIDR egress rule on OPEN only.
+    Api::<SecurityGroup>::namespaced(cp.sdn.clone(), "t1")
+        .patch(
+            "cli",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"egress": [
+                {"to": {"group": "web"}, "ports": [tcp(OPEN), echo]},
+                {"to": {"cidr": "198.51.100.0/24"}, "ports": [tcp(OPEN)]},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let o = settle(&cp, lab).await;
+    for at in [0, 1] {
+        outside.attract(lab, at);
+        for (from, port, expect) in [(&cli2, OPEN, true), (&cli2, SHUT, false), (&web2, OPEN, false)] {
+            probe_out(&o, from, va, port, expect, "the gateway");
+        }
+    }
+    eprintln!("PASS north-south egress through the gateway");
 
     // --- Relabel: cli1 leaves `cli` while its flow to web2 (cross node) runs; free2 joins
     // `cli`.

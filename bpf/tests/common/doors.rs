@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::process::Command;
 
-use cozyplane_bpf::abi::{DoorKey, DoorStats};
+use cozyplane_bpf::abi::{Addr, DoorKey, DoorStats, SnatConf};
 use cozyplane_bpf::maps::{
     door_stats::{self, DoorStatsMap},
     fip_in::{self, FipInMap},
@@ -13,10 +13,13 @@ use cozyplane_bpf::maps::{
     lbg_ingress::{self, LbgIngressMap},
     lbg_rev::{self, LbgRevMap},
     remotes::{self, RemotesMap},
+    snat_addrs::{self, SnatAddrsMap},
+    snat_conf::{self, SnatConfMap},
+    snat_gws::{self, SnatGwsMap},
 };
 
 use super::Datapath;
-use super::fixtures::ip;
+use super::fixtures::{ip, v4};
 
 /// The uplink program.
 pub const FROM_UPLINK: &str = "sdn_from_uplink";
@@ -24,6 +27,59 @@ pub const FROM_UPLINK: &str = "sdn_from_uplink";
 /// The MAC the uplink's frames arrive with (the router's) and are addressed to (ours).
 pub const ROUTER_MAC: [u8; 6] = [0x0a, 0, 0, 0, 0, 0xfe];
 pub const UPLINK_MAC: [u8; 6] = [0x0a, 0, 0, 0, 0, 0x01];
+
+/// The uplink's IPv4 address in [`in_routed_netns`], which the masquerade NATs to.
+pub const NODE4: &str = "192.0.2.1";
+
+/// The ifindex of `dev` in the calling thread's namespace.
+pub fn ifindex(dev: &str) -> u32 {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", dev])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.split(':')
+        .next()
+        .and_then(|i| i.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ifindex for {dev}: {s}"))
+}
+
+/// This node's SNAT out of `up0` (call inside [`in_routed_netns`]): net-0 masquerade to
+/// [`NODE4`] over the ports `masq` (inclusive); the gateway's range from `gw_min` in
+/// `gw_shards` shards of `gw_shard_size` ports, this node owning shard 0; and each VPC of
+/// `gateways` NATing to its IPv4 address.
+pub fn snat_ipv4(
+    dp: &mut Datapath,
+    masq: (u16, u16),
+    (gw_min, gw_shard_size, gw_shards): (u16, u16, u16),
+    gateways: &[(u32, &str)],
+) {
+    let c = SnatConf {
+        flags: SnatConf::F_MASQ | SnatConf::F_HAVE4,
+        uplink_ifindex: ifindex("up0"),
+        node4: Addr::from(v4(NODE4)),
+        masq_min: masq.0,
+        masq_max: masq.1,
+        gw_min,
+        gw_shard_size,
+        gw_shards,
+        shard: 0,
+        ..SnatConf::default()
+    };
+    SnatConfMap::try_from(dp.map_mut(snat_conf::NAME))
+        .unwrap()
+        .set(c)
+        .unwrap();
+    let mut addrs = SnatAddrsMap::try_from(dp.map_mut(snat_addrs::NAME)).unwrap();
+    addrs.insert(ip(NODE4), 0).unwrap();
+    for (net, nat) in gateways {
+        addrs.insert(ip(nat), *net).unwrap();
+    }
+    let mut gws = SnatGwsMap::try_from(dp.map_mut(snat_gws::NAME)).unwrap();
+    for (net, nat) in gateways {
+        gws.upsert(*net, (Some(v4(nat)), None)).unwrap();
+    }
+}
 
 /// The Floating IP `public` of `vpc_ip` in `net`, both directions.
 pub fn floating_ip(dp: &mut Datapath, public: &str, net: u32, vpc_ip: &str) {
