@@ -21,8 +21,9 @@
  * in the other. Exempt before any rule, in both directions:
  *   - ICMPv6 neighbour discovery (types 133..137) and anything from or to
  *     fe80::/10: node IPv6 and BGP over link-local survive the firewall;
- *   - the overlay: UDP to the tunnel port (VXLAN 4789, Geneve 6081) to or
- *     from a known node (sdn_nodes);
+ *   - the overlay: UDP to the tunnel port (CONFIG(tunnel_port), the agent's
+ *     --tunnel-port: VXLAN 4789 or Geneve 6081 unless set) to or from a known
+ *     node (sdn_nodes);
  *   - node-to-node control traffic: TCP to or from the API server's (6443)
  *     or the kubelet's (10250) port, with a known node (sdn_nodes) as the
  *     other end: the Kubernetes contract survives any rule set;
@@ -36,9 +37,6 @@
 #include "parse.h"
 #include "policy.h"
 
-/* The tunnel's well-known UDP ports (the agent's --tunnel-port defaults). */
-#define SDN_HF_VXLAN_PORT	4789
-#define SDN_HF_GENEVE_PORT	6081
 /* Kubernetes' node-to-node control ports: the API server, the kubelet. */
 #define SDN_HF_APISERVER_PORT	6443
 #define SDN_HF_KUBELET_PORT	10250
@@ -65,8 +63,7 @@ static __always_inline int sdn_hf_exempt(const struct sdn_pkt *p,
 	if (sdn_hf_link_local(&p->src) || sdn_hf_link_local(&p->dst))
 		return 1;
 	if (p->proto == IPPROTO_UDP &&
-	    (p->dport == bpf_htons(SDN_HF_VXLAN_PORT) ||
-	     p->dport == bpf_htons(SDN_HF_GENEVE_PORT)) &&
+	    p->dport == bpf_htons((__u16)CONFIG(tunnel_port)) &&
 	    bpf_map_lookup_elem(&sdn_nodes, peer))
 		return 1;
 	/* Node-to-node control traffic: either way, either end's port. */

@@ -33,6 +33,9 @@ pub struct DatapathConfig {
     /// How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not
     /// carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option.
     pub tunnel_groups: u32,
+    /// UDP port of the overlay (the agent's --tunnel-port), host byte order: HostFirewall
+    /// exempts it between known nodes.
+    pub tunnel_port: u32,
 }
 
 impl Default for DatapathConfig {
@@ -46,6 +49,7 @@ impl Default for DatapathConfig {
             tunnel_mac: [0x02, 0xcf, 0xcf, 0xcf, 0xcf, 0xcf],
             dnat_mark: 0x0010_0000,
             tunnel_groups: 0,
+            tunnel_port: 4789,
         }
     }
 }
@@ -60,11 +64,12 @@ pub struct ConfigValues {
     tunnel_mac: Mac,
     dnat_mark: u32,
     tunnel_groups: u32,
+    tunnel_port: u32,
 }
 
 /// Every knob's name (without [`GLOBAL_PREFIX`]) and the size of its C global, which
 /// aya compares with the value it patches in.
-pub const GLOBALS: [(&str, usize); 7] = [
+pub const GLOBALS: [(&str, usize); 8] = [
     ("tunnel_ifindex", size_of::<u32>()),
     ("net0_vni", size_of::<u32>()),
     ("gw_ipv4", size_of::<[u8; 4]>()),
@@ -72,6 +77,7 @@ pub const GLOBALS: [(&str, usize); 7] = [
     ("tunnel_mac", size_of::<Mac>()),
     ("dnat_mark", size_of::<u32>()),
     ("tunnel_groups", size_of::<u32>()),
+    ("tunnel_port", size_of::<u32>()),
 ];
 
 impl DatapathConfig {
@@ -88,6 +94,7 @@ impl DatapathConfig {
             },
             dnat_mark: self.dnat_mark,
             tunnel_groups: self.tunnel_groups,
+            tunnel_port: self.tunnel_port,
         }
     }
 }
@@ -102,7 +109,8 @@ impl ConfigValues {
             .override_global("__config_gw_mac", &self.gw_mac, true)
             .override_global("__config_tunnel_mac", &self.tunnel_mac, true)
             .override_global("__config_dnat_mark", &self.dnat_mark, true)
-            .override_global("__config_tunnel_groups", &self.tunnel_groups, true);
+            .override_global("__config_tunnel_groups", &self.tunnel_groups, true)
+            .override_global("__config_tunnel_port", &self.tunnel_port, true);
     }
 }
 

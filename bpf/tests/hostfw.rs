@@ -18,10 +18,10 @@ use cozyplane_apis::v1alpha1::{
     HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule, HostFirewallPeer, HostFirewallPort,
     HostFirewallSpec,
 };
-use cozyplane_bpf::DropReason;
 use cozyplane_bpf::abi::PolState;
 use cozyplane_bpf::maps::nodes::{self, NodesMap};
 use cozyplane_bpf::maps::pol_state::{self, PolStateMap};
+use cozyplane_bpf::{DatapathConfig, DropReason};
 use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::verdict;
@@ -57,7 +57,12 @@ fn node_info() -> NodeInfo {
 
 /// A datapath of this node: the other node known in `sdn_nodes`.
 fn node() -> Datapath {
-    let mut dp = Datapath::load(&cfg());
+    node_with(&cfg())
+}
+
+/// [`node`] loaded with `c`.
+fn node_with(c: &DatapathConfig) -> Datapath {
+    let mut dp = Datapath::load(c);
     let mut n = NodesMap::try_from(dp.map_mut(nodes::NAME)).unwrap();
     n.insert(ip(PEER_NODE4)).unwrap();
     n.insert(ip(PEER_NODE6)).unwrap();
@@ -172,6 +177,9 @@ const PORTS: &[(&str, i32, i32)] = &[
     ("UDP", 53, 0),
     ("UDP", 0, 0),
     ("TCP", 0, 0),
+    ("ICMP", 8, 0),
+    ("ICMPv6", 128, 0),
+    ("ICMP", 0, 0),
 ];
 /// Probe peers: inside and outside every CIDR above, both families.
 const PEERS: &[&str] = &[
@@ -233,7 +241,7 @@ fn random_set(rng: &mut StdRng) -> Vec<HostFirewall> {
         .collect()
 }
 
-/// Every probe of generated firewall sets, into and out of the node over TCP and UDP and
+/// Every probe of generated firewall sets, into and out of the node over TCP, UDP, ICMP and ICMPv6 echo and
 /// both families, gets `verdict::hf()`'s answer from the programs; each probe is a fresh
 /// flow (its own source port).
 #[test]
@@ -269,6 +277,24 @@ fn generated_sets_match_the_verdict() {
                     denied += u64::from(!want) + u64::from(!want_out);
                 }
             }
+            // An echo request each way: the rule's "port" is the message type.
+            let (icmp, echo) = if peer.is_ipv4() {
+                (pkt::ICMP, 8u8)
+            } else {
+                (ICMPV6, 128)
+            };
+            sport = sport.checked_add(1).unwrap_or(1024);
+            let port = u16::from(echo) << 8;
+            let want = verdict::hf(&t, peer, me, icmp, port).allowed();
+            let got = inbound(&dp, &packet(peer, me, icmp, sport, sport, echo));
+            assert_eq!(got, want, "set {set}: echo in {peer} -> {me}");
+            // Its own identifier: with the inbound one's, it would be that flow's echo.
+            sport = sport.checked_add(1).unwrap_or(1024);
+            let want_out = verdict::hf(&t, me, peer, icmp, port).allowed();
+            let got_out = outbound(&dp, &packet(me, peer, icmp, sport, sport, echo));
+            assert_eq!(got_out, want_out, "set {set}: echo out {me} -> {peer}");
+            cases += 2;
+            denied += u64::from(!want) + u64::from(!want_out);
         }
         old = t;
     }
@@ -285,7 +311,12 @@ fn generated_sets_match_the_verdict() {
 /// Both directions armed, no rule: everything of the node's own is refused but what the
 /// design exempts.
 fn closed() -> (Datapath, Tables) {
-    let mut dp = node();
+    closed_with(&cfg())
+}
+
+/// [`closed`] on a datapath loaded with `c`.
+fn closed_with(c: &DatapathConfig) -> (Datapath, Tables) {
+    let mut dp = node_with(c);
     let t = compile(&[fw("closed", &["Ingress", "Egress"], vec![], vec![])])
         .tables()
         .clone();
@@ -332,25 +363,46 @@ fn link_local_passes_both_ways() {
     assert!(pol::ct_entries(&dp).is_empty(), "exempt traffic makes no entry");
 }
 
+// The agent's --tunnel-port (the datapath's `tunnel_port`, VXLAN's 4789 by default) is the
+// one exempt: with Geneve's 6081 configured, 4789 is the firewall's and 6081 exempt.
 #[test]
 fn tunnel_port_from_known_nodes_only() {
+    for (port, other) in [(4789, 6081), (6081, 4789), (8472, 4789)] {
+        let (dp, _) = closed_with(&DatapathConfig {
+            tunnel_port: u32::from(port),
+            ..cfg()
+        });
+        for (me, node) in [(ip(NODE4), ip(PEER_NODE4)), (ip(NODE6), ip(PEER_NODE6))] {
+            assert!(
+                !inbound(&dp, &packet(node, me, UDP, 51000, other, 0)),
+                "tunnel port {port}: {node} -> {other} is the firewall's"
+            );
+            assert!(
+                !outbound(&dp, &packet(me, node, UDP, 51000, other, 0)),
+                "tunnel port {port}: -> {node}:{other} is the firewall's"
+            );
+            assert!(
+                inbound(&dp, &packet(node, me, UDP, 51000, port, 0)),
+                "tunnel port {port}: {node} -> {port}"
+            );
+        }
+    }
     let (dp, _) = closed();
     for (me, node, stranger) in [
         (ip(NODE4), ip(PEER_NODE4), ip("10.9.9.9")),
         (ip(NODE6), ip(PEER_NODE6), ip("fd00::99")),
     ] {
-        for port in [4789, 6081] {
-            assert!(
-                inbound(&dp, &packet(node, me, UDP, 51000, port, 0)),
-                "{node} -> {port}"
-            );
-            assert!(
-                outbound(&dp, &packet(me, node, UDP, 51000, port, 0)),
-                "-> {node}:{port}"
-            );
-            assert!(!inbound(&dp, &packet(stranger, me, UDP, 51000, port, 0)));
-            assert!(!outbound(&dp, &packet(me, stranger, UDP, 51000, port, 0)));
-        }
+        let port = 4789;
+        assert!(
+            inbound(&dp, &packet(node, me, UDP, 51000, port, 0)),
+            "{node} -> {port}"
+        );
+        assert!(
+            outbound(&dp, &packet(me, node, UDP, 51000, port, 0)),
+            "-> {node}:{port}"
+        );
+        assert!(!inbound(&dp, &packet(stranger, me, UDP, 51000, port, 0)));
+        assert!(!outbound(&dp, &packet(me, stranger, UDP, 51000, port, 0)));
         // Other node-to-node traffic is the firewall's (rules name the nodes' CIDRs).
         assert!(!inbound(&dp, &packet(node, me, pkt::TCP, 40000, 8080, SYN)));
     }

@@ -196,10 +196,10 @@ impl HfCompiler {
                     .collect()
             });
             let specs = if port_list.is_empty() {
-                vec![
-                    (proto::TCP, vec![PortBlock::ANY]),
-                    (proto::UDP, vec![PortBlock::ANY]),
-                ]
+                [proto::TCP, proto::UDP, proto::SCTP, proto::ICMP, proto::ICMPV6]
+                    .into_iter()
+                    .map(|p| (p, vec![PortBlock::ANY]))
+                    .collect()
             } else {
                 port_list
                     .iter()
@@ -275,13 +275,25 @@ fn block(p: &HostFirewallPeer) -> Result<Block, Reason> {
     Ok(Block { cidr, except })
 }
 
+/// A rule's port entry: TCP, UDP and SCTP by port or range; ICMP and ICMPv6 by message type
+/// (`port`, any code; 0 every type), as a SecurityGroup's.
 fn port(p: &HostFirewallPort) -> Result<ProtoBlocks, Reason> {
     let pr = match p.protocol.as_str() {
         "TCP" | "" => proto::TCP,
         "UDP" => proto::UDP,
         "SCTP" => proto::SCTP,
+        "ICMP" => proto::ICMP,
+        "ICMPv6" => proto::ICMPV6,
         other => return Err(Reason::Protocol(other.to_string())),
     };
+    if pr == proto::ICMP || pr == proto::ICMPV6 {
+        return match (p.port, p.end_port) {
+            (0, 0) => Ok((pr, vec![PortBlock::ANY])),
+            (t @ 1..=255, 0) => Ok((pr, vec![PortBlock::containing((t as u16) << 8, 8)])),
+            (_, e) if e != 0 => Err(Reason::EndPort(e)),
+            (n, _) => Err(Reason::Port(n.to_string())),
+        };
+    }
     match (p.port, p.end_port) {
         (0, 0) => Ok((pr, vec![PortBlock::ANY])),
         (0, e) => Err(Reason::EndPort(e)),

@@ -199,21 +199,84 @@ fn refused_constructs_allow_nothing_and_are_reported() {
             },
             HostFirewallIngressRule {
                 from: vec![],
-                ports: vec![port("ICMP", 0, 0), port("TCP", 90, 80)],
+                ports: vec![port("GRE", 0, 0), port("TCP", 90, 80), port("ICMP", 8, 9)],
             },
         ],
         vec![],
     ));
     let reasons: Vec<Reason> = c.warnings().iter().map(|w| w.reason.clone()).collect();
     assert!(reasons.contains(&Reason::Cidr("nope".into())), "{reasons:?}");
-    assert!(reasons.contains(&Reason::Protocol("ICMP".into())), "{reasons:?}");
+    assert!(reasons.contains(&Reason::Protocol("GRE".into())), "{reasons:?}");
+    assert!(reasons.contains(&Reason::EndPort(9)), "{reasons:?}");
     assert!(reasons.contains(&Reason::Port("90-80".into())), "{reasons:?}");
     for (src, pr, port) in [
         ("1.2.3.4", proto::TCP, 22),
         ("1.2.3.4", proto::TCP, 85),
         ("1.2.3.4", proto::UDP, 53),
+        ("1.2.3.4", proto::ICMP, 8 << 8),
     ] {
         assert!(!inbound(&c, src, "10.10.0.1", pr, port), "{pr}/{port} widened");
+    }
+}
+
+// ICMP and ICMPv6 rules by message type (the verdict's port is `type << 8 | code`), and a
+// rule without ports admits every protocol, ICMP included.
+#[test]
+fn icmp_rules_admit_by_message_type_and_a_rule_without_ports_admits_it_all() {
+    let mut c = HfCompiler::new(node("worker"));
+    c.set_firewall(&fw(
+        "ping",
+        &["Ingress"],
+        vec![
+            HostFirewallIngressRule {
+                from: vec![peer("192.168.0.0/16", &[]), peer("2001:db8::/32", &[])],
+                ports: vec![port("ICMP", 8, 0), port("ICMPv6", 128, 0)],
+            },
+            HostFirewallIngressRule {
+                from: vec![peer("10.77.0.0/16", &[])],
+                ports: vec![],
+            },
+        ],
+        vec![],
+    ));
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    let (node4, node6) = ("10.10.0.1", "fd00::1");
+    assert!(
+        inbound(&c, "192.168.1.1", node4, proto::ICMP, 8 << 8),
+        "echo request"
+    );
+    assert!(
+        inbound(&c, "192.168.1.1", node4, proto::ICMP, 8 << 8 | 3),
+        "any code"
+    );
+    assert!(
+        !inbound(&c, "192.168.1.1", node4, proto::ICMP, 13 << 8),
+        "timestamp"
+    );
+    assert!(
+        !inbound(&c, "1.2.3.4", node4, proto::ICMP, 8 << 8),
+        "outside the CIDR"
+    );
+    assert!(
+        inbound(&c, "2001:db8::7", node6, proto::ICMPV6, 128 << 8),
+        "echo request v6"
+    );
+    assert!(
+        !inbound(&c, "2001:db8::7", node6, proto::ICMPV6, 8 << 8),
+        "ICMPv6 type 8 is no rule's"
+    );
+    assert!(
+        !inbound(&c, "192.168.1.1", node4, proto::TCP, 8 << 8),
+        "no TCP rule"
+    );
+    for (pr, port) in [
+        (proto::ICMP, 8 << 8),
+        (proto::ICMP, 13 << 8),
+        (proto::TCP, 22),
+        (proto::UDP, 53),
+        (proto::SCTP, 9),
+    ] {
+        assert!(inbound(&c, "10.77.3.4", node4, pr, port), "no ports: {pr}/{port}");
     }
 }
 

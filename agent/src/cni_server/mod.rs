@@ -202,13 +202,14 @@ impl AgentState {
         // The tunnel's outer family is this node's tunnel address's.
         let overhead = cfg.tunnel.overhead(cfg.node_ip) + cfg.tunnel.groups_overhead(cfg.tunnel_groups);
         let mtu = underlay.saturating_sub(overhead).max(576);
+        let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
         let dp_cfg = DatapathConfig {
             net0_vni: cfg.net0_vni,
             dnat_mark: cfg.dnat_mark,
             tunnel_groups: cfg.tunnel.groups_knob(cfg.tunnel_groups),
+            tunnel_port: u32::from(port),
             ..DatapathConfig::default()
         };
-        let port = cfg.tunnel_port.unwrap_or_else(|| cfg.tunnel.default_port());
         // The device MAC is per node (from the node IP) when known: frames the host stack
         // sends into the tunnel carry it as inner source, and a VXLAN device drops received
         // frames whose inner source is its own MAC (loop check). The datapath never needs the

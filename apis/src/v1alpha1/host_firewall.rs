@@ -37,7 +37,7 @@ pub struct HostFirewallIngressRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub from: Vec<HostFirewallPeer>,
-    /// Allowed destination ports; empty means all TCP and UDP ports.
+    /// Allowed destination ports; empty means every port of TCP, UDP and SCTP and every ICMP and ICMPv6 message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<HostFirewallPort>,
@@ -51,7 +51,7 @@ pub struct HostFirewallEgressRule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub to: Vec<HostFirewallPeer>,
-    /// Allowed destination ports; empty means all TCP and UDP ports.
+    /// Allowed destination ports; empty means every port of TCP, UDP and SCTP and every ICMP and ICMPv6 message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub ports: Vec<HostFirewallPort>,
@@ -77,11 +77,12 @@ pub struct HostFirewallPeer {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::hoist_required)]
 pub struct HostFirewallPort {
-    /// `TCP` or `UDP`.
+    /// `TCP`, `UDP`, `SCTP`, `ICMP` or `ICMPv6`.
     #[serde(default)]
     #[schemars(transform = crate::schema::mark_required)]
     pub protocol: String,
-    /// The port, or the first of a range; 0 means every port of the protocol.
+    /// The port, or the first of a range; 0 means every port of the protocol. ICMP and
+    /// ICMPv6: the message type (any code), 0 every type.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub port: i32,
     /// The last port of a range starting at `port` (at most 64 ports); 0 means no range.

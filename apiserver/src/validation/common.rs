@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cozyplane_apis::net::{self, Claim, ClaimKind, IpNet, Ipv4Net, Ipv6Net, cidrs_overlap};
-use cozyplane_apis::v1alpha1::{LocalVPCRef, VPCRef};
+use cozyplane_apis::v1alpha1::{LocalVPCRef, VPCRef, protocol};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::field::{FieldError, FieldErrors, FieldPath};
@@ -203,6 +203,28 @@ pub(crate) fn port_number(errs: &mut FieldErrors, path: FieldPath, port: i32, mi
         ));
         false
     }
+}
+
+/// Whether `protocol` is ICMP or ICMPv6, whose rule "port" is a message type.
+pub(crate) fn is_icmp(protocol: &str) -> bool {
+    protocol == protocol::ICMP || protocol == protocol::ICMPV6
+}
+
+/// A rule's `port` for `protocol`: an ICMP type in 0–255 for ICMP and ICMPv6 (0: every
+/// type), else a port in 0–65535 (0: every port). False (and an error) when out of range.
+pub(crate) fn rule_port(errs: &mut FieldErrors, path: FieldPath, protocol: &str, port: i32) -> bool {
+    if !is_icmp(protocol) {
+        return port_number(errs, path, port, 0);
+    }
+    let ok = (0..=255).contains(&port);
+    if !ok {
+        errs.push(FieldError::invalid_int(
+            path,
+            i64::from(port),
+            "must be an ICMP type between 0 and 255 (0: every type)",
+        ));
+    }
+    ok
 }
 
 /// `new` must equal `old`.

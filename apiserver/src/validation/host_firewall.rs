@@ -6,9 +6,11 @@
 //!   Go server);
 //! - each peer `cidr` is a required canonical range, and each of its `except` ranges is a
 //!   canonical range strictly inside it, listed once (Go only required both to parse);
-//! - each port has protocol `TCP` or `UDP` and a port in 0–65535 (0 = every port); a non-zero
-//!   `endPort` needs a non-zero `port`, lies in `port..=65535` and spans at most
-//!   [`MAX_PORT_RANGE`] ports; identical port entries are reported as duplicates;
+//! - each port has protocol `TCP`, `UDP`, `SCTP`, `ICMP` or `ICMPv6` (the Go server knew TCP
+//!   and UDP) and a port in 0–65535 (0 = every port; ICMP, ICMPv6: the message type, 0–255,
+//!   0 every type); a non-zero `endPort` needs a non-zero `port` of a protocol with ports,
+//!   lies in `port..=65535` and spans at most [`MAX_PORT_RANGE`] ports; identical port
+//!   entries are reported as duplicates;
 //!
 //! A rule set that would close the API server's port is not refused: the compiler keeps that
 //! port open on every restricted node unless the firewall carries the override annotation
@@ -29,7 +31,13 @@ use super::field::{FieldError, FieldErrors, FieldPath};
 use super::meta::{validate_label_selector, validate_object_meta, validate_object_meta_update};
 
 /// Protocols a HostFirewall port may have.
-pub const HOST_FIREWALL_PROTOCOLS: &[&str] = &[protocol::TCP, protocol::UDP];
+pub const HOST_FIREWALL_PROTOCOLS: &[&str] = &[
+    protocol::TCP,
+    protocol::UDP,
+    protocol::SCTP,
+    protocol::ICMP,
+    protocol::ICMPV6,
+];
 /// Values of `spec.policyTypes`.
 pub const POLICY_TYPES: &[&str] = &["Ingress", "Egress"];
 /// The most ports one `port`..`endPort` range may span (the datapath expands ranges).
@@ -114,10 +122,13 @@ fn validate_ports(errs: &mut FieldErrors, ports: &[HostFirewallPort], path: &Fie
     for (k, p) in ports.iter().enumerate() {
         let pp = path.index(k);
         common::protocol(errs, pp.child("protocol"), &p.protocol, HOST_FIREWALL_PROTOCOLS);
-        let mut ok = common::port_number(errs, pp.child("port"), p.port, 0);
+        let mut ok = common::rule_port(errs, pp.child("port"), &p.protocol, p.port);
         if p.end_port != 0 {
             let end = pp.child("endPort");
-            if p.port == 0 {
+            if common::is_icmp(&p.protocol) {
+                errs.push(FieldError::forbidden(end, "ICMP types have no ranges"));
+                ok = false;
+            } else if p.port == 0 {
                 errs.push(FieldError::forbidden(end, "may not be set without port"));
                 ok = false;
             } else if p.end_port < p.port || p.end_port > MAX_PORT {
@@ -254,8 +265,13 @@ mod tests {
                 port("TCP", 100, 164),
                 port("TCP", 100, 163),
                 port("TCP", 65535, 65536),
-                port("ICMP", 70000, 0),
+                port("GRE", 70000, 0),
                 port("TCP", 100, 163),
+                port("ICMP", 8, 0),
+                port("ICMPv6", 256, 0),
+                port("ICMP", 8, 9),
+                port("SCTP", 9, 12),
+                port("ICMP", 8, 0),
             ],
         );
         assert_errors(
@@ -268,6 +284,9 @@ mod tests {
                 ("spec.ingress[0].ports[5].protocol", ErrorType::NotSupported),
                 ("spec.ingress[0].ports[5].port", ErrorType::Invalid),
                 ("spec.ingress[0].ports[6]", ErrorType::Duplicate),
+                ("spec.ingress[0].ports[8].port", ErrorType::Invalid),
+                ("spec.ingress[0].ports[9].endPort", ErrorType::Forbidden),
+                ("spec.ingress[0].ports[11]", ErrorType::Duplicate),
             ],
         );
     }

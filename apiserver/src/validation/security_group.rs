@@ -114,20 +114,7 @@ fn validate_ports(errs: &mut FieldErrors, ports: &[SecurityGroupPort], path: &Fi
     for (j, p) in ports.iter().enumerate() {
         let pp = path.index(j);
         common::protocol(errs, pp.child("protocol"), &p.protocol, SECURITY_GROUP_PROTOCOLS);
-        let icmp = p.protocol == protocol::ICMP || p.protocol == protocol::ICMPV6;
-        let valid = if icmp {
-            let ok = (0..=255).contains(&p.port);
-            if !ok {
-                errs.push(FieldError::invalid_int(
-                    pp.child("port"),
-                    i64::from(p.port),
-                    "must be an ICMP type between 0 and 255 (0: every type)",
-                ));
-            }
-            ok
-        } else {
-            common::port_number(errs, pp.child("port"), p.port, 0)
-        };
+        let valid = common::rule_port(errs, pp.child("port"), &p.protocol, p.port);
         if valid && !seen.insert((&p.protocol, p.port)) {
             errs.push(FieldError::duplicate(pp, &format!("{}/{}", p.protocol, p.port)));
         }

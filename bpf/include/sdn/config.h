@@ -47,6 +47,9 @@ DECLARE_CONFIG(__u32, dnat_mark,
 DECLARE_CONFIG(__u32, tunnel_groups,
 	       "How the source's SecurityGroups travel in the tunnel option (lib/policy.h): 0 = not carried, 1 = VXLAN-GBP policy id (the device needs gbp), 2 = a Geneve option",
 	       0);
+DECLARE_CONFIG(__u32, tunnel_port,
+	       "UDP port of the overlay (the agent's --tunnel-port), host byte order: HostFirewall exempts it between known nodes",
+	       4789);
 #endif
 
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */
