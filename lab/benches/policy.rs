@@ -9,8 +9,9 @@
 //! A two-node lab with the whole control-plane chain (`Cp::start_with(.., doors: true)`: the
 //! API server's kube loops fill `Port.status.groups` from pod labels). Two cross-node client
 //! → server pairs, client on n1, server on n2: default-network pods (namespace `bench`) and
-//! pods of one VPC (`t1/v`). Each pair is measured twice, with the same pods and the same
-//! connections' path:
+//! pods of one VPC (`t1/v`). Each pair is measured three times, with the same pods and the
+//! same connections' path: no rules, rules loaded, and no rules again once the rules are
+//! deleted and the maps settled back to where they were:
 //!
 //! * **no rules**: no NetworkPolicy, no SecurityGroup;
 //! * **rules loaded**: 1,000 NetworkPolicies in `bench`, every one selecting the server (999
@@ -20,13 +21,18 @@
 //!   clients' group on the measured ports, so the datapath walks the server's groups to
 //!   the last), and a clients' group whose egress admits the servers.
 //!
+//! Between the rules phase and their deletion, with the rules loaded, the measured pods are
+//! alternately moved out of the rules' reach and back by their labels ([`Ab`]), for a
+//! throughput comparison whose two sides share the same minutes of the machine.
+//!
 //! Measured: TCP throughput (iperf3, `POL_SECS` seconds after 1 s omitted) and TCP
 //! connection set-up rate (new connections per second, connect + close, two connecting
 //! threads, counted as the listener accepts them: every one is a first packet the rules
 //! decide and a connection-table entry). Each figure is the median of `POL_ROUNDS` rounds
-//! (default 3; one round measures both pairs once): on the two-core machine single 5 s
-//! throughput figures of the same path ranged from 4.0 to 6.8 Gbit/s.
-//! The ratios are rules / no rules. Because medians still spread by several per cent, the
+//! (default 3; one round measures both pairs' throughput, then both pairs' set-up rate).
+//! iperf3 runs with its client on CPU 0 and its server on CPU 1: on the two-core machine
+//! single 5 s throughput figures of the same path ranged from 4.0 to 6.8 Gbit/s unpinned.
+//! The ratios are rules / the mean of the two no-rules medians. Because medians still spread, the
 //! bench also prints the kernel's accounting of our programs during the iperf runs (it turns
 //! `kernel.bpf_stats_enabled` on and restores it): ns per run of each program, and the
 //! datapath's CPU per GB moved. Figures are printed, never asserted. `POL_SECS` (default
@@ -43,7 +49,7 @@ use cozyplane_lab::load::{self, CONN_PORT, IPERF_PORT, conn_server};
 use cozyplane_lab::{Lab, LabPod, Netns, bin_dir, run_in};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 #[path = "../tests/common/mod.rs"]
@@ -86,7 +92,7 @@ fn main() {
 }
 
 fn iperf(server: &Netns, client: &Netns, to: IpAddr) -> f64 {
-    load::iperf(server, client, to, false, secs())
+    load::iperf_pinned(server, client, to, secs())
 }
 
 fn conn_rate(client: &Netns, to: IpAddr, accepted: &AtomicU64) -> f64 {
@@ -167,19 +173,29 @@ fn security_groups() -> Vec<SecurityGroup> {
     out
 }
 
-/// `sdn_pol_rules` entries of every node, once they stop changing for 3 s.
-fn settled_rules(lab: &Lab) -> Vec<f64> {
+/// `sdn_pol_rules` entries of every node.
+fn pol_rules(lab: &Lab) -> Vec<f64> {
     let sample = "cozyplane_bpf_map_entries{map=\"sdn_pol_rules\"}";
-    let read = || -> Vec<f64> { lab.nodes.iter().map(|n| metric(&n.metrics(), sample)).collect() };
-    let (mut last, mut since) = (read(), Instant::now());
+    lab.nodes.iter().map(|n| metric(&n.metrics(), sample)).collect()
+}
+
+/// `sdn_pol_rules` entries of every node once they stop changing for 3 s and `done` holds
+/// of them; panics after 5 minutes (a compiler that never settles is a finding, not a figure).
+fn settled_rules(lab: &Lab, done: impl Fn(&[f64]) -> bool) -> Vec<f64> {
+    let start = Instant::now();
+    let (mut last, mut since) = (pol_rules(lab), Instant::now());
     loop {
         std::thread::sleep(Duration::from_millis(500));
-        let now = read();
+        let now = pol_rules(lab);
         if now != last {
             (last, since) = (now, Instant::now());
-        } else if since.elapsed() > Duration::from_secs(3) && last.iter().all(|n| *n > 0.0) {
+        } else if since.elapsed() > Duration::from_secs(3) && done(&last) {
             return last;
         }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "sdn_pol_rules did not settle: {last:?}"
+        );
     }
 }
 
@@ -242,6 +258,68 @@ struct Figures {
     rounds: Vec<(f64, f64)>,
     progs: ProgStats,
     gbytes: f64,
+    /// The machine's CPU time during each iperf run, with its Gbit/s.
+    cpu: Vec<(f64, CpuTicks)>,
+}
+
+/// The machine's CPU time (all cores, `/proc/stat` ticks): working (user, nice, system, irq,
+/// softirq), stolen by the hypervisor, and in all.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuTicks {
+    busy: u64,
+    steal: u64,
+    total: u64,
+}
+
+impl CpuTicks {
+    fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+        let v: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        Self {
+            busy: at(0) + at(1) + at(2) + at(5) + at(6),
+            steal: at(7),
+            total: (0..8).map(at).sum(),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            busy: self.busy - before.busy,
+            steal: self.steal - before.steal,
+            total: self.total - before.total,
+        }
+    }
+
+    /// Waits (at most 60 s) until the machine's working share of what the hypervisor left
+    /// it stays under 10 % for a second: a relabel's recompilation in the agents, the
+    /// connection phases' clean-up or the API server's loops must not run inside a figure.
+    /// How long it waited.
+    fn quiet() -> Duration {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(60) {
+            let a = Self::now();
+            std::thread::sleep(Duration::from_secs(1));
+            let d = Self::now().since(a);
+            if (d.busy as f64) < 0.10 * (d.total - d.steal).max(1) as f64 {
+                break;
+            }
+        }
+        t.elapsed()
+    }
+
+    /// The share of the machine the hypervisor did not take.
+    fn ours(self) -> f64 {
+        1.0 - self.steal as f64 / self.total.max(1) as f64
+    }
 }
 
 impl Figures {
@@ -250,6 +328,39 @@ impl Figures {
             median(self.rounds.iter().map(|r| r.0).collect()),
             median(self.rounds.iter().map(|r| r.1).collect()),
         )
+    }
+
+    /// The median of each run's Gbit/s divided by the share of the machine the hypervisor
+    /// left us during it.
+    fn unstolen_median(&self) -> f64 {
+        median(self.cpu.iter().map(|(g, c)| g / c.ours().max(0.01)).collect())
+    }
+
+    /// The share of the machine stolen over the runs (%).
+    fn steal_pct(&self) -> f64 {
+        let (s, t) = self
+            .cpu
+            .iter()
+            .fold((0, 0), |(s, t), (_, c)| (s + c.steal, t + c.total));
+        100.0 * s as f64 / t.max(1) as f64
+    }
+
+    /// The machine's working CPU time per GB moved (seconds; USER_HZ is 100).
+    fn machine_s_per_gb(&self) -> f64 {
+        let busy: u64 = self.cpu.iter().map(|(_, c)| c.busy).sum();
+        busy as f64 / 100.0 / self.gbytes.max(f64::MIN_POSITIVE)
+    }
+
+    /// Adds `other`'s rounds, bytes and program accounting to these.
+    fn absorb(&mut self, other: &Figures) {
+        self.rounds.extend_from_slice(&other.rounds);
+        self.cpu.extend_from_slice(&other.cpu);
+        self.gbytes += other.gbytes;
+        for (name, (ns, runs)) in &other.progs {
+            let e = self.progs.entry(name.clone()).or_default();
+            e.0 += ns;
+            e.1 += runs;
+        }
     }
 
     /// The datapath programs' CPU time as a share (%) of all cores over the iperf runs.
@@ -273,21 +384,102 @@ struct Pairs<'a> {
 }
 
 impl Pairs<'_> {
-    /// [`rounds`] rounds of both pairs.
+    /// [`rounds`] rounds of both pairs. A round runs both pairs' iperf before either's
+    /// connection loop: a loop leaves ~100,000 connections' worth of TIME_WAIT sockets and
+    /// conntrack entries of the outer VXLAN flows in the nodes, whose clean-up would
+    /// otherwise fall into the next iperf figure.
     fn measure(&self, phase: &str) -> [Figures; 2] {
         let mut figs = [Figures::default(), Figures::default()];
         for round in 0..rounds() {
-            for (fig, (c, s, to, accepted)) in figs.iter_mut().zip([&self.net0, &self.vpc]) {
-                let before = prog_stats();
-                let gbps = iperf(&s.ns, &c.ns, *to);
-                add_delta(&mut fig.progs, &before, &prog_stats());
-                fig.gbytes += gbps * secs() as f64 / 8.0;
+            let gbps = self.throughput(&mut figs);
+            for (i, (fig, (c, _, to, accepted))) in figs.iter_mut().zip([&self.net0, &self.vpc]).enumerate() {
                 let rate = conn_rate(&c.ns, *to, accepted);
-                fig.rounds.push((gbps, rate));
+                fig.rounds.push((gbps[i], rate));
             }
             let last = figs.each_ref().map(|f| f.rounds[round]);
             eprintln!("{phase}, round {round}: {last:.2?}");
         }
+        figs
+    }
+
+    /// One iperf figure of each pair (Gbit/s), its programs' accounting added to `figs`.
+    fn throughput(&self, figs: &mut [Figures; 2]) -> [f64; 2] {
+        let mut gbps = [0.0; 2];
+        for (i, (fig, (c, s, to, _))) in figs.iter_mut().zip([&self.net0, &self.vpc]).enumerate() {
+            let waited = CpuTicks::quiet();
+            if waited > Duration::from_secs(2) {
+                eprintln!("waited {:.1} s for a quiet machine", waited.as_secs_f64());
+            }
+            let (before, ticks) = (prog_stats(), CpuTicks::now());
+            gbps[i] = iperf(&s.ns, &c.ns, *to);
+            fig.cpu.push((gbps[i], CpuTicks::now().since(ticks)));
+            add_delta(&mut fig.progs, &before, &prog_stats());
+            fig.gbytes += gbps[i] * secs() as f64 / 8.0;
+        }
+        gbps
+    }
+}
+
+/// The rules stay loaded and the measured pods are alternately out of their reach and in
+/// it (`POL_AB_ROUNDS` rounds, default 8; a round measures both states, in alternating
+/// order), so that both states share the same minutes of the machine: on this two-core VM
+/// the same path's throughput drifted between 4 and 12 Gbit/s over a bench (steal time, the
+/// clean-up of the connection phases' sockets and conntrack entries), far more than the
+/// policy costs. "Out of reach": the net-0 server's `app` and the VPC server's and client's
+/// `role` changed, so that no NetworkPolicy selects the server (the net-0 fast path) and no
+/// SecurityGroup the VPC pods (open within the VPC) — what the datapath does with no rules
+/// for these pods, the 13,130 map entries still loaded. A state counts only once a probe
+/// pod that no rule admits is refused (in reach) or admitted (out of it) on both paths.
+struct Ab<'a> {
+    cp: &'a Cp,
+    pods: [&'a LabPod; 3],
+    probes: [(&'a LabPod, IpAddr); 2],
+}
+
+impl Ab<'_> {
+    async fn set(&self, selected: bool) {
+        let [s0, s1, c1] = self.pods;
+        let off = |v: &str| {
+            if selected {
+                v.to_string()
+            } else {
+                format!("{v}-off")
+            }
+        };
+        label(self.cp, s0, json!({"app": off("server")})).await;
+        label(self.cp, s1, json!({"role": off("server")})).await;
+        label(self.cp, c1, json!({"role": off("client")})).await;
+        for (probe, to) in self.probes {
+            wait("the probe sees the rules' reach change", || {
+                let open = run_in(&probe.ns, || {
+                    TcpStream::connect_timeout(&(to, CONN_PORT).into(), Duration::from_millis(500)).is_ok()
+                });
+                open != selected
+            });
+        }
+    }
+
+    /// `[out of reach, in reach]` figures of both pairs.
+    async fn measure(&self, pairs: &Pairs<'_>) -> [[Figures; 2]; 2] {
+        let mut figs: [[Figures; 2]; 2] = Default::default();
+        let rounds = usize::try_from(env_or("POL_AB_ROUNDS", 8)).unwrap_or(8).max(1);
+        for round in 0..rounds {
+            let order = if round % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for selected in order {
+                self.set(selected).await;
+                let f = &mut figs[usize::from(selected)];
+                let g = pairs.throughput(f);
+                for (fig, g) in f.iter_mut().zip(g) {
+                    fig.rounds.push((g, 0.0));
+                }
+                eprintln!("A/B round {round}, selected {selected}: {g:.2?}");
+            }
+        }
+        self.set(true).await;
         figs
     }
 }
@@ -306,6 +498,9 @@ async fn body(lab: &mut Lab) {
     let s0 = pod(&cp, lab, 1, "bench", "server", None).await;
     let c1 = pod(&cp, lab, 0, "t1", "client", Some("v")).await;
     let s1 = pod(&cp, lab, 1, "t1", "server", Some("v")).await;
+    // Pods no rule admits, on the clients' node: they tell when a relabel took effect.
+    let p0 = pod(&cp, lab, 0, "bench", "probe", None).await;
+    let p1 = pod(&cp, lab, 0, "t1", "probe", Some("v")).await;
     label(&cp, &c0, json!({"app": "client"})).await;
     label(&cp, &s0, json!({"app": "server"})).await;
     label(&cp, &c1, json!({"role": "client"})).await;
@@ -319,6 +514,7 @@ async fn body(lab: &mut Lab) {
     };
 
     let _stats = BpfStats::on();
+    let base = settled_rules(lab, |_| true);
     let before = pairs.measure("no rules");
 
     let t = Instant::now();
@@ -330,7 +526,7 @@ async fn body(lab: &mut Lab) {
     for sg in security_groups() {
         sgs.create(&PostParams::default(), &sg).await.unwrap();
     }
-    let entries = settled_rules(lab);
+    let entries = settled_rules(lab, |n| n.iter().all(|n| *n > 0.0));
     eprintln!(
         "{NPS} NetworkPolicies and {} SecurityGroup rules written and settled in {:.1} s: sdn_pol_rules {entries:?}",
         GROUPS * RULES,
@@ -349,6 +545,31 @@ async fn body(lab: &mut Lab) {
     });
 
     let after = pairs.measure("rules");
+    let ab = Ab {
+        cp: &cp,
+        pods: [&s0, &s1, &c1],
+        probes: [(&p0, IpAddr::V4(s0.fabric)), (&p1, s1_ip)],
+    }
+    .measure(&pairs)
+    .await;
+
+    // The rules go again and the no-rules figures are taken a second time: the ratio is
+    // against both no-rules phases, so a drift of the machine over the bench (its page cache,
+    // the nodes' conntrack and socket tables filling) falls on both sides alike.
+    let t = Instant::now();
+    for i in 0..NPS {
+        nps.delete(&format!("np-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for sg in security_groups() {
+        sgs.delete(&sg.metadata.name.unwrap(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    settled_rules(lab, |n| n == base.as_slice());
+    eprintln!("rules deleted and settled in {:.1} s", t.elapsed().as_secs_f64());
+    let again = pairs.measure("no rules, again");
     println!(
         "\npolicy cost, cross-node TCP (medians of {} rounds, {} s per figure; rules: {NPS} NetworkPolicies, {} SecurityGroup rules)",
         rounds(),
@@ -356,19 +577,75 @@ async fn body(lab: &mut Lab) {
         GROUPS * RULES
     );
     println!(
-        "{:<10} {:>12} {:>12} {:>7} {:>12} {:>12} {:>7}",
-        "pair", "Gbit/s none", "Gbit/s rules", "ratio", "conn/s none", "conn/s rules", "ratio"
+        "{:<10} {:>18} {:>12} {:>7} {:>18} {:>12} {:>7}",
+        "pair", "Gbit/s none (1/2)", "Gbit/s rules", "ratio", "conn/s none (1/2)", "conn/s rules", "ratio"
     );
-    let (b, a) = (
+    println!("(ratio: rules / the mean of the two no-rules medians)");
+    let (b, a, z) = (
         before.each_ref().map(Figures::medians),
         after.each_ref().map(Figures::medians),
+        again.each_ref().map(Figures::medians),
     );
-    for (name, (g0, r0), (g1, r1)) in [("net 0", b[0], a[0]), ("VPC", b[1], a[1])] {
+    for (i, name) in ["net 0", "VPC"].iter().enumerate() {
+        let ((g0, r0), (g1, r1), (g2, r2)) = (b[i], a[i], z[i]);
+        let (g, r) = ((g0 + g2) / 2.0, (r0 + r2) / 2.0);
         println!(
-            "{name:<10} {g0:>12.2} {g1:>12.2} {:>6.1}% {r0:>12.0} {r1:>12.0} {:>6.1}%",
-            100.0 * g1 / g0.max(f64::MIN_POSITIVE),
-            100.0 * r1 / r0.max(f64::MIN_POSITIVE)
+            "{name:<10} {:>18} {g1:>12.2} {:>6.1}% {:>18} {r1:>12.0} {:>6.1}%",
+            format!("{g0:.2} / {g2:.2}"),
+            100.0 * g1 / g.max(f64::MIN_POSITIVE),
+            format!("{r0:.0} / {r2:.0}"),
+            100.0 * r1 / r.max(f64::MIN_POSITIVE)
         );
+    }
+    println!(
+        "\nthe same, rules loaded, the measured pods alternately out of the rules' reach and in it \
+         (medians of {} rounds, interleaved)",
+        ab[0][0].rounds.len()
+    );
+    println!(
+        "{:<10} {:>18} {:>14} {:>7}",
+        "pair", "Gbit/s unselected", "Gbit/s selected", "ratio"
+    );
+    for (i, name) in ["net 0", "VPC"].iter().enumerate() {
+        let (g0, g1) = (ab[0][i].medians().0, ab[1][i].medians().0);
+        println!(
+            "{name:<10} {g0:>18.2} {g1:>14.2} {:>6.1}%",
+            100.0 * g1 / g0.max(f64::MIN_POSITIVE)
+        );
+    }
+    // Per-round ratios: each round's two states ran back to back.
+    for (i, name) in ["net 0", "VPC"].iter().enumerate() {
+        let r: Vec<f64> = ab[0][i]
+            .rounds
+            .iter()
+            .zip(&ab[1][i].rounds)
+            .map(|(u, s)| 100.0 * s.0 / u.0.max(f64::MIN_POSITIVE))
+            .collect();
+        println!(
+            "{name:<10} per-round selected/unselected %: {r:.1?}; median {:.1}",
+            median(r.clone())
+        );
+    }
+    for (i, name) in ["net 0", "VPC"].iter().enumerate() {
+        let (m0, m1) = (ab[0][i].bpf_ms_per_gb(), ab[1][i].bpf_ms_per_gb());
+        let (w0, w1) = (ab[0][i].machine_s_per_gb(), ab[1][i].machine_s_per_gb());
+        let (u0, u1) = (ab[0][i].unstolen_median(), ab[1][i].unstolen_median());
+        println!(
+            "{name:<10} datapath CPU ms per GB moved: unselected {m0:.1}, selected {m1:.1} ({:+.1} %); \
+             the machine's CPU s per GB: {w0:.3} / {w1:.3} ({:+.1} %); stolen by the hypervisor: \
+             {:.0} % / {:.0} %; Gbit/s per unstolen machine (median): {u0:.2} / {u1:.2} ({:.1} %)",
+            100.0 * (m1 - m0) / m0.max(f64::MIN_POSITIVE),
+            100.0 * (w1 - w0) / w0.max(f64::MIN_POSITIVE),
+            ab[0][i].steal_pct(),
+            ab[1][i].steal_pct(),
+            100.0 * u1 / u0.max(f64::MIN_POSITIVE)
+        );
+    }
+
+    // The programs' accounting pools both no-rules phases.
+    let mut before = before;
+    for (b, z) in before.iter_mut().zip(&again) {
+        b.absorb(z);
     }
     // The datapath's own cost, which the throughput figures (4.0–6.8 Gbit/s for one path on this
     // machine) cannot resolve: the kernel's accounting of our programs during the iperf runs.
@@ -395,6 +672,16 @@ async fn body(lab: &mut Lab) {
             "{name:<10} {:<16} CPU ms per GB moved: none {m0:.1}, rules {m1:.1} ({:+.1} %); share of the machine's CPU: {c0:.1} % → {c1:.1} %",
             "all",
             100.0 * (m1 - m0) / m0.max(f64::MIN_POSITIVE)
+        );
+        println!(
+            "{name:<10} {:<16} the machine's CPU s per GB: none {:.3}, rules {:.3}; stolen by the hypervisor: {:.0} % / {:.0} %; Gbit/s per unstolen machine (median): {:.2} / {:.2}",
+            "machine",
+            before[i].machine_s_per_gb(),
+            after[i].machine_s_per_gb(),
+            before[i].steal_pct(),
+            after[i].steal_pct(),
+            before[i].unstolen_median(),
+            after[i].unstolen_median()
         );
     }
 }
