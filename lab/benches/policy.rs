@@ -23,7 +23,9 @@
 //!
 //! Between the rules phase and their deletion, with the rules loaded, the measured pods are
 //! alternately moved out of the rules' reach and back by their labels ([`Ab`]), for a
-//! throughput comparison whose two sides share the same minutes of the machine.
+//! throughput comparison whose two sides share the same minutes of the machine; then two
+//! identical pairs per network stream at once, one in reach and one out of it ([`Par`]), so
+//! that both sides share the same seconds (the hypervisor's steal falls on both alike).
 //!
 //! Measured: TCP throughput (iperf3, `POL_SECS` seconds after 1 s omitted) and TCP
 //! connection set-up rate (new connections per second, connect + close, two connecting
@@ -38,7 +40,6 @@
 //! datapath's CPU per GB moved. Figures are printed, never asserted. `POL_SECS` (default
 //! 5; `POL_SECS=1 POL_ROUNDS=1` for a quick proof that it runs).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -54,7 +55,13 @@ use serde_json::json;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "policy/reach.rs"]
+mod reach;
+#[path = "policy/stats.rs"]
+mod stats;
 use common::{Cp, CpOptions, metric, pod, tenant, vpc_ip, wait};
+use reach::{Ab, Par};
+use stats::{BpfStats, CpuTicks, Figures, add_delta, prog_stats};
 
 /// NetworkPolicies loaded.
 const NPS: usize = 1_000;
@@ -199,184 +206,6 @@ fn settled_rules(lab: &Lab, done: impl Fn(&[f64]) -> bool) -> Vec<f64> {
     }
 }
 
-/// `kernel.bpf_stats_enabled` on for the bench's life (the kernel then accounts every
-/// program's run time and run count), restored when dropped.
-struct BpfStats(String);
-
-impl BpfStats {
-    const KNOB: &str = "/proc/sys/kernel/bpf_stats_enabled";
-
-    fn on() -> Self {
-        let was = std::fs::read_to_string(Self::KNOB).unwrap_or_else(|_| "0".into());
-        std::fs::write(Self::KNOB, "1").expect("kernel.bpf_stats_enabled");
-        Self(was.trim().to_string())
-    }
-}
-
-impl Drop for BpfStats {
-    fn drop(&mut self) {
-        let _ = std::fs::write(Self::KNOB, &self.0);
-    }
-}
-
-/// Run time (ns) and run count of the loaded `sdn_*` programs, summed by name over both
-/// nodes' agents (they load the same programs).
-type ProgStats = BTreeMap<String, (u64, u64)>;
-
-fn prog_stats() -> ProgStats {
-    let out = std::process::Command::new("bpftool")
-        .args(["-j", "prog", "show"])
-        .output()
-        .expect("bpftool runs");
-    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
-    let mut m = ProgStats::new();
-    for p in progs.as_array().into_iter().flatten() {
-        let Some(name) = p["name"].as_str().filter(|n| n.starts_with("sdn_")) else {
-            continue;
-        };
-        let e = m.entry(name.to_string()).or_default();
-        e.0 += p["run_time_ns"].as_u64().unwrap_or(0);
-        e.1 += p["run_cnt"].as_u64().unwrap_or(0);
-    }
-    m
-}
-
-/// Adds `after - before` into `into`.
-fn add_delta(into: &mut ProgStats, before: &ProgStats, after: &ProgStats) {
-    for (name, (ns, runs)) in after {
-        let (ns0, runs0) = before.get(name).copied().unwrap_or_default();
-        let e = into.entry(name.clone()).or_default();
-        e.0 += ns - ns0;
-        e.1 += runs - runs0;
-    }
-}
-
-/// One phase's figures for one pair: per-round (Gbit/s, conn/s), and the programs' run
-/// time during its iperf runs with the bytes those moved.
-#[derive(Default)]
-struct Figures {
-    rounds: Vec<(f64, f64)>,
-    progs: ProgStats,
-    gbytes: f64,
-    /// The machine's CPU time during each iperf run, with its Gbit/s.
-    cpu: Vec<(f64, CpuTicks)>,
-}
-
-/// The machine's CPU time (all cores, `/proc/stat` ticks): working (user, nice, system, irq,
-/// softirq), stolen by the hypervisor, and in all.
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuTicks {
-    busy: u64,
-    steal: u64,
-    total: u64,
-}
-
-impl CpuTicks {
-    fn now() -> Self {
-        let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-        let v: Vec<u64> = stat
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        let at = |i: usize| v.get(i).copied().unwrap_or(0);
-        // user nice system idle iowait irq softirq steal (guest time is inside user).
-        Self {
-            busy: at(0) + at(1) + at(2) + at(5) + at(6),
-            steal: at(7),
-            total: (0..8).map(at).sum(),
-        }
-    }
-
-    fn since(self, before: Self) -> Self {
-        Self {
-            busy: self.busy - before.busy,
-            steal: self.steal - before.steal,
-            total: self.total - before.total,
-        }
-    }
-
-    /// Waits (at most 60 s) until the machine's working share of what the hypervisor left
-    /// it stays under 10 % for a second: a relabel's recompilation in the agents, the
-    /// connection phases' clean-up or the API server's loops must not run inside a figure.
-    /// How long it waited.
-    fn quiet() -> Duration {
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(60) {
-            let a = Self::now();
-            std::thread::sleep(Duration::from_secs(1));
-            let d = Self::now().since(a);
-            if (d.busy as f64) < 0.10 * (d.total - d.steal).max(1) as f64 {
-                break;
-            }
-        }
-        t.elapsed()
-    }
-
-    /// The share of the machine the hypervisor did not take.
-    fn ours(self) -> f64 {
-        1.0 - self.steal as f64 / self.total.max(1) as f64
-    }
-}
-
-impl Figures {
-    fn medians(&self) -> (f64, f64) {
-        (
-            median(self.rounds.iter().map(|r| r.0).collect()),
-            median(self.rounds.iter().map(|r| r.1).collect()),
-        )
-    }
-
-    /// The median of each run's Gbit/s divided by the share of the machine the hypervisor
-    /// left us during it.
-    fn unstolen_median(&self) -> f64 {
-        median(self.cpu.iter().map(|(g, c)| g / c.ours().max(0.01)).collect())
-    }
-
-    /// The share of the machine stolen over the runs (%).
-    fn steal_pct(&self) -> f64 {
-        let (s, t) = self
-            .cpu
-            .iter()
-            .fold((0, 0), |(s, t), (_, c)| (s + c.steal, t + c.total));
-        100.0 * s as f64 / t.max(1) as f64
-    }
-
-    /// The machine's working CPU time per GB moved (seconds; USER_HZ is 100).
-    fn machine_s_per_gb(&self) -> f64 {
-        let busy: u64 = self.cpu.iter().map(|(_, c)| c.busy).sum();
-        busy as f64 / 100.0 / self.gbytes.max(f64::MIN_POSITIVE)
-    }
-
-    /// Adds `other`'s rounds, bytes and program accounting to these.
-    fn absorb(&mut self, other: &Figures) {
-        self.rounds.extend_from_slice(&other.rounds);
-        self.cpu.extend_from_slice(&other.cpu);
-        self.gbytes += other.gbytes;
-        for (name, (ns, runs)) in &other.progs {
-            let e = self.progs.entry(name.clone()).or_default();
-            e.0 += ns;
-            e.1 += runs;
-        }
-    }
-
-    /// The datapath programs' CPU time as a share (%) of all cores over the iperf runs.
-    fn cpu_share(&self) -> f64 {
-        let ns: u64 = self.progs.values().map(|p| p.0).sum();
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        100.0 * ns as f64 / (self.rounds.len() as f64 * secs() as f64 * cores as f64 * 1e9)
-    }
-
-    /// The datapath programs' CPU time per GB moved, in ms.
-    fn bpf_ms_per_gb(&self) -> f64 {
-        let ns: u64 = self.progs.values().map(|p| p.0).sum();
-        ns as f64 / 1e6 / self.gbytes.max(f64::MIN_POSITIVE)
-    }
-}
-
 /// One measurement of both pairs: (Gbit/s, conn/s) for net 0 and the VPC.
 struct Pairs<'a> {
     net0: (&'a LabPod, &'a LabPod, IpAddr, Arc<AtomicU64>),
@@ -420,70 +249,6 @@ impl Pairs<'_> {
     }
 }
 
-/// The rules stay loaded and the measured pods are alternately out of their reach and in
-/// it (`POL_AB_ROUNDS` rounds, default 8; a round measures both states, in alternating
-/// order), so that both states share the same minutes of the machine: on this two-core VM
-/// the same path's throughput drifted between 4 and 12 Gbit/s over a bench (steal time, the
-/// clean-up of the connection phases' sockets and conntrack entries), far more than the
-/// policy costs. "Out of reach": the net-0 server's `app` and the VPC server's and client's
-/// `role` changed, so that no NetworkPolicy selects the server (the net-0 fast path) and no
-/// SecurityGroup the VPC pods (open within the VPC) — what the datapath does with no rules
-/// for these pods, the 13,130 map entries still loaded. A state counts only once a probe
-/// pod that no rule admits is refused (in reach) or admitted (out of it) on both paths.
-struct Ab<'a> {
-    cp: &'a Cp,
-    pods: [&'a LabPod; 3],
-    probes: [(&'a LabPod, IpAddr); 2],
-}
-
-impl Ab<'_> {
-    async fn set(&self, selected: bool) {
-        let [s0, s1, c1] = self.pods;
-        let off = |v: &str| {
-            if selected {
-                v.to_string()
-            } else {
-                format!("{v}-off")
-            }
-        };
-        label(self.cp, s0, json!({"app": off("server")})).await;
-        label(self.cp, s1, json!({"role": off("server")})).await;
-        label(self.cp, c1, json!({"role": off("client")})).await;
-        for (probe, to) in self.probes {
-            wait("the probe sees the rules' reach change", || {
-                let open = run_in(&probe.ns, || {
-                    TcpStream::connect_timeout(&(to, CONN_PORT).into(), Duration::from_millis(500)).is_ok()
-                });
-                open != selected
-            });
-        }
-    }
-
-    /// `[out of reach, in reach]` figures of both pairs.
-    async fn measure(&self, pairs: &Pairs<'_>) -> [[Figures; 2]; 2] {
-        let mut figs: [[Figures; 2]; 2] = Default::default();
-        let rounds = usize::try_from(env_or("POL_AB_ROUNDS", 8)).unwrap_or(8).max(1);
-        for round in 0..rounds {
-            let order = if round % 2 == 0 {
-                [false, true]
-            } else {
-                [true, false]
-            };
-            for selected in order {
-                self.set(selected).await;
-                let f = &mut figs[usize::from(selected)];
-                let g = pairs.throughput(f);
-                for (fig, g) in f.iter_mut().zip(g) {
-                    fig.rounds.push((g, 0.0));
-                }
-                eprintln!("A/B round {round}, selected {selected}: {g:.2?}");
-            }
-        }
-        self.set(true).await;
-        figs
-    }
-}
-
 async fn body(lab: &mut Lab) {
     let cp = Cp::start_with(lab, CpOptions { doors: true }).await;
     let lab = &*lab;
@@ -498,6 +263,17 @@ async fn body(lab: &mut Lab) {
     let s0 = pod(&cp, lab, 1, "bench", "server", None).await;
     let c1 = pod(&cp, lab, 0, "t1", "client", Some("v")).await;
     let s1 = pod(&cp, lab, 1, "t1", "server", Some("v")).await;
+    // A second pair of each network, for the concurrent comparison.
+    let c0b = pod(&cp, lab, 0, "bench", "client-b", None).await;
+    let s0b = pod(&cp, lab, 1, "bench", "server-b", None).await;
+    let c1b = pod(&cp, lab, 0, "t1", "client-b", Some("v")).await;
+    let s1b = pod(&cp, lab, 1, "t1", "server-b", Some("v")).await;
+    label(&cp, &c0b, json!({"app": "client"})).await;
+    label(&cp, &s0b, json!({"app": "server-off"})).await;
+    label(&cp, &c1b, json!({"role": "client-off"})).await;
+    label(&cp, &s1b, json!({"role": "server-off"})).await;
+    let s1b_ip = IpAddr::V4(vpc_ip(&cp, &s1b).await);
+    let _listeners = [conn_server(&s0b.ns), conn_server(&s1b.ns)];
     // Pods no rule admits, on the clients' node: they tell when a relabel took effect.
     let p0 = pod(&cp, lab, 0, "bench", "probe", None).await;
     let p1 = pod(&cp, lab, 0, "t1", "probe", Some("v")).await;
@@ -551,6 +327,17 @@ async fn body(lab: &mut Lab) {
         probes: [(&p0, IpAddr::V4(s0.fabric)), (&p1, s1_ip)],
     }
     .measure(&pairs)
+    .await;
+    let par = Par {
+        cp: &cp,
+        net0: [
+            (&c0, &s0, IpAddr::V4(s0.fabric)),
+            (&c0b, &s0b, IpAddr::V4(s0b.fabric)),
+        ],
+        vpc: [(&c1, &s1, s1_ip), (&c1b, &s1b, s1b_ip)],
+        probes: [&p0, &p1],
+    }
+    .measure()
     .await;
 
     // The rules go again and the no-rules figures are taken a second time: the ratio is
@@ -639,6 +426,21 @@ async fn body(lab: &mut Lab) {
             ab[0][i].steal_pct(),
             ab[1][i].steal_pct(),
             100.0 * u1 / u0.max(f64::MIN_POSITIVE)
+        );
+    }
+
+    println!(
+        "\nthe same, two identical pairs of each network streaming at once, one in the rules' reach \
+         and one out of it, both orders ({} figures)",
+        par[0].0.len()
+    );
+    for (n, name) in ["net 0", "VPC"].iter().enumerate() {
+        let (r, sum) = (&par[n].0, &par[n].1);
+        println!(
+            "{name:<10} in reach / out of reach: median {:.1} %, each figure {r:.1?}; both streams together {:.2}–{:.2} Gbit/s",
+            median(r.clone()),
+            sum.iter().copied().fold(f64::INFINITY, f64::min),
+            sum.iter().copied().fold(0.0, f64::max)
         );
     }
 
