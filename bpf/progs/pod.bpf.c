@@ -6,6 +6,7 @@
 #include "../lib/common.h"
 #include "../lib/arp.h"
 #include "../lib/bridge.h"
+#include "../lib/bridge_sg.h"
 #include "../lib/crossnet.h"
 #include "../lib/dnat.h"
 #include "../lib/dns.h"
@@ -121,6 +122,8 @@ static __always_inline int from_pod_vpc(struct __sk_buff *skb,
 		sdn_addr_from_v4(&gw, CONFIG(gw_ipv4));
 	if (sdn_addr_eq(&p->dst, &gw)) {
 		ret = sdn_bridge_reverse(skb, p, net);
+		if (!ret)
+			ret = sdn_bridge_police_out(skb, p, net);
 		if (ret)
 			return sdn_drop(skb, ret);
 		return from_pod_net0(skb, p, port_flags);
@@ -272,6 +275,10 @@ static __sdn_noinline int to_pod_vpc(struct __sk_buff *skb,
 	ret = sdn_dns_restore(skb, p, b);
 	if (ret)
 		return ret < 0 ? sdn_drop(skb, ret) : to_pod_deliver(skb, p, net);
+	/* SecurityGroups before anything notes the flow (lib/bridge_sg.h). */
+	ret = sdn_bridge_police_in(skb, p, b);
+	if (ret)
+		return sdn_drop(skb, ret);
 	/* Keyed by the fabric IP: the bridge's reverse rewrite restores it first. */
 	sdn_dnat_note(skb, port, p);
 	sdn_masq_note_inbound(port, p);

@@ -16,8 +16,9 @@
 //! free1 and free2 are in no group. Every probe runs same-node and cross-node where the
 //! layout has both, and its outcome is compared with the compiler's `verdict::sg` for the
 //! same API objects. Then: the source's groups on the wire (VXLAN-GBP), north-south
-//! ingress and egress through Floating IPs, egress through the VPC's gateway, and a relabel that moves pods between groups
-//! live and cuts an established flow only the old group allowed.
+//! ingress and egress through Floating IPs, egress through the VPC's gateway, a default-network
+//! pod at the pods' fabric addresses (the nodes exempt), and a relabel that moves pods between
+//! groups live and cuts an established flow only the old group allowed.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -399,6 +400,54 @@ async fn body(lab: &mut Lab) {
         }
     }
     eprintln!("PASS north-south egress through the gateway");
+
+    // --- The fabric bridge: a default-network pod (on n2) reaching web's fabric addresses
+    // (status.podIP) is a CIDR peer from net 0, closed until web admits it; the node of
+    // each target (a kubelet probe) always passes.
+    let dn = pod(&cp, lab, 1, "default", "dn", None).await;
+    let from_net0 = |o: &Oracle, to: &Ep, port: u16, expect: bool| {
+        let got = tcp_ok(&dn.ns, IpAddr::V4(to.pod.fabric), port);
+        let oracle = o.allows((0, IpAddr::V4(dn.fabric)), to.at(), TCP, port);
+        eprintln!(
+            "dn -> {} ({}) tcp/{port} by the fabric bridge: datapath {got} verdict::sg {oracle} expected {expect}",
+            to.pod.name, to.pod.fabric
+        );
+        assert_eq!(got, expect, "dn -> {} fabric tcp/{port}", to.pod.name);
+        assert_eq!(oracle, expect, "verdict::sg dn -> {} tcp/{port}", to.pod.name);
+    };
+    for target in [&web1, &web2, &free1] {
+        assert!(
+            tcp_ok(
+                &lab.nodes[target.pod.node].ns,
+                IpAddr::V4(target.pod.fabric),
+                SHUT
+            ),
+            "{}'s node reaches its fabric address",
+            target.pod.name
+        );
+    }
+    for (to, expect) in [(&web1, false), (&web2, false), (&free1, true)] {
+        from_net0(&o, to, OPEN, expect);
+    }
+    Api::<SecurityGroup>::namespaced(cp.sdn.clone(), "t1")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ingress": [
+                {"from": {"group": "cli"}, "ports": [tcp(OPEN), echo]},
+                {"from": {"group": "bcli", "vpc": {"namespace": "t2", "name": "b"}}, "ports": [tcp(OPEN)]},
+                {"from": {"cidr": format!("{}/32", free1.ip)}, "ports": [tcp(OPEN)]},
+                {"from": {"cidr": "198.51.100.0/24"}, "ports": [tcp(OPEN)]},
+                {"from": {"cidr": format!("{}/32", dn.fabric)}, "ports": [tcp(OPEN)]},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    let o = settle(&cp, lab).await;
+    for (to, port, expect) in [(&web1, OPEN, true), (&web2, OPEN, true), (&web1, SHUT, false)] {
+        from_net0(&o, to, port, expect);
+    }
+    eprintln!("PASS the fabric bridge: default-network clients policed, the nodes exempt");
 
     // --- Relabel: cli1 leaves `cli` while its flow to web2 (cross node) runs; free2 joins
     // `cli`.
