@@ -273,7 +273,7 @@ async fn body(lab: &mut Lab) {
     label(&cp, &c1b, json!({"role": "client-off"})).await;
     label(&cp, &s1b, json!({"role": "server-off"})).await;
     let s1b_ip = IpAddr::V4(vpc_ip(&cp, &s1b).await);
-    let _listeners = [conn_server(&s0b.ns), conn_server(&s1b.ns)];
+    let listeners = [conn_server(&s0b.ns), conn_server(&s1b.ns)];
     // Pods no rule admits, on the clients' node: they tell when a relabel took effect.
     let p0 = pod(&cp, lab, 0, "bench", "probe", None).await;
     let p1 = pod(&cp, lab, 0, "t1", "probe", Some("v")).await;
@@ -331,10 +331,13 @@ async fn body(lab: &mut Lab) {
     let par = Par {
         cp: &cp,
         net0: [
-            (&c0, &s0, IpAddr::V4(s0.fabric)),
-            (&c0b, &s0b, IpAddr::V4(s0b.fabric)),
+            (&c0, &s0, IpAddr::V4(s0.fabric), &pairs.net0.3),
+            (&c0b, &s0b, IpAddr::V4(s0b.fabric), &listeners[0]),
         ],
-        vpc: [(&c1, &s1, s1_ip), (&c1b, &s1b, s1b_ip)],
+        vpc: [
+            (&c1, &s1, s1_ip, &pairs.vpc.3),
+            (&c1b, &s1b, s1b_ip, &listeners[1]),
+        ],
         probes: [&p0, &p1],
     }
     .measure()
@@ -430,18 +433,23 @@ async fn body(lab: &mut Lab) {
     }
 
     println!(
-        "\nthe same, two identical pairs of each network streaming at once, one in the rules' reach \
-         and one out of it, both orders ({} figures)",
-        par[0].0.len()
+        "\nthe same, two identical pairs of each network at once, one in the rules' reach and one \
+         out of it, both orders ({} figures of each kind)",
+        par[0].gbps.0.len()
     );
     for (n, name) in ["net 0", "VPC"].iter().enumerate() {
-        let (r, sum) = (&par[n].0, &par[n].1);
-        println!(
-            "{name:<10} in reach / out of reach: median {:.1} %, each figure {r:.1?}; both streams together {:.2}–{:.2} Gbit/s",
-            median(r.clone()),
-            sum.iter().copied().fold(f64::INFINITY, f64::min),
-            sum.iter().copied().fold(0.0, f64::max)
-        );
+        for (what, (r, sum), unit) in [
+            ("throughput", &par[n].gbps, "Gbit/s"),
+            ("set-up rate", &par[n].conns, "conn/s"),
+        ] {
+            println!(
+                "{name:<10} {what:<12} in reach / out of reach: median {:.1} %, each figure {r:.1?}; \
+                 both pairs together {:.2}–{:.2} {unit}",
+                median(r.clone()),
+                sum.iter().copied().fold(f64::INFINITY, f64::min),
+                sum.iter().copied().fold(0.0, f64::max)
+            );
+        }
     }
 
     // The programs' accounting pools both no-rules phases.

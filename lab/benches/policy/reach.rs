@@ -2,6 +2,7 @@
 //! rules' reach and back by their labels, in turn ([`Ab`]) or side by side ([`Par`]).
 
 use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use cozyplane_lab::load::CONN_PORT;
@@ -10,7 +11,7 @@ use serde_json::json;
 
 use super::common::{Cp, wait};
 use super::stats::{CpuTicks, Figures};
-use super::{Pairs, env_or, iperf, label};
+use super::{Pairs, conn_rate, env_or, iperf, label};
 
 /// The rules stay loaded and the measured pods are alternately out of their reach and in
 /// it (`POL_AB_ROUNDS` rounds, default 8; a round measures both states, in alternating
@@ -79,14 +80,48 @@ impl Ab<'_> {
 /// Two identical pairs of each network stream at once, one in the rules' reach and one out of
 /// it, then the other way round (`POL_PAR_ROUNDS` rounds of both orders, default 4): the
 /// hypervisor's steal, which moved single figures between 3.5 and 12 Gbit/s, falls on both
-/// streams of a figure alike, so their ratio is the policy's cost at one moment. Reach is
-/// set by labels as in [`Ab`], each state confirmed by the probe pods.
+/// streams of a figure alike, so their ratio is the policy's cost at one moment. The same
+/// for the connection set-up rate: both pairs' connect loops run at once, after both
+/// networks' streams (a loop's TIME_WAIT sockets would otherwise weigh on the next stream).
+/// Reach is set by labels as in [`Ab`], each state confirmed by the probe pods.
 pub(crate) struct Par<'a> {
     pub(crate) cp: &'a Cp,
-    /// Per network: both pairs' (client, server, server's address).
-    pub(crate) net0: [(&'a LabPod, &'a LabPod, IpAddr); 2],
-    pub(crate) vpc: [(&'a LabPod, &'a LabPod, IpAddr); 2],
+    /// Per network: both pairs' (client, server, server's address, server's accept count).
+    pub(crate) net0: [ParPair<'a>; 2],
+    pub(crate) vpc: [ParPair<'a>; 2],
     pub(crate) probes: [&'a LabPod; 2],
+}
+
+pub(crate) type ParPair<'a> = (&'a LabPod, &'a LabPod, IpAddr, &'a AtomicU64);
+
+/// Per network: every figure's in-reach / out-of-reach ratio (%) and both pairs' sum, for
+/// throughput (Gbit/s) and connection set-up rate (conn/s).
+#[derive(Default)]
+pub(crate) struct ParFigures {
+    pub(crate) gbps: (Vec<f64>, Vec<f64>),
+    pub(crate) conns: (Vec<f64>, Vec<f64>),
+}
+
+/// Runs `f` for both pairs at once; their results in pair order.
+fn both<'a, F>(pairs: &[ParPair<'a>; 2], f: F) -> [f64; 2]
+where
+    F: Fn(&ParPair<'a>) -> f64 + Sync,
+{
+    std::thread::scope(|sc| {
+        let h = pairs.each_ref().map(|p| {
+            let f = &f;
+            sc.spawn(move || f(p))
+        });
+        h.map(|h| h.join().expect("measuring thread"))
+    })
+}
+
+/// Pushes `g[selected] / g[other]` (%) and the sum; returns the ratio.
+fn record(into: &mut (Vec<f64>, Vec<f64>), g: [f64; 2], selected: usize) -> f64 {
+    let ratio = 100.0 * g[selected] / g[1 - selected].max(f64::MIN_POSITIVE);
+    into.0.push(ratio);
+    into.1.push(g[0] + g[1]);
+    ratio
 }
 
 impl Par<'_> {
@@ -105,7 +140,7 @@ impl Par<'_> {
             label(self.cp, self.vpc[i].0, json!({"role": on("client")})).await;
         }
         for (probe, pairs) in self.probes.iter().zip([&self.net0, &self.vpc]) {
-            for (i, (_, _, to)) in pairs.iter().enumerate() {
+            for (i, (_, _, to, _)) in pairs.iter().enumerate() {
                 wait("the probe sees the rules' reach change", || {
                     let open = run_in(&probe.ns, || {
                         TcpStream::connect_timeout(&(*to, CONN_PORT).into(), Duration::from_millis(500))
@@ -117,10 +152,9 @@ impl Par<'_> {
         }
     }
 
-    /// Per network, every figure's in-reach / out-of-reach throughput ratio (%), and the
-    /// pairs' Gbit/s summed over both streams.
-    pub(crate) async fn measure(&self) -> [(Vec<f64>, Vec<f64>); 2] {
-        let mut out: [(Vec<f64>, Vec<f64>); 2] = Default::default();
+    /// Per network, [`ParFigures`].
+    pub(crate) async fn measure(&self) -> [ParFigures; 2] {
+        let mut out: [ParFigures; 2] = Default::default();
         let rounds = usize::try_from(env_or("POL_PAR_ROUNDS", 4)).unwrap_or(4).max(1);
         for round in 0..rounds {
             for selected in [round % 2, 1 - round % 2] {
@@ -130,19 +164,19 @@ impl Par<'_> {
                     if waited > Duration::from_secs(2) {
                         eprintln!("waited {:.1} s for a quiet machine", waited.as_secs_f64());
                     }
-                    let g: Vec<f64> = std::thread::scope(|sc| {
-                        let h: Vec<_> = pairs
-                            .iter()
-                            .map(|(c, s, to)| sc.spawn(move || iperf(&s.ns, &c.ns, *to)))
-                            .collect();
-                        h.into_iter().map(|h| h.join().expect("iperf thread")).collect()
-                    });
-                    let ratio = 100.0 * g[selected] / g[1 - selected].max(f64::MIN_POSITIVE);
+                    let g = both(pairs, |(c, s, to, _)| iperf(&s.ns, &c.ns, *to));
+                    let ratio = record(&mut out[n].gbps, g, selected);
                     eprintln!(
                         "concurrent round {round}, network {n}, pair {selected} in reach: {g:.2?} Gbit/s, {ratio:.1} %"
                     );
-                    out[n].0.push(ratio);
-                    out[n].1.push(g[0] + g[1]);
+                }
+                for (n, pairs) in [&self.net0, &self.vpc].into_iter().enumerate() {
+                    CpuTicks::quiet();
+                    let g = both(pairs, |(c, _, to, accepted)| conn_rate(&c.ns, *to, accepted));
+                    let ratio = record(&mut out[n].conns, g, selected);
+                    eprintln!(
+                        "concurrent round {round}, network {n}, pair {selected} in reach: {g:.0?} conn/s, {ratio:.1} %"
+                    );
                 }
             }
         }
