@@ -15,8 +15,7 @@ use common::pkt::{self, TCP};
 use common::policy as pol;
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_SHOT};
 use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupIngressRule, SecurityGroupPeer,
-    SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus, VPCRef,
+    Port, PortSpec, PortStatus, SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, VPCRef,
 };
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::maps::nodes::{self, NodesMap};
@@ -71,22 +70,7 @@ fn world(grouped: bool, admit: Admit) -> Tables {
         })
         .into_iter()
         .collect();
-    c.set_group(&SecurityGroup {
-        metadata: ObjectMeta {
-            namespace: Some("t1".into()),
-            name: Some("web".into()),
-            ..Default::default()
-        },
-        spec: SecurityGroupSpec {
-            vpc_ref: LocalVPCRef { name: "va".into() },
-            ingress,
-            ..Default::default()
-        },
-        status: Some(SecurityGroupStatus {
-            id: 1,
-            ..Default::default()
-        }),
-    });
+    c.set_group(&pol::web_group(ingress, vec![]));
     for (name, ip, groups) in [
         ("target", VPC_IP, if grouped { vec![1] } else { vec![] }),
         ("twin", CLIENT, vec![1]),

@@ -16,9 +16,8 @@ use common::pkt::{self, TCP};
 use common::policy as pol;
 use common::{Datapath, LO, TC_ACT_REDIRECT, TC_ACT_SHOT};
 use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, PortStatus, SecurityGroup, SecurityGroupEgressRule,
-    SecurityGroupIngressRule, SecurityGroupPeer, SecurityGroupPort, SecurityGroupSpec, SecurityGroupStatus,
-    VPCRef,
+    Port, PortSpec, PortStatus, SecurityGroupEgressRule, SecurityGroupIngressRule, SecurityGroupPeer,
+    SecurityGroupPort, VPCRef,
 };
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::abi::DoorKey;
@@ -71,23 +70,7 @@ fn world_both(grouped: bool, admit: Option<&str>, egress: Option<&str>) -> Table
         })
         .into_iter()
         .collect();
-    c.set_group(&SecurityGroup {
-        metadata: ObjectMeta {
-            namespace: Some("t1".into()),
-            name: Some("web".into()),
-            ..Default::default()
-        },
-        spec: SecurityGroupSpec {
-            vpc_ref: LocalVPCRef { name: "va".into() },
-            ingress,
-            egress,
-            ..Default::default()
-        },
-        status: Some(SecurityGroupStatus {
-            id: 1,
-            ..Default::default()
-        }),
-    });
+    c.set_group(&pol::web_group(ingress, egress));
     c.set_port(&Port {
         metadata: ObjectMeta {
             name: Some("target".into()),

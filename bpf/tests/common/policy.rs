@@ -4,6 +4,10 @@
 
 use std::net::IpAddr;
 
+use cozyplane_apis::v1alpha1::{
+    LocalVPCRef, SecurityGroup, SecurityGroupEgressRule, SecurityGroupIngressRule, SecurityGroupSpec,
+    SecurityGroupStatus,
+};
 use cozyplane_bpf::abi::{
     Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember,
 };
@@ -17,6 +21,7 @@ use cozyplane_bpf::maps::{
     sg_members::{self, SgMembersMap},
 };
 use cozyplane_policy::model::{CidrKey, Diff, RuleKey, RuleVal, Tables};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Datapath;
 use super::pkt::{self, TCP};
@@ -221,5 +226,29 @@ pub fn tcp(
         tcp4(src_mac, dst_mac, src, dst, sport, dport, flags)
     } else {
         tcp6(src_mac, dst_mac, src, dst, sport, dport, flags)
+    }
+}
+
+/// The door and bridge tests' one SecurityGroup: `t1/web` of VPC `va`, id 1, with these rules.
+pub fn web_group(
+    ingress: Vec<SecurityGroupIngressRule>,
+    egress: Vec<SecurityGroupEgressRule>,
+) -> SecurityGroup {
+    SecurityGroup {
+        metadata: ObjectMeta {
+            namespace: Some("t1".into()),
+            name: Some("web".into()),
+            ..Default::default()
+        },
+        spec: SecurityGroupSpec {
+            vpc_ref: LocalVPCRef { name: "va".into() },
+            ingress,
+            egress,
+            ..Default::default()
+        },
+        status: Some(SecurityGroupStatus {
+            id: 1,
+            ..Default::default()
+        }),
     }
 }
