@@ -90,6 +90,8 @@ mod hold;
 mod key;
 mod progress;
 #[cfg(feature = "test-util")]
+pub mod recording;
+#[cfg(feature = "test-util")]
 pub mod testing;
 mod token;
 mod types;

@@ -122,8 +122,7 @@ impl Lifecycle {
                 Ok(found.as_ref().map(is_terminating))
             }
             Source::Local(r, cache) => {
-                let key = crate::registry::keys::object(r.info(), None, ns);
-                if let Some(v) = cache.as_ref().and_then(|c| c.object(&key)) {
+                if let Some(v) = cache.as_ref().and_then(|c| c.object(None, ns)) {
                     return Ok(Some(crate::registry::namespace::is_terminating(&v.value()?)));
                 }
                 // Unknown to the cache: a namespace created a moment ago is seen in the store.

@@ -287,14 +287,20 @@ impl WatchCache {
         Ok(())
     }
 
-    /// The object stored under `key` as the cache holds it, once it has listed; `None` if the
-    /// cache does not know it (absent, created a moment ago, or the cache is not ready yet).
-    pub fn object(&self, key: &str) -> Option<Arc<Cached>> {
+    /// Object `name` in `ns` (`None` for a cluster-scoped kind) as the cache holds it, once it
+    /// has listed; `None` if the cache does not know it (absent, created a moment ago, or the
+    /// cache is not ready yet).
+    pub fn object(&self, ns: Option<&str>, name: &str) -> Option<Arc<Cached>> {
+        // Entries are keyed relative to the kind's prefix (see `Cached::key`).
+        let key = match ns.filter(|_| self.resource.info().namespaced) {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.to_string(),
+        };
         let st = self.lock();
         if !st.ready {
             return None;
         }
-        st.objects.get(key).map(|e| e.0.clone())
+        st.objects.get(key.as_str()).map(|e| e.0.clone())
     }
 
     /// Waits until the cache has heard of `rev` (at most `wait`); `false` if it has not.
