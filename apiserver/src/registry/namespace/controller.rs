@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{FINALIZER, Namespace, Strategy};
 use crate::errors::Result;
-use crate::registry::cache::WatchCache;
+use crate::registry::cache::{Change, WatchCache};
 use crate::registry::store::{DeleteOptions, Deleted, ListParams};
 use crate::registry::{Resource, Store};
 
@@ -46,7 +46,7 @@ pub fn start(
             let wait = if pending { RETRY } else { RESYNC };
             let closed = match changes.as_mut() {
                 Some(rx) => tokio::select! {
-                    r = rx.recv() => matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)),
+                    closed = next_change(rx) => closed,
                     () = tokio::time::sleep(wait) => false,
                 },
                 None => {
@@ -59,6 +59,20 @@ pub fn start(
             }
         }
     })
+}
+
+/// Waits for a namespace to change (a missed message counts as one); `true` once the cache's
+/// channel is closed. Progress notes are skipped: the cache broadcasts one every second, and a
+/// sweep lists every namespace from storage.
+async fn next_change(rx: &mut tokio::sync::broadcast::Receiver<Change>) -> bool {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match rx.recv().await {
+            Ok(Change::Progress { .. }) => {}
+            Ok(_) | Err(RecvError::Lagged(_)) => return false,
+            Err(RecvError::Closed) => return true,
+        }
+    }
 }
 
 /// One pass over every terminating namespace; `true` if one is still waiting.
