@@ -585,8 +585,7 @@ impl<S: Strategy> Resource for Store<S> {
         let opts = WatchOptions {
             revision: after,
             prefix: true,
-            // Frequent progress lets the watch cache prove it is current when other kinds are written.
-            progress_interval: Some(std::time::Duration::from_millis(200)),
+            progress_interval: Some(super::cache::progress_interval(&*self.storage)),
         };
         self.storage
             .watch(&self.prefix(ns), opts)
