@@ -181,6 +181,7 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             plain.settled_rate().unwrap_or(0.0),
             plain.stats.errors
         );
+        println!("{who}: plain creates cost per create: {}", plain.cost);
         Some(plain)
     } else {
         None
@@ -213,6 +214,7 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             settled.settled_rate().unwrap_or(0.0),
             settled.stats.errors
         );
+        println!("{who}: settled creates cost per create: {}", settled.cost);
         Some(settled)
     } else {
         None
@@ -226,6 +228,7 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             p.stats.ms(0.99),
             p.stats.errors
         );
+        println!("{who}: Port creates cost per create: {}", p.cost);
         let s2 = s.clone();
         let v = creates(&s, &c, n, move |_| {
             let b = json!({
@@ -241,6 +244,7 @@ async fn measure(s: Arc<Server>, cfg: &Config) -> Outcome {
             v.stats.ms(0.99),
             v.stats.errors
         );
+        println!("{who}: VPC creates cost per create: {}", v.cost);
         objects += 2 * n;
         (Some(p), Some(v))
     } else {

@@ -88,6 +88,8 @@ where
 pub(crate) struct Creates {
     pub(crate) stats: Stats,
     pub(crate) whole: Option<Duration>,
+    /// Server and etcd cost per create, from quiet to quiet (see [`crate::servers::Spent`]).
+    pub(crate) cost: String,
 }
 
 impl Creates {
@@ -105,6 +107,7 @@ where
 {
     // Start from quiet: what the previous phase left behind is not this batch's work.
     s.settle(Instant::now()).await;
+    let before = s.spent();
     let start = Instant::now();
     let stats = run(c, n, 201, move |i| {
         let (path, body) = make(i);
@@ -112,7 +115,8 @@ where
     })
     .await;
     let whole = s.settle(start).await;
-    Creates { stats, whole }
+    let cost = before.per_request(&s.spent(), n);
+    Creates { stats, whole, cost }
 }
 
 /// One-at-a-time lists of `path`: p50 of `times` lists, with the item count and body size of

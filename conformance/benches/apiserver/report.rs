@@ -143,6 +143,12 @@ pub(crate) fn table(cfg: &Config, go: &[Outcome], ours: &[Outcome]) -> String {
             better: Better::Higher,
         },
         Row {
+            label: format!("plain creates/s counting the work after the point, {n} at c=32"),
+            go: cells(go, |o| o.plain.as_ref().map(settled)),
+            ours: cells(ours, |o| o.plain.as_ref().map(settled)),
+            better: Better::Higher,
+        },
+        Row {
             label: format!(
                 "creates/s counting the work after the point, {n} at c=32 (Flunder vs VPCBinding)"
             ),

@@ -4,6 +4,7 @@
 //! from outside: RSS and CPU time from `/proc/<pid>`, etcd's revision and CPU time from its
 //! `/metrics`, and [`Server::settle`], which waits until server and store are idle.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -282,8 +283,67 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// etcd's current revision and its process CPU seconds, from its Prometheus `/metrics`.
-fn etcd_metrics(client_url: &str) -> (u64, f64) {
+/// What server and etcd had spent at one moment: CPU seconds of each, etcd's revision and the
+/// gRPC calls etcd had answered, by method. Two of them give a batch's cost per request.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Spent {
+    pub(crate) server_cpu: f64,
+    pub(crate) etcd_cpu: f64,
+    pub(crate) revision: u64,
+    /// `grpc_server_handled_total` (unary calls) and `grpc_server_msg_received_total`
+    /// (stream messages) summed per method, e.g. `Txn` or `Range`.
+    pub(crate) calls: BTreeMap<String, f64>,
+}
+
+impl Spent {
+    /// Per-request cost between `self` and a later `end`, for `n` requests: server and etcd
+    /// CPU in ms, etcd revisions, and etcd calls by method (only the ones that moved).
+    pub(crate) fn per_request(&self, end: &Spent, n: usize) -> String {
+        let n = n.max(1) as f64;
+        let mut out = format!(
+            "server {:.3} ms CPU, etcd {:.3} ms CPU, {:.2} etcd revisions",
+            (end.server_cpu - self.server_cpu) * 1e3 / n,
+            (end.etcd_cpu - self.etcd_cpu) * 1e3 / n,
+            end.revision.saturating_sub(self.revision) as f64 / n,
+        );
+        for (method, v) in &end.calls {
+            let d = v - self.calls.get(method).copied().unwrap_or(0.0);
+            if d > 0.0 {
+                out += &format!(", {method} {:.2}", d / n);
+            }
+        }
+        out
+    }
+}
+
+impl Server {
+    /// What server and etcd have spent so far.
+    pub(crate) fn spent(&self) -> Spent {
+        let text = etcd_scrape(&self.etcd.client_url);
+        let (revision, etcd_cpu) = etcd_metrics_of(&text);
+        let mut calls = BTreeMap::new();
+        for l in text.lines() {
+            let counted = l.starts_with("grpc_server_handled_total{")
+                || l.starts_with("grpc_server_msg_received_total{");
+            let Some(method) = counted.then(|| l.split("grpc_method=\"").nth(1)).flatten() else {
+                continue;
+            };
+            let method = method.split('"').next().unwrap_or_default();
+            if let Some(v) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+                *calls.entry(method.to_string()).or_default() += v;
+            }
+        }
+        Spent {
+            server_cpu: cpu_seconds(self.pid),
+            etcd_cpu,
+            revision,
+            calls,
+        }
+    }
+}
+
+/// etcd's Prometheus `/metrics` text (empty when it does not answer).
+fn etcd_scrape(client_url: &str) -> String {
     let hostport = client_url.trim_start_matches("http://");
     let mut text = String::new();
     if let Ok(mut s) = TcpStream::connect(hostport) {
@@ -291,6 +351,15 @@ fn etcd_metrics(client_url: &str) -> (u64, f64) {
         let _ = s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
         let _ = s.read_to_string(&mut text);
     }
+    text
+}
+
+/// etcd's current revision and its process CPU seconds, from its Prometheus `/metrics`.
+fn etcd_metrics(client_url: &str) -> (u64, f64) {
+    etcd_metrics_of(&etcd_scrape(client_url))
+}
+
+fn etcd_metrics_of(text: &str) -> (u64, f64) {
     let metric = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
