@@ -290,8 +290,8 @@ pub(crate) struct Spent {
     pub(crate) server_cpu: f64,
     pub(crate) etcd_cpu: f64,
     pub(crate) revision: u64,
-    /// `grpc_server_handled_total` (unary calls) and `grpc_server_msg_received_total`
-    /// (stream messages) summed per method, e.g. `Txn` or `Range`.
+    /// `grpc_server_handled_total` of unary calls and `grpc_server_msg_received_total` of
+    /// streams, summed per method, e.g. `Txn` or `Range`.
     pub(crate) calls: BTreeMap<String, f64>,
 }
 
@@ -323,8 +323,12 @@ impl Server {
         let (revision, etcd_cpu) = etcd_metrics_of(&text);
         let mut calls = BTreeMap::new();
         for l in text.lines() {
-            let counted = l.starts_with("grpc_server_handled_total{")
-                || l.starts_with("grpc_server_msg_received_total{");
+            // A unary call is counted once it is answered, a stream by the messages it sent.
+            let counted = if l.contains("grpc_type=\"unary\"") {
+                l.starts_with("grpc_server_handled_total{")
+            } else {
+                l.starts_with("grpc_server_msg_received_total{")
+            };
             let Some(method) = counted.then(|| l.split("grpc_method=\"").nth(1)).flatten() else {
                 continue;
             };
