@@ -4,49 +4,15 @@
 //! tells how often it was attempted.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use async_trait::async_trait;
 use cozyplane_apiserver::errors::{ConflictKind, Reason};
 use cozyplane_apiserver::registry::store::{DeleteOptions, WriteOptions};
-use cozyplane_storage::{
-    KeyValue, ListOptions, ListResult, Result, Revision, Storage, Txn, TxnResponse, WatchOptions, WatchStream,
-};
+use cozyplane_storage::Storage;
+use cozyplane_storage::recording::{Call, Recording};
 use serde_json::json;
 
-/// A store that counts `get`s and delegates everything to the embedded backend.
-struct CountingGets {
-    inner: Arc<dyn Storage>,
-    gets: AtomicUsize,
-}
-
-#[async_trait]
-impl Storage for CountingGets {
-    async fn get(&self, key: &str) -> Result<KeyValue> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(key).await
-    }
-    async fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
-        self.inner.list(prefix, opts).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        self.inner.txn(txn).await
-    }
-    async fn watch(&self, key: &str, opts: WatchOptions) -> Result<WatchStream> {
-        self.inner.watch(key, opts).await
-    }
-    async fn compact(&self, revision: Revision) -> Result<()> {
-        self.inner.compact(revision).await
-    }
-    async fn current_revision(&self) -> Result<Revision> {
-        self.inner.current_revision().await
-    }
-    async fn health(&self) -> Result<()> {
-        self.inner.health().await
-    }
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
+fn gets(r: &Recording) -> usize {
+    r.count(|c| matches!(c, Call::Get(_)))
 }
 
 #[tokio::test]
@@ -57,10 +23,7 @@ async fn a_failed_uid_precondition_is_answered_after_one_attempt() {
     ))
     .await
     .unwrap();
-    let counting = Arc::new(CountingGets {
-        inner,
-        gets: AtomicUsize::new(0),
-    });
+    let counting = Arc::new(Recording::new(inner));
     let storage: Arc<dyn Storage> = counting.clone();
     let kinds = cozyplane_apiserver::registry::kinds(&storage);
     let vpcs = kinds.iter().find(|k| k.info().plural == "vpcs").unwrap();
@@ -72,13 +35,13 @@ async fn a_failed_uid_precondition_is_answered_after_one_attempt() {
         .await
         .unwrap();
 
-    let before = counting.gets.load(Ordering::SeqCst);
+    let before = gets(&counting);
     let o = DeleteOptions {
         uid: Some("not-the-uid".into()),
         ..DeleteOptions::default()
     };
     let e = vpcs.delete(Some("t1"), "a", &o).await.unwrap_err();
-    let attempts = counting.gets.load(Ordering::SeqCst) - before;
+    let attempts = gets(&counting) - before;
     assert_eq!((e.code, e.reason), (409, Reason::Conflict), "{e}");
     assert_eq!(e.conflict, Some(ConflictKind::Precondition), "{e}");
     assert!(e.message.contains("the UID in the precondition"), "{e}");
