@@ -143,12 +143,7 @@ async fn continue_pages_show_the_first_pages_revision(storage: Arc<dyn Storage>)
 
 #[tokio::test]
 async fn continue_pages_from_the_cache_embedded() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-        cozyplane_storage::embedded::Config::new(dir.path()),
-    ))
-    .await
-    .unwrap();
+    let (_dir, storage) = cozyplane_storage::testing::embedded().await;
     continue_pages_show_the_first_pages_revision(storage).await;
 }
 

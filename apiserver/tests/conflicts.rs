@@ -17,12 +17,7 @@ fn gets(r: &Recording) -> usize {
 
 #[tokio::test]
 async fn a_failed_uid_precondition_is_answered_after_one_attempt() {
-    let dir = tempfile::tempdir().unwrap();
-    let inner = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-        cozyplane_storage::embedded::Config::new(dir.path()),
-    ))
-    .await
-    .unwrap();
+    let (_dir, inner) = cozyplane_storage::testing::embedded().await;
     let counting = Arc::new(Recording::new(inner));
     let storage: Arc<dyn Storage> = counting.clone();
     let kinds = cozyplane_apiserver::registry::kinds(&storage);

@@ -25,12 +25,7 @@ struct World {
 }
 
 async fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let inner = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-        cozyplane_storage::embedded::Config::new(dir.path()),
-    ))
-    .await
-    .unwrap();
+    let (dir, inner) = cozyplane_storage::testing::embedded().await;
     let recording = Arc::new(Recording::new(inner));
     let storage: Arc<dyn Storage> = recording.clone();
     let namespaces: Arc<dyn Resource> = Arc::new(Store::new(namespace::Strategy, storage));

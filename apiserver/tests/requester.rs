@@ -49,12 +49,7 @@ async fn create_binding(cache: &Arc<WatchCache>, requester: Option<Requester>, n
 
 #[tokio::test]
 async fn writes_are_admitted_by_their_explicit_requester() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-        cozyplane_storage::embedded::Config::new(dir.path()),
-    ))
-    .await
-    .unwrap();
+    let (_dir, storage) = cozyplane_storage::testing::embedded().await;
     let kinds = cozyplane_apiserver::registry::kinds(&storage);
     let bindings = kinds.iter().find(|k| k.info().plural == "vpcbindings").unwrap();
     let cache = WatchCache::start(bindings.clone());

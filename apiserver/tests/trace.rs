@@ -39,12 +39,7 @@ struct Server {
 
 impl Server {
     async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-            cozyplane_storage::embedded::Config::new(dir.path()),
-        ))
-        .await
-        .unwrap();
+        let (dir, storage) = cozyplane_storage::testing::embedded().await;
         let kinds = cozyplane_apiserver::registry::kinds(&storage);
         let app = router(AppState::new(kinds, storage, false, MAX_BODY));
         Self { app, _dir: dir }

@@ -44,12 +44,7 @@ async fn next(s: &mut Events) -> Bytes {
 
 #[tokio::test]
 async fn table_and_metadata_events_are_encoded_once_per_form() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-        cozyplane_storage::embedded::Config::new(dir.path()),
-    ))
-    .await
-    .unwrap();
+    let (_dir, storage) = cozyplane_storage::testing::embedded().await;
     let kinds = cozyplane_apiserver::registry::kinds(&storage);
     let vpcs = kinds.iter().find(|k| k.info().plural == "vpcs").unwrap().clone();
     let cache = WatchCache::start(vpcs.clone());

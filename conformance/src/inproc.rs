@@ -50,12 +50,7 @@ const HANG_GUARD: Duration = Duration::from_secs(30);
 impl InProc {
     /// Starts a server on an embedded store in a fresh temp dir.
     pub async fn start() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let storage = cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-            cozyplane_storage::embedded::Config::new(dir.path()),
-        ))
-        .await
-        .expect("embedded store opens");
+        let (dir, storage) = cozyplane_storage::testing::embedded().await;
         let kinds = registry::kinds(&storage);
         let namespaces = Arc::new(registry::Store::new(
             registry::namespace::Strategy,

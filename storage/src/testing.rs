@@ -128,6 +128,15 @@ pub async fn next_change(w: &mut WatchStream) -> Event {
     }
 }
 
+/// An embedded store in a fresh temporary directory, removed when the returned guard drops.
+pub async fn embedded() -> (tempfile::TempDir, Arc<dyn crate::Storage>) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = crate::open(crate::Config::Embedded(crate::embedded::Config::new(dir.path())))
+        .await
+        .expect("the embedded store opens");
+    (dir, store)
+}
+
 /// A tokio runtime for one test case or benchmark, sized for this project's 2-core machines.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -146,12 +146,7 @@ mod tests {
 
     fn kinds() -> Vec<Arc<dyn crate::registry::Resource>> {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let storage = rt
-            .block_on(cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-                cozyplane_storage::embedded::Config::new(dir.path()),
-            )))
-            .unwrap();
+        let (dir, storage) = rt.block_on(cozyplane_storage::testing::embedded());
         std::mem::forget(dir);
         crate::registry::kinds(&storage)
     }

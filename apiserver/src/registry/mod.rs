@@ -61,12 +61,7 @@ mod tests {
     fn the_table_covers_every_kind_of_the_api_crate() {
         let storage: std::sync::Arc<dyn cozyplane_storage::Storage> = {
             let rt = tokio::runtime::Runtime::new().unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let s = rt
-                .block_on(cozyplane_storage::open(cozyplane_storage::Config::Embedded(
-                    cozyplane_storage::embedded::Config::new(dir.path()),
-                )))
-                .unwrap();
+            let (dir, s) = rt.block_on(cozyplane_storage::testing::embedded());
             std::mem::forget(dir);
             s
         };
