@@ -205,7 +205,7 @@ impl Reconciler {
         if p.status.as_ref() == Some(&st) {
             return Ok(());
         }
-        write_status(self.kind("vpcpeerings")?, ns, name, json!(st)).await
+        write_status(self.kind("vpcpeerings")?, &*p, json!(st)).await
     }
 
     async fn gateway(&self, ns: &str, name: &str) -> Result<()> {
@@ -228,7 +228,7 @@ impl Reconciler {
         if g.status.as_ref() == Some(&st) {
             return Ok(());
         }
-        write_status(self.kind("vpcgateways")?, ns, name, json!(st)).await
+        write_status(self.kind("vpcgateways")?, &*g, json!(st)).await
     }
 
     async fn binding(&self, ns: &str, name: &str) -> Result<()> {
@@ -287,12 +287,30 @@ impl Reconciler {
     }
 }
 
-/// Writes `status` through `/status` (a vanished object has nothing to write).
-pub(crate) async fn write_status(r: &Arc<dyn Resource>, ns: &str, name: &str, status: Value) -> Result<()> {
+/// Writes `status`, derived from `from` (the mirror's copy of the object), through `/status`
+/// (a vanished object has nothing to write). The whole status is replaced, so the write holds
+/// only while the stored object is still `from`: a status field written by someone else since
+/// (a NAT address set by hand on a standalone server) would otherwise be lost. A newer object
+/// is a stale conflict, and the reconcile runs again from the mirror once it has caught up.
+pub(crate) async fn write_status<K>(r: &Arc<dyn Resource>, from: &K, status: Value) -> Result<()>
+where
+    K: kube_core::Resource,
+{
+    let m = from.meta();
+    let ns = m.namespace.clone().unwrap_or_default();
+    let name = m.name.clone().unwrap_or_default();
+    let expected = m.resource_version.clone().unwrap_or_default();
+    let info = *r.info();
+    let object = name.clone();
     let apply = move |mut cur: Value| -> Result<Value> {
+        let stored = cur.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+        if stored != Some(expected.as_str()) {
+            return Err(ApiError::modified(&info, &object));
+        }
         cur["status"] = status.clone();
         Ok(cur)
     };
+    let (ns, name) = (ns.as_str(), name.as_str());
     match r
         .patch(Some(ns), name, &apply, true, &WriteOptions::server())
         .await
@@ -393,4 +411,51 @@ pub async fn run(
         gateways_elsewhere,
     };
     super::queue::work(&queue, rx, leader, &r, RETRY).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::store::WriteOptions;
+
+    fn gateway() -> Value {
+        json!({
+            "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCGateway",
+            "metadata": { "name": "gw" }, "spec": { "vpcRef": { "name": "v" }, "nat": { "enabled": true } },
+        })
+    }
+
+    /// The race the lab's IPv6 gateway test lost once: the controller derives a status from its
+    /// mirror's copy while a client sets `status.natAddress6`; the controller's write must not
+    /// replace the newer status with one derived from the older copy.
+    #[tokio::test]
+    async fn a_status_derived_from_an_older_copy_is_not_written() {
+        let (_dir, storage) = cozyplane_storage::testing::embedded().await;
+        let kinds = crate::registry::kinds(&storage);
+        let gws = find(&kinds, "vpcgateways").unwrap().clone();
+        let w = WriteOptions::server();
+        let created = gws.create(Some("t"), gateway(), &w).await.unwrap();
+        let mirror: VPCGateway = serde_json::from_value(created).unwrap();
+        let set_by_client = move |mut cur: Value| -> Result<Value> {
+            cur["status"]["natAddress6"] = json!("2001:db8::6");
+            Ok(cur)
+        };
+        gws.patch(Some("t"), "gw", &set_by_client, true, &w)
+            .await
+            .unwrap();
+
+        let derived = vpc_gateway::status(&mirror, true, None, None);
+        let e = write_status(&gws, &mirror, json!(derived)).await.unwrap_err();
+        assert!(e.is_stale(), "{e:?}");
+        let stored = gws.get(Some("t"), "gw").await.unwrap();
+        assert_eq!(stored["status"]["natAddress6"], "2001:db8::6");
+
+        // From the current copy the write goes through and keeps the address.
+        let current: VPCGateway = serde_json::from_value(stored).unwrap();
+        let derived = vpc_gateway::status(&current, true, None, None);
+        write_status(&gws, &current, json!(derived)).await.unwrap();
+        let stored = gws.get(Some("t"), "gw").await.unwrap();
+        assert_eq!(stored["status"]["natAddress6"], "2001:db8::6");
+        assert_eq!(stored["status"]["phase"], "Ready");
+    }
 }

@@ -149,7 +149,7 @@ impl Doors {
         if f.status.as_ref() == Some(&st) {
             return Ok(());
         }
-        write_status(&self.fips_kind, ns, name, serde_json::json!(st)).await
+        write_status(&self.fips_kind, &*f, serde_json::json!(st)).await
     }
 
     /// The node of the live Port holding `target` in the FloatingIP's VPC, or empty.

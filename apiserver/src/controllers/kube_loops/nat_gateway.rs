@@ -142,7 +142,7 @@ impl Doors {
         if g.status.as_ref() == Some(&st) {
             return Ok(());
         }
-        write_status(&self.gateways_kind, ns, name, serde_json::json!(st)).await
+        write_status(&self.gateways_kind, &*g, serde_json::json!(st)).await
     }
 
     pub(super) fn refusal(&self, door: &Door, f: Family, generation: i64) -> Option<String> {
