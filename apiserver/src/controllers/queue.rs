@@ -69,8 +69,13 @@ impl<W: Clone + Eq + Hash + Send + 'static> Queue<W> {
     }
 }
 
+/// How long a reconcile that met a newer object waits before it runs again: long enough for
+/// the watch to bring that object into the mirrors (a status derived from an older copy is
+/// refused until then, so running again at once would only spin), short against `retry`.
+const STALE_RETRY: Duration = Duration::from_millis(20);
+
 /// Works `queue` one item at a time while `leader` says this replica leads: a stale read is
-/// queued again at once, any other failure after `retry`. Returns when the queue or the leader
+/// queued again after [`STALE_RETRY`], any other failure after `retry`. Returns when the queue or the leader
 /// channel closes.
 pub async fn work<W, R>(
     queue: &std::sync::Arc<Queue<W>>,
@@ -89,7 +94,7 @@ pub async fn work<W, R>(
         queue.taken(&w);
         if let Err(e) = r.reconcile(&w).await {
             if e.is_stale() {
-                queue.add(w);
+                queue.add_after(w, STALE_RETRY);
                 continue;
             }
             tracing::warn!(work = ?w, error = %e.message, "reconcile failed; retrying");
