@@ -287,32 +287,23 @@ impl Reconciler {
     }
 }
 
-/// Writes `status`, derived from `from` (the mirror's copy of the object), through `/status`
-/// (a vanished object has nothing to write). The whole status is replaced, so the write holds
-/// only while the stored object is still `from`: a status field written by someone else since
-/// (a NAT address set by hand on a standalone server) would otherwise be lost. A newer object
-/// is a stale conflict, and the reconcile runs again from the mirror once it has caught up.
+/// Writes `status`, derived from `from` (the mirror's copy of the object), as a `PUT
+/// …/status` carrying `from`'s resourceVersion (a vanished object has nothing to write). The
+/// whole status is replaced, so the write must not land on a newer object: a status field
+/// written by someone else since (a NAT address set by hand on a standalone server) would be
+/// lost. The store refuses it as a stale conflict, and the reconcile runs again from the mirror
+/// once it has caught up.
 pub(crate) async fn write_status<K>(r: &Arc<dyn Resource>, from: &K, status: Value) -> Result<()>
 where
-    K: kube_core::Resource,
+    K: kube_core::Resource + serde::Serialize,
 {
     let m = from.meta();
-    let ns = m.namespace.clone().unwrap_or_default();
+    let ns = m.namespace.clone();
     let name = m.name.clone().unwrap_or_default();
-    let expected = m.resource_version.clone().unwrap_or_default();
-    let info = *r.info();
-    let object = name.clone();
-    let apply = move |mut cur: Value| -> Result<Value> {
-        let stored = cur.pointer("/metadata/resourceVersion").and_then(Value::as_str);
-        if stored != Some(expected.as_str()) {
-            return Err(ApiError::modified(&info, &object));
-        }
-        cur["status"] = status.clone();
-        Ok(cur)
-    };
-    let (ns, name) = (ns.as_str(), name.as_str());
+    let mut body = serde_json::to_value(from).map_err(ApiError::internal)?;
+    body["status"] = status;
     match r
-        .patch(Some(ns), name, &apply, true, &WriteOptions::server())
+        .update(ns.as_deref(), &name, body, true, &WriteOptions::server())
         .await
     {
         Err(e) if e.is_not_found() => Ok(()),

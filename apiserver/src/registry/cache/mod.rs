@@ -310,15 +310,15 @@ impl WatchCache {
     /// cache is not ready yet).
     pub fn object(&self, ns: Option<&str>, name: &str) -> Option<Arc<Cached>> {
         // Entries are keyed relative to the kind's prefix (see `Cached::key`).
-        let key = match ns.filter(|_| self.resource.info().namespaced) {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.to_string(),
+        let key: std::borrow::Cow<'_, str> = match ns.filter(|_| self.resource.info().namespaced) {
+            Some(ns) => format!("{ns}/{name}").into(),
+            None => name.into(),
         };
         let st = self.lock();
         if !st.ready {
             return None;
         }
-        st.objects.get(key.as_str()).map(|e| e.0.clone())
+        st.objects.get(&*key).map(|e| e.0.clone())
     }
 
     /// Waits until the cache has heard of `rev` (at most `wait`); `false` if it has not.
