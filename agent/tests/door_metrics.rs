@@ -1,11 +1,13 @@
 //! The per-VPC door and east-west families of `/metrics`, read from real pinned maps (a
 //! private bpffs, the agent's own loader). Needs root; fails (never skips) without it.
 
+mod common;
+
 use std::path::Path;
 
 use aya::maps::{Map, MapData, PerCpuHashMap, PerCpuValues};
-use cozyplane_agent::datapath::loader::Datapath;
-use cozyplane_agent::metrics::{Metrics, VpcNames};
+use cozyplane_agent::core::datapath::loader::Datapath;
+use cozyplane_agent::core::metrics::VpcNames;
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::abi::{DoorKey, DoorStats, NetStats};
 use cozyplane_bpf::maps;
@@ -89,7 +91,7 @@ fn door_and_east_west_counters_carry_the_vpc_and_node_labels() {
 
     let names = VpcNames::default();
     names.set([(100, ("t1".to_string(), "blue".to_string()))]);
-    let text = Metrics::with_identity(pins, "n1".into(), names).render();
+    let text = common::agent_metrics(pins, "n1", names).render();
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     has(
         r#"cozyplane_vpc_door_packets_total{vni="100",vpc_namespace="t1",vpc="blue",node="n1",door="eip",direction="in"} 5"#,

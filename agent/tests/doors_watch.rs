@@ -1,17 +1,17 @@
-//! The doors watch (`agent/src/doors.rs`) against the real API server (in process, embedded
-//! store): VPCs, Ports, FloatingIPs with their status written by the test (the server's
-//! FloatingIP loop is not part of this), and a VPCGateway, into the pinned maps of a private
-//! bpffs; beside it the egress watch (`agent/src/egress.rs`), which writes the ranges the
-//! doors never NAT to (`sdn_internal`). Needs root; fails (never skips) without it. Time
+//! The doors watch (`agent/src/features/doors/`) against the real API server (in process,
+//! embedded store): VPCs, Ports, FloatingIPs with their status written by the test (the
+//! server's FloatingIP loop is not part of this), and a VPCGateway, into the pinned maps of a
+//! private bpffs; beside it the core's watch (`agent/src/core/watch/`), which writes the ranges
+//! the doors never NAT to (`sdn_internal`). Needs root; fails (never skips) without it. Time
 //! limits are hang guards only.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cozyplane_agent::api::ApiClients;
-use cozyplane_agent::datapath::loader::Datapath;
-use cozyplane_agent::metrics::VpcNames;
+use cozyplane_agent::core::api::ApiClients;
+use cozyplane_agent::core::datapath::loader::Datapath;
+use cozyplane_agent::core::metrics::VpcNames;
 use cozyplane_apis::v1alpha1::{
     FloatingIP, FloatingIPSpec, LocalVPCRef, Port, VPC, VPCGateway, VPCGatewayIngress, VPCGatewaySpec,
     VPCSpec,
@@ -122,17 +122,20 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
         severed: Default::default(),
     };
     let names = VpcNames::default();
-    let task = tokio::spawn(cozyplane_agent::doors::run(
+    let task = tokio::spawn(cozyplane_agent::features::doors::run(
         api.clone(),
         pins.clone(),
         names.clone(),
     ));
-    let egress = tokio::spawn(cozyplane_agent::egress::run(
-        api,
-        pins.clone(),
-        vec!["10.96.0.0/12".parse().unwrap()],
-        16,
-    ));
+    let routes = cozyplane_agent::core::watch::HostRoutes {
+        // No such device: the watch writes its maps and leaves host routes alone.
+        tunnel_dev: "cpdw-none".into(),
+        net0_vni: 1,
+        own_block: "10.244.9.0/24".parse().unwrap(),
+        own_block6: None,
+        cluster: vec!["10.96.0.0/12".parse().unwrap()],
+    };
+    let core_watch = tokio::spawn(cozyplane_agent::core::watch::run(api, pins.clone(), routes));
     let fip_in = || FipInMap::from_pin(&pins).unwrap().entries().unwrap();
 
     // f1 and f2 target the same address: the older (f1; same second, then by name) wins.
@@ -190,6 +193,6 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     })
     .await;
     task.abort();
-    egress.abort();
+    core_watch.abort();
     drop(dp);
 }

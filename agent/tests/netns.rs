@@ -302,7 +302,7 @@ fn del_is_idempotent_and_removes_everything() {
     let node = Node::new();
     let p = Netns::new("a");
     let (_, ip) = add(&node, &p, "ctr-del");
-    let host = cozyplane_agent::cni_server::host_veth_name("ctr-del", "eth0");
+    let host = cozyplane_agent::core::cni::host_veth_name("ctr-del", "eth0");
     let ifindex = node.endpoints().get(0, IpAddr::V4(ip)).unwrap().unwrap().ifindex;
     assert!(
         PortsMap::from_pin(&node.s.pins())
@@ -513,7 +513,7 @@ fn restart_removes_the_veth_of_an_add_that_never_finished() {
         !links.contains(orphan),
         "the unfinished ADD's veth is still there: {links}"
     );
-    let kept = cozyplane_agent::cni_server::host_veth_name("ctr-done", "eth0");
+    let kept = cozyplane_agent::core::cni::host_veth_name("ctr-done", "eth0");
     assert!(
         links.contains(&kept),
         "the finished ADD's veth {kept} is gone: {links}"

@@ -2,9 +2,11 @@
 //! maps (a private bpffs, the agent's own loader): one row per layer, reason and VPC, with
 //! the VPC's names and the node. Needs root; fails (never skips) without it.
 
+mod common;
+
 use aya::maps::{Map, MapData, PerCpuHashMap, PerCpuValues};
-use cozyplane_agent::datapath::loader::Datapath;
-use cozyplane_agent::metrics::{Metrics, VpcNames};
+use cozyplane_agent::core::datapath::loader::Datapath;
+use cozyplane_agent::core::metrics::VpcNames;
 use cozyplane_bpf::abi::{DropStats, LAYER_NP, LAYER_SG, PolDropKey};
 use cozyplane_bpf::{DatapathConfig, DropReason, maps};
 use cozyplane_lab::{require_root, sh, sh_ok};
@@ -57,7 +59,7 @@ fn policy_drops_carry_layer_reason_vpc_and_node() {
 
     let names = VpcNames::default();
     names.set([(100, ("t1".to_string(), "blue".to_string()))]);
-    let text = Metrics::with_identity(pins, "n1".into(), names).render();
+    let text = common::agent_metrics(pins, "n1", names).render();
     let has = |line: String| assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     has(format!(
         r#"cozyplane_policy_drops_packets_total{{layer="np",reason="DROP_POL_NP",vni="0",vpc_namespace="",vpc="",node="n1"}} {}"#,

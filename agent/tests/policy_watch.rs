@@ -12,8 +12,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cozyplane_agent::api::ApiClients;
-use cozyplane_agent::policy::maps::{Pinned, PolicyMaps};
+use cozyplane_agent::core::api::ApiClients;
+use cozyplane_agent::features::policy::maps::{Pinned, PolicyMaps};
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, PortSpec, SecurityGroup, VPC, VPCRef};
 use cozyplane_conformance::objects::wait_for;
 use cozyplane_conformance::standin::{Options, StandIn, Token};
@@ -261,7 +261,7 @@ async fn maps_match(dir: &Path, client: &kube::Client, what: &str) -> Tables {
 }
 
 async fn agent_clients(s: &StandIn) -> ApiClients {
-    let c = cozyplane_agent::api::client(&s.token_kubeconfig(AGENT_TOKEN))
+    let c = cozyplane_agent::core::api::client(&s.token_kubeconfig(AGENT_TOKEN))
         .await
         .unwrap();
     ApiClients {
@@ -281,9 +281,24 @@ async fn agent_clients(s: &StandIn) -> ApiClients {
 fn start_writer(
     api: ApiClients,
     pins: PathBuf,
-) -> (tokio::task::JoinHandle<()>, cozyplane_agent::metrics::Metrics) {
-    let metrics = cozyplane_agent::metrics::Metrics::new(pins.clone());
-    let task = tokio::spawn(cozyplane_agent::policy::run(api, pins, metrics.clone()));
+) -> (
+    tokio::task::JoinHandle<()>,
+    cozyplane_agent::core::metrics::Metrics,
+) {
+    use cozyplane_agent::core::feature::Feature as _;
+    use cozyplane_agent::features::policy::{Args, Mode, Policy};
+    let mut builder =
+        cozyplane_agent::core::metrics::MetricsBuilder::new(pins.clone(), String::new(), Default::default());
+    let mut policy = Policy::new(Args { policy: Mode::On });
+    policy.metrics(&mut builder);
+    let writer_metrics = policy.writer_metrics().expect("registered");
+    let metrics = builder.build();
+    let task = tokio::spawn(cozyplane_agent::features::policy::run(
+        api,
+        pins,
+        metrics.clone(),
+        writer_metrics,
+    ));
     (task, metrics)
 }
 
@@ -549,7 +564,7 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
             proto: 0,
             port: cozyplane_policy::ports::PortBlock::ANY,
         };
-        use cozyplane_agent::policy::maps::Op;
+        use cozyplane_agent::features::policy::maps::Op;
         m.op(&Op::Rule(
             stale,
             cozyplane_policy::model::RuleVal {

@@ -7,8 +7,11 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use aya::maps::{Map, MapData, PerCpuArray, PerCpuValues};
-use cozyplane_agent::datapath::loader::Datapath;
-use cozyplane_agent::metrics::{Metrics, VpcNames};
+use cozyplane_agent::AgentConfig;
+use cozyplane_agent::core::datapath::loader::Datapath;
+use cozyplane_agent::core::feature::Feature as _;
+use cozyplane_agent::core::metrics::{MetricsBuilder, VpcNames};
+use cozyplane_agent::features::{dns::Dns, services::Services};
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::maps::lb_stats;
 use cozyplane_lab::{require_root, sh, sh_ok};
@@ -68,7 +71,14 @@ fn load_balancer_and_resolver_metrics_are_in_the_agents_registry() {
         stats.set(idx, PerCpuValues::try_from(v).unwrap(), 0).unwrap();
     }
 
-    let metrics = Metrics::with_identity(pins, "n1".into(), VpcNames::default());
+    // The registry with the two features' families, registered by the features themselves.
+    let cfg = <AgentConfig as clap::Parser>::parse_from(["cozyplane-agent"]);
+    let mut builder = MetricsBuilder::new(pins, "n1".into(), VpcNames::default());
+    let mut dns = Dns::new(cfg.dns);
+    dns.metrics(&mut builder);
+    Services.metrics(&mut builder);
+    let resolver_metrics = dns.resolver_metrics().expect("registered");
+    let metrics = builder.build();
     // A resolver on the registry's handles: one local answer, one refusal, one forward that
     // fails (no upstream).
     let mut view = View::new();
@@ -91,7 +101,7 @@ fn load_balancer_and_resolver_metrics_are_in_the_agents_registry() {
             servers: vec![],
             timeout: Duration::from_millis(100),
         },
-        metrics.dns(),
+        resolver_metrics,
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,0 +1,574 @@
+//! The agent's two API clients and the calls the CNI path makes through them.
+//!
+//! * The **kube API** (`--kubeconfig`): Pods. The pod's `sdn.cozystack.io/vpc` annotation
+//!   is read from the watch cache (kept by the core's watch, `core/watch`) and only on a miss with a GET, so a
+//!   net-0 ADD normally makes no API round trip. After a VPC attach the pod is stamped with
+//!   `sdn.cozystack.io/vpc-ip` and `-mac`.
+//! * **Our API** (`--sdn-kubeconfig`, in production the same server via aggregation):
+//!   VPCBindings (is the VPC granted to the pod's namespace?), VPCs (VNI, MTU) and Ports
+//!   (created without `spec.ip`: the server allocates the address and MAC).
+//!
+//! The pod's namespace comes from `K8S_POD_NAMESPACE` in the CNI args: the runtime sets it,
+//! the pod cannot. The VPC it asks for is only a request; the binding decides.
+//!
+//! The grant and the VPC's VNI are read from the watch caches ([`Grants`]) first, and the
+//! Port is normally made when the pod is scheduled here ([`crate::core::api::prepare`]), so a VPC ADD
+//! normally makes no round trip at all. Only a positive answer is taken
+//! from the cache: a miss (a binding created a moment ago, a VPC without a VNI yet) asks
+//! the API, which is authoritative. A binding deleted a moment ago may still grant for the
+//! watch's lag, as with any informer-driven Kubernetes component.
+
+mod client;
+mod nodes;
+pub mod prepare;
+pub mod severed;
+
+pub use self::client::{client, in_cluster_client};
+pub use self::nodes::{
+    FABRIC_BLOCK_ANNOTATION, FABRIC_BLOCK6_ANNOTATION, TUNNEL_IP_ANNOTATION, node_address, node_pod_block,
+    node_pod_block6, node_spec_block, node_spec_block6,
+};
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use cozyplane_apis::v1alpha1::{Port, PortSpec, VPC, VPCBinding, VPCRef};
+use cozyplane_cni::spec::{CniError, ErrorCode};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+/// The annotation a pod uses to ask for a VPC: `[<owner-ns>/]<vpc>`.
+pub const VPC_ANNOTATION: &str = "sdn.cozystack.io/vpc";
+/// Stamped on the pod after a VPC attach: its VPC address.
+pub const VPC_IP_ANNOTATION: &str = "sdn.cozystack.io/vpc-ip";
+/// Stamped on the pod after a VPC attach: its VPC MAC.
+pub const VPC_MAC_ANNOTATION: &str = "sdn.cozystack.io/vpc-mac";
+
+/// How long one API call of the CNI path may take (waiting for a turn included).
+/// The finalizer the server puts on every Port; this agent removes it from its node's Ports
+/// once it severed the pod (the revocation feature, `features/sever`).
+pub const SEVER_FINALIZER: &str = "sdn.cozystack.io/sever";
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls of the CNI path in flight per API server. Over HTTP/2 they share one connection
+/// anyway; this bounds what fifty pods added at once ask of the server at a time, and where
+/// a server or proxy offers only HTTP/1.1, where each call beyond the pooled connections would
+/// open one more with a TLS handshake on both ends (more CPU than the call itself), it keeps
+/// them to a few warm connections.
+pub const CALLS_IN_FLIGHT: usize = 4;
+
+/// What the agent remembers of a pod (from the watch).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    /// The `sdn.cozystack.io/vpc` annotation, if any.
+    pub vpc: Option<String>,
+}
+
+/// A VPC the pod may join.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedVpc {
+    /// Owner namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `status.vni`.
+    pub vni: u32,
+    /// `spec.mtu` (0: not set).
+    pub mtu: u32,
+    /// The VPC has ranges of both families: a pod gets one address (and Port) per family.
+    pub dual_stack: bool,
+}
+
+/// Whether `cidrs` (a VPC's `spec.cidrs`) hold both families.
+pub fn dual_stack(cidrs: &[String]) -> bool {
+    cidrs.iter().any(|c| c.contains(':')) && cidrs.iter().any(|c| c.contains('.'))
+}
+
+/// The clients and this node's identity.
+#[derive(Clone)]
+pub struct ApiClients {
+    /// The kube API.
+    pub kube: kube::Client,
+    /// Our API.
+    pub sdn: kube::Client,
+    /// This node's name (`spec.node` of our Ports, `spec.nodeName` of our pods).
+    pub node: String,
+    /// This node's underlay address (`spec.nodeIP`).
+    pub node_ip: IpAddr,
+    /// Pods by `(namespace, name)`, kept by the watch.
+    pub pods: Arc<RwLock<HashMap<(String, String), PodFacts>>>,
+    /// VPCBindings and VPCs, kept by the watch.
+    pub grants: Arc<RwLock<Grants>>,
+    /// Turns for CNI-path calls to the kube API ([`CALLS_IN_FLIGHT`]).
+    pub kube_turns: Arc<tokio::sync::Semaphore>,
+    /// Turns for CNI-path calls to our API ([`CALLS_IN_FLIGHT`]).
+    pub sdn_turns: Arc<tokio::sync::Semaphore>,
+    /// Ports made ahead of ADD ([`crate::core::api::prepare`]).
+    pub prepared: Arc<prepare::Prepared>,
+    /// This node's Ports seen terminating or gone ([`severed`]).
+    pub severed: Arc<severed::Severed>,
+}
+
+/// What the CNI path needs of a VPC: `(vni, mtu, dual stack)`.
+pub type VpcFacts = (u32, u32, bool);
+
+/// What the watches know of VPCBindings and VPCs.
+#[derive(Clone, Debug, Default)]
+pub struct Grants {
+    /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
+    pub bindings: HashMap<String, Vec<(String, String)>>,
+    /// `(namespace, name)` of a VPC with a VNI → its facts.
+    pub vpcs: HashMap<(String, String), VpcFacts>,
+}
+
+impl Grants {
+    fn resolve(&self, pod_ns: &str, vns: &str, vname: &str) -> Option<ResolvedVpc> {
+        let granted = self
+            .bindings
+            .get(pod_ns)?
+            .iter()
+            .any(|(n, v)| n == vns && v == vname);
+        let &(vni, mtu, dual_stack) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
+        (granted && vni != 0).then(|| ResolvedVpc {
+            namespace: vns.to_string(),
+            name: vname.to_string(),
+            vni,
+            mtu,
+            dual_stack,
+        })
+    }
+}
+
+/// The VPC a binding in `pod_ns` grants, `(owner namespace, name)`; `None` while deleting.
+pub fn binding_grant(b: &VPCBinding, pod_ns: &str) -> Option<(String, String)> {
+    if b.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let ns = if b.spec.vpc_ref.namespace.is_empty() {
+        pod_ns.to_string()
+    } else {
+        b.spec.vpc_ref.namespace.clone()
+    };
+    Some((ns, b.spec.vpc_ref.name.clone()))
+}
+
+impl std::fmt::Debug for ApiClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClients")
+            .field("node", &self.node)
+            .field("node_ip", &self.node_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+fn api_error(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(ErrorCode::TryAgainLater, what.to_string(), e.to_string())
+}
+
+async fn timed<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, CniError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(api_error(what, e)),
+        Err(_) => Err(api_error(what, "timed out")),
+    }
+}
+
+/// [`timed`], once `turns` gives this call its turn.
+async fn queued<T, E: std::fmt::Display>(
+    what: &str,
+    turns: &tokio::sync::Semaphore,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, CniError> {
+    timed(what, async {
+        // The semaphore is never closed.
+        let _turn = turns.acquire().await.ok();
+        f.await
+    })
+    .await
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// Splits `[<owner-ns>/]<vpc>`; the owner defaults to the pod's namespace.
+pub fn parse_vpc_request(pod_ns: &str, req: &str) -> Result<(String, String), CniError> {
+    let (ns, name) = match req.split_once('/') {
+        Some((ns, name)) => (ns, name),
+        None => (pod_ns, req),
+    };
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if !label(ns) || !label(name) {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("invalid {VPC_ANNOTATION} value {req:?}"),
+            "expected [<owner-namespace>/]<vpc>, both DNS-1123 labels",
+        ));
+    }
+    Ok((ns.to_string(), name.to_string()))
+}
+
+impl ApiClients {
+    /// The VPC the pod asks for, from the watch cache or (on a miss) the kube API.
+    pub async fn requested_vpc(&self, ns: &str, name: &str) -> Result<Option<String>, CniError> {
+        let cached = self
+            .pods
+            .read()
+            .ok()
+            .and_then(|m| m.get(&(ns.to_string(), name.to_string())).cloned());
+        if let Some(f) = cached {
+            return Ok(f.vpc);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        let pod = queued(
+            "reading the pod from the kube API failed",
+            &self.kube_turns,
+            pods.get_opt(name),
+        )
+        .await?;
+        let pod = pod.ok_or_else(|| {
+            CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("pod {ns}/{name} not found in the kube API"),
+                "the pod's annotations decide its network; retry once the pod is visible",
+            )
+        })?;
+        Ok(pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VPC_ANNOTATION))
+            .filter(|v| !v.is_empty())
+            .cloned())
+    }
+
+    /// Checks that a VPCBinding in `pod_ns` grants the VPC and reads its VNI and MTU.
+    pub async fn resolve_vpc(&self, pod_ns: &str, pod: &str, req: &str) -> Result<ResolvedVpc, CniError> {
+        let (vns, vname) = parse_vpc_request(pod_ns, req)?;
+        let cached = self
+            .grants
+            .read()
+            .ok()
+            .and_then(|g| g.resolve(pod_ns, &vns, &vname));
+        if let Some(v) = cached {
+            return Ok(v);
+        }
+        let bindings: Api<VPCBinding> = Api::namespaced(self.sdn.clone(), pod_ns);
+        let list = queued(
+            "listing VPCBindings failed",
+            &self.sdn_turns,
+            bindings.list(&kube::api::ListParams::default()),
+        )
+        .await?;
+        let granted = list
+            .items
+            .iter()
+            .any(|b| binding_grant(b, pod_ns).is_some_and(|(n, v)| n == vns && v == vname));
+        if !granted {
+            return Err(CniError::new(
+                ErrorCode::VpcNotBound,
+                format!(
+                    "pod {pod_ns}/{pod} asks for VPC {vns}/{vname}, but no VPCBinding in namespace {pod_ns} grants it"
+                ),
+                format!(
+                    "create a VPCBinding in {pod_ns} with spec.vpcRef {{namespace: {vns}, name: {vname}}}, or remove the {VPC_ANNOTATION} annotation"
+                ),
+            ));
+        }
+        let vpcs: Api<VPC> = Api::namespaced(self.sdn.clone(), &vns);
+        let vpc = queued("reading the VPC failed", &self.sdn_turns, vpcs.get_opt(&vname))
+            .await?
+            .ok_or_else(|| {
+                CniError::new(
+                    ErrorCode::VpcUnavailable,
+                    format!("VPC {vns}/{vname} does not exist"),
+                    format!("a VPCBinding in {pod_ns} names it, but the VPC is missing"),
+                )
+            })?;
+        let vni = vpc
+            .status
+            .as_ref()
+            .and_then(|s| u32::try_from(s.vni).ok())
+            .unwrap_or(0);
+        if vni == 0 {
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!("VPC {vns}/{vname} has no VNI yet"),
+                "retry once the VPC is Ready",
+            ));
+        }
+        Ok(ResolvedVpc {
+            namespace: vns,
+            name: vname,
+            vni,
+            mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
+            dual_stack: dual_stack(&vpc.spec.cidrs),
+        })
+    }
+
+    /// This node's fabric block: the first IPv4 CIDR of its `spec.podCIDRs`/`podCIDR`
+    /// (`Ok(None)` until one is assigned).
+    pub async fn node_block(&self) -> Result<Option<crate::core::ipam::Block>, String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let node = timed("reading this node", nodes.get(&self.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(node_spec_block(&node))
+    }
+
+    /// This node's IPv6 fabric block, from its `spec.podCIDRs` (`Ok(None)`: none).
+    pub async fn node_block6(&self) -> Result<Option<crate::core::ipam::Block6>, String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let node = timed("reading this node", nodes.get(&self.node))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(node_spec_block6(&node))
+    }
+
+    /// Tells the other agents where this node's pods are: its fabric blocks and tunnel
+    /// address as annotations on its Node (a merge patch, so only these keys change).
+    pub async fn announce(
+        &self,
+        block: crate::core::ipam::Block,
+        block6: Option<crate::core::ipam::Block6>,
+    ) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.kube.clone());
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            FABRIC_BLOCK_ANNOTATION: block.to_string(),
+            FABRIC_BLOCK6_ANNOTATION: block6.map(|b| b.to_string()),
+            TUNNEL_IP_ANNOTATION: self.node_ip.to_string(),
+        } } });
+        timed(
+            "annotating this node",
+            nodes.patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    }
+
+    /// Creates the pod's Port; the server allocates the name, address and MAC. `family`
+    /// (an unspecified address, `0.0.0.0` or `::`) asks for an address of that family, else
+    /// the server takes the VPC's first range.
+    pub async fn create_port(
+        &self,
+        vpc: &ResolvedVpc,
+        pod_ns: &str,
+        pod: &str,
+        family: Option<IpAddr>,
+    ) -> Result<Port, CniError> {
+        let labels = BTreeMap::from([
+            (
+                "sdn.cozystack.io/vpc-namespace".to_string(),
+                vpc.namespace.clone(),
+            ),
+            ("sdn.cozystack.io/vpc".to_string(), vpc.name.clone()),
+            ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
+        ]);
+        let port = Port {
+            metadata: ObjectMeta {
+                labels: Some(labels),
+                ..Default::default()
+            },
+            spec: PortSpec {
+                vpc_ref: VPCRef {
+                    namespace: vpc.namespace.clone(),
+                    name: vpc.name.clone(),
+                },
+                node: self.node.clone(),
+                node_ip: self.node_ip.to_string(),
+                pod_namespace: pod_ns.to_string(),
+                pod_name: pod.to_string(),
+                ip: family.map(|f| f.to_string()).unwrap_or_default(),
+                ..Default::default()
+            },
+            status: None,
+        };
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        queued(
+            "creating the Port failed",
+            &self.sdn_turns,
+            ports.create(&PostParams::default(), &port),
+        )
+        .await
+    }
+
+    /// Reads a Port (`None`: gone).
+    pub async fn get_port(&self, name: &str) -> Result<Option<Port>, CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        queued("reading the Port failed", &self.sdn_turns, ports.get_opt(name)).await
+    }
+
+    /// Deletes a Port; gone already is fine.
+    pub async fn delete_port(&self, name: &str) -> Result<(), CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        match tokio::time::timeout(CALL_TIMEOUT, ports.delete(name, &DeleteParams::default())).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_status(&e, 404) => Ok(()),
+            Ok(Err(e)) => Err(api_error(&format!("deleting Port {name} failed"), e)),
+            Err(_) => Err(api_error(&format!("deleting Port {name} failed"), "timed out")),
+        }
+    }
+
+    /// Deletes a Port nothing of this node uses (no attachment, or its local state already
+    /// removed) and releases it at once ([`Self::release_port`]).
+    pub async fn discard_port(&self, name: &str) -> Result<(), CniError> {
+        self.delete_port(name).await?;
+        self.release_port(name).await
+    }
+
+    /// Removes the agent's `sdn.cozystack.io/sever` finalizer from a Port, once nothing of the
+    /// pod on this node can use its address any more (severed, or torn down): the server then
+    /// finishes the delete and releases the claims. Gone already, or without the finalizer, is
+    /// fine. The write carries the resourceVersion it was computed from (another finalizer
+    /// changing meanwhile is a conflict, and the edit is made again).
+    pub async fn release_port(&self, name: &str) -> Result<(), CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        let what = format!("releasing Port {name} failed");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let Some(p) = self.get_port(name).await? else {
+                return Ok(());
+            };
+            let have = p.metadata.finalizers.unwrap_or_default();
+            if !have.iter().any(|f| f == SEVER_FINALIZER) {
+                return Ok(());
+            }
+            let rest: Vec<&String> = have.iter().filter(|f| *f != SEVER_FINALIZER).collect();
+            let patch = serde_json::json!({ "metadata": {
+                "resourceVersion": p.metadata.resource_version, "finalizers": rest } });
+            match tokio::time::timeout(
+                CALL_TIMEOUT,
+                ports.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) if is_status(&e, 404) => return Ok(()),
+                Ok(Err(e)) if is_status(&e, 409) => last = e.to_string(),
+                Ok(Err(e)) => return Err(api_error(&what, e)),
+                Err(_) => return Err(api_error(&what, "timed out")),
+            }
+        }
+        Err(api_error(&what, last))
+    }
+
+    /// Stamps the pod with its VPC address and MAC.
+    pub async fn stamp_pod(&self, ns: &str, name: &str, ip: IpAddr, mac: &str) -> Result<(), CniError> {
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
+        let patch = serde_json::json!({ "metadata": { "annotations": {
+            VPC_IP_ANNOTATION: ip.to_string(),
+            VPC_MAC_ANNOTATION: mac,
+        } } });
+        queued(
+            "annotating the pod failed",
+            &self.kube_turns,
+            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn queued_calls_never_exceed_their_turns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let turns = tokio::sync::Semaphore::new(2);
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let call = || async {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, String>(n)
+        };
+        let all = futures::future::join_all((0..8).map(|_| queued("test", &turns, call()))).await;
+        assert!(all.iter().all(Result::is_ok));
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two turns, two calls at a time");
+    }
+
+    #[test]
+    fn cached_grants_answer_only_granted_vpcs_with_a_vni() {
+        let g = Grants {
+            bindings: HashMap::from([(
+                "t1".to_string(),
+                vec![
+                    ("t1".to_string(), "blue".to_string()),
+                    ("own".to_string(), "red".to_string()),
+                ],
+            )]),
+            vpcs: HashMap::from([
+                (("t1".to_string(), "blue".to_string()), (100, 1400, false)),
+                (("own".to_string(), "red".to_string()), (0, 0, false)),
+                (("t1".to_string(), "green".to_string()), (101, 0, false)),
+            ]),
+        };
+        let blue = g.resolve("t1", "t1", "blue").unwrap();
+        assert_eq!((blue.vni, blue.mtu), (100, 1400));
+        // Granted but no VNI yet, not granted, other namespace: ask the API.
+        assert!(g.resolve("t1", "own", "red").is_none());
+        assert!(g.resolve("t1", "t1", "green").is_none());
+        assert!(g.resolve("t2", "t1", "blue").is_none());
+    }
+
+    #[test]
+    fn a_nodes_announcement_wins_over_its_spec_and_status() {
+        let mut n: Node = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "n1" },
+            "spec": { "podCIDR": "10.244.1.0/24" },
+            "status": { "addresses": [
+                { "type": "Hostname", "address": "n1" },
+                { "type": "ExternalIP", "address": "203.0.113.1" },
+                { "type": "InternalIP", "address": "192.168.0.1" }
+            ] }
+        }))
+        .unwrap();
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))));
+        n.metadata.annotations = Some(BTreeMap::from([
+            (FABRIC_BLOCK_ANNOTATION.to_string(), "10.250.0.0/24".to_string()),
+            (TUNNEL_IP_ANNOTATION.to_string(), "10.0.0.1".to_string()),
+        ]));
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.250.0.0/24");
+        assert_eq!(node_spec_block(&n).unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(node_address(&n), Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+        // A garbled announcement falls back.
+        n.metadata.annotations = Some(BTreeMap::from([(
+            FABRIC_BLOCK_ANNOTATION.to_string(),
+            "10.250.0.1/24".to_string(),
+        )]));
+        assert_eq!(node_pod_block(&n).unwrap().to_string(), "10.244.1.0/24");
+    }
+
+    #[test]
+    fn vpc_requests_default_to_the_pod_namespace() {
+        assert_eq!(
+            parse_vpc_request("t1", "blue").unwrap(),
+            ("t1".to_string(), "blue".to_string())
+        );
+        assert_eq!(
+            parse_vpc_request("t1", "owner/blue").unwrap(),
+            ("owner".to_string(), "blue".to_string())
+        );
+        assert!(parse_vpc_request("t1", "a/b/c").is_err());
+        assert!(parse_vpc_request("t1", "/x").is_err());
+        assert!(parse_vpc_request("t1", "Blue").is_err());
+    }
+}

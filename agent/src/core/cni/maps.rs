@@ -1,0 +1,118 @@
+//! The datapath map entries of one attachment.
+
+use std::net::IpAddr;
+
+use cozyplane_bpf::maps::bridges::BridgesMap;
+use cozyplane_bpf::maps::endpoints::EndpointsMap;
+use cozyplane_bpf::maps::ports::PortsMap;
+
+use super::AgentState;
+use crate::core::ipam::VpcAttachment;
+
+impl AgentState {
+    /// The map entries of one attachment: `fabric` are the node-block addresses (one per
+    /// family); a VPC pod's endpoints are its VPC addresses in its VNI, and each fabric
+    /// address is bridged to the VPC address of its family (a family the VPC lacks gets no
+    /// bridge: that would be NAT46).
+    pub(super) fn write_maps(
+        &self,
+        ifindex: u32,
+        fabric: &[IpAddr],
+        vpc: Option<&VpcAttachment>,
+        mac: [u8; 6],
+    ) -> Result<(), aya::maps::MapError> {
+        let (net, ips) = endpoint_ips(fabric, vpc);
+        // Endpoints first: once the port exists, sdn_from_pod checks the source against them.
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        for ip in ips {
+            eps.upsert(net, ip, ifindex, mac)?;
+        }
+        if let Some(v) = vpc {
+            let mut br = BridgesMap::from_pin(&self.pin_dir)?;
+            for (f, ip) in bridged(fabric, v) {
+                br.upsert(f, net, ip)?;
+            }
+        }
+        PortsMap::from_pin(&self.pin_dir)?.set(ifindex, net)
+    }
+
+    /// Severs every attachment of this node whose record names Port `port` (the revocation feature, `features/sever`):
+    /// the VPC endpoint of the address that Port holds (a dual-stack attachment has one Port
+    /// per family) gets `SDN_EP_F_SEVERED`, if it is still that attachment's (same veth).
+    /// Returns how many were severed.
+    pub(crate) fn sever_port(&self, port: &str) -> Result<usize, aya::maps::MapError> {
+        let owned: Vec<(u32, u32, IpAddr)> = self
+            .ipam()
+            .all()
+            .filter_map(|a| {
+                let v = a.vpc.as_ref()?;
+                let ip = if v.port == port {
+                    v.ip
+                } else {
+                    v.other.as_ref().filter(|o| o.port == port)?.ip
+                };
+                Some((a.host_ifindex?, v.vni, ip))
+            })
+            .collect();
+        if owned.is_empty() {
+            return Ok(0);
+        }
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        let mut n = 0;
+        for (ifindex, vni, ip) in owned {
+            if eps.sever(vni, ip, ifindex)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The Ports this node's attachment records name (both of a dual-stack attachment).
+    pub(crate) fn recorded_ports(&self) -> Vec<String> {
+        self.ipam()
+            .all()
+            .filter_map(|a| a.vpc.as_ref())
+            .flat_map(|v| v.ports().map(str::to_string))
+            .collect()
+    }
+
+    /// Removes what [`Self::write_maps`] wrote (tolerates "already gone").
+    pub(super) fn remove_maps(
+        &self,
+        ifindex: Option<u32>,
+        fabric: &[IpAddr],
+        vpc: Option<&VpcAttachment>,
+    ) -> Result<(), aya::maps::MapError> {
+        if let Some(i) = ifindex {
+            PortsMap::from_pin(&self.pin_dir)?.remove(i)?;
+        }
+        let (net, ips) = endpoint_ips(fabric, vpc);
+        let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+        for ip in ips {
+            eps.remove(net, ip)?;
+        }
+        if vpc.is_some() {
+            let mut br = BridgesMap::from_pin(&self.pin_dir)?;
+            for f in fabric {
+                br.remove(*f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The net and the addresses the pod sends from: its VPC addresses, else its fabric ones.
+pub(super) fn endpoint_ips(fabric: &[IpAddr], vpc: Option<&VpcAttachment>) -> (u32, Vec<IpAddr>) {
+    match vpc {
+        Some(v) => (v.vni, v.ips().collect()),
+        None => (0, fabric.to_vec()),
+    }
+}
+
+/// Each fabric address with the VPC address of its family.
+pub(super) fn bridged(fabric: &[IpAddr], v: &VpcAttachment) -> Vec<(IpAddr, IpAddr)> {
+    fabric
+        .iter()
+        .filter_map(|f| Some((*f, v.ips().find(|ip| ip.is_ipv4() == f.is_ipv4())?)))
+        .collect()
+}
