@@ -60,6 +60,16 @@ pub struct Core {
     pub vpc_names: VpcNames,
 }
 
+/// What [`Feature::start`] returns for a feature whose whole start is one loop: `task` is
+/// spawned now, on the agent's runtime, and the start has succeeded.
+pub fn spawned<F>(task: F) -> BoxFuture<'static, Result<(), FeatureError>>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(task);
+    Box::pin(async { Ok(()) })
+}
+
 /// A datapath feature of the agent (`docs/architecture.md`, "How to add a feature").
 pub trait Feature: Send {
     /// Its name, in logs and errors (the folder under `features/`).

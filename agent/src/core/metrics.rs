@@ -153,6 +153,11 @@ impl MetricsBuilder {
         &mut self.registry
     }
 
+    /// Register a scrape-time collector (a feature's families read from its pinned maps).
+    pub fn collector(&mut self, c: impl Collector + 'static) {
+        self.registry.register_collector(Box::new(c));
+    }
+
     /// Pins, node and VPC names, for a feature's collector.
     pub fn scope(&self) -> &Scope {
         &self.scope

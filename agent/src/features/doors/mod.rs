@@ -31,7 +31,7 @@ use crate::core::metrics::VpcNames;
 use crate::core::watch::{Cache, changes_live, name_of};
 use futures::future::BoxFuture;
 
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, Feature, FeatureError, spawned};
 use crate::core::metrics::MetricsBuilder;
 
 /// What the doors need of a Port.
@@ -209,14 +209,10 @@ impl Feature for Doors {
     }
 
     fn metrics(&mut self, m: &mut MetricsBuilder) {
-        let c = metrics::DoorCollector(m.scope().clone());
-        m.registry().register_collector(Box::new(c));
+        m.collector(metrics::DoorCollector(m.scope().clone()));
     }
 
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
-        Box::pin(async move {
-            tokio::spawn(run(core.api, core.pin_dir, core.vpc_names));
-            Ok(())
-        })
+        spawned(run(core.api, core.pin_dir, core.vpc_names))
     }
 }

@@ -38,7 +38,7 @@ use crate::core::api::{ApiClients, node_address, node_pod_block};
 use crate::core::watch::{Cache, changes_live, name_of};
 use futures::future::BoxFuture;
 
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, Feature, FeatureError, spawned};
 
 /// What one Node contributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -291,10 +291,7 @@ impl Feature for Egress {
     }
 
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
-        Box::pin(async move {
-            tokio::spawn(run(core.api, core.pin_dir, core.config.nat_shards));
-            Ok(())
-        })
+        spawned(run(core.api, core.pin_dir, core.config.nat_shards))
     }
 }
 

@@ -34,7 +34,7 @@ use crate::core::api::ApiClients;
 use crate::core::watch::{Cache, changes_live, name_of, plan};
 use futures::future::BoxFuture;
 
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, Feature, FeatureError, spawned};
 use crate::core::metrics::MetricsBuilder;
 
 /// A VPC by `(namespace, name)`.
@@ -289,16 +289,12 @@ impl Feature for Peering {
     }
 
     fn metrics(&mut self, m: &mut MetricsBuilder) {
-        let c = metrics::CrossingCollector(m.scope().pin_dir.clone());
-        m.registry().register_collector(Box::new(c));
+        m.collector(metrics::CrossingCollector(m.scope().pin_dir.clone()));
         m.map_sizes(metrics::map_sizes);
     }
 
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
-        Box::pin(async move {
-            tokio::spawn(run(core.api, core.pin_dir));
-            Ok(())
-        })
+        spawned(run(core.api, core.pin_dir))
     }
 }
 

@@ -420,8 +420,7 @@ impl Feature for Policy {
 
     fn metrics(&mut self, m: &mut MetricsBuilder) {
         self.metrics = Some(metrics::PolicyMetrics::register(m.registry()));
-        let drops = metrics::DropCollector(m.scope().clone());
-        m.registry().register_collector(Box::new(drops));
+        m.collector(metrics::DropCollector(m.scope().clone()));
         m.map_sizes(metrics::map_sizes);
     }
 

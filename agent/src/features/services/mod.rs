@@ -34,7 +34,7 @@ pub mod maglev;
 pub mod metrics;
 use futures::future::BoxFuture;
 
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, Feature, FeatureError, spawned};
 use crate::core::metrics::MetricsBuilder;
 
 /// `sessionAffinity: ClientIP`'s timeout: Kubernetes' default (the ServiceVIP carries no
@@ -405,16 +405,12 @@ impl Feature for Services {
     }
 
     fn metrics(&mut self, m: &mut MetricsBuilder) {
-        let c = metrics::LbCollector(m.scope().pin_dir.clone());
-        m.registry().register_collector(Box::new(c));
+        m.collector(metrics::LbCollector(m.scope().pin_dir.clone()));
         m.map_sizes(metrics::map_sizes);
     }
 
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
-        Box::pin(async move {
-            tokio::spawn(run(core.api, core.pin_dir));
-            Ok(())
-        })
+        spawned(run(core.api, core.pin_dir))
     }
 }
 

@@ -34,7 +34,7 @@ use crate::core::api::{ApiClients, SEVER_FINALIZER};
 use crate::core::cni::AgentState;
 use futures::future::BoxFuture;
 
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, Feature, FeatureError, spawned};
 
 fn holds_finalizer(p: &Port) -> bool {
     p.metadata
@@ -135,9 +135,6 @@ impl Feature for Sever {
     }
 
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
-        Box::pin(async move {
-            tokio::spawn(run(core.api, core.pods));
-            Ok(())
-        })
+        spawned(run(core.api, core.pods))
     }
 }
