@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 use cozyplane_apis::v1alpha1::{VPC, VPCBinding, VPCPeering};
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{Lab, Netns, Node, bin_dir, enter, exec_plugin, invoke_cni, result_ip, run_in};
+use cozyplane_lab::kubelet::PodApi;
+use cozyplane_lab::{Lab, Netns, bin_dir, enter, exec_plugin, invoke_cni, result_ip, run_in};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 const ECHO_PORT: u16 = 7777;
@@ -66,28 +67,23 @@ fn main() {
             let sdn = server.kubeconfig.clone();
             (standin, server, kc, sdn)
         });
-        let port = |url: &str| {
-            url.rsplit(':')
-                .next()
-                .and_then(|p| p.parse::<u16>().ok())
-                .expect("port")
-        };
-        lab.expose(port(&standin.url));
-        lab.expose(port(&server.url));
+        lab.expose_url(&standin.url);
+        lab.expose_url(&server.url);
         let cp = rt.block_on(async {
-            Cp {
-                kube: kube::Client::try_from(
-                    kube::Config::from_custom_kubeconfig(
-                        kube::config::Kubeconfig::read_from(&kube_kc).expect("kubeconfig"),
-                        &Default::default(),
-                    )
-                    .await
-                    .expect("config"),
+            let kube = kube::Client::try_from(
+                kube::Config::from_custom_kubeconfig(
+                    kube::config::Kubeconfig::read_from(&kube_kc).expect("kubeconfig"),
+                    &Default::default(),
                 )
-                .expect("client"),
+                .await
+                .expect("config"),
+            )
+            .expect("client");
+            Cp {
+                pods: PodApi::new(kube.clone(), h.clone()),
+                kube,
                 sdn: server.client().await,
                 h: h.clone(),
-                status_turns: std::sync::Arc::new(tokio::sync::Semaphore::new(4)),
             }
         });
         for n in &lab.nodes {
@@ -105,55 +101,13 @@ struct Cp {
     kube: kube::Client,
     sdn: kube::Client,
     h: tokio::runtime::Handle,
-    /// kubelet sends its status patches over one HTTP/2 connection; kube-rs speaks HTTP/1.1
-    /// and would open (and pay a TLS handshake for) one connection per patch in flight, a
-    /// cost kubelet does not have. A few turns keep the pool to a few warm connections.
-    status_turns: std::sync::Arc<tokio::sync::Semaphore>,
+    /// kubelet's calls: the Pod objects and their status.
+    pods: PodApi,
 }
 
 impl Cp {
     fn block<F: Future>(&self, f: F) -> F::Output {
         self.h.block_on(f)
-    }
-
-    /// Creates the Pod object; its `metadata.uid`.
-    fn create_pod(&self, node: &Node, ns: &str, name: &str, vpc: Option<&str>) -> String {
-        let mut ann = serde_json::Map::new();
-        if let Some(v) = vpc {
-            ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
-        }
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "name": name, "namespace": ns, "annotations": ann },
-            "spec": { "nodeName": node.name, "containers": [{ "name": "c", "image": "pause" }] }
-        }))
-        .expect("pod");
-        // A task on the runtime: kubelet threads call this from inside a node's netns.
-        let pods = Api::<Pod>::namespaced(self.kube.clone(), ns);
-        self.block(
-            self.h
-                .spawn(async move { pods.create(&PostParams::default(), &pod).await }),
-        )
-        .expect("create task")
-        .expect("create pod")
-        .metadata
-        .uid
-        .expect("uid")
-    }
-
-    /// kubelet's status patch, as a task on the control plane's runtime (kubelet's are
-    /// goroutines on its one connection, not threads of their own).
-    fn patch_status(&self, node: &Node, ns: &str, name: &str, ip: Ipv4Addr) -> tokio::task::JoinHandle<()> {
-        let status = json!({ "status": { "podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}],
-            "hostIP": node.ip.to_string(), "phase": "Running" } });
-        let (pods, name) = (Api::<Pod>::namespaced(self.kube.clone(), ns), name.to_string());
-        let turns = self.status_turns.clone();
-        self.h.spawn(async move {
-            let _turn = turns.acquire().await.expect("never closed");
-            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-                .expect("patch status");
-        })
     }
 
     /// Waits (up to 10 s) until the pods `names` carry their VPC address stamp: how many do,
@@ -340,7 +294,7 @@ fn wire(
     let add = t0.elapsed();
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}");
     let fabric = result_ip(&result).expect("result ip");
-    let status = cp.patch_status(n, ns, name, fabric);
+    let status = cp.pods.patch_status(n, ns, name, fabric);
     enter(&netns);
     let first = probe_here(peers, t0);
     cp.block(status).expect("status patch task");
@@ -400,7 +354,7 @@ fn latency(
     let names: Vec<(String, Option<String>)> = (0..count)
         .map(|i| {
             let name = format!("{label}-{i}");
-            let uid = head_start.then(|| cp.create_pod(&lab.nodes[0], ns, &name, vpc));
+            let uid = head_start.then(|| cp.pods.create_pod(&lab.nodes[0], ns, &name, vpc));
             (name, uid)
         })
         .collect();
@@ -433,7 +387,7 @@ fn latency(
                             (cp, lab, || {
                                 go.wait();
                                 uid.clone()
-                                    .unwrap_or_else(|| cp.create_pod(&lab.nodes[0], ns, name, vpc))
+                                    .unwrap_or_else(|| cp.pods.create_pod(&lab.nodes[0], ns, name, vpc))
                             }),
                             (0, netns),
                             (ns, name),
@@ -660,7 +614,7 @@ fn print_steps(label: &str, log: &str) {
 
 /// A pod of ours that stays for the throughput runs (also an echo peer).
 fn keep(cp: &Cp, lab: &Lab, node: usize, ns: &str, name: &str, vpc: Option<&str>) -> (BPod, Ipv4Addr) {
-    let uid = cp.create_pod(&lab.nodes[node], ns, name, vpc);
+    let uid = cp.pods.create_pod(&lab.nodes[node], ns, name, vpc);
     std::thread::sleep(Duration::from_millis(200));
     let (p, _) = std::thread::scope(|s| {
         s.spawn(|| wire((cp, lab, || uid), (node, Netns::new("b")), (ns, name), &[]))

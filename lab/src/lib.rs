@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
+pub mod kubelet;
 pub mod load;
 pub mod outside;
 pub use outside::Outside;
@@ -356,10 +357,15 @@ pub const SYSTEM_CNI_DIR: &str = "/usr/lib/cni";
 /// Runs the chart's installer as the init container does, with `root` standing for the
 /// host's `/` (its `/host`): the plugin binary we built, the chart's own conflist.
 pub fn install_cni(root: &Path) -> String {
+    install_cni_from(&bin_dir(), root)
+}
+
+/// [`install_cni`] of the plugin in `bins` (another build's `cozyplane-cni`).
+pub fn install_cni_from(bins: &Path, root: &Path) -> String {
     let chart = chart_dir();
     let out = Command::new("sh")
         .arg(chart.join(INSTALL_CNI))
-        .arg(bin_dir().join("cozyplane-cni"))
+        .arg(bins.join("cozyplane-cni"))
         .arg(chart.join(CONFLIST))
         .arg(root)
         .output()
@@ -415,6 +421,9 @@ pub struct Node {
     pub scratch: Scratch,
     /// The running agent.
     pub agent: std::sync::Mutex<Option<Proc>>,
+    /// Where its `cozyplane-agent` and `cozyplane-cni` come from ([`bin_dir`], or another
+    /// build's, [`Lab::with_bins`]).
+    pub bins: PathBuf,
     /// Agent log file.
     pub log: PathBuf,
     // Dropped after the agent.
@@ -525,7 +534,7 @@ impl Node {
         let child = Command::new("nsenter")
             .arg(format!("--net={}", self.ns.path()))
             .arg(format!("--mount={}", self.mnt_ns().display()))
-            .arg(bin_dir().join("cozyplane-agent"))
+            .arg(self.bins.join("cozyplane-agent"))
             .arg("--state-dir")
             .arg(self.scratch.dir.path().join("state"))
             .arg("--bpffs-dir")
@@ -577,6 +586,11 @@ impl Node {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+    }
+
+    /// The running agent's PID (`nsenter` execs the agent in place).
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.agent.lock().ok()?.as_ref().map(|p| p.0.id())
     }
 
     /// Stops the agent (SIGKILL by PID, as a crash or a rolling update would); the datapath
@@ -673,6 +687,11 @@ impl Lab {
 impl Lab {
     /// `n` nodes and the control namespace on one underlay bridge.
     pub fn new(n: usize) -> Self {
+        Self::with_bins(n, &bin_dir())
+    }
+
+    /// [`Lab::new`] whose nodes run the agent and plugin in `bins` (a bench comparing builds).
+    pub fn with_bins(n: usize, bins: &Path) -> Self {
         require_root();
         let ul = Netns::new("ul");
         ul.ip_ok(&["link", "add", "br0", "type", "bridge"]);
@@ -695,7 +714,7 @@ impl Lab {
             let scratch = Scratch::new();
             let log = scratch.dir.path().join("agent.log");
             // The node's disk as the chart's init container leaves it.
-            install_cni(&scratch.host_root());
+            install_cni_from(bins, &scratch.host_root());
             let mnt = mount_ns(&scratch.run_dir());
             nodes.push(Node {
                 name: format!("n{}", i + 1),
@@ -705,6 +724,7 @@ impl Lab {
                 tunnel_v6: false,
                 scratch,
                 agent: std::sync::Mutex::new(None),
+                bins: bins.to_path_buf(),
                 log,
                 mnt,
                 ns,
@@ -740,6 +760,12 @@ impl Lab {
             node.tunnel_v6 = true;
         }
         lab
+    }
+
+    /// [`Lab::expose`] of the port of a server's `url` (`https://127.0.0.1:<port>`).
+    pub fn expose_url(&self, url: &str) {
+        let port = url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        self.expose(port.unwrap_or_else(|| panic!("no port in {url}")));
     }
 
     /// Makes `127.0.0.1:<port>` of the control namespace reachable as `127.0.0.1:<port>`

@@ -63,9 +63,8 @@ impl Cp {
                 TestServer::start(Backend::Embedded).await,
             )
         };
-        let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-        lab.expose(port(&standin.url));
-        lab.expose(port(&server.url));
+        lab.expose_url(&standin.url);
+        lab.expose_url(&server.url);
         let kube_kc = standin.admin_kubeconfig();
         let kube = kube::Client::try_from(
             kube::Config::from_custom_kubeconfig(
@@ -99,16 +98,7 @@ pub(crate) async fn create_pod(
     name: &str,
     vpc: Option<&str>,
 ) -> Pod {
-    let mut ann = serde_json::Map::new();
-    if let Some(v) = vpc {
-        ann.insert("sdn.cozystack.io/vpc".into(), json!(v));
-    }
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": name, "namespace": ns, "annotations": ann },
-        "spec": { "nodeName": lab.nodes[node].name, "containers": [{ "name": "c", "image": "pause" }] }
-    }))
-    .unwrap();
+    let pod = cozyplane_lab::kubelet::pod_object(&lab.nodes[node].name, ns, name, vpc);
     Api::<Pod>::namespaced(cp.kube.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await
