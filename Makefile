@@ -104,6 +104,9 @@ bench: deps
 	$(CARGO) bench -p cozyplane-lab --bench datapath
 	# North-south (issue 12): masquerade and gateway NAT against iptables MASQUERADE.
 	$(CARGO) bench -p cozyplane-lab --bench northsouth
+	# The agent's start-up, memory and ADD p99 (issue 38); COZYPLANE_BENCH_BUILDS=a=DIR,b=DIR
+	# compares builds side by side, without it the release build runs alone.
+	$(CARGO) bench -p cozyplane-lab --bench agent_core
 
 clean:
 	rm -rf $(RUN_DIR)

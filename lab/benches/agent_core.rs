@@ -200,6 +200,10 @@ struct Measured {
     cpu_ready: f64,
     rss_rest: f64,
     hwm_rest: f64,
+    /// `RssAnon` and `RssFile` at rest: the heap and stacks, and the binary's pages in
+    /// memory (shared and reclaimable).
+    anon_rest: f64,
+    file_rest: f64,
     rss_pods: f64,
     hwm_pods: f64,
     /// Agent CPU time over the 50 ADDs, ms.
@@ -309,7 +313,7 @@ fn measure(cp: &PodApi, lab: &Lab, (kube, sdn): (&Path, &Path), load: f64) -> Me
     assert_eq!(comm.trim(), "cozyplane-agent", "PID {pid} is not the agent");
     let ready_ms = ready_elapsed(node);
     std::thread::sleep(REST.saturating_sub(ready_at.elapsed()));
-    let (rss_rest, hwm_rest) = memory(pid);
+    let (rss_rest, hwm_rest, anon_rest, file_rest) = memory(pid);
 
     // 50 pods at once, as datapath.rs's net0-par run: Pod objects first, ADDs 500 ms later.
     let names: Vec<(String, String)> = (0..PODS)
@@ -354,7 +358,7 @@ fn measure(cp: &PodApi, lab: &Lab, (kube, sdn): (&Path, &Path), load: f64) -> Me
     });
     let cpu_adds = cpu_ms(pid) - cpu_before;
     std::thread::sleep(QUIET);
-    let (rss_pods, hwm_pods) = memory(pid);
+    let (rss_pods, hwm_pods, _, _) = memory(pid);
     // DEL every pod, a few kubelet threads at a time.
     std::thread::scope(|s| {
         for part in wired.chunks(wired.len().div_ceil(4).max(1)) {
@@ -381,6 +385,8 @@ fn measure(cp: &PodApi, lab: &Lab, (kube, sdn): (&Path, &Path), load: f64) -> Me
         cpu_ready,
         rss_rest,
         hwm_rest,
+        anon_rest,
+        file_rest,
         rss_pods,
         hwm_pods,
         cpu_adds,
@@ -431,8 +437,8 @@ fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// `VmRSS` and `VmHWM` of `pid`, MiB.
-fn memory(pid: u32) -> (f64, f64) {
+/// `VmRSS`, `VmHWM`, `RssAnon`, `RssFile` of `pid`, MiB.
+fn memory(pid: u32) -> (f64, f64, f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("agent {pid} gone: {e}"));
     let kib = |key: &str| {
@@ -443,7 +449,8 @@ fn memory(pid: u32) -> (f64, f64) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("{key} of {pid}"))
     };
-    (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+    let mib = |key: &str| kib(key) / 1024.0;
+    (mib("VmRSS:"), mib("VmHWM:"), mib("RssAnon:"), mib("RssFile:"))
 }
 
 /// User + system CPU time of `pid` so far, ms (`/proc/<pid>/stat`, clock ticks of 10 ms).
@@ -504,9 +511,11 @@ fn columns(m: &Measured) -> [f64; 8] {
 }
 
 /// The columns of the detail table, per run.
-fn details(m: &Measured) -> [f64; 6] {
+fn details(m: &Measured) -> [f64; 8] {
     [
         m.socket_file,
+        m.anon_rest,
+        m.file_rest,
         m.cpu_ready,
         m.hwm_pods,
         m.cpu_adds,
@@ -561,9 +570,9 @@ fn report(builds: &[Build], runs: &[Run]) {
         QUIET.as_secs()
     );
     println!(
-        "\n| build | round | socket file ms | agent CPU ms to ready | HWM with 50 pods MiB | agent CPU ms for 50 ADDs | ADDs | load avg at start |"
+        "\n| build | round | socket file ms | RssAnon at rest MiB | RssFile at rest MiB | agent CPU ms to ready | HWM with 50 pods MiB | agent CPU ms for 50 ADDs | ADDs | load avg at start |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in runs {
         println!(
             "| {} | {} |{}",
