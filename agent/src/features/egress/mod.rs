@@ -22,7 +22,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use cozyplane_apis::net::IpNet;
 use cozyplane_apis::v1alpha1::{VPC, VPCGateway};
 use cozyplane_bpf::maps::snat_addrs::SnatAddrsMap;
 use cozyplane_bpf::maps::snat_gws::{Gw, SnatGwsMap};
@@ -49,11 +48,10 @@ pub(crate) struct NodeFacts {
     tunnel: Option<IpAddr>,
 }
 
-/// What one VPC contributes.
+/// What one VPC contributes: its VNI (the net its gateway's NAT addresses belong to).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct VpcFacts {
     vni: u32,
-    cidrs: Vec<(IpAddr, u8)>,
 }
 
 /// What one VPCGateway contributes.
@@ -80,14 +78,7 @@ fn node_facts(n: &Node) -> Option<(String, NodeFacts)> {
 
 fn vpc_facts(v: &VPC) -> Option<((String, String), VpcFacts)> {
     let vni = u32::try_from(v.status.as_ref()?.vni).ok().filter(|v| *v > 0)?;
-    let cidrs = v
-        .spec
-        .cidrs
-        .iter()
-        .filter_map(|c| c.parse::<IpNet>().ok())
-        .map(|n| (n.network(), n.prefix_len()))
-        .collect();
-    Some((name_of(&v.metadata), VpcFacts { vni, cidrs }))
+    Some((name_of(&v.metadata), VpcFacts { vni }))
 }
 
 fn gw_facts(g: &VPCGateway) -> Option<((String, String), GwFacts)> {
@@ -313,14 +304,7 @@ mod tests {
 
     #[test]
     fn the_oldest_gateway_wins_and_needs_nat_and_an_address() {
-        let vpcs: HashMap<_, _> = [(
-            ("t1".to_string(), "a".to_string()),
-            VpcFacts {
-                vni: 100,
-                cidrs: vec![("10.30.0.0".parse().unwrap(), 24)],
-            },
-        )]
-        .into();
+        let vpcs: HashMap<_, _> = [(("t1".to_string(), "a".to_string()), VpcFacts { vni: 100 })].into();
         let mut gws: HashMap<(String, String), GwFacts> = HashMap::new();
         gws.insert(
             ("t1".into(), "young".into()),
