@@ -354,6 +354,53 @@ fn del_is_idempotent_and_removes_everything() {
 }
 
 #[test]
+fn gc_collects_only_what_the_runtimes_list_lacks_and_nothing_without_a_list() {
+    let node = Node::new();
+    let (pa, pb, pc) = (Netns::new("a"), Netns::new("b"), Netns::new("c"));
+    let (_, ip_a) = add(&node, &pa, "ctr-gc-a");
+    let (_, ip_b) = add(&node, &pb, "ctr-gc-b");
+    let wired = |cid: &str, ip: Ipv4Addr| {
+        let host = cozyplane_agent::core::cni::host_veth_name(cid, "eth0");
+        node.ns.ip(&["link", "show", &host]).status.success()
+            && node.endpoints().get(0, IpAddr::V4(ip)).unwrap().is_some()
+    };
+    let gc = |conf: &Value| invoke(&cni_bin(), None, "GC", "", "", conf);
+
+    // No list: the runtime said nothing about what it holds, and nothing goes.
+    assert_eq!(gc(&node.conf("1.1.0")), (0, Value::Null));
+    assert!(
+        wired("ctr-gc-a", ip_a) && wired("ctr-gc-b", ip_b),
+        "GC without a list removed pods"
+    );
+
+    // A list that is not one is refused whole.
+    let mut conf = node.conf("1.1.0");
+    conf["cni.dev/valid-attachments"] = json!([{ "containerID": "ctr-gc-a" }]);
+    let (code, v) = gc(&conf);
+    assert_eq!((code, v["code"].as_u64()), (1, Some(7)), "{v}");
+    assert!(wired("ctr-gc-a", ip_a) && wired("ctr-gc-b", ip_b));
+
+    // A list: only the attachment it lacks goes, with its veth, map entries and address.
+    conf["cni.dev/valid-attachments"] = json!([{ "containerID": "ctr-gc-a", "ifname": "eth0" }]);
+    assert_eq!(gc(&conf), (0, Value::Null));
+    assert!(
+        wired("ctr-gc-a", ip_a),
+        "GC removed an attachment the runtime holds"
+    );
+    assert!(!wired("ctr-gc-b", ip_b));
+    assert!(
+        !pb.ip(&["link", "show", "eth0"]).status.success(),
+        "pod eth0 of b still there"
+    );
+    let (_, again) = add(&node, &pc, "ctr-gc-c");
+    assert_eq!(again, ip_b, "b's address is free again");
+    assert!(
+        ping(&pa, again, 2, "0.2").status.success(),
+        "a still reaches the pod that took b's address"
+    );
+}
+
+#[test]
 fn check_passes_then_fails_when_the_address_is_removed() {
     let node = Node::new();
     let p = Netns::new("a");

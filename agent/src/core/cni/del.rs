@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use cozyplane_bpf::maps::ports::PortsMap;
-use cozyplane_cni::spec::CniError;
+use cozyplane_cni::spec::{CniError, ErrorCode};
 use serde_json::Value;
 
 use super::{AgentState, host_veth_name, internal};
@@ -66,18 +66,39 @@ impl AgentState {
         self.persist().await
     }
 
+    /// CNI 1.1 `GC`: the runtime passes the attachments of this network it still holds, and
+    /// every other attachment of this node goes (record, veth, map entries, Port). The spec
+    /// names the key `cni.dev/attachments` and libcni sends the same list under both that and
+    /// `cni.dev/valid-attachments` (containernetworking/cni#1101): either is read. Without a
+    /// list the runtime said nothing about what it holds, so nothing is collected (reading a
+    /// missing list as empty would tear down every pod of the node); a list that is not an
+    /// array of `{containerID, ifname}` is refused whole (code 7) and removes nothing.
     pub(super) async fn gc(&self, config: &Value) -> Result<(), CniError> {
-        let valid: BTreeSet<(String, String)> = config["cni.dev/valid-attachments"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| {
-                Some((
-                    a["containerID"].as_str()?.to_string(),
-                    a["ifname"].as_str()?.to_string(),
-                ))
+        let Some(list) = ["cni.dev/valid-attachments", "cni.dev/attachments"]
+            .iter()
+            .find_map(|k| config.get(*k).filter(|v| !v.is_null()))
+        else {
+            tracing::info!("gc: no list of valid attachments; nothing collected");
+            return Ok(());
+        };
+        let invalid = |why: &str| {
+            CniError::new(
+                ErrorCode::InvalidConfig,
+                "invalid cni.dev/valid-attachments",
+                why.to_string(),
+            )
+        };
+        let entries = list.as_array().ok_or_else(|| invalid("not an array"))?;
+        let valid = entries
+            .iter()
+            .map(|a| {
+                let field = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
+                match (field("containerID"), field("ifname")) {
+                    (Some(c), Some(i)) => Ok((c, i)),
+                    _ => Err(invalid(&format!("{a}: needs containerID and ifname strings"))),
+                }
             })
-            .collect();
+            .collect::<Result<BTreeSet<(String, String)>, CniError>>()?;
         let stale: Vec<(String, String)> = {
             self.ipam()
                 .all()
