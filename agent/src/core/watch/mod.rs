@@ -56,8 +56,13 @@ use crate::core::api::{
 type Key = (u32, IpAddr);
 /// An IPv4 block `(base, prefix length)`.
 type Block = (IpAddr, u8);
-/// A VPC's VNI and ranges.
-type VpcRanges = (u32, Vec<Block>);
+/// What the watch keeps of a VPC with a VNI: the CNI path's facts and its ranges (for
+/// `sdn_internal`), from one parse of each event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct VpcRow {
+    facts: crate::core::api::VpcFacts,
+    ranges: Vec<Block>,
+}
 
 enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
@@ -124,24 +129,21 @@ fn port_row(p: &Port) -> Option<(String, PortRow)> {
     ))
 }
 
-fn vpc_row(v: &VPC) -> Option<((String, String), crate::core::api::VpcFacts)> {
+fn vpc_row(v: &VPC) -> Option<((String, String), VpcRow)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     let mtu = u32::try_from(v.spec.mtu).unwrap_or(0);
     let dual = crate::core::api::dual_stack(&v.spec.cidrs);
-    (vni != 0).then(|| (name_of(&v.metadata), (vni, mtu, dual)))
-}
-
-/// A VPC's ranges at its VNI, for `sdn_internal`.
-fn vpc_ranges(v: &VPC) -> Option<((String, String), VpcRanges)> {
-    let vni = u32::try_from(v.status.as_ref()?.vni).ok().filter(|v| *v > 0)?;
-    let cidrs = v
+    let ranges = v
         .spec
         .cidrs
         .iter()
         .filter_map(|c| c.parse::<IpNet>().ok())
         .map(|n| (n.network(), n.prefix_len()))
         .collect();
-    Some((name_of(&v.metadata), (vni, cidrs)))
+    (vni != 0).then(|| {
+        let facts = (vni, mtu, dual);
+        (name_of(&v.metadata), VpcRow { facts, ranges })
+    })
 }
 
 fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
@@ -152,10 +154,10 @@ fn binding_row(b: &VPCBinding) -> Option<((String, String), (String, String))> {
 
 fn grants(
     bindings: &HashMap<(String, String), (String, String)>,
-    vpcs: &HashMap<(String, String), crate::core::api::VpcFacts>,
+    vpcs: &HashMap<(String, String), VpcRow>,
 ) -> Grants {
     let mut g = Grants {
-        vpcs: vpcs.clone(),
+        vpcs: vpcs.iter().map(|(k, r)| (k.clone(), r.facts)).collect(),
         ..Grants::default()
     };
     for ((ns, _), grant) in bindings {
@@ -179,15 +181,15 @@ fn desired_blocks(me: &str, mine: &[Block], nodes: &HashMap<String, NodeRow>) ->
 /// The VPC entries of `sdn_remotes`: other nodes' Ports.
 fn desired_remotes(
     me: &str,
-    vpcs: &HashMap<(String, String), crate::core::api::VpcFacts>,
+    vpcs: &HashMap<(String, String), VpcRow>,
     ports: &HashMap<String, PortRow>,
 ) -> HashMap<Key, IpAddr> {
     ports
         .values()
         .filter(|r| r.node != me)
         .filter_map(|r| {
-            let (vni, _, _) = vpcs.get(&r.vpc)?;
-            Some(((*vni, r.ip?), r.node_ip?))
+            let (vni, _, _) = vpcs.get(&r.vpc)?.facts;
+            Some(((vni, r.ip?), r.node_ip?))
         })
         .collect()
 }
@@ -275,8 +277,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
 
     let mut pod_cache: Cache<(String, String), PodFacts> = Cache::new();
     let mut node_cache: Cache<String, NodeRow> = Cache::new();
-    let mut vpc_cache: Cache<(String, String), crate::core::api::VpcFacts> = Cache::new();
-    let mut vpc_ranges_cache: Cache<(String, String), VpcRanges> = Cache::new();
+    let mut vpc_cache: Cache<(String, String), VpcRow> = Cache::new();
     let mut binding_cache: Cache<(String, String), (String, String)> = Cache::new();
     let mut port_cache: Cache<String, PortRow> = Cache::new();
     let mut applied = pinned_remotes(&pin_dir);
@@ -324,10 +325,7 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
             Ev::Node(r) => (*r).map(|e| {
                 node_cache.apply(e, node_row, |n| n.metadata.name.clone().unwrap_or_default());
             }),
-            Ev::Vpc(r) => r.map(|e| {
-                vpc_ranges_cache.apply(e.clone(), vpc_ranges, |v| name_of(&v.metadata));
-                vpc_cache.apply(e, vpc_row, |v| name_of(&v.metadata));
-            }),
+            Ev::Vpc(r) => r.map(|e| vpc_cache.apply(e, vpc_row, |v| name_of(&v.metadata))),
             Ev::Port(r) => r.map(|e| {
                 port_cache.apply(e, port_row, |p| p.metadata.name.clone().unwrap_or_default());
             }),
@@ -350,16 +348,13 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         let want_internal = internal::desired(
             &routes.cluster,
             node_cache.live.values().map(|n| &n.ranges),
-            vpc_ranges_cache
-                .live
-                .values()
-                .map(|(vni, cidrs)| (*vni, cidrs.as_slice())),
+            vpc_cache.live.values().map(|v| (v.facts.0, v.ranges.as_slice())),
         );
         internal::sync(
             &pin_dir,
             &want_internal,
             &mut applied_internal,
-            node_cache.synced && vpc_ranges_cache.synced,
+            node_cache.synced && vpc_cache.synced,
         );
         // Net-0 exact entries are no longer written (blocks replaced them); ones an older
         // agent left behind go with the Node list.
@@ -541,7 +536,11 @@ mod tests {
     fn remotes_are_other_nodes_ports_of_known_vpcs() {
         let me = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1));
         let other = IpAddr::V4(Ipv4Addr::new(192, 168, 0, 2));
-        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), (100u32, 0u32, false))]);
+        let row = VpcRow {
+            facts: (100, 0, false),
+            ranges: vec![],
+        };
+        let vpcs = HashMap::from([(("t".to_string(), "blue".to_string()), row)]);
         let port = |node: &str, vpc: &str, ip: &str| PortRow {
             vpc: ("t".into(), vpc.into()),
             ip: ip.parse().ok(),
