@@ -10,7 +10,7 @@ use cozyplane_apiserver::options::Options;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// glibc's malloc, free and memmove were 27 % of the server's CPU during a create burst (perf,
-/// docs/benchmarks.md, "The allocator"): every request allocates and frees many small
+/// docs/benchmarks.md, "API server against the Go peer (issue 16)"): every request allocates and frees many small
 /// buffers across the runtime's threads.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

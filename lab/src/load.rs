@@ -16,7 +16,7 @@ pub const IPERF_PORT: u16 = 5201;
 /// enough, two connecting threads outrun a lone acceptor, its accept queue fills, the
 /// listener's kernel drops the next SYNs (`TcpExtListenOverflows`) and each such connection
 /// waits a 1 s SYN retransmission. That, not the datapath, was the Floating IP's
-/// internet-initiated set-up figure of session 8 (17 %, docs/benchmarks.md). The queue's
+/// internet-initiated set-up figure (17 %) before this fix. The queue's
 /// length is raised too ([`conn_server`]).
 pub const ACCEPTORS: usize = 4;
 

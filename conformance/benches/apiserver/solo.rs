@@ -2,7 +2,7 @@
 //! `cozyplane-apiserver` binary as a child process, on the embedded store and on a private etcd,
 //! driven over HTTPS/HTTP2 with the admin client certificate of `--standalone`.
 //!
-//! Measures (figures in docs/benchmarks.md, "API server (issue 3)"):
+//! Measures (figures in docs/benchmarks.md, "API server alone on each backend (issue 3)"):
 //! - create / get / list latency (p50, p99) and throughput, `CONCURRENCY` requests in flight;
 //! - watch fan-out: `WATCHERS` watches on ports filtered by `spec.node=node-<i % 100>`, then Port
 //!   writes; delivery latency from the write's response to the event's arrival, and server RSS;
