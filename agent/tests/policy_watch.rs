@@ -106,22 +106,12 @@ fn pin_policy_maps(dir: &Path) {
     }
 }
 
-/// The chart's `cozyplane-agent` ClusterRole rules, read from the template (its only
-/// template constructs are the labels include and the `agent.enabled` guard).
+/// The chart's `cozyplane-agent` ClusterRole rules, as Helm renders them with the defaults.
 fn chart_agent_rules() -> Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/cozyplane/templates/agent.yaml");
-    let text = std::fs::read_to_string(p).unwrap();
-    let doc = text
-        .split("\n---\n")
-        .find(|d| d.contains("\nkind: ClusterRole\n"))
-        .expect("the agent's ClusterRole");
-    let plain: String = doc
-        .lines()
-        .filter(|l| !l.contains("{{"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let v: Value = serde_norway::from_str(&plain).expect("the ClusterRole parses");
-    v["rules"].clone()
+    cozyplane_chartkit::Render::new("cozy-system")
+        .ok()
+        .object("ClusterRole", "cozyplane-agent")["rules"]
+        .clone()
 }
 
 async fn bind(s: &StandIn, role: &str, sa: &str, rules: Value) {

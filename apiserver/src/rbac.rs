@@ -52,13 +52,21 @@ fn rule(out: &mut String, resources: &[&str], verbs: &[&str]) {
     let _ = writeln!(out, "    verbs: {}", list(verbs));
 }
 
-fn header(out: &mut String, name: &str, aggregate: &[&str]) {
+/// `role` names the key under the chart's `rbac.tenantRoleLabels` whose labels the role also
+/// carries: a platform's own aggregated roles select ours by their labels (Cozystack's
+/// `cozy:tenant:admin`/`cozy:tenant:view` by `rbac.cozystack.io/aggregate-to-tenant-*`).
+fn header(out: &mut String, name: &str, role: &str, aggregate: &[&str]) {
     out.push_str("---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n");
     let _ = writeln!(out, "  name: {name}");
     out.push_str("  labels:\n    {{- include \"cozyplane.labels\" . | nindent 4 }}\n");
     for a in aggregate {
         let _ = writeln!(out, "    rbac.authorization.k8s.io/aggregate-to-{a}: \"true\"");
     }
+    // Each value quoted: a label value is a string, and `--set key=true` would make it a bool.
+    let _ = writeln!(
+        out,
+        "    {{{{- range $k, $v := (dig \"tenantRoleLabels\" \"{role}\" dict .Values.rbac) }}}}\n    {{{{ $k }}}}: {{{{ $v | quote }}}}\n    {{{{- end }}}}"
+    );
     out.push_str("rules:\n");
 }
 
@@ -77,14 +85,14 @@ pub fn tenant_rbac_yaml() -> String {
          # Regenerate: COZYPLANE_UPDATE_RBAC=1 cargo test -p cozyplane-apiserver --test rbac\n\
          {{- if .Values.rbac.tenantRoles }}\n",
     );
-    header(&mut out, "cozyplane-tenant-edit", &["admin", "edit"]);
+    header(&mut out, "cozyplane-tenant-edit", "edit", &["admin", "edit"]);
     rule(&mut out, &plurals, &EDIT_VERBS);
     if !status.is_empty() {
         rule(&mut out, &status, &["get"]);
     }
     rule(&mut out, &["vpcs"], &VIRTUAL_VERBS);
     rule(&mut out, &QUESTIONS, &["create"]);
-    header(&mut out, "cozyplane-tenant-view", &["view"]);
+    header(&mut out, "cozyplane-tenant-view", "view", &["view"]);
     rule(&mut out, &plurals, &VIEW_VERBS);
     if !status.is_empty() {
         rule(&mut out, &status, &["get"]);

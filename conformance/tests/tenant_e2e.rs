@@ -59,35 +59,13 @@ fn sa_token(token: &str, user: &str, ns: &str) -> Token {
     Token::new(token, user, &groups)
 }
 
-/// The chart's tenant roles as Helm renders them with the default values: the template's only
-/// constructs are the `rbac.tenantRoles` guard (on by default) and the common labels include
-/// (dropped: labels are not what these tests are about).
+/// The chart's tenant roles as Helm renders them with the default values.
 fn rendered_tenant_rbac() -> String {
-    let charts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/cozyplane");
-    let values = std::fs::read_to_string(charts.join("values.yaml")).expect("values.yaml");
-    assert!(
-        values.contains("tenantRoles: true"),
-        "the tenant roles are on by default"
-    );
-    let tpl = std::fs::read_to_string(charts.join("templates/tenant-rbac.yaml")).expect("tenant-rbac.yaml");
-    let known = [
-        "{{- if .Values.rbac.tenantRoles }}",
-        "{{- include \"cozyplane.labels\" . | nindent 4 }}",
-        "{{- end }}",
-    ];
-    let mut out = String::new();
-    for line in tpl.lines() {
-        if line.contains("{{") {
-            assert!(
-                known.contains(&line.trim()),
-                "unexpected template construct in tenant-rbac.yaml: {line}"
-            );
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
+    let m = cozyplane_chartkit::Render::new("cozy-system")
+        .show_only("templates/tenant-rbac.yaml")
+        .ok();
+    assert_eq!(m.objects.len(), 2, "the tenant roles are on by default");
+    m.yaml
 }
 
 async fn ok(s: &StandIn, kc: &Path, args: &[&str]) -> String {

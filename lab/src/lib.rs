@@ -350,8 +350,9 @@ pub const INSTALL_CNI: &str = "files/install-cni.sh";
 /// Where the chart's conflist expects the agent's socket (`agentSocket`); each lab node has
 /// its own, mounted there in the node's mount namespace.
 pub const AGENT_RUN_DIR: &str = "/run/cozyplane";
-/// The chained plugins Debian ships (`containernetworking-plugins`): the second entry of
-/// every node's `CNI_PATH`.
+/// The plugins Debian ships (`containernetworking-plugins`), among them the `portmap` the
+/// chart's conflist chains: the installer's plugin directory, the same path as in the agent
+/// image (whose init container installs `portmap` from there).
 pub const SYSTEM_CNI_DIR: &str = "/usr/lib/cni";
 
 /// Runs the chart's installer as the init container does, with `root` standing for the
@@ -360,14 +361,30 @@ pub fn install_cni(root: &Path) -> String {
     install_cni_from(&bin_dir(), root)
 }
 
-/// [`install_cni`] of the plugin in `bins` (another build's `cozyplane-cni`).
-pub fn install_cni_from(bins: &Path, root: &Path) -> String {
+/// The command a lab node's CNI is installed with: the DaemonSet's init container's
+/// (`charts/cozyplane/templates/agent.yaml`) with three paths mapped, which
+/// `lab/tests/chart.rs` proves against the rendered chart: the ConfigMap's mount to the
+/// chart's `files/` (the ConfigMap's data), `/host` to `root`, and the image's plugin to the
+/// `cozyplane-cni` in `bins`. The shell and the plugin directory ([`SYSTEM_CNI_DIR`]) are the
+/// same paths as in the image.
+pub fn install_cni_command(bins: &Path, root: &Path) -> Vec<PathBuf> {
     let chart = chart_dir();
-    let out = Command::new("sh")
-        .arg(chart.join(INSTALL_CNI))
-        .arg(bins.join("cozyplane-cni"))
-        .arg(chart.join(CONFLIST))
-        .arg(root)
+    vec![
+        PathBuf::from("/bin/sh"),
+        chart.join(INSTALL_CNI),
+        bins.join("cozyplane-cni"),
+        chart.join(CONFLIST),
+        root.to_path_buf(),
+        PathBuf::from(SYSTEM_CNI_DIR),
+    ]
+}
+
+/// [`install_cni`] of the plugin in `bins` (another build's `cozyplane-cni`): runs
+/// [`install_cni_command`].
+pub fn install_cni_from(bins: &Path, root: &Path) -> String {
+    let cmd = install_cni_command(bins, root);
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
         .output()
         .expect("run install-cni.sh");
     assert!(
@@ -466,13 +483,10 @@ impl Node {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", first.display()))
     }
 
-    /// `CNI_PATH`: the node's `opt/cni/bin` (the chart's installer puts our plugin there),
-    /// then Debian's plugins.
+    /// `CNI_PATH`: the node's `opt/cni/bin` alone, as kubelet's on a node the chart set up:
+    /// every plugin the conflist names must be where the chart's installer put it.
     pub fn cni_path(&self) -> Vec<PathBuf> {
-        vec![
-            self.scratch.host_root().join("opt/cni/bin"),
-            PathBuf::from(SYSTEM_CNI_DIR),
-        ]
+        vec![self.scratch.host_root().join("opt/cni/bin")]
     }
 
     /// The configuration the runtime hands our plugin, the conflist's first: see

@@ -1,78 +1,257 @@
-//! The chart's CNI installation, without root or Helm: the init container runs the chart's
-//! installer on the chart's conflist, and what it installs is what a runtime looks for (the
-//! plugin's file name is the conflist's `type`). `make e2e` then runs the same installer for
-//! every lab node and adds every pod through the installed conflist.
+//! The chart's CNI installation, without root: the chart rendered by Helm (`COZYPLANE_HELM`,
+//! `make deps`), the init container's command and the ConfigMap `cozyplane-cni` taken from the
+//! rendered objects, and the proof that the lab installs every node the same way (same
+//! installer, same conflist, same arguments, the same files installed under the same names),
+//! mapping only `/host`, the ConfigMap's mount and the image's plugin path. What the installer
+//! installs is what a runtime looks for: every plugin under its conflist `type` (ours and the
+//! chained `portmap`). `make e2e` then installs every lab node with it and adds every pod
+//! through the installed conflist, with the node's `opt/cni/bin` as the only `CNI_PATH`.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
-use cozyplane_lab::{CONFLIST, INSTALL_CNI, chart_dir, find_plugin};
+use cozyplane_chartkit::{Manifest, Render};
+use cozyplane_lab::{
+    CONFLIST, INSTALL_CNI, SYSTEM_CNI_DIR, chart_dir, find_plugin, install_cni_command, install_cni_from,
+};
 use serde_json::Value;
+
+/// Where the agent image has our plugin (the init container's third word).
+const IMAGE_PLUGIN: &str = "/usr/bin/cozyplane-cni";
 
 fn chart_file(rel: &str) -> String {
     let p = chart_dir().join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// Runs the chart's installer as the init container does, into `root`.
-fn install(conflist: &Path, root: &Path) {
-    let bin = root.join("plugin-binary");
-    std::fs::write(&bin, b"#!/bin/sh\n").unwrap();
-    let out = std::process::Command::new("sh")
-        .arg(chart_dir().join(INSTALL_CNI))
-        .arg(&bin)
-        .arg(conflist)
-        .arg(root)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     v.sort();
     v
 }
 
+/// Every file under `root`, relative path → bytes.
+fn tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The conflist's plugin types, in order.
+fn types(conflist: &str) -> Vec<String> {
+    let list: Value = serde_json::from_str(conflist).expect("the conflist is JSON");
+    list["plugins"]
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .map(|p| p["type"].as_str().expect("a type").to_string())
+        .collect()
+}
+
+/// A stand-in for our plugin binary in a directory of its own (the lab's `bins`).
+fn fake_bins() -> tempfile::TempDir {
+    let bins = tempfile::tempdir().unwrap();
+    std::fs::write(bins.path().join("cozyplane-cni"), b"#!/bin/sh\n# our plugin\n").unwrap();
+    bins
+}
+
+/// Runs the chart's installer with `plugin dir` `plugins` on `conflist` into `root`; the
+/// output, success or not.
+fn install(conflist: &Path, root: &Path, plugins: &Path) -> std::process::Output {
+    let bins = fake_bins();
+    std::process::Command::new("/bin/sh")
+        .arg(chart_dir().join(INSTALL_CNI))
+        .arg(bins.path().join("cozyplane-cni"))
+        .arg(conflist)
+        .arg(root)
+        .arg(plugins)
+        .output()
+        .unwrap()
+}
+
 #[test]
-fn the_installer_names_the_plugin_after_the_conflists_type() {
-    let list: Value = serde_json::from_str(&chart_file(CONFLIST)).expect("the conflist is JSON");
-    let kind = list["plugins"][0]["type"]
-        .as_str()
-        .expect("a first plugin with a type");
+fn the_lab_installs_the_cni_exactly_as_the_rendered_init_container() {
+    let r = Render::new("cozy-system").ok();
+    let ds = r.object("DaemonSet", "cozyplane-agent");
+    let init = r.container("DaemonSet", "cozyplane-agent", "install-cni");
+    let command = Manifest::strings(init, "command");
+    let volumes: BTreeMap<&str, &Value> = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .map(|v| (v["name"].as_str().expect("a volume name"), v))
+        .collect();
+
+    // The init container's mounts: the ConfigMap somewhere, and host paths under /host at
+    // their own path, so `/host` stands for the node's `/`.
+    let mut configmap_mount = None;
+    for m in init["volumeMounts"].as_array().expect("volumeMounts") {
+        let path = m["mountPath"].as_str().expect("mountPath");
+        let v = volumes[m["name"].as_str().expect("name")];
+        if let Some(host) = v["hostPath"]["path"].as_str() {
+            assert_eq!(path, format!("/host{host}"), "{m}");
+        } else if v["configMap"]["name"] == "cozyplane-cni" {
+            configmap_mount = Some(path.to_string());
+        } else {
+            panic!("an init container mount of neither the host nor the ConfigMap: {m}");
+        }
+    }
+    let configmap_mount = configmap_mount.expect("the init container mounts the ConfigMap");
+
+    // The ConfigMap holds the chart's files/ as they are: the lab installs from those.
+    let data = &r.object("ConfigMap", "cozyplane-cni")["data"];
+    let data: BTreeMap<String, String> =
+        serde_json::from_value(data.clone()).expect("ConfigMap data of strings");
+    let mut files: Vec<String> = names(&chart_dir().join("files"));
+    files.sort();
+    assert_eq!(data.keys().cloned().collect::<Vec<_>>(), files);
+    for (k, v) in &data {
+        assert_eq!(v, &chart_file(&format!("files/{k}")), "ConfigMap key {k}");
+    }
+    assert_eq!(
+        format!(
+            "files/{}",
+            Path::new(&command[1])
+                .strip_prefix(&configmap_mount)
+                .unwrap()
+                .display()
+        ),
+        INSTALL_CNI
+    );
+
+    // The rendered command with the three mappings is the lab's, word for word.
+    let bins = fake_bins();
     let root = tempfile::tempdir().unwrap();
-    install(&chart_dir().join(CONFLIST), root.path());
-    assert_eq!(names(&root.path().join("opt/cni/bin")), vec![kind.to_string()]);
+    let mapped: Vec<PathBuf> = command
+        .iter()
+        .map(|w| {
+            if let Ok(rest) = Path::new(w).strip_prefix(&configmap_mount) {
+                chart_dir().join("files").join(rest)
+            } else if w == "/host" {
+                root.path().to_path_buf()
+            } else if w == IMAGE_PLUGIN {
+                bins.path().join("cozyplane-cni")
+            } else {
+                PathBuf::from(w)
+            }
+        })
+        .collect();
+    assert_eq!(
+        mapped,
+        install_cni_command(bins.path(), root.path()),
+        "the init container runs {command:?}"
+    );
+    assert_eq!(
+        command.last().map(String::as_str),
+        Some(SYSTEM_CNI_DIR),
+        "the plugin directory is the image's /usr/lib/cni, Debian's path on the lab host too"
+    );
+
+    // What it installs: every plugin of the conflist under its type, the conflist under the
+    // ConfigMap's key.
+    install_cni_from(bins.path(), root.path());
+    let conflist = &data["10-cozyplane.conflist"];
+    let mut want = types(conflist);
+    assert_eq!(want, ["cozyplane", "portmap"], "the chart's conflist");
+    want.sort();
+    let bin = root.path().join("opt/cni/bin");
+    assert_eq!(names(&bin), want);
+    assert_eq!(
+        names(&root.path().join("etc/cni/net.d")),
+        ["10-cozyplane.conflist"]
+    );
+    let installed = tree(root.path());
+    assert_eq!(
+        installed[Path::new("opt/cni/bin/cozyplane")],
+        std::fs::read(bins.path().join("cozyplane-cni")).unwrap()
+    );
+    let portmap = Path::new(SYSTEM_CNI_DIR).join("portmap");
+    assert_eq!(
+        installed[Path::new("opt/cni/bin/portmap")],
+        std::fs::read(&portmap).unwrap_or_else(|e| panic!(
+            "{}: {e} (Debian's containernetworking-plugins: run `make deps`)",
+            portmap.display()
+        ))
+    );
+    assert_eq!(
+        installed[Path::new("etc/cni/net.d/10-cozyplane.conflist")],
+        conflist.as_bytes()
+    );
+    // A runtime with only the node's opt/cni/bin as CNI_PATH finds every plugin.
+    for t in types(conflist) {
+        assert_eq!(find_plugin(std::slice::from_ref(&bin), &t), Ok(bin.join(&t)));
+    }
+    let list: Value = serde_json::from_str(conflist).unwrap();
     assert_eq!(
         list["plugins"][0]["agentSocket"].as_str(),
         Some(cozyplane_cni::spec::DEFAULT_AGENT_SOCKET),
         "the conflist names the socket the agent listens on by default"
     );
-    let installed = root.path().join("etc/cni/net.d/10-cozyplane.conflist");
-    assert_eq!(
-        std::fs::read_to_string(installed).unwrap(),
-        chart_file(CONFLIST),
-        "the conflist is installed as the chart has it"
-    );
-    // What a runtime then does with the installed conflist: our plugin resolves by type.
-    let bin = root.path().join("opt/cni/bin");
-    assert_eq!(find_plugin(std::slice::from_ref(&bin), kind), Ok(bin.join(kind)));
 
-    // The name follows the conflist, whatever it says.
-    let other = tempfile::tempdir().unwrap();
-    let conf = other.path().join("10-x.conflist");
+    // The image's shell is busybox: the same install under it gives the same files.
+    if Path::new("/usr/bin/busybox").exists() {
+        let again = tempfile::tempdir().unwrap();
+        let cmd = install_cni_command(bins.path(), again.path());
+        let out = std::process::Command::new("/usr/bin/busybox")
+            .arg("sh")
+            .args(&cmd[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(tree(again.path()), installed, "busybox sh installs the same");
+    } else {
+        eprintln!("NOT RUN: the install under busybox sh (no /usr/bin/busybox)");
+    }
+}
+
+#[test]
+fn every_plugin_is_named_after_its_conflist_type_and_a_missing_one_installs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(plugins.join("chained"), b"chained").unwrap();
+    let conf = dir.path().join("10-x.conflist");
     std::fs::write(
         &conf,
-        r#"{"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "renamed", "a": {"type": "no"}}]}"#,
+        r#"{"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "renamed"}, {"type": "chained"}, {"type": "chained"}]}"#,
     )
     .unwrap();
-    install(&conf, other.path());
+    let root = dir.path().join("root");
+    let out = install(&conf, &root, &plugins);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names(&root.join("opt/cni/bin")), ["chained", "renamed"]);
     assert_eq!(
-        names(&other.path().join("opt/cni/bin")),
-        vec!["renamed".to_string()]
+        std::fs::read(root.join("opt/cni/bin/chained")).unwrap(),
+        b"chained"
     );
+    assert_eq!(names(&root.join("etc/cni/net.d")), ["10-x.conflist"]);
+
+    // A chained plugin the directory lacks: a message naming it, and nothing written.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let root = dir.path().join("root2");
+    let out = install(&chart_dir().join(CONFLIST), &root, &empty);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("chains \"portmap\"") && err.contains(&format!("no {}/portmap", empty.display())),
+        "{err}"
+    );
+    assert!(!root.exists(), "a failed install wrote {:?}", tree(&root));
 }
 
 // The runtime's lookup, as the lab's kubelet does it: a plugin installed under another name
@@ -89,23 +268,10 @@ fn a_plugin_installed_under_another_name_is_not_found() {
     );
 }
 
-// The chart's templates wire exactly these two files: the ConfigMap carries them by
-// `.Files.Get`, the init container mounts it and runs the installer on the conflist, and no
-// template holds a conflist of its own.
+// The chart's conflist is files/10-cozyplane.conflist and nothing else: no template holds a
+// CNI configuration of its own.
 #[test]
-fn the_chart_installs_from_its_files_and_holds_no_other_conflist() {
-    let t = chart_file("templates/agent.yaml");
-    for needle in [
-        "10-cozyplane.conflist: |\n    {{- .Files.Get \"files/10-cozyplane.conflist\" | nindent 4 }}",
-        "install-cni.sh: |\n    {{- .Files.Get \"files/install-cni.sh\" | nindent 4 }}",
-        "- /bin/sh\n            - /etc/cozyplane/cni/install-cni.sh\n            - /usr/bin/cozyplane-cni\n            - /etc/cozyplane/cni/10-cozyplane.conflist\n            - /host\n",
-        "{name: cni-install, mountPath: /etc/cozyplane/cni, readOnly: true}",
-        "{name: cni-install, configMap: {name: cozyplane-cni}}",
-        "{name: cni-bin, mountPath: /host/opt/cni/bin}",
-        "{name: cni-conf, mountPath: /host/etc/cni/net.d}",
-    ] {
-        assert!(t.contains(needle), "templates/agent.yaml lacks:\n{needle}");
-    }
+fn no_template_holds_a_conflist_of_its_own() {
     for entry in std::fs::read_dir(chart_dir().join("templates")).unwrap() {
         let p = entry.unwrap().path();
         let text = std::fs::read_to_string(&p).unwrap();

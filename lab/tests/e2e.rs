@@ -313,19 +313,27 @@ async fn body(lab: &mut Lab) {
     eprintln!("PASS the node reaches a VPC pod only through its fabric IP");
 
     // --- The chart's conflist chains portmap after us: every pod above was added through it,
-    // each plugin found by its `type` in the node's CNI_PATH (our plugin where the chart's
-    // installer put it, portmap in Debian's /usr/lib/cni), and portmap passed our result on.
-    // `tuning`, outside the conflist, accepts our result of a VPC pod too, and CHECK passes.
+    // each plugin found by its `type` in the node's CNI_PATH, the node's opt/cni/bin alone
+    // (our plugin and portmap where the chart's installer put them), and portmap passed our
+    // result on. `tuning`, outside the conflist, accepts our result of a VPC pod too, and
+    // CHECK passes.
     {
-        let installed: Vec<String> = std::fs::read_dir(n1.scratch.host_root().join("opt/cni/bin"))
+        let mut installed: Vec<String> = std::fs::read_dir(n1.scratch.host_root().join("opt/cni/bin"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
+        installed.sort();
         let list = n1.conflist();
+        let mut types: Vec<String> = list["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap().to_string())
+            .collect();
+        types.sort();
         assert_eq!(
-            installed,
-            vec![list["plugins"][0]["type"].as_str().unwrap().to_string()],
-            "the installer names the plugin after the conflist's type"
+            installed, types,
+            "the installer installs every plugin of the conflist under its type"
         );
         let prev = blue1.result.clone();
         let conf = json!({"cniVersion": "1.0.0", "name": "cozy", "type": "tuning",

@@ -1,5 +1,6 @@
 //! cozyplane-apiserver installed behind the real control plane the way the chart installs it:
-//! the chart's ServiceAccount and RBAC (rendered from the chart's own templates by [`chart`]),
+//! the chart's ServiceAccounts and RBAC (`serviceaccounts.yaml`, `apiserver-rbac.yaml`,
+//! `tenant-rbac.yaml` as Helm renders them with the default values: [`chart_rbac`]),
 //! a ServiceAccount token from the TokenRequest API (`kubectl create token`) as the only
 //! credential of `--kubeconfig`, `--authentication-kubeconfig` and `--authorization-kubeconfig`,
 //! its own embedded store, a self-signed serving certificate for the Service's names, and
@@ -9,14 +10,39 @@
 //! `addressType: FQDN` with the address `127.0.0.1` (EndpointSlice validation refuses loopback
 //! IPs), which the aggregator dials with `--enable-aggregator-routing`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use super::chart::{self, Chart, RELEASE_NAMESPACE};
 use super::{ControlPlane, Proc, free_port};
 
 /// The Service (and ServiceAccount) name the chart uses.
 pub const NAME: &str = "cozyplane-apiserver";
+
+/// The namespace of the release the tier installs (named `cozyplane_chartkit::RELEASE`).
+pub const RELEASE_NAMESPACE: &str = "cozy-system";
+
+/// The templates whose objects the tier applies: the ServiceAccounts and the RBAC.
+pub const RBAC_TEMPLATES: &[&str] = &[
+    "templates/serviceaccounts.yaml",
+    "templates/apiserver-rbac.yaml",
+    "templates/tenant-rbac.yaml",
+];
+
+/// [`RBAC_TEMPLATES`] rendered by Helm (`helm template --show-only`) with the chart's default
+/// values, released into [`RELEASE_NAMESPACE`]: the YAML stream `kubectl apply` takes.
+///
+/// # Panics
+///
+/// When Helm is missing (run `make deps`) or fails to render.
+pub fn chart_rbac() -> String {
+    RBAC_TEMPLATES
+        .iter()
+        .fold(cozyplane_chartkit::Render::new(RELEASE_NAMESPACE), |r, t| {
+            r.show_only(t)
+        })
+        .ok()
+        .yaml
+}
 
 /// The user the server's ServiceAccount token authenticates as.
 pub fn service_account_user() -> String {
@@ -121,11 +147,8 @@ impl ControlPlane {
     /// Installs cozyplane (see the module docs) with `extra` flags and waits until its
     /// APIService is `Available`.
     pub async fn install_cozyplane(&self, extra: &[&str]) -> Cozyplane {
-        let charts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/cozyplane");
-        let rbac = Chart::load(&charts)
-            .and_then(|c| c.render_rbac())
-            .unwrap_or_else(|e| panic!("rendering the chart's RBAC: {e}"));
-        self.ok(&self.admin, &["create", "namespace", chart::RELEASE_NAMESPACE])
+        let rbac = chart_rbac();
+        self.ok(&self.admin, &["create", "namespace", RELEASE_NAMESPACE])
             .await;
         self.apply(&rbac).await;
         let token = self

@@ -11,7 +11,6 @@
 //! Every process is a child of the test process, stopped by PID when its owner is dropped.
 
 pub mod audit;
-pub mod chart;
 pub mod cozy;
 pub mod pki;
 
@@ -301,6 +300,9 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", p(&sa_key)),
                 "--service-cluster-ip-range=127.0.100.0/24".into(),
                 "--authorization-mode=Node,RBAC".into(),
+                // As every installer sets it: the chart's agent DaemonSet is privileged, and
+                // the chart's dry run (tests/chart_dryrun.rs) is refused without it.
+                "--allow-privileged=true".into(),
                 "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,ResourceQuota".into(),
                 format!("--requestheader-client-ca-file={}", p(&fp_ca)),
                 "--requestheader-allowed-names=front-proxy-client".into(),
