@@ -19,9 +19,10 @@ DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-1
         bpftool:bpftool ping:iputils-ping tracepath:iputils-tracepath tcpdump:tcpdump iperf3:iperf3 iptables:iptables \
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables \
-        /usr/sbin/dnsmasq:dnsmasq-base unzip:unzip npm:npm
+        /usr/sbin/dnsmasq:dnsmasq-base unzip:unzip npm:npm \
+        containerd:containerd runc:runc /bin/busybox:busybox-static objcopy:binutils
 
-.PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help
+.PHONY: all deps build run test test-unit e2e lint fmt bench bpf verify-bpf clean help images
 
 all: build
 
@@ -29,6 +30,7 @@ help:
 	@echo "make run    - start cozyplane-apiserver on the embedded store"
 	@echo "make test   - install dependencies, lint, run every test"
 	@echo "make bench  - run the benchmarks (see docs/benchmarks.md)"
+	@echo "make images - build the container images offline into OCI archives (see docs/images.md)"
 	@echo "make fmt    - format the code"
 
 ## deps: install missing Debian packages (idempotent, quiet; apt-get update at most once).
@@ -112,6 +114,16 @@ bench: deps
 	# The agent's start-up, memory and ADD p99 (issue 38); COZYPLANE_BENCH_BUILDS=a=DIR,b=DIR
 	# compares builds side by side, without it the release build runs alone.
 	$(CARGO) bench -p cozyplane-lab --bench agent_core
+
+## images: the container images (images/<image>/Containerfile) built offline from the release
+## binaries into OCI archives under OUT, with their SBOMs and images.json (docs/images.md).
+## The builder itself is an ordinary workspace crate, built in the dev profile.
+OUT ?= $(CARGO_TARGET_DIR)/images
+images: deps
+	$(CARGO) build --release -p cozyplane-apiserver -p cozyplane-agent
+	$(CARGO) build --release $(CNI_PLUGIN)
+	$(CARGO) run -p cozyplane-images -- build --repo $(CURDIR) \
+		--bin-dir $(CARGO_TARGET_DIR)/release --out $(OUT)
 
 clean:
 	rm -rf $(RUN_DIR)
