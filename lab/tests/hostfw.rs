@@ -66,6 +66,13 @@ fn connects(ns: &Netns, to: &str, port: u16) -> bool {
     .success()
 }
 
+/// Whether a TCP connect from `ns` to `to` goes unanswered for a second (dropped), where a
+/// closed port answers at once with a reset.
+fn syn_dropped(ns: &Netns, to: &str, port: u16) -> bool {
+    let connect = format!("exec 3<>/dev/tcp/{to}/{port}");
+    ns.exec(&["timeout", "1", "bash", "-c", &connect]).status.code() == Some(124)
+}
+
 /// The link-local address of `ul0` in `ns`.
 fn link_local(ns: &Netns) -> Ipv6Addr {
     let out = ns.ip_ok(&["-6", "-o", "addr", "show", "dev", "ul0", "scope", "link"]);
@@ -134,10 +141,14 @@ async fn body(lab: &mut Lab) {
                 "policyTypes": ["Ingress"], "ingress": [{ "from": [{ "cidr": ctl }] }] }),
     )
     .await;
-    // Refused by the firewall, not by a server still busy with the probe before (as below).
-    wait("n2 refuses n1 over IPv4", || {
-        !connects(&n1.ns, &v4, PORT) && n2.drops(DropReason::PolHfIngress) > 0
+    // The firewall in n2's datapath first, seen by a port nothing serves (refused before,
+    // dropped after): an iperf3 probe racing the update can open its control connection just
+    // before it and then lose the rest, which leaves n2's one-client server busy for every
+    // probe after.
+    wait("n2's ingress firewall in place", || {
+        syn_dropped(&n1.ns, &v4, PORT + 1) && n2.drops(DropReason::PolHfIngress) > 0
     });
+    assert!(!connects(&n1.ns, &v4, PORT), "n2 refuses n1 over IPv4");
     let before = n2.drops(DropReason::PolHfIngress);
     assert!(before > 0, "refused by the firewall, not for want of a server");
     assert!(!connects(&n1.ns, &v6, PORT), "IPv6 ingress is filtered");
