@@ -75,9 +75,9 @@ test-unit:
 	$(CARGO) test --workspace --doc
 	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast
 
-## e2e: the multi-node netns lab, every test file of lab/ (dns.rs: one dual-stack node and the outside world; e2e.rs, upgrade.rs, ranges.rs, revocation.rs, ipv6.rs: two nodes; peering.rs: three; pmtu.rs: two and an outside router; egress.rs, fip.rs: two, the outside world and the door loops with the stand-in as LoadBalancer implementation; nat_churn.rs: one, the same, small NAT port spans; icmp6.rs: two, the outside world and a narrow IPv6 branch; hostfw.rs: two dual-stack nodes and HostFirewalls; sg.rs: two, the outside world and the door loops, SecurityGroups; tunnel_groups.rs: two, agent restarts across --tunnel-groups; netpol.rs: two, NetworkPolicy conformance with real connections; root). Also part of test-unit.
+## e2e: the multi-node netns lab, every test file of lab/ (dns.rs: one dual-stack node and the outside world; e2e.rs, upgrade.rs, ranges.rs, revocation.rs, ipv6.rs: two nodes; peering.rs: three; pmtu.rs: two and an outside router; egress.rs, fip.rs: two, the outside world and the door loops with the stand-in as LoadBalancer implementation; nat_churn.rs: one, the same, small NAT port spans; icmp6.rs: two, the outside world and a narrow IPv6 branch; hostfw.rs: two dual-stack nodes and HostFirewalls; sg.rs: two, the outside world and the door loops, SecurityGroups; tunnel_groups.rs: two, agent restarts across --tunnel-groups; netpol.rs: two, NetworkPolicy conformance with real connections; realnode.rs: two real nodes, each a containerd and a kubelet, behind the real kube-apiserver with cozyplane-apiserver aggregated; root). Also part of test-unit.
 e2e: deps
-	$(CARGO) build --bin cozyplane-agent
+	$(CARGO) build --bin cozyplane-agent --bin cozyplane-apiserver
 	$(CARGO) build $(CNI_PLUGIN)
 	$(CARGO) test -p cozyplane-lab --tests -- --nocapture
 

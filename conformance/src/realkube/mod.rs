@@ -117,6 +117,24 @@ pub fn sample_apiserver() -> Result<PathBuf, String> {
     decompressed(&bin_dir(), "sample-apiserver")
 }
 
+/// Another binary of `KUBE_BIN_DIR` (`kubelet`, `kube-scheduler`, `agnhost`, `crictl`, …),
+/// decompressed from `<name>.xz` into the same cache as [`bins`]; `Err` says why it cannot be.
+pub fn binary(name: &str) -> Result<PathBuf, String> {
+    decompressed(&bin_dir(), name)
+}
+
+/// What a control plane serves besides the API ([`ControlPlane::start_with`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Real kubelets will join: kube-apiserver reaches them by their `InternalIP`
+    /// (`--kubelet-preferred-address-types`, else exec and logs resolve the node's name) with
+    /// the admin's client certificate, verifying their serving certificates against the
+    /// cluster CA; kube-controller-manager also runs the node-lifecycle controller (which
+    /// removes the `not-ready` taint NodeTaint admission puts on a new Node) and the
+    /// root-CA publisher (`kube-root-ca.crt`, which a pod's ServiceAccount token volume needs).
+    pub kubelets: bool,
+}
+
 /// Whether a missing control plane must fail the run: in CI (`CI=true`) and with `REQUIRE_KUBE=1`.
 pub fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
@@ -241,6 +259,11 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver and kube-controller-manager; returns once kube-apiserver's
     /// `/readyz` answers 200.
     pub async fn start(bins: &Bins) -> Self {
+        Self::start_with(bins, Options::default()).await
+    }
+
+    /// [`ControlPlane::start`] serving what `opts` asks for besides.
+    pub async fn start_with(bins: &Bins, opts: Options) -> Self {
         // REALKUBE_KEEP=1 keeps the logs, the audit log and the certificates for a post-mortem.
         let dir = tempfile::Builder::new()
             .prefix("realkube-")
@@ -278,6 +301,8 @@ impl ControlPlane {
         let fp_key = write("front-proxy-client.key", &pki.front_proxy_client.key);
         let sa_key = write("sa.key", &pki.sa_key.key);
         let sa_pub = write("sa.pub", &pki.sa_key.cert);
+        let admin_crt = write("admin.crt", &pki.admin.cert);
+        let admin_key = write("admin.key", &pki.admin.key);
         let policy = write("audit-policy.yaml", AUDIT_POLICY);
         let audit_log = d.join("audit.log");
         let p = |p: &Path| p.display().to_string();
@@ -320,6 +345,14 @@ impl ControlPlane {
                 "--audit-log-mode=blocking".into(),
                 format!("--cert-dir={}", p(&d.join("apiserver-certs"))),
             ]);
+            if opts.kubelets {
+                cmd.args([
+                    "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+                    format!("--kubelet-client-certificate={}", p(&admin_crt)),
+                    format!("--kubelet-client-key={}", p(&admin_key)),
+                    format!("--kubelet-certificate-authority={}", p(&ca)),
+                ]);
+            }
             let mut proc = Proc::spawn("kube-apiserver", cmd, &d.join("kube-apiserver.log"));
             let url = format!("https://127.0.0.1:{port}");
             let admin = write_kubeconfig(d, "admin.kubeconfig", &url, &pki.ca.cert, &admin_user(&pki));
@@ -331,13 +364,17 @@ impl ControlPlane {
         };
         let admin = d.join("admin.kubeconfig");
 
+        let mut controllers = "namespace-controller,garbage-collector-controller,resourcequota-controller,clusterrole-aggregation-controller,endpointslice-controller,serviceaccount-controller".to_string();
+        if opts.kubelets {
+            controllers.push_str(",node-lifecycle-controller,root-ca-certificate-publisher-controller");
+        }
         let mut cmd = Command::new(&bins.controller_manager);
         cmd.args([
             format!("--kubeconfig={}", p(&admin)),
             format!("--authentication-kubeconfig={}", p(&admin)),
             format!("--authorization-kubeconfig={}", p(&admin)),
             "--leader-elect=false".into(),
-            "--controllers=namespace-controller,garbage-collector-controller,resourcequota-controller,clusterrole-aggregation-controller,endpointslice-controller,serviceaccount-controller".into(),
+            format!("--controllers={controllers}"),
             format!("--service-account-private-key-file={}", p(&sa_key)),
             format!("--root-ca-file={}", p(&ca)),
             format!("--cluster-signing-cert-file={}", p(&ca)),

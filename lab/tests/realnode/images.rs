@@ -1,0 +1,144 @@
+//! The test images a real node runs, built without a registry by the workspace's image
+//! builder (`cozyplane_images`): one uncompressed layer each, written as OCI archives that
+//! `ctr -n k8s.io images import` takes.
+//!
+//! | reference | what is in it |
+//! |---|---|
+//! | [`PAUSE`] | `/pause`: a static C program compiled here with `gcc -static` that sleeps until SIGTERM or SIGINT and reaps children |
+//! | [`BUSYBOX`] | Debian's `busybox-static` as `/bin/busybox` with a link per applet in `/bin` (`sh`, `wget`, `sleep`, …) |
+//! | [`AGNHOST`] | the e2e suite's `agnhost` (`KUBE_BIN_DIR/agnhost.xz`) as `/agnhost`, the entrypoint, with the same busybox for a shell |
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cozyplane_images::layer::{Compression, Tree};
+use cozyplane_images::oci::{Image, ImageConfig, Platform, RootFs, RunConfig, rfc3339};
+
+/// The sandbox image every node's containerd is configured with.
+pub(crate) const PAUSE: &str = "registry.k8s.io/pause:3.10.2";
+/// The e2e suite's busybox.
+pub(crate) const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1";
+/// The e2e suite's agnhost.
+pub(crate) const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.63.0";
+
+const PAUSE_C: &str = r"#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void stop(int sig) { (void)sig; _exit(0); }
+static void reap(int sig) { (void)sig; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+int main(void) {
+	signal(SIGTERM, stop);
+	signal(SIGINT, stop);
+	signal(SIGCHLD, reap);
+	for (;;) pause();
+}
+";
+
+/// The archives, in `dir`: (reference, path).
+pub(crate) fn build(dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    let stage = dir.join("stage");
+    // pause
+    let pause_dir = stage.join("pause");
+    std::fs::create_dir_all(&pause_dir).expect("stage dir");
+    let src = stage.join("pause.c");
+    std::fs::write(&src, PAUSE_C).expect("pause.c");
+    let out = Command::new("gcc")
+        .args(["-static", "-Os", "-s", "-o"])
+        .arg(pause_dir.join("pause"))
+        .arg(&src)
+        .output()
+        .expect("gcc runs");
+    assert!(
+        out.status.success(),
+        "gcc -static pause.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // busybox: the binary and a link per applet.
+    let bb = stage.join("busybox");
+    busybox_tree(&bb);
+    let agnhost = cozyplane_conformance::realkube::binary("agnhost")
+        .unwrap_or_else(|e| panic!("agnhost from KUBE_BIN_DIR: {e}"));
+
+    let mut out = Vec::new();
+    let mut tree = Tree::default();
+    tree.copy(&pause_dir, "/").expect("pause layer");
+    out.push((PAUSE, write(dir, PAUSE, &tree, run(&["/pause"], None))));
+    let mut tree = Tree::default();
+    tree.copy(&bb, "/").expect("busybox layer");
+    out.push((BUSYBOX, write(dir, BUSYBOX, &tree, run(&[], Some(&["sh"])))));
+    let mut tree = Tree::default();
+    tree.copy(&bb, "/").expect("busybox layer");
+    tree.copy(&agnhost, "/agnhost").expect("agnhost layer");
+    out.push((
+        AGNHOST,
+        write(dir, AGNHOST, &tree, run(&["/agnhost"], Some(&["pause"]))),
+    ));
+    out
+}
+
+/// `/bin/busybox`, `/bin/<applet>` → `busybox`, `/tmp` (1777), `/etc/passwd` and `/etc/group`
+/// with root and nobody.
+fn busybox_tree(root: &Path) {
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).expect("stage bin");
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("/bin/busybox (Debian's busybox-static: make deps installs it)");
+    let list = Command::new("/bin/busybox")
+        .arg("--list")
+        .output()
+        .expect("busybox --list");
+    for applet in String::from_utf8_lossy(&list.stdout).split_whitespace() {
+        if applet != "busybox" {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("applet link");
+        }
+    }
+    let tmp = root.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("stage tmp");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).expect("chmod tmp");
+    let etc = root.join("etc");
+    std::fs::create_dir_all(&etc).expect("stage etc");
+    std::fs::write(
+        etc.join("passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )
+    .expect("passwd");
+    std::fs::write(etc.join("group"), "root:x:0:\nnogroup:x:65534:\n").expect("group");
+}
+
+fn run(entrypoint: &[&str], cmd: Option<&[&str]>) -> RunConfig {
+    let v = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+    RunConfig {
+        env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
+        entrypoint: (!entrypoint.is_empty()).then(|| v(entrypoint)),
+        cmd: cmd.map(v),
+        ..RunConfig::default()
+    }
+}
+
+/// The archive of one layer `tree` run as `config`, tagged `reference`, in `dir`.
+fn write(dir: &Path, reference: &str, tree: &Tree, config: RunConfig) -> PathBuf {
+    let layer = tree.write(0, Compression::None).expect("layer");
+    let platform = Platform::host();
+    let image = Image::new(
+        ImageConfig {
+            created: rfc3339(0),
+            architecture: platform.architecture,
+            os: platform.os,
+            config,
+            rootfs: RootFs {
+                kind: "layers".into(),
+                diff_ids: Vec::new(),
+            },
+            history: Vec::new(),
+        },
+        vec![layer],
+    );
+    let name: String = reference
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let path = dir.join(format!("{name}.tar"));
+    image.write_archive(reference, 0, &path).expect("write archive");
+    path
+}

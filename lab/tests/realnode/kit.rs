@@ -1,0 +1,665 @@
+//! Real nodes in the lab: on each lab node (its network namespace and its mount namespace,
+//! where the agent's socket is), a containerd of its own and a kubelet of its own, joined to
+//! the real control plane (`cozyplane_conformance::realkube::ControlPlane`).
+//!
+//! | part | how |
+//! |---|---|
+//! | containerd | Debian's 1.6 with runc; own root, state, socket, opt and runc root under the node's directory; CRI plugin with `restrict_oom_score_adj` (root here lacks CAP_SYS_RESOURCE), cgroupfs, the sandbox image [`images::PAUSE`], CNI from the node's `opt/cni/bin` and `etc/cni/net.d` (what the chart's installer put there, plus the distribution's `loopback`, which containerd runs for every sandbox's `lo`); every registry's `hosts.toml` points at `127.0.0.1:1`, which refuses, so a missing image fails at once instead of being fetched |
+//! | kubelet | own root dir, pod logs and volume plugin dir; client certificate `system:node:<name>` (`system:nodes`) and a serving certificate for the node's address, both of the cluster CA; webhook authentication and authorization; cgroupfs under its own cgroup root; `--node-ip` the node's underlay address |
+//! | cgroups | `cplab-<pid>-<node>` in every cgroup v1 hierarchy: the kubelet's `cgroupRoot` (it makes `kubepods` below), and `runtime/` below it holding containerd, its shims and the kubelet |
+//! | sysctls | the machine-wide ones the kubelet sets ([`KUBELET_SYSCTLS`]) are read before the first kubelet starts and written back when [`RealNodes`] drops |
+//!
+//! Dropping a [`RealNode`] (also while a test panics) SIGKILLs the kubelet by PID, removes
+//! every sandbox through the CRI (`crictl rmp -af`, bounded: CNI DEL for each, the shims
+//! exit), SIGKILLs containerd by PID, then every process left in its cgroups (shims,
+//! containers) by PID until they are empty, removes the cgroups (the v1 hierarchies and
+//! the cgroup2 one, where runc also makes them) and the sockets of the shims it killed,
+//! unmounts in the node's mount namespace whatever is mounted under its directory or as a
+//! sandbox netns (`/run/netns/cni-*`), and deletes the netns files containerd made. Its
+//! directory goes last. Kubelets and containerd run in the node's mount namespace, so none
+//! of their mounts reaches the host's.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cozyplane_conformance::realkube::{ControlPlane, Proc};
+use cozyplane_lab::Node;
+
+use super::images;
+
+/// The machine-wide sysctls a kubelet with `protectKernelDefaults: false` sets (its
+/// `setupKernelTunables`), under `/proc/sys`.
+pub(crate) const KUBELET_SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+/// Registries whose `hosts.toml` refuses (containerd 1.6 has no `_default`; it is written
+/// too, for later versions).
+const REGISTRIES: &[&str] = &[
+    "_default",
+    "registry.k8s.io",
+    "k8s.gcr.io",
+    "gcr.io",
+    "docker.io",
+    "quay.io",
+    "ghcr.io",
+    "mcr.microsoft.com",
+];
+
+/// Values of [`KUBELET_SYSCTLS`], written back on drop.
+pub(crate) struct Sysctls(Vec<(PathBuf, String)>);
+
+impl Sysctls {
+    /// Reads them now.
+    pub(crate) fn save() -> Self {
+        Self(
+            KUBELET_SYSCTLS
+                .iter()
+                .filter_map(|k| {
+                    let p = Path::new("/proc/sys").join(k);
+                    Some((p.clone(), std::fs::read_to_string(&p).ok()?.trim().to_string()))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Sysctls {
+    fn drop(&mut self) {
+        for (p, v) in &self.0 {
+            if std::fs::read_to_string(p).is_ok_and(|now| now.trim() != v)
+                && let Err(e) = std::fs::write(p, v)
+            {
+                eprintln!("restoring {} to {v}: {e}", p.display());
+            }
+        }
+    }
+}
+
+/// Mount points of the cgroup hierarchies of type `fstype` (`cgroup` for v1, `cgroup2`).
+fn hierarchies(fstype: &str) -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount = left.split(' ').nth(4)?;
+            (right.split(' ').next()? == fstype).then(|| PathBuf::from(mount))
+        })
+        .collect()
+}
+
+/// One cgroup path in every v1 hierarchy (and, once runc has made it there, in the hybrid
+/// layout's cgroup2 hierarchy).
+pub(crate) struct Cgroup {
+    rel: String,
+    /// The v1 hierarchies, where it is created.
+    mounts: Vec<PathBuf>,
+    /// Those and the cgroup2 one, where it is removed.
+    all: Vec<PathBuf>,
+}
+
+impl Cgroup {
+    fn create(rel: &str) -> Self {
+        let mounts = hierarchies("cgroup");
+        assert!(
+            !mounts.is_empty(),
+            "no cgroup v1 hierarchy: the real-node lab runs kubelets on cgroupfs v1"
+        );
+        let mut all = mounts.clone();
+        all.extend(hierarchies("cgroup2"));
+        let cg = Self {
+            rel: rel.trim_matches('/').to_string(),
+            mounts,
+            all,
+        };
+        for m in &cg.mounts {
+            let mut dir = m.clone();
+            for part in cg.rel.split('/').chain(["runtime"]) {
+                let parent = dir.clone();
+                dir.push(part);
+                if !dir.exists() {
+                    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+                }
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
+                        let _ = std::fs::write(dir.join(f), v.trim());
+                    }
+                }
+            }
+        }
+        cg
+    }
+
+    /// The kubelet's `cgroupRoot`.
+    fn root(&self) -> String {
+        format!("/{}", self.rel)
+    }
+
+    /// `cgroup.procs` of `runtime/` in every hierarchy.
+    fn runtime_procs(&self) -> Vec<PathBuf> {
+        self.mounts
+            .iter()
+            .map(|m| m.join(&self.rel).join("runtime/cgroup.procs"))
+            .collect()
+    }
+
+    /// Every directory of the cgroup, deepest first.
+    fn dirs(&self) -> Vec<PathBuf> {
+        fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+            if let Ok(rd) = std::fs::read_dir(d) {
+                for e in rd.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        walk(&e.path(), out);
+                    }
+                }
+            }
+            out.push(d.to_path_buf());
+        }
+        let mut out = Vec::new();
+        for m in &self.all {
+            let top = m.join(&self.rel);
+            if top.exists() {
+                walk(&top, &mut out);
+            }
+        }
+        out
+    }
+
+    /// The PIDs in the cgroup and below.
+    fn pids(&self) -> HashSet<i32> {
+        let mut pids = HashSet::new();
+        for d in self.dirs() {
+            if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                pids.extend(t.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        pids
+    }
+
+    /// SIGKILLs every process in the cgroup by PID until none is left, then removes it.
+    fn destroy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let dirs = self.dirs();
+            if dirs.is_empty() {
+                return;
+            }
+            let pids = self.pids();
+            for pid in &pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if pids.is_empty() {
+                for d in &dirs {
+                    let _ = std::fs::remove_dir(d);
+                }
+            }
+            if Instant::now() > deadline {
+                eprintln!("cgroup {} not removed: {dirs:?}", self.rel);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The sockets of the containerd shims among `pids`: containerd 1.6 names one
+/// `/run/containerd/s/<sha256 of "<containerd address>/<namespace>/<id>">` (its
+/// `shim.SocketAddress`), from the shim's `-address`, `-namespace` and `-id`. A shim that
+/// is SIGKILLed leaves it behind.
+fn shim_sockets(pids: &HashSet<i32>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for pid in pids {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if !args
+            .first()
+            .is_some_and(|a| a.ends_with("containerd-shim-runc-v2"))
+        {
+            continue;
+        }
+        let flag = |f: &str| {
+            args.iter()
+                .position(|a| a == f)
+                .and_then(|i| args.get(i + 1).cloned())
+        };
+        let (Some(address), Some(ns), Some(id)) = (flag("-address"), flag("-namespace"), flag("-id")) else {
+            continue;
+        };
+        let Ok(mut child) = Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        else {
+            continue;
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write as _;
+            let _ = stdin.write_all(format!("{address}/{ns}/{id}").as_bytes());
+        }
+        if let Ok(o) = child.wait_with_output()
+            && let Some(hex) = String::from_utf8_lossy(&o.stdout).split_whitespace().next()
+        {
+            out.push(Path::new("/run/containerd/s").join(hex));
+        }
+    }
+    out
+}
+
+/// A kubelet and a containerd on one lab node.
+pub(crate) struct RealNode {
+    /// The node's name (its Node object's).
+    pub(crate) name: String,
+    kubelet: Option<Proc>,
+    containerd: Option<Proc>,
+    cgroup: Cgroup,
+    /// The node's mount namespace (`/proc/<holder>/ns/mnt`).
+    mnt_ns: PathBuf,
+    netns_before: HashSet<String>,
+    /// Everything of this node: configs, containerd's root and state, the kubelet's root.
+    pub(crate) dir: tempfile::TempDir,
+}
+
+fn netns_files() -> HashSet<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("cni-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `sh -c` that writes its own PID into every file of `procs` (cgroup.procs), then execs
+/// `nsenter --net --mount` into `node` running `argv`.
+fn in_node(node: &Node, procs: &[PathBuf], argv: &[String]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(r#"while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@""#)
+        .arg("sh")
+        .args(procs)
+        .arg("--")
+        .arg("nsenter")
+        .arg(format!("--net={}", node.ns.path()))
+        .arg(format!("--mount={}", node.mnt_ns().display()))
+        .args(argv);
+    c
+}
+
+impl RealNode {
+    /// Starts containerd on `node`, imports `images` into it, then starts the kubelet. Returns
+    /// once both run (the Node's readiness is [`RealNodes::wait_ready`]'s).
+    pub(crate) fn start(cp: &ControlPlane, node: &Node, images: &[(&str, PathBuf)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("cplab-rn-")
+            .tempdir_in("/tmp")
+            .expect("node dir");
+        let d = dir.path().to_path_buf();
+        let cgroup = Cgroup::create(&format!("cplab-{}-{}", std::process::id() % 100_000, node.name));
+        let mut rn = Self {
+            name: node.name.clone(),
+            kubelet: None,
+            containerd: None,
+            cgroup,
+            mnt_ns: node.mnt_ns(),
+            netns_before: netns_files(),
+            dir,
+        };
+        // The CNI directory as a node's: the chart's installer put our plugin and portmap
+        // there (Lab::new); the distribution's loopback, which containerd runs for `lo`.
+        let cni_bin = node.scratch.host_root().join("opt/cni/bin");
+        std::fs::copy(
+            Path::new(cozyplane_lab::SYSTEM_CNI_DIR).join("loopback"),
+            cni_bin.join("loopback"),
+        )
+        .expect("copy loopback (containernetworking-plugins)");
+        let sock = d.join("containerd.sock");
+        for r in REGISTRIES {
+            let rd = d.join("certs.d").join(r);
+            std::fs::create_dir_all(&rd).expect("certs.d");
+            std::fs::write(
+                rd.join("hosts.toml"),
+                "server = \"https://127.0.0.1:1\"\n\n[host.\"https://127.0.0.1:1\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+            )
+            .expect("hosts.toml");
+        }
+        let config = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{runc}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{certs}"
+"#,
+            root = d.join("containerd/root").display(),
+            state = d.join("containerd/state").display(),
+            sock = sock.display(),
+            opt = d.join("containerd/opt").display(),
+            runc = d.join("containerd/runc").display(),
+            pause = images::PAUSE,
+            cni_bin = cni_bin.display(),
+            cni_conf = node.scratch.host_root().join("etc/cni/net.d").display(),
+            certs = d.join("certs.d").display(),
+        );
+        std::fs::write(d.join("containerd.toml"), config).expect("containerd.toml");
+        let procs = rn.cgroup.runtime_procs();
+        rn.containerd = Some(Proc::spawn(
+            &format!("containerd {}", node.name),
+            in_node(
+                node,
+                &procs,
+                &[
+                    "containerd".into(),
+                    "--config".into(),
+                    d.join("containerd.toml").display().to_string(),
+                ],
+            ),
+            &d.join("containerd.log"),
+        ));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !rn.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd on {} did not answer:\n{}",
+                node.name,
+                rn.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for (reference, archive) in images {
+            let out = rn.ctr(&["images", "import", &archive.display().to_string()]);
+            assert!(
+                out.status.success(),
+                "import {reference} on {}: {}",
+                node.name,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        // The kubelet.
+        let pki = &cp.pki;
+        let serving = pki
+            .ca
+            .serving(
+                &format!("system:node:{}", node.name),
+                &[&node.name],
+                &[std::net::IpAddr::V4(node.ip)],
+            )
+            .expect("kubelet serving certificate");
+        let write = |name: &str, text: &str| {
+            let p = d.join(name);
+            std::fs::write(&p, text).expect("write kubelet file");
+            p
+        };
+        let ca = write("ca.crt", &pki.ca.cert);
+        let crt = write("kubelet.crt", &serving.cert);
+        let key = write("kubelet.key", &serving.key);
+        let kubeconfig = cp.user_kubeconfig(
+            &format!("system:node:{}", node.name),
+            &["system:nodes"],
+            "default",
+        );
+        let kubelet_root = d.join("kubelet");
+        std::fs::create_dir_all(&kubelet_root).expect("kubelet root");
+        let config = format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {ip}
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: "{ca}"}}
+authorization:
+  mode: Webhook
+tlsCertFile: "{crt}"
+tlsPrivateKeyFile: "{key}"
+cgroupDriver: cgroupfs
+cgroupRoot: "{cgroot}"
+failCgroupV1: false
+failSwapOn: false
+makeIPTablesUtilChains: false
+protectKernelDefaults: false
+oomScoreAdj: 0
+containerRuntimeEndpoint: "unix://{sock}"
+podLogsDir: "{logs}"
+volumePluginDir: "{plugins}"
+resolvConf: /etc/resolv.conf
+clusterDomain: cluster.local
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{"memory.available": "1Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%", "imagefs.available": "1%"}}
+nodeStatusReportFrequency: 10s
+"#,
+            ip = node.ip,
+            ca = ca.display(),
+            crt = crt.display(),
+            key = key.display(),
+            cgroot = rn.cgroup.root(),
+            sock = sock.display(),
+            logs = d.join("pod-logs").display(),
+            plugins = d.join("volume-plugins").display(),
+        );
+        let config = write("kubelet.yaml", &config);
+        let kubelet = cozyplane_conformance::realkube::binary("kubelet")
+            .unwrap_or_else(|e| panic!("kubelet from KUBE_BIN_DIR: {e}"));
+        rn.kubelet = Some(Proc::spawn(
+            &format!("kubelet {}", node.name),
+            in_node(
+                node,
+                &procs,
+                &[
+                    kubelet.display().to_string(),
+                    format!("--config={}", config.display()),
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--root-dir={}", kubelet_root.display()),
+                    format!("--hostname-override={}", node.name),
+                    format!("--node-ip={}", node.ip),
+                    "--v=2".into(),
+                ],
+            ),
+            &d.join("kubelet.log"),
+        ));
+        rn
+    }
+
+    /// `ctr --address <socket> -n k8s.io <args>`.
+    pub(crate) fn ctr(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.path().join("containerd.sock"))
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("ctr runs")
+    }
+
+    /// The ends of the kubelet's and containerd's logs.
+    pub(crate) fn logs(&self) -> String {
+        let mut s = String::new();
+        for p in [&self.containerd, &self.kubelet].into_iter().flatten() {
+            s.push_str(&p.tail());
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Mounts in the node's mount namespace that are this node's: under its directory, or a
+    /// sandbox's netns.
+    fn own_mounts(&self) -> Vec<String> {
+        // `/proc/<holder>/ns/mnt` → `/proc/<holder>/mountinfo`.
+        let info = self
+            .mnt_ns
+            .ancestors()
+            .nth(2)
+            .and_then(|proc| std::fs::read_to_string(proc.join("mountinfo")).ok())
+            .unwrap_or_default();
+        let dir = self.dir.path().display().to_string();
+        let mut v: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| {
+                m.starts_with(&dir)
+                    || m.starts_with("/run/netns/cni-")
+                    || m.starts_with("/var/run/netns/cni-")
+            })
+            .collect();
+        v.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        v
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- real node {} ----\n{}", self.name, self.logs());
+        }
+        self.kubelet.take();
+        // Every sandbox stopped and removed through the CRI while containerd runs (CNI DEL
+        // for each; the shims exit and remove their sockets), bounded for a broken node.
+        if let Ok(crictl) = cozyplane_conformance::realkube::binary("crictl") {
+            let endpoint = format!("unix://{}", self.dir.path().join("containerd.sock").display());
+            let _ = Command::new("timeout")
+                .arg("30")
+                .arg(crictl)
+                .args([
+                    "--runtime-endpoint",
+                    &endpoint,
+                    "--timeout",
+                    "20s",
+                    "rmp",
+                    "-a",
+                    "-f",
+                ])
+                .output();
+        }
+        self.containerd.take();
+        // Shims and containers: every process left in the node's cgroups, by PID.
+        let sockets = shim_sockets(&self.cgroup.pids());
+        self.cgroup.destroy();
+        for s in sockets {
+            let _ = std::fs::remove_file(s);
+        }
+        for m in self.own_mounts() {
+            let _ = Command::new("nsenter")
+                .arg(format!("--mount={}", self.mnt_ns.display()))
+                .args(["umount", "-l", &m])
+                .output();
+        }
+        for n in netns_files().difference(&self.netns_before) {
+            let _ = std::fs::remove_file(Path::new("/run/netns").join(n));
+        }
+    }
+}
+
+/// The real nodes of a lab, and the machine's sysctls as they were before their kubelets.
+/// Fields drop in order: the nodes, then the sysctls are written back.
+pub(crate) struct RealNodes {
+    /// One per lab node.
+    pub(crate) nodes: Vec<RealNode>,
+    _sysctls: Sysctls,
+    _var_lib_kubelet: VarLibKubelet,
+}
+
+/// The kubelet makes `/var/lib/kubelet/device-plugins` whatever its `--root-dir` (the device
+/// manager's socket directory is fixed): removed on drop if it was not there before.
+struct VarLibKubelet(bool);
+
+impl Drop for VarLibKubelet {
+    fn drop(&mut self) {
+        if !self.0 {
+            let _ = std::fs::remove_dir_all("/var/lib/kubelet");
+        }
+    }
+}
+
+impl RealNodes {
+    /// [`RealNode::start`] on every node of `nodes`.
+    pub(crate) fn start(cp: &ControlPlane, nodes: &[Node], images: &[(&str, PathBuf)]) -> Self {
+        let mut rn = Self {
+            nodes: Vec::new(),
+            _sysctls: Sysctls::save(),
+            _var_lib_kubelet: VarLibKubelet(Path::new("/var/lib/kubelet").exists()),
+        };
+        for n in nodes {
+            rn.nodes.push(RealNode::start(cp, n, images));
+        }
+        rn
+    }
+
+    /// Waits until every node's Node object is `Ready`; panics with the logs after 90 s.
+    pub(crate) async fn wait_ready(&self, cp: &ControlPlane) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        for n in &self.nodes {
+            loop {
+                let out = cp
+                    .kubectl(
+                        &cp.admin,
+                        &[
+                            "get",
+                            "node",
+                            &n.name,
+                            "-o",
+                            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                        ],
+                    )
+                    .await;
+                if String::from_utf8_lossy(&out.stdout).trim() == "True" {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {} not Ready after 90 s\n{}\n{}",
+                    n.name,
+                    n.logs(),
+                    cp.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
