@@ -299,26 +299,12 @@ fn blob_path(digest: &str) -> String {
     format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"))
 }
 
-/// The time `epoch` (seconds since 1970, UTC) in RFC 3339, as image configs write it.
+/// The time `epoch` (seconds since 1970, UTC) in RFC 3339, as image configs write it; the
+/// epoch itself for one outside what jiff represents (years -9999..=9999).
 pub fn rfc3339(epoch: i64) -> String {
-    // Civil date from days since the epoch (H. Hinnant's days_from_civil, inverted).
-    let days = epoch.div_euclid(86_400);
-    let secs = epoch.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    jiff::Timestamp::from_second(epoch)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
 }
 
 /// Why an archive failed [`verify`].
