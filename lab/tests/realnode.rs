@@ -4,9 +4,10 @@
 //! created with kubectl, started by the kubelets, and wired by our CNI plugin through
 //! containerd; nothing is pulled (the images are built here and imported, `realnode/images.rs`).
 //!
-//! The test pods name their node (`spec.nodeName`): no kube-scheduler runs in this slice.
-//! Needs root, the binaries of `KUBE_BIN_DIR` (kubelet, agnhost, kube-apiserver,
-//! kube-controller-manager), containerd, runc, gcc, busybox-static and Helm; fails, never
+//! The first test pods name their node (`spec.nodeName`); a last one is left to
+//! kube-scheduler, which the control plane runs when kubelets join.
+//! Needs root, the binaries of `KUBE_BIN_DIR` (kubelet, kube-scheduler, agnhost, crictl,
+//! kube-apiserver, kube-controller-manager), containerd, runc, gcc, busybox-static and Helm; fails, never
 //! skips, without them.
 
 #[path = "realnode/images.rs"]
@@ -17,11 +18,11 @@ mod kit;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use cozyplane_conformance::realkube::{self, ControlPlane, Options};
 use cozyplane_lab::Lab;
 
 /// The pod's `status.podIP` once it is Running.
-async fn wait_running(cp: &ControlPlane, rn: &kit::RealNodes, ns: &str, pod: &str) -> Ipv4Addr {
+async fn wait_running(cluster: &kit::Cluster, ns: &str, pod: &str) -> Ipv4Addr {
+    let cp = &cluster.cp;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = cp
@@ -46,7 +47,7 @@ async fn wait_running(cp: &ControlPlane, rn: &kit::RealNodes, ns: &str, pod: &st
         }
         if Instant::now() > deadline {
             let describe = cp.kubectl(&cp.admin, &["describe", "pod", pod, "-n", ns]).await;
-            let logs: String = rn.nodes.iter().map(kit::RealNode::logs).collect();
+            let logs = cluster.node_logs();
             panic!(
                 "pod {ns}/{pod} not Running after 60 s ({text})\n{}\n{logs}",
                 String::from_utf8_lossy(&describe.stdout)
@@ -60,10 +61,16 @@ fn in_block(ip: Ipv4Addr, block: &str) -> bool {
     block.parse::<ipnet::Ipv4Net>().is_ok_and(|net| net.contains(&ip))
 }
 
+/// A pod on `node`, or left to the scheduler when `node` is empty.
 fn pod_yaml(ns: &str, name: &str, node: &str, image: &str, args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
+    let node = if node.is_empty() {
+        String::new()
+    } else {
+        format!("  nodeName: {node}\n")
+    };
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: Never\n    args: [{}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n{node}  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: {image}\n    imagePullPolicy: Never\n    args: [{}]\n",
         args.join(", ")
     )
 }
@@ -91,25 +98,10 @@ fn ipam_records(node: &cozyplane_lab::Node, pod: &str) -> Vec<String> {
 
 #[test]
 fn real_kubelets_run_pods_wired_by_our_cni_through_containerd() {
-    let bins = realkube::bins().unwrap_or_else(|e| panic!("the real-node lab cannot run: {e}"));
     Lab::run(2, async |lab| {
         let t0 = Instant::now();
-        let cp = ControlPlane::start_with(&bins, Options { kubelets: true }).await;
-        lab.expose_url(&cp.url);
-        let _cozy = cp.install_cozyplane(&[]).await;
-        eprintln!("control plane and cozyplane-apiserver up in {:?}", t0.elapsed());
-        let kube = cp.client(&cp.admin).await;
-        for n in &lab.nodes {
-            n.register(&kube).await;
-            // Both API groups through kube-apiserver (ours by aggregation), as in a cluster.
-            n.start_agent(&cp.admin, &cp.admin);
-        }
-        let images_dir = tempfile::tempdir().expect("images dir");
-        let archives = images::build(images_dir.path());
-        let t1 = Instant::now();
-        let rn = kit::RealNodes::start(&cp, &lab.nodes, &archives);
-        rn.wait_ready(&cp).await;
-        eprintln!("two real nodes Ready {:?} after containerd started", t1.elapsed());
+        let cluster = kit::Cluster::start(lab).await;
+        let cp = &cluster.cp;
 
         let ns = cp.namespace("realnode").await;
         cp.eventually("the namespace's default ServiceAccount", || async {
@@ -137,8 +129,8 @@ fn real_kubelets_run_pods_wired_by_our_cni_through_containerd() {
             &["sleep", "3600"],
         ))
         .await;
-        let server = wait_running(&cp, &rn, &ns, "server").await;
-        let client = wait_running(&cp, &rn, &ns, "client").await;
+        let server = wait_running(&cluster, &ns, "server").await;
+        let client = wait_running(&cluster, &ns, "client").await;
         eprintln!("both pods Running {:?} after create", created.elapsed());
         assert!(
             in_block(server, &n2.block),
@@ -233,7 +225,42 @@ fn real_kubelets_run_pods_wired_by_our_cni_through_containerd() {
         );
         // The server is untouched.
         assert_eq!(ipam_records(n2, &format!("{ns}/server")).len(), 1);
-        drop(rn);
+
+        // A pod without `nodeName`: kube-scheduler places it on one of the nodes.
+        let created = Instant::now();
+        cp.apply(&pod_yaml(&ns, "placed", "", images::BUSYBOX, &["sleep", "3600"]))
+            .await;
+        let placed = wait_running(&cluster, &ns, "placed").await;
+        let node = cp
+            .ok(
+                &cp.admin,
+                &[
+                    "get",
+                    "pod",
+                    "placed",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "jsonpath={.spec.nodeName}",
+                ],
+            )
+            .await;
+        let on = lab
+            .nodes
+            .iter()
+            .find(|n| n.name == node.trim())
+            .unwrap_or_else(|| panic!("pod placed on {node:?}, not a lab node"));
+        assert!(
+            in_block(placed, &on.block),
+            "placed {placed} outside {}",
+            on.block
+        );
+        eprintln!(
+            "PASS a pod without nodeName scheduled onto {} and Running {:?} after create",
+            on.name,
+            created.elapsed()
+        );
+        drop(cluster);
         eprintln!("real-node lab: {:?} in all", t0.elapsed());
     });
 }

@@ -131,9 +131,20 @@ pub struct Options {
     /// the admin's client certificate, verifying their serving certificates against the
     /// cluster CA; kube-controller-manager also runs the node-lifecycle controller (which
     /// removes the `not-ready` taint NodeTaint admission puts on a new Node) and the
-    /// root-CA publisher (`kube-root-ca.crt`, which a pod's ServiceAccount token volume needs).
+    /// root-CA publisher (`kube-root-ca.crt`, which a pod's ServiceAccount token volume needs),
+    /// and the Endpoints and EndpointSlice-mirroring controllers (the upstream suite reads
+    /// Endpoints);
+    /// kube-scheduler runs (`KUBE_BIN_DIR/kube-scheduler.xz`, as `kubernetes-admin`), so pods
+    /// without `nodeName` are placed; and Services get ClusterIPs from `10.96.0.0/16`
+    /// ([`SERVICE_RANGE_WITH_KUBELETS`]) instead of a loopback range, where a pod connecting
+    /// to a ClusterIP would reach its own loopback.
     pub kubelets: bool,
 }
+
+/// The Service ClusterIP range of a control plane with kubelets ([`Options::kubelets`]): no
+/// route leads there (no kube-proxy, no Service proxy of ours yet), so a connection to a
+/// ClusterIP fails instead of reaching the pod's own loopback.
+pub const SERVICE_RANGE_WITH_KUBELETS: &str = "10.96.0.0/16";
 
 /// Whether a missing control plane must fail the run: in CI (`CI=true`) and with `REQUIRE_KUBE=1`.
 pub fn required() -> bool {
@@ -232,9 +243,10 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-/// A running control plane. Fields drop in order: controller manager, kube-apiserver, etcd,
-/// then the directory.
+/// A running control plane. Fields drop in order: scheduler, controller manager,
+/// kube-apiserver, etcd, then the directory.
 pub struct ControlPlane {
+    scheduler: Option<Proc>,
     kcm: Proc,
     apiserver: Proc,
     _etcd: EtcdServer,
@@ -323,7 +335,14 @@ impl ControlPlane {
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={}", p(&sa_pub)),
                 format!("--service-account-signing-key-file={}", p(&sa_key)),
-                "--service-cluster-ip-range=127.0.100.0/24".into(),
+                format!(
+                    "--service-cluster-ip-range={}",
+                    if opts.kubelets {
+                        SERVICE_RANGE_WITH_KUBELETS
+                    } else {
+                        "127.0.100.0/24"
+                    }
+                ),
                 "--authorization-mode=Node,RBAC".into(),
                 // As every installer sets it: the chart's agent DaemonSet is privileged, and
                 // the chart's dry run (tests/chart_dryrun.rs) is refused without it.
@@ -366,7 +385,8 @@ impl ControlPlane {
 
         let mut controllers = "namespace-controller,garbage-collector-controller,resourcequota-controller,clusterrole-aggregation-controller,endpointslice-controller,serviceaccount-controller".to_string();
         if opts.kubelets {
-            controllers.push_str(",node-lifecycle-controller,root-ca-certificate-publisher-controller");
+            // The Endpoints controllers too: the upstream suite's Endpoints tests read them.
+            controllers.push_str(",node-lifecycle-controller,root-ca-certificate-publisher-controller,endpoints-controller,endpointslice-mirroring-controller");
         }
         let mut cmd = Command::new(&bins.controller_manager);
         cmd.args([
@@ -388,7 +408,25 @@ impl ControlPlane {
             cmd,
             &d.join("kube-controller-manager.log"),
         );
+        // kube-scheduler: with the admin's kubeconfig for everything, no leader election, its
+        // secure port on a free loopback port (a lost race shows in its log as a bind error).
+        let scheduler = opts.kubelets.then(|| {
+            let bin =
+                binary("kube-scheduler").unwrap_or_else(|e| panic!("kube-scheduler from KUBE_BIN_DIR: {e}"));
+            let mut cmd = Command::new(bin);
+            cmd.args([
+                format!("--kubeconfig={}", p(&admin)),
+                format!("--authentication-kubeconfig={}", p(&admin)),
+                format!("--authorization-kubeconfig={}", p(&admin)),
+                "--leader-elect=false".into(),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", free_port()),
+                format!("--cert-dir={}", p(&d.join("scheduler-certs"))),
+            ]);
+            Proc::spawn("kube-scheduler", cmd, &d.join("kube-scheduler.log"))
+        });
         let cp = Self {
+            scheduler,
             kcm,
             apiserver,
             _etcd: etcd,
@@ -415,9 +453,14 @@ impl ControlPlane {
         cp
     }
 
-    /// The last lines of kube-apiserver's and kube-controller-manager's logs.
+    /// The last lines of kube-apiserver's, kube-controller-manager's and kube-scheduler's logs.
     pub fn logs(&self) -> String {
-        format!("{}\n{}", self.apiserver.tail(), self.kcm.tail())
+        let mut s = format!("{}\n{}", self.apiserver.tail(), self.kcm.tail());
+        if let Some(sched) = &self.scheduler {
+            s.push('\n');
+            s.push_str(&sched.tail());
+        }
+        s
     }
 
     /// Runs kubectl as `kubeconfig` (through [`crate::kubectl_command`]).

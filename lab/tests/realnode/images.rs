@@ -6,7 +6,7 @@
 //! |---|---|
 //! | [`PAUSE`] | `/pause`: a static C program compiled here with `gcc -static` that sleeps until SIGTERM or SIGINT and reaps children |
 //! | [`BUSYBOX`] | Debian's `busybox-static` as `/bin/busybox` with a link per applet in `/bin` (`sh`, `wget`, `sleep`, …) |
-//! | [`AGNHOST`] | the e2e suite's `agnhost` (`KUBE_BIN_DIR/agnhost.xz`) as `/agnhost`, the entrypoint, with the same busybox for a shell |
+//! | [`AGNHOST`] | the e2e suite's `agnhost` (`KUBE_BIN_DIR/agnhost.xz`) as `/agnhost`, the entrypoint, with the same busybox for a shell and the machine's `curl`, OpenBSD `nc` (as `/usr/bin/nc`) and `dash` (as `/bin/sh`, which, unlike busybox's shell, looks commands up in PATH) with the shared libraries `ldd` names (the upstream suite's networking checks run `sh -c` with `curl` and `nc -u` inside agnhost pods) |
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -69,6 +69,12 @@ pub(crate) fn build(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     let mut tree = Tree::default();
     tree.copy(&bb, "/").expect("busybox layer");
     tree.copy(&agnhost, "/agnhost").expect("agnhost layer");
+    with_libs(&mut tree, Path::new("/usr/bin/curl"), "/usr/bin/curl");
+    // busybox's `nc` has no `-u`, which the suite's UDP checks use; `/usr/bin` comes first
+    // in PATH. busybox's own shell runs its applets before PATH (Debian builds it
+    // standalone), so `/bin/sh` is dash, which looks commands up in PATH.
+    with_libs(&mut tree, Path::new("/usr/bin/nc.openbsd"), "/usr/bin/nc");
+    with_libs(&mut tree, Path::new("/usr/bin/dash"), "/bin/sh");
     out.push((
         AGNHOST,
         write(dir, AGNHOST, &tree, run(&["/agnhost"], Some(&["pause"]))),
@@ -104,6 +110,27 @@ fn busybox_tree(root: &Path) {
     )
     .expect("passwd");
     std::fs::write(etc.join("group"), "root:x:0:\nnogroup:x:65534:\n").expect("group");
+}
+
+/// `bin` as `dest` with every shared library `ldd` lists for it (and the loader), each at
+/// the path `ldd` names, with the content of the file that path resolves to.
+fn with_libs(tree: &mut Tree, bin: &Path, dest: &str) {
+    tree.copy(bin, dest)
+        .unwrap_or_else(|e| panic!("{}: {e} (make deps installs it)", bin.display()));
+    let out = Command::new("ldd").arg(bin).output().expect("ldd runs");
+    assert!(out.status.success(), "ldd {}", bin.display());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // `libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)` or `/lib64/ld-linux-x86-64.so.2 (0x…)`
+        let path = line
+            .split("=>")
+            .last()
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|p| p.starts_with('/'));
+        let Some(path) = path else { continue };
+        let real = std::fs::canonicalize(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        tree.copy(&real, path)
+            .unwrap_or_else(|e| panic!("library {path} of {}: {e}", bin.display()));
+    }
 }
 
 fn run(entrypoint: &[&str], cmd: Option<&[&str]>) -> RunConfig {

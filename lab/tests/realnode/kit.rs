@@ -5,9 +5,13 @@
 //! | part | how |
 //! |---|---|
 //! | containerd | Debian's 1.6 with runc; own root, state, socket, opt and runc root under the node's directory; CRI plugin with `restrict_oom_score_adj` (root here lacks CAP_SYS_RESOURCE), cgroupfs, the sandbox image [`images::PAUSE`], CNI from the node's `opt/cni/bin` and `etc/cni/net.d` (what the chart's installer put there, plus the distribution's `loopback`, which containerd runs for every sandbox's `lo`); every registry's `hosts.toml` points at `127.0.0.1:1`, which refuses, so a missing image fails at once instead of being fetched |
-//! | kubelet | own root dir, pod logs and volume plugin dir; client certificate `system:node:<name>` (`system:nodes`) and a serving certificate for the node's address, both of the cluster CA; webhook authentication and authorization; cgroupfs under its own cgroup root; `--node-ip` the node's underlay address |
+//! | kubelet | own root dir, pod logs and volume plugin dir; eviction thresholds near nothing (100 MiB of disk: a build machine's disk 99 % full must not evict the test's pods as DiskPressure); client certificate `system:node:<name>` (`system:nodes`) and a serving certificate for the node's address, both of the cluster CA; webhook authentication and authorization; cgroupfs under its own cgroup root; `--node-ip` the node's underlay address |
 //! | cgroups | `cplab-<pid>-<node>` in every cgroup v1 hierarchy: the kubelet's `cgroupRoot` (it makes `kubepods` below), and `runtime/` below it holding containerd, its shims and the kubelet |
 //! | sysctls | the machine-wide ones the kubelet sets ([`KUBELET_SYSCTLS`]) are read before the first kubelet starts and written back when [`RealNodes`] drops |
+//!
+//! [`Cluster::start`] is the whole set-up the real-node tests share: the control plane with
+//! kubelets in mind (kube-scheduler included), cozyplane-apiserver installed behind it, the
+//! lab's agents, the images, and a real node on every lab node, Ready.
 //!
 //! Dropping a [`RealNode`] (also while a test panics) SIGKILLs the kubelet by PID, removes
 //! every sandbox through the CRI (`crictl rmp -af`, bounded: CNI DEL for each, the shims
@@ -24,8 +28,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cozyplane_conformance::realkube::{ControlPlane, Proc};
-use cozyplane_lab::Node;
+use cozyplane_conformance::realkube::cozy::Cozyplane;
+use cozyplane_conformance::realkube::{self, ControlPlane, Options, Proc};
+use cozyplane_lab::{Lab, Node};
 
 use super::images;
 
@@ -472,7 +477,7 @@ clusterDomain: cluster.local
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {{"memory.available": "1Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%", "imagefs.available": "1%"}}
+evictionHard: {{"memory.available": "1Mi", "nodefs.available": "100Mi", "nodefs.inodesFree": "1%", "imagefs.available": "100Mi"}}
 nodeStatusReportFrequency: 10s
 "#,
             ip = node.ip,
@@ -661,5 +666,59 @@ impl RealNodes {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
+    }
+}
+
+/// A real-node cluster on a lab: the real control plane (with kube-scheduler) and
+/// cozyplane-apiserver behind it, the lab's agents talking to kube-apiserver, and a
+/// [`RealNode`] on every lab node. Fields drop in order: the real nodes (kubelets,
+/// containerd, their pods), the images, our server, the control plane; the agents are the
+/// lab's.
+pub(crate) struct Cluster {
+    /// The kubelets and containerds.
+    pub(crate) rn: RealNodes,
+    _images: tempfile::TempDir,
+    _cozy: Cozyplane,
+    /// kube-apiserver, kube-controller-manager, kube-scheduler.
+    pub(crate) cp: ControlPlane,
+}
+
+impl Cluster {
+    /// Starts everything on `lab` and returns once every Node is `Ready`; prints how long
+    /// each part took.
+    pub(crate) async fn start(lab: &Lab) -> Self {
+        let bins = realkube::bins().unwrap_or_else(|e| panic!("the real-node lab cannot run: {e}"));
+        let t0 = Instant::now();
+        let cp = ControlPlane::start_with(&bins, Options { kubelets: true }).await;
+        lab.expose_url(&cp.url);
+        let cozy = cp.install_cozyplane(&[]).await;
+        eprintln!("control plane and cozyplane-apiserver up in {:?}", t0.elapsed());
+        let kube = cp.client(&cp.admin).await;
+        for n in &lab.nodes {
+            n.register(&kube).await;
+            // Both API groups through kube-apiserver (ours by aggregation), as in a cluster.
+            n.start_agent(&cp.admin, &cp.admin);
+        }
+        let images = tempfile::tempdir().expect("images dir");
+        let archives = images::build(images.path());
+        let t1 = Instant::now();
+        let rn = RealNodes::start(&cp, &lab.nodes, &archives);
+        rn.wait_ready(&cp).await;
+        eprintln!(
+            "{} real nodes Ready {:?} after containerd started",
+            rn.nodes.len(),
+            t1.elapsed()
+        );
+        Self {
+            rn,
+            _images: images,
+            _cozy: cozy,
+            cp,
+        }
+    }
+
+    /// The ends of every real node's logs.
+    pub(crate) fn node_logs(&self) -> String {
+        self.rn.nodes.iter().map(RealNode::logs).collect()
     }
 }
