@@ -10,6 +10,8 @@
 //! kube-apiserver, kube-controller-manager), containerd, runc, gcc, busybox-static and Helm; fails, never
 //! skips, without them.
 
+#[path = "realnode/host.rs"]
+mod host;
 #[path = "realnode/images.rs"]
 mod images;
 #[path = "realnode/kit.rs"]

@@ -25,6 +25,8 @@
 //! in `lab/Cargo.toml`; `make e2e` enables it), so `make test` does not run it. Needs
 //! root and what `realnode.rs` needs, and `KUBE_BIN_DIR/e2e.test.xz`.
 
+#[path = "realnode/host.rs"]
+mod host;
 #[path = "realnode/images.rs"]
 mod images;
 #[path = "realnode/kit.rs"]
