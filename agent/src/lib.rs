@@ -30,6 +30,9 @@ pub struct AgentConfig {
     /// The split-horizon resolver's for VPC pods.
     #[command(flatten)]
     pub dns: features::dns::DnsFlags,
+    /// The Service proxy's.
+    #[command(flatten)]
+    pub kube_proxy: features::kubeproxy::Args,
 }
 
 /// The features, in start order (each hook runs over the list in this order):
@@ -40,8 +43,9 @@ pub struct AgentConfig {
 ///    HostFirewall).
 /// 2. **dns** next: it binds the resolver's sockets, and a failure there stops the agent
 ///    before any other feature's watch starts or the node is announced.
-/// 3. **peering**, **sever**, **doors**, **egress**, **services**: independent watches, each
-///    writing its own maps; the order is the one they always started in.
+/// 3. **peering**, **sever**, **doors**, **egress**, **services**, **kubeproxy**: independent
+///    watches, each writing its own maps (services and kubeproxy feed the core's one load
+///    balancer writer, each its own frontends); the order is the one they always started in.
 /// 4. **policy** last: it writes nothing until every one of its eight watches has listed,
 ///    and its first compile is the largest start-up cost, so it queues behind the rest.
 pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
@@ -53,6 +57,7 @@ pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
         Box::new(features::doors::Doors),
         Box::new(features::egress::Egress),
         Box::new(features::services::Services),
+        Box::new(features::kubeproxy::KubeProxy::new(cfg.kube_proxy.clone())),
         Box::new(features::policy::Policy::new(cfg.policy.clone())),
     ]
 }

@@ -50,6 +50,12 @@ fn every_modes_agent_args_parse_with_the_agents_command_line() {
             "{}",
             m.name
         );
+        assert_eq!(
+            cfg.kube_proxy.kube_proxy_replacement,
+            set("agent.kubeProxyReplacement") != Some("false"),
+            "{}: the Service proxy is on by default",
+            m.name
+        );
         let dns = set("agent.dns.enabled") != Some("false");
         assert_eq!(
             cfg.dns.dns_resolver, dns,
@@ -103,6 +109,28 @@ fn the_daemonsets_environment_is_read_by_the_agents_flags() {
         assert!(
             name == "RUST_LOG" || read.contains(name),
             "the DaemonSet sets {name}, which no agent flag reads (flags read {read:?})"
+        );
+    }
+    // The kube API's address for an agent that is the Service proxy: what kube-rs' in-cluster
+    // configuration reads instead of the `kubernetes` Service's ClusterIP.
+    let r = cozyplane_chartkit::Render::new("cozy-system")
+        .set("agent.k8sServiceHost", "localhost")
+        .set("agent.k8sServicePort", "7445")
+        .ok();
+    let agent = r.container("DaemonSet", "cozyplane-agent", "agent");
+    let env: BTreeSet<(String, String)> = agent["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
+        .collect();
+    for want in [
+        ("KUBERNETES_SERVICE_HOST", "localhost"),
+        ("KUBERNETES_SERVICE_PORT", "7445"),
+    ] {
+        assert!(
+            env.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} not in {env:?}"
         );
     }
 }

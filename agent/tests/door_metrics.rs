@@ -11,28 +11,7 @@ use cozyplane_agent::core::metrics::VpcNames;
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::abi::{DoorKey, DoorStats, NetStats};
 use cozyplane_bpf::maps;
-use cozyplane_lab::{require_root, sh, sh_ok};
-
-/// A private bpffs, unmounted on drop.
-struct Bpffs(tempfile::TempDir);
-
-impl Bpffs {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        sh_ok(&["mount", "-t", "bpf", "cpdoors", dir.path().to_str().unwrap()]);
-        Self(dir)
-    }
-
-    fn pins(&self) -> std::path::PathBuf {
-        self.0.path().join("cozyplane")
-    }
-}
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
-    }
-}
+use cozyplane_lab::require_root;
 
 fn per_cpu<K: aya::Pod, V: aya::Pod + Default>(pins: &Path, name: &str, key: K, first: V) {
     let mut m: PerCpuHashMap<MapData, K, V> =
@@ -47,7 +26,7 @@ fn per_cpu<K: aya::Pod, V: aya::Pod + Default>(pins: &Path, name: &str, key: K, 
 #[test]
 fn door_and_east_west_counters_carry_the_vpc_and_node_labels() {
     require_root();
-    let fs = Bpffs::new();
+    let fs = common::Bpffs::new("cpdoors");
     let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).expect("load the datapath");
     let pins = dp.pin_dir().to_path_buf();
     let key = |net, door, dir| DoorKey {

@@ -5,6 +5,8 @@
 //! the doors never NAT to (`sdn_internal`). Needs root; fails (never skips) without it. Time
 //! limits are hang guards only.
 
+mod common;
+
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -22,17 +24,8 @@ use cozyplane_bpf::maps::internal::InternalMap;
 use cozyplane_bpf::maps::lbg_ingress::LbgIngressMap;
 use cozyplane_conformance::objects::{port, wait_for};
 use cozyplane_conformance::{Backend, TestServer};
-use cozyplane_lab::{require_root, sh, sh_ok};
+use cozyplane_lab::require_root;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-
-/// A private bpffs, unmounted on drop.
-struct Bpffs(tempfile::TempDir);
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
-    }
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -66,9 +59,8 @@ async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floating_ips_gateways_and_ranges_reach_the_maps() {
     require_root();
-    let fs = Bpffs(tempfile::tempdir().unwrap());
-    sh_ok(&["mount", "-t", "bpf", "cpdoorsw", fs.0.path().to_str().unwrap()]);
-    let dp = Datapath::load(&fs.0.path().join("cozyplane"), &DatapathConfig::default()).expect("datapath");
+    let fs = common::Bpffs::new("cpdoorsw");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).expect("datapath");
     let pins = dp.pin_dir().to_path_buf();
 
     let server = TestServer::start(Backend::Embedded).await;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
+use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 // The lab's netns and process helpers: one implementation for every netns test.
 use cozyplane_lab::{Netns, require_root, sh, sh_ok};
 use serde_json::{Value, json};
@@ -311,6 +312,12 @@ fn del_is_idempotent_and_removes_everything() {
             .unwrap()
             .is_some()
     );
+    // The socket hooks serve the pod's netns and the node's own (the agent's), both on net 0.
+    let cookie =
+        |path: &str| cozyplane_agent::core::datapath::netns_cookie::of_path(Path::new(path)).unwrap();
+    let sock_netns = || SockNetnsMap::from_pin(&node.s.pins()).unwrap();
+    assert_eq!(sock_netns().get(cookie(&p.path())).unwrap(), Some(0));
+    assert_eq!(sock_netns().get(cookie(&node.ns.path())).unwrap(), Some(0));
     for dir in ["ingress", "egress"] {
         let tc = sh(&[
             "ip", "netns", "exec", &node.ns.0, "tc", "filter", "show", "dev", &host, dir,
@@ -346,6 +353,7 @@ fn del_is_idempotent_and_removes_everything() {
             .unwrap()
             .is_none()
     );
+    assert_eq!(sock_netns().get(cookie(&p.path())).unwrap(), None);
     // A DEL for something never added is fine too, and the address is reusable.
     let (code, _) = invoke(&cni_bin(), None, "DEL", "never", "", &node.conf("1.0.0"));
     assert_eq!(code, 0);

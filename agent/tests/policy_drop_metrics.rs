@@ -9,25 +9,13 @@ use cozyplane_agent::core::datapath::loader::Datapath;
 use cozyplane_agent::core::metrics::VpcNames;
 use cozyplane_bpf::abi::{DropStats, LAYER_NP, LAYER_SG, PolDropKey};
 use cozyplane_bpf::{DatapathConfig, DropReason, maps};
-use cozyplane_lab::{require_root, sh, sh_ok};
-
-/// A private bpffs, unmounted on drop.
-struct Bpffs(tempfile::TempDir);
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
-    }
-}
+use cozyplane_lab::require_root;
 
 #[test]
 fn policy_drops_carry_layer_reason_vpc_and_node() {
     require_root();
-    let dir = tempfile::tempdir().unwrap();
-    sh_ok(&["mount", "-t", "bpf", "cppoldrops", dir.path().to_str().unwrap()]);
-    let fs = Bpffs(dir);
-    let dp = Datapath::load(&fs.0.path().join("cozyplane"), &DatapathConfig::default())
-        .expect("load the datapath");
+    let fs = common::Bpffs::new("cppoldrops");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).expect("load the datapath");
     let pins = dp.pin_dir().to_path_buf();
     let mut m: PerCpuHashMap<MapData, PolDropKey, DropStats> = PerCpuHashMap::try_from(
         Map::from_map_data(MapData::from_pin(pins.join(maps::pol_drops::NAME)).unwrap()).unwrap(),

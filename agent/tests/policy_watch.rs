@@ -8,6 +8,8 @@
 //! and after a restart that finds stale entries. Needs root; fails (never skips) without it.
 //! Deadlines are hang guards only.
 
+mod common;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use cozyplane_agent::features::policy::maps::{Pinned, PolicyMaps};
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, PortSpec, SecurityGroup, VPC, VPCRef};
 use cozyplane_conformance::objects::wait_for;
 use cozyplane_conformance::standin::{Options, StandIn, Token};
-use cozyplane_lab::{require_root, sh, sh_ok};
+use cozyplane_lab::require_root;
 use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::Tables;
 use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
@@ -34,15 +36,6 @@ const AGENT_SA: &str = "system:serviceaccount:cozy-system:cozyplane-agent";
 const AGENT_TOKEN: &str = "cozyplane-agent-token";
 const NODE: &str = "n1";
 const NODE_IP: &str = "192.0.2.1";
-
-/// A private bpffs, unmounted on drop.
-struct Bpffs(tempfile::TempDir);
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
-    }
-}
 
 /// Creates and pins the six maps the writer opens, with the header's types and sizes.
 fn pin_policy_maps(dir: &Path) {
@@ -295,8 +288,7 @@ fn start_writer(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
     require_root();
-    let fs = Bpffs(tempfile::tempdir().unwrap());
-    sh_ok(&["mount", "-t", "bpf", "cppolicy", fs.0.path().to_str().unwrap()]);
+    let fs = common::Bpffs::new("cppolicy");
     let pins = fs.0.path().to_path_buf();
     pin_policy_maps(&pins);
 

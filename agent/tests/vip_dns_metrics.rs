@@ -3,6 +3,8 @@
 //! (a private bpffs, the agent's own loader), the resolver's from queries answered by a
 //! resolver built on the registry's handles. Needs root; fails (never skips) without it.
 
+mod common;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -14,27 +16,10 @@ use cozyplane_agent::core::metrics::{MetricsBuilder, VpcNames};
 use cozyplane_agent::features::{dns::Dns, services::Services};
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::maps::lb_stats;
-use cozyplane_lab::{require_root, sh, sh_ok};
+use cozyplane_lab::require_root;
 use cozyplane_resolver::{Resolver, Service, Transport, Upstreams, View, ViewHandle, Zone};
 use hickory_proto::op::{Message, Query};
 use hickory_proto::rr::{Name, RecordType};
-
-/// A private bpffs, unmounted on drop.
-struct Bpffs(tempfile::TempDir);
-
-impl Bpffs {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        sh_ok(&["mount", "-t", "bpf", "cpvipdns", dir.path().to_str().unwrap()]);
-        Self(dir)
-    }
-}
-
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
-    }
-}
 
 fn query(name: &str) -> Vec<u8> {
     let mut m = Message::query();
@@ -45,9 +30,8 @@ fn query(name: &str) -> Vec<u8> {
 #[test]
 fn load_balancer_and_resolver_metrics_are_in_the_agents_registry() {
     require_root();
-    let fs = Bpffs::new();
-    let dp = Datapath::load(&fs.0.path().join("cozyplane"), &DatapathConfig::default())
-        .expect("load the datapath");
+    let fs = common::Bpffs::new("cpvipdns");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).expect("load the datapath");
     let pins = dp.pin_dir().to_path_buf();
 
     // The datapath's counters as two CPUs left them.

@@ -517,47 +517,6 @@ static __always_inline int sdn_pol_established(struct sdn_pol_scratch *w)
 	       SDN_PCT_PASS;
 }
 
-/* NetworkPolicy for a net-0 packet at sdn_from_pod (the source pod's side) or
- * sdn_to_pod (the destination pod's). 0 to go on, or a DROP_*.
- */
-static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
-					const struct sdn_pkt *p)
-{
-	struct sdn_np_ident *src, *dst;
-	struct sdn_pol_scratch *w;
-	int ret;
-
-	if (p->frag == SDN_FRAG_LATER)
-		return 0;
-	w = sdn_pol_scratch();
-	if (!w)
-		return 0;
-	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
-	if (ret)
-		return ret;
-	/* An established policed flow passes on its entry before the isolation
-	 * checks below, which cost up to four sdn_pol_rules (LPM) lookups: with
-	 * 13,130 rules loaded, policing an established flow added ~520 ns to
-	 * each packet's 520–780 in sdn_from_pod and sdn_to_pod, and adds 40–70
-	 * this way (lab/benches/policy.rs, bpf_stats). A flow whose ends are no
-	 * longer isolated passes either way.
-	 */
-	if (sdn_pol_established(w))
-		return 0;
-	src = bpf_map_lookup_elem(&sdn_np_idents, &w->f.src);
-	dst = bpf_map_lookup_elem(&sdn_np_idents, &w->f.dst);
-	/* The net-0 fast path: neither end isolated in either direction (no
-	 * policy selects it), so the rules would admit the flow both ways and
-	 * nothing needs its state. No connection-table step, no entry; should
-	 * an end become isolated, the flow's next segment is decided by
-	 * sdn_np_adopt.
-	 */
-	if (!sdn_np_isolated(w, src) && !sdn_np_isolated(w, dst))
-		return 0;
-	return sdn_pol_count(skb->len, 0, SDN_LAYER_NP,
-			     sdn_pol_flow(w, SDN_LAYER_NP));
-}
-
 /*
  * A backend's reply that sdn_lb_reverse already gave the VIP as source (it
  * does so before delivery, on the client's node): policed as the backend's,
@@ -583,6 +542,52 @@ static __always_inline void sdn_sg_unbalance(struct sdn_pol_scratch *w)
 	f->src = b->backend;
 	f->src_net = b->net;
 	f->sport = b->backend_port;
+}
+
+/* NetworkPolicy for a net-0 packet at sdn_from_pod (the source pod's side) or
+ * sdn_to_pod (the destination pod's). 0 to go on, or a DROP_*.
+ */
+static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
+					const struct sdn_pkt *p)
+{
+	struct sdn_np_ident *src, *dst;
+	struct sdn_pol_scratch *w;
+	int ret;
+
+	if (p->frag == SDN_FRAG_LATER)
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return 0;
+	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
+	if (ret)
+		return ret;
+	/* A Service reply already given its frontend as source is judged as
+	 * its backend's, like its flow's first packet (sdn_lb_reverse).
+	 */
+	if (!w->f.icmp_err)
+		sdn_sg_unbalance(w);
+	/* An established policed flow passes on its entry before the isolation
+	 * checks below, which cost up to four sdn_pol_rules (LPM) lookups: with
+	 * 13,130 rules loaded, policing an established flow added ~520 ns to
+	 * each packet's 520–780 in sdn_from_pod and sdn_to_pod, and adds 40–70
+	 * this way (lab/benches/policy.rs, bpf_stats). A flow whose ends are no
+	 * longer isolated passes either way.
+	 */
+	if (sdn_pol_established(w))
+		return 0;
+	src = bpf_map_lookup_elem(&sdn_np_idents, &w->f.src);
+	dst = bpf_map_lookup_elem(&sdn_np_idents, &w->f.dst);
+	/* The net-0 fast path: neither end isolated in either direction (no
+	 * policy selects it), so the rules would admit the flow both ways and
+	 * nothing needs its state. No connection-table step, no entry; should
+	 * an end become isolated, the flow's next segment is decided by
+	 * sdn_np_adopt.
+	 */
+	if (!sdn_np_isolated(w, src) && !sdn_np_isolated(w, dst))
+		return 0;
+	return sdn_pol_count(skb->len, 0, SDN_LAYER_NP,
+			     sdn_pol_flow(w, SDN_LAYER_NP));
 }
 
 /*

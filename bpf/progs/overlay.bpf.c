@@ -59,13 +59,21 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	if (!bpf_map_lookup_elem(&sdn_nodes, &outer))
 		return sdn_drop(skb, DROP_OVERLAY_SOURCE);
 	net = sdn_vni_to_net(key.tunnel_id);
-	/* Net 0 is the host stack's: a reply of a flow kube-proxy NATed on this
-	 * node must meet its conntrack entry before it reaches the pod.
-	 */
-	if (!net)
-		return sdn_to_host(skb);
-
 	ret = sdn_parse(skb, &p);
+	/* Net 0 is the host stack's (what it cannot parse included): a reply of
+	 * a flow kube-proxy NATed on this node must meet its conntrack entry
+	 * before it reaches the pod. A reply of a flow this node balanced (a
+	 * Service backend on that node, its client here) first gets the
+	 * frontend back as its source.
+	 */
+	if (!net) {
+		if (!ret && p.family) {
+			ret = sdn_lb_reverse(skb, &p, 0);
+			if (ret)
+				return sdn_drop(skb, ret);
+		}
+		return sdn_to_host(skb);
+	}
 	if (ret)
 		return sdn_drop(skb, ret);
 	if (!p.family)

@@ -15,6 +15,7 @@
 #include "../lib/egress.h"
 #include "../lib/endpoint.h"
 #include "../lib/lb.h"
+#include "../lib/lb_reject.h"
 #include "../lib/ndp.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
@@ -218,8 +219,30 @@ int sdn_from_pod(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 
 	if (!net) {
+		/* A Service's frontend (lib/lb.h, the kube-proxy replacement):
+		 * DNATed to its backend first, so that NetworkPolicy judges the
+		 * backend, as it does behind kube-proxy.
+		 */
+		ret = sdn_lb_forward(skb, &p, 0, 0);
+		if (ret == DROP_VIP_NO_BACKEND) {
+			/* Refused at once, as kube-proxy does (lib/lb_reject.h). */
+			int r = sdn_lb_reject(skb, &p);
+
+			if (r > 0)
+				return bpf_redirect(ifindex, 0);
+			if (r < 0)
+				ret = DROP_REWRITE;
+		}
+		if (ret)
+			return sdn_drop(skb, ret);
 		/* NetworkPolicy, the source's egress side (lib/policy.h). */
 		ret = sdn_np_police(skb, &p);
+		if (ret)
+			return sdn_drop(skb, ret);
+		/* A backend's reply to a client of this node: judged above as
+		 * the backend's, then its source becomes the frontend again.
+		 */
+		ret = sdn_lb_reverse(skb, &p, 0);
 		if (ret)
 			return sdn_drop(skb, ret);
 		sdn_count_tx(skb, 0);

@@ -581,6 +581,9 @@ pub const LAYOUTS: &[StructLayout] = &[
     LbAffKey::LAYOUT,
     LbAff::LAYOUT,
     LbWork::LAYOUT,
+    SockNetns::LAYOUT,
+    SockRevKey::LAYOUT,
+    SockRev::LAYOUT,
     SnatConf::LAYOUT,
     Internal::LAYOUT,
     SnatAddr::LAYOUT,
@@ -635,6 +638,10 @@ impl std::ops::AddAssign for DropStats {
 // The policy layers' structs (include/sdn/policy_maps.h, ct.h) live in their own file.
 mod policy;
 pub use policy::*;
+
+// The socket-level load balancer's structs (include/sdn/sock_maps.h).
+mod sock;
+pub use sock::*;
 
 abi_struct! {
     /// `struct sdn_snat_conf`, the one value of `sdn_snat_conf`: the node's NAT settings.
@@ -850,7 +857,8 @@ abi_struct! {
         pub count: u32,
         /// ClientIP affinity timeout in seconds; 0: none.
         pub affinity: u32,
-        /// Reserved, 0.
+        /// Low byte: the agent's owner of the frontend (0 ServiceVIPs, 1 Kubernetes
+        /// Services); the datapath ignores it.
         pub flags: u32,
     }
 }

@@ -98,6 +98,7 @@ mod tests {
         assert_eq!(names, all, "the pod object pins every map of maps::ALL");
         assert_eq!(pod, overlay, "both objects share one definition per map");
         assert_eq!(pod, Object::Uplink.pinned_maps(), "the uplink object too");
+        assert_eq!(pod, Object::Sock.pinned_maps(), "the socket hooks' object too");
         assert!(
             pod.iter()
                 .all(|m| m.key_size > 0 && m.value_size > 0 && m.max_entries > 0)

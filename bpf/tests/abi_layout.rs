@@ -74,6 +74,18 @@ fn generated_asserts() -> String {
     .unwrap();
     writeln!(
         c,
+        "_Static_assert(SDN_SOCK_AFF_NET == {}u && SDN_SOCK_STAT_MAX == {} && SDN_SOCK_STAT_CONNECT == {} \
+         && SDN_SOCK_STAT_SENDMSG == {} && SDN_SOCK_STAT_REFUSED == {} && SDN_SOCK_STAT_REVERSED == {}, \"sock\");",
+        cozyplane_bpf::abi::SOCK_AFF_NET,
+        maps::sock_stats::MAX,
+        maps::sock_stats::CONNECT,
+        maps::sock_stats::SENDMSG,
+        maps::sock_stats::REFUSED,
+        maps::sock_stats::REVERSED,
+    )
+    .unwrap();
+    writeln!(
+        c,
         "_Static_assert(SDN_DNS_CFG_V4 == {} && SDN_DNS_CFG_V6 == {} && SDN_DNS_CFG_MAX == {}, \"dns\");",
         maps::dns_cfg::V4,
         maps::dns_cfg::V6,

@@ -634,3 +634,69 @@ fn egress_to_a_service_ip_is_left_to_the_backend() {
     );
     assert_eq!(drops_of(&dp, DropReason::PolNp), 1);
 }
+
+// A Service in front of `a` (the kube-proxy replacement, lib/lb.h on net 0): b's packet to
+// the ClusterIP is DNATed before its egress is judged, so `a`'s ingress rules see b; a's
+// reply is judged as a's at its own veth, leaves with the ClusterIP as source and still
+// passes b's delivery by the flow's entry; c (namespace y), whom a's rules refuse, is
+// refused through the Service too.
+#[test]
+fn a_service_flow_is_judged_as_its_backends() {
+    use cozyplane_bpf::abi::{LB_SLOTS, LbSvc};
+    use cozyplane_bpf::maps::{lb_backends, lb_maglev, lb_svc};
+
+    let (mut dp, _, _) = setup(&[a_locked()]);
+    const CIP: &str = "10.96.0.10";
+    lb_backends::LbBackendsMap::try_from(dp.map_mut(lb_backends::NAME))
+        .unwrap()
+        .upsert(1, 0, ip(A), 80)
+        .unwrap();
+    lb_maglev::LbMaglevMap::try_from(dp.map_mut(lb_maglev::NAME))
+        .unwrap()
+        .set(1, &[1; LB_SLOTS])
+        .unwrap();
+    let f = lb_svc::Frontend {
+        net: 0,
+        vip: ip(CIP),
+        proto: 6,
+        port: 8000,
+    };
+    let v = LbSvc {
+        id: 1,
+        count: 1,
+        affinity: 0,
+        flags: 1,
+    };
+    lb_svc::LbSvcMap::try_from(dp.map_mut(lb_svc::NAME))
+        .unwrap()
+        .upsert(f, v)
+        .unwrap();
+
+    let syn = pol::tcp(mac_of(ip(B)), cfg().gw_mac, ip(B), ip(CIP), 40000, 8000, SYN);
+    let out = dp.run(FROM_POD, &syn, LO, 0);
+    assert_eq!(out.verdict, TC_ACT_OK, "b's SYN to the ClusterIP");
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.dst.to_string(), p.dport), (A.to_string(), 80));
+    assert_eq!(
+        dp.run(TO_POD, &out.packet, LO, 0).verdict,
+        TC_ACT_OK,
+        "a's ingress admits b"
+    );
+    let synack = pol::tcp(mac_of(ip(A)), cfg().gw_mac, ip(A), ip(B), 80, 40000, SYN | ACK);
+    let out = dp.run(FROM_POD, &synack, LO, 0);
+    assert_eq!(out.verdict, TC_ACT_OK, "a's reply, judged as a's");
+    let p = pkt::parse_v4(&out.packet);
+    assert_eq!((p.src.to_string(), p.sport), (CIP.to_string(), 8000));
+    assert_eq!(
+        dp.run(TO_POD, &out.packet, LO, 0).verdict,
+        TC_ACT_OK,
+        "the reply from the ClusterIP passes b's delivery by the flow's entry"
+    );
+    assert_eq!(total_drops(&dp), 0);
+
+    // c is no pod of x: a's rules refuse it, through the Service as directly, already at
+    // c's side (every node knows a's identity and rules).
+    let syn = pol::tcp(mac_of(ip(C)), cfg().gw_mac, ip(C), ip(CIP), 40001, 8000, SYN);
+    assert_eq!(dp.run(FROM_POD, &syn, LO, 0).verdict, TC_ACT_SHOT);
+    assert_eq!(drops_of(&dp, DropReason::PolNp), 1);
+}

@@ -445,6 +445,13 @@ pub const MODES: &[Mode] = &[
         drops: &[],
     },
     Mode {
+        name: "kube-proxy-kept",
+        files: &[],
+        values: &[("agent.kubeProxyReplacement", "false")],
+        adds: &[],
+        drops: &[],
+    },
+    Mode {
         name: "agent-extras",
         files: &[],
         values: &[

@@ -25,6 +25,7 @@ use crate::core::config::CoreConfig;
 use crate::core::datapath::loader::Datapath;
 use crate::core::datapath::netdev::NetDev;
 use crate::core::ipam::Block;
+use crate::core::lb::Lb;
 use crate::core::metrics::{Metrics, MetricsBuilder, VpcNames};
 
 /// Why a feature could not do its part; the core reports it with the feature's name.
@@ -58,6 +59,8 @@ pub struct Core {
     pub metrics: Metrics,
     /// VNI → VPC names, for the per-VPC metric labels.
     pub vpc_names: VpcNames,
+    /// The load balancer's one writer, which every feature with frontends feeds.
+    pub lb: Lb,
 }
 
 /// What [`Feature::start`] returns for a feature whose whole start is one loop: `task` is

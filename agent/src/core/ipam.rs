@@ -171,6 +171,10 @@ pub struct Allocation {
     /// address above is only bridged to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vpc: Option<VpcAttachment>,
+    /// The cookie of the pod's netns, which keys its `sdn_sock_netns` entry (the socket-level
+    /// load balancer): DEL removes the entry by it even when the netns is already gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_cookie: Option<u64>,
 }
 
 impl Allocation {
@@ -387,6 +391,7 @@ impl Ipam {
                 host_ifindex: None,
                 vpc: None,
                 ip6: None,
+                netns_cookie: None,
             },
         );
         if let Some(b6) = self.block6 {
@@ -410,6 +415,17 @@ impl Ipam {
             a.host_ifindex = Some(host_ifindex);
             a.mac = Some(mac.to_string());
             a.vpc = vpc;
+            self.generation += 1;
+        }
+    }
+
+    /// Record the pod's netns cookie (ADD, or a restart for records written before it was
+    /// recorded); in memory.
+    pub fn set_netns_cookie(&mut self, ip: Ipv4Addr, cookie: u64) {
+        if let Some(a) = self.by_ip.get_mut(&ip)
+            && a.netns_cookie != Some(cookie)
+        {
+            a.netns_cookie = Some(cookie);
             self.generation += 1;
         }
     }

@@ -8,6 +8,7 @@
 //! | [`watch`] | the node's watched view: Nodes, this node's Pods, Ports, VPCs, VPCBindings → `sdn_node_blocks`, `sdn_remotes`, `sdn_nodes`, host routes, the cluster-internal ranges (`sdn_internal`), the CNI path's caches; and the watch kit features share ([`watch::Cache`], [`watch::plan`]) |
 //! | [`datapath`] | loading and attaching the programs, their pinned maps, netlink, the tunnel device |
 //! | [`ipam`] | the node's fabric addresses |
+//! | [`lb`] | the load balancer's maps: one writer, fed by every feature with frontends |
 //! | [`cni`] | the CNI server: the pods' lifecycle (ADD, DEL, CHECK, GC, reconciliation) |
 //! | [`metrics`] | the one registry, the core's families, the kit features add theirs with |
 //! | [`shards`] | the gateway NAT's port shards (uplink and egress read them) |
@@ -24,6 +25,7 @@ pub mod datapath;
 pub mod error;
 pub mod feature;
 pub mod ipam;
+pub mod lb;
 pub mod metrics;
 pub mod node;
 pub mod run;

@@ -94,6 +94,12 @@ pub async fn bring_up(
         pod_mtu = mtu,
         "datapath loaded"
     );
+    // The node's own sockets are the socket-level load balancer's (net 0), registered before
+    // any feature can attach its hooks (`Datapath::attach_sock`).
+    crate::core::datapath::netns_cookie::register_own(&cfg.bpffs_dir).map_err(|source| StartError::Io {
+        what: "registering the node's netns in sdn_sock_netns".into(),
+        source,
+    })?;
     datapath.attach_overlay(&cfg.tunnel_dev)?;
     // The node's own traffic to other nodes' pods leaves through the tunnel device.
     datapath.attach_host_out(&cfg.tunnel_dev)?;

@@ -121,6 +121,7 @@ pub async fn run(cfg: CoreConfig, mut features: Vec<Box<dyn Feature>>) -> Result
             pin_dir: state.pin_dir().to_path_buf(),
             metrics: metrics.clone(),
             vpc_names,
+            lb: crate::core::lb::Lb::new(state.pin_dir()),
         };
         // A feature that cannot start (the resolver's sockets) stops the agent before this node
         // is announced.

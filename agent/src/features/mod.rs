@@ -5,6 +5,7 @@
 pub mod dns;
 pub mod doors;
 pub mod egress;
+pub mod kubeproxy;
 pub mod peering;
 pub mod policy;
 pub mod services;

@@ -1,5 +1,7 @@
 //! What the agent's integration tests share.
 
+#![allow(dead_code, reason = "each test binary uses part of the kit")]
+
 use std::path::PathBuf;
 
 use cozyplane_agent::AgentConfig;
@@ -14,4 +16,27 @@ pub(crate) fn agent_metrics(pin_dir: PathBuf, node: &str, vpcs: VpcNames) -> Met
         f.metrics(&mut builder);
     }
     builder.build()
+}
+
+/// A private bpffs, unmounted on drop.
+pub(crate) struct Bpffs(pub(crate) tempfile::TempDir);
+
+impl Bpffs {
+    /// Mounted now; `name` shows in `mount`'s list (which test left it, should one stay).
+    pub(crate) fn new(name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        cozyplane_lab::sh_ok(&["mount", "-t", "bpf", name, dir.path().to_str().unwrap()]);
+        Self(dir)
+    }
+
+    /// The pin directory the agent would use on it.
+    pub(crate) fn pins(&self) -> PathBuf {
+        self.0.path().join("cozyplane")
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        let _ = cozyplane_lab::sh(&["umount", "-l", self.0.path().to_str().unwrap()]);
+    }
 }

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The maps of the load balancer inside VPCs (ServiceVIPs, lib/lb.h). Included
+ * The maps of the load balancer (lib/lb.h): ServiceVIPs inside VPCs and
+ * Kubernetes Services on the default network (net 0). Included
  * from maps.h, so every object carries them like every other map. Rust mirror:
  * bpf/src/abi.rs and bpf/src/maps/lb_*.rs.
  *
- * The agent (agent/src/services.rs) writes the frontends (sdn_lb_svc), the
+ * The agent (agent/src/core/lb/) writes the frontends (sdn_lb_svc), the
  * backends (sdn_lb_backends) and one Maglev lookup table per frontend
  * (sdn_lb_maglev); the datapath writes the flow state (sdn_lb_flows,
  * sdn_lb_rev, sdn_lb_affinity) and the counters (sdn_lb_stats).
@@ -35,7 +36,9 @@ struct sdn_lb_svc {
 	__u32 id;		/* key of this frontend's table in sdn_lb_maglev */
 	__u32 count;		/* backends in the table; 0: none (a miss) */
 	__u32 affinity;		/* sessionAffinity ClientIP timeout in seconds; 0: none */
-	__u32 flags;		/* reserved, 0 */
+	__u32 flags;		/* low byte: the agent's owner of the frontend
+				 * (0 ServiceVIPs, 1 Kubernetes Services); the
+				 * datapath ignores it */
 };
 _Static_assert(sizeof(struct sdn_lb_svc) == 16, "ABI: sdn_lb_svc");
 
@@ -135,8 +138,13 @@ _Static_assert(sizeof(struct sdn_lb_aff) == 16, "ABI: sdn_lb_aff");
 #define SDN_LB_STAT_MISSES	2	/* packets to a VIP port without a backend */
 #define SDN_LB_STAT_MAX		4
 
-#define SDN_LB_SVC_MAX		16384
-#define SDN_LB_BACKENDS_MAX	65536
+/* Frontends: a cluster's 10,000 dual-stack Services with three ports each
+ * (Kubernetes Services and ServiceVIPs share the maps); backends: its 100,000
+ * endpoints and more. Both are allocated per entry (BPF_F_NO_PREALLOC), so
+ * the bound costs nothing until used.
+ */
+#define SDN_LB_SVC_MAX		65536
+#define SDN_LB_BACKENDS_MAX	262144
 #define SDN_LB_FLOWS_MAX	65536
 #define SDN_LB_AFFINITY_MAX	16384
 

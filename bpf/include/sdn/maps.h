@@ -412,3 +412,5 @@ struct {
 #include <sdn/policy_maps.h>
 /* The policy layers' drops per layer, net and reason (issue 14). */
 #include <sdn/pol_drops_maps.h>
+/* The socket-level load balancer of the default network's Services. */
+#include <sdn/sock_maps.h>

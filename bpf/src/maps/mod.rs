@@ -46,6 +46,9 @@ pub mod snat_gws;
 pub mod snat_rev;
 pub mod snat_shards;
 pub mod snat_work;
+pub mod sock_netns;
+pub mod sock_rev;
+pub mod sock_stats;
 pub mod xnet_allow;
 pub mod xnet_routes;
 
@@ -109,6 +112,9 @@ pub const ALL: &[&str] = &[
     np_idents::NAME,
     hf_self::NAME,
     pol_work::NAME,
+    sock_netns::NAME,
+    sock_rev::NAME,
+    sock_stats::NAME,
 ];
 
 /// The policy layers' maps (`include/sdn/policy_maps.h`), a part of [`ALL`] that
@@ -194,7 +200,7 @@ mod tests {
         DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, Internal, LbAff, LbAffKey, LbBackend, LbFlow,
         LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable, LbWork, LbgFront, LbgKey, LbgRevKey, NetStats,
         NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatKey, SnatRev, SnatRkey, SnatWork,
-        XnetKey, XnetPair, XnetRoute, XnetStats,
+        SockNetns, SockRev, SockRevKey, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -276,6 +282,9 @@ mod tests {
             (lb_affinity::NAME, size_of::<LbAffKey>(), size_of::<LbAff>()),
             (lb_stats::NAME, size_of::<u32>(), size_of::<u64>()),
             (lb_work::NAME, size_of::<u32>(), size_of::<LbWork>()),
+            (sock_netns::NAME, size_of::<u64>(), size_of::<SockNetns>()),
+            (sock_rev::NAME, size_of::<SockRevKey>(), size_of::<SockRev>()),
+            (sock_stats::NAME, size_of::<u32>(), size_of::<u64>()),
         ];
         for obj in Object::ALL {
             let parsed = aya_obj::Object::parse(obj.bytes()).expect("embedded object parses");

@@ -99,11 +99,12 @@ impl Datapath {
         let mut pod = loader.load(Object::Pod.bytes()).expect("load pod.o");
         let mut overlay = loader.load(Object::Overlay.bytes()).expect("load overlay.o");
         let mut uplink = loader.load(Object::Uplink.bytes()).expect("load uplink.o");
-        for spec in programs::ALL {
+        for spec in programs::TC {
             let ebpf = match spec.object {
                 Object::Pod => &mut pod,
                 Object::Overlay => &mut overlay,
                 Object::Uplink => &mut uplink,
+                Object::Sock => unreachable!("programs::TC has no socket hook"),
             };
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(spec.name)
@@ -122,12 +123,12 @@ impl Datapath {
     }
 
     fn prog(&self, name: &str) -> &SchedClassifier {
-        let object = programs::ALL
+        let object = programs::TC
             .iter()
             .find(|s| s.name == name)
             .map_or(Object::Pod, |s| s.object);
         let ebpf = match object {
-            Object::Pod => &self.pod,
+            Object::Pod | Object::Sock => &self.pod,
             Object::Overlay => &self.overlay,
             Object::Uplink => &self.uplink,
         };

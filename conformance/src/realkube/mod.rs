@@ -132,8 +132,9 @@ pub struct Options {
     /// cluster CA; kube-controller-manager also runs the node-lifecycle controller (which
     /// removes the `not-ready` taint NodeTaint admission puts on a new Node) and the
     /// root-CA publisher (`kube-root-ca.crt`, which a pod's ServiceAccount token volume needs),
-    /// and the Endpoints and EndpointSlice-mirroring controllers (the upstream suite reads
-    /// Endpoints);
+    /// the Endpoints and EndpointSlice-mirroring controllers (the upstream suite reads
+    /// Endpoints) and the workload controllers (Deployments, ReplicaSets,
+    /// ReplicationControllers, DaemonSets, StatefulSets, Jobs, pod GC, disruption);
     /// kube-scheduler runs (`KUBE_BIN_DIR/kube-scheduler.xz`, as `kubernetes-admin`), so pods
     /// without `nodeName` are placed; and Services get ClusterIPs from `10.96.0.0/16`
     /// ([`SERVICE_RANGE_WITH_KUBELETS`]) instead of a loopback range, where a pod connecting
@@ -387,6 +388,9 @@ impl ControlPlane {
         if opts.kubelets {
             // The Endpoints controllers too: the upstream suite's Endpoints tests read them.
             controllers.push_str(",node-lifecycle-controller,root-ca-certificate-publisher-controller,endpoints-controller,endpointslice-mirroring-controller");
+            // The workload controllers: the upstream suite runs its servers as Deployments,
+            // ReplicationControllers, DaemonSets and Jobs, and cleans up after deleted nodes' pods.
+            controllers.push_str(",deployment-controller,replicaset-controller,replicationcontroller-controller,daemonset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller,disruption-controller");
         }
         let mut cmd = Command::new(&bins.controller_manager);
         cmd.args([

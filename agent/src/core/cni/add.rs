@@ -1,7 +1,9 @@
 //! ADD: which network, the fabric address, the Port, the veth, the programs, the maps.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 
+use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 use cozyplane_cni::proto::Request;
 use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
 use serde_json::Value;
@@ -9,6 +11,7 @@ use serde_json::Value;
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
 use crate::core::cni::attachment::{self, Attachment};
 use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, format_mac, parse_mac};
+use crate::core::datapath::netns_cookie;
 use crate::core::ipam::{VpcAddress, VpcAttachment};
 
 impl AgentState {
@@ -178,6 +181,8 @@ impl AgentState {
             .as_ref()
             .map_or_else(|| fabric.clone(), |v| v.ips().collect());
 
+        // The pod's netns cookie once registered in sdn_sock_netns, for the undo below.
+        let mut cookie = None;
         let setup = async {
             // The pod was stamped with the Port's address and MAC when the Port was made.
             let (hl, pod_mac) = self
@@ -205,9 +210,18 @@ impl AgentState {
             steps.mark("attach");
             self.write_maps(hl.index, &fabric, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
+            // The socket-level load balancer serves the pod's sockets when it is on net 0 (a
+            // VPC pod is registered with its VNI, which the hooks leave alone).
+            let c = blocking(|| netns_cookie::of_path(Path::new(&env.netns)))
+                .map_err(|e| internal("reading the pod's netns cookie failed", e))?;
+            SockNetnsMap::from_pin(&self.pin_dir)
+                .and_then(|mut m| m.upsert(c, vpc_att.as_ref().map_or(0, |v| v.vni)))
+                .map_err(|e| internal("writing the datapath maps failed", e))?;
+            cookie = Some(c);
             steps.mark("maps");
             self.ipam()
                 .complete(ip, hl.index, &format_mac(pod_mac), vpc_att.clone());
+            self.ipam().set_netns_cookie(ip, c);
             // After the record: the sever task either finds it or is seen here (the revocation feature, features/sever).
             if let (Some(va), Some(api)) = (&vpc_att, &self.api)
                 && api.severed.contains(&port_uid)
@@ -230,6 +244,9 @@ impl AgentState {
                 // Undo whatever part was done; each step tolerates "already gone".
                 let l = self.netdev.link(&host).await.ok().flatten();
                 let _ = self.remove_maps(l.map(|l| l.index), &fabric, vpc_att.as_ref());
+                if let Some(c) = cookie {
+                    let _ = SockNetnsMap::from_pin(&self.pin_dir).and_then(|mut m| m.remove(c));
+                }
                 let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
                 self.ipam().release(&env.container_id, &env.ifname);

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 
 use cozyplane_bpf::maps::ports::PortsMap;
+use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 use cozyplane_cni::spec::{CniError, ErrorCode};
 use serde_json::Value;
 
@@ -46,6 +47,12 @@ impl AgentState {
         if let Some(a) = &alloc {
             self.remove_maps(None, &a.fabric_ips(), a.vpc.as_ref())
                 .map_err(|e| internal("removing map entries failed", e))?;
+            // By the recorded cookie: the netns itself may be gone already.
+            if let Some(c) = a.netns_cookie {
+                SockNetnsMap::from_pin(&self.pin_dir)
+                    .and_then(|mut m| m.remove(c))
+                    .map_err(|e| internal("removing map entries failed", e))?;
+            }
         }
         self.datapath()
             .detach(&host)

@@ -2,13 +2,16 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::path::Path;
 
 use cozyplane_bpf::maps::bridges::BridgesMap;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
+use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 
 use super::{AgentState, HOST_VETH_PREFIX, host_veth_name};
 use crate::core::datapath::netdev::parse_mac;
+use crate::core::datapath::netns_cookie;
 use crate::core::ipam::Allocation;
 
 impl AgentState {
@@ -84,12 +87,32 @@ impl AgentState {
                         tracing::warn!(%host, "reconcile: {e}");
                         self.sync_error("reconcile");
                     }
+                    // The socket hooks' entry; a record from before cookies were recorded gets
+                    // its pod's cookie now (its netns is there: so is its veth).
+                    let cookie = match a.netns_cookie {
+                        Some(c) => Ok(c),
+                        None => netns_cookie::of_path(Path::new(&a.netns)).map_err(|e| e.to_string()),
+                    };
+                    let registered = cookie.and_then(|c| {
+                        SockNetnsMap::from_pin(&self.pin_dir)
+                            .and_then(|mut m| m.upsert(c, net))
+                            .map_err(|e| e.to_string())?;
+                        self.ipam().set_netns_cookie(a.ip, c);
+                        Ok(())
+                    });
+                    if let Err(e) = registered {
+                        tracing::warn!(%host, "reconcile: the pod's sdn_sock_netns entry: {e}");
+                        self.sync_error("reconcile");
+                    }
                     kept += 1;
                 }
                 _ => {
                     let _ = self.datapath().detach(&host);
                     let _ = self.netdev.delete(&host).await;
                     let _ = self.remove_maps(None, &a.fabric_ips(), a.vpc.as_ref());
+                    if let Some(c) = a.netns_cookie {
+                        let _ = SockNetnsMap::from_pin(&self.pin_dir).and_then(|mut m| m.remove(c));
+                    }
                     if let (Some(v), Some(api)) = (&a.vpc, &self.api) {
                         for port in v.ports() {
                             if let Err(e) = api.discard_port(port).await {

@@ -10,6 +10,10 @@
 //!   ~12 ms per hook on the reference machine and stalled every other pod's netlink work
 //!   behind it. A filter lives with its device, so it needs no pin; on restart the
 //!   program is replaced in place (a filter change at the same priority and handle).
+//! * The **socket hooks** of the default network's Services (`programs::SOCK`) get pinned
+//!   cgroup links, `links/sock_<hook>`, on a cgroup2 directory ([`Datapath::attach_sock`]).
+//!   On start the loader swaps the new program into each pinned link (`BPF_LINK_UPDATE`,
+//!   [`cozyplane_bpf::sys::update_link`]), as for the TCX links: no socket is ever unserved.
 //!
 //! The maps are pinned by name by aya (one file per `maps::*::NAME`); on start the loader
 //! reuses them (aya opens an existing pin instead of creating a map), except a map whose
@@ -17,13 +21,16 @@
 //! afresh and refilled by the start-up reconciliation. No packet ever sees an unattached
 //! device.
 
+use std::fs::File;
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use aya::programs::links::{FdLink, LinkError, PinnedLink};
 use aya::programs::tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle};
-use aya::programs::{SchedClassifier, TcAttachType};
+use aya::programs::{CgroupAttachMode, CgroupSockAddr, SchedClassifier, TcAttachType};
 use aya::{Ebpf, EbpfLoader};
-use cozyplane_bpf::programs::{self, ProgramSpec};
+use cozyplane_bpf::programs::{self, AttachPoint, ProgramSpec};
 use cozyplane_bpf::{DatapathConfig, Object, maps};
 
 /// The `cls_bpf` filter of a pod hook: priority 1, handle 1 on the clsact hook. Fixed, so
@@ -61,7 +68,7 @@ pub enum LoadError {
     Attach {
         /// Program name.
         prog: &'static str,
-        /// Device name.
+        /// Device name, or the cgroup directory of a socket hook.
         dev: String,
         /// The error.
         source: Box<dyn std::error::Error + Send + Sync>,
@@ -84,6 +91,7 @@ pub struct Datapath {
     pod: Ebpf,
     overlay: Ebpf,
     uplink: Ebpf,
+    sock: Ebpf,
     /// How many maps were already pinned when this process loaded them.
     pub reused_maps: usize,
     /// Pinned maps whose layout had changed: created afresh by this load.
@@ -99,7 +107,7 @@ impl std::fmt::Debug for Datapath {
 }
 
 impl Datapath {
-    /// Load both objects with `cfg`, pinning (or reusing) the maps under `pin_dir`.
+    /// Load every object with `cfg`, pinning (or reusing) the maps under `pin_dir`.
     pub fn load(pin_dir: &Path, cfg: &DatapathConfig) -> Result<Self, LoadError> {
         let io = |what: String| move |source| LoadError::Io { what, source };
         std::fs::create_dir_all(pin_dir.join("links"))
@@ -127,8 +135,11 @@ impl Datapath {
                 source: Box::new(e),
             })?;
             for spec in programs::ALL.iter().filter(|s| s.object == obj) {
-                let prog = classifier(&mut ebpf, spec)?;
-                programs::load(prog).map_err(|e| LoadError::Load {
+                let loaded = match spec.attach {
+                    AttachPoint::Cgroup => programs::load_sock(sock_addr(&mut ebpf, spec)?),
+                    _ => programs::load(classifier(&mut ebpf, spec)?),
+                };
+                loaded.map_err(|e| LoadError::Load {
                     what: spec.name.to_string(),
                     source: Box::new(e),
                 })?;
@@ -138,11 +149,13 @@ impl Datapath {
         let pod = load(Object::Pod)?;
         let overlay = load(Object::Overlay)?;
         let uplink = load(Object::Uplink)?;
+        let sock = load(Object::Sock)?;
         Ok(Self {
             pin_dir: pin_dir.to_path_buf(),
             pod,
             overlay,
             uplink,
+            sock,
             reused_maps,
             rebuilt_maps,
         })
@@ -223,6 +236,7 @@ impl Datapath {
             Object::Pod => &mut self.pod,
             Object::Overlay => &mut self.overlay,
             Object::Uplink => &mut self.uplink,
+            Object::Sock => &mut self.sock,
         };
         let prog = classifier(ebpf, spec)?;
         let err = |source: Box<dyn std::error::Error + Send + Sync>| LoadError::Attach {
@@ -306,6 +320,119 @@ impl Datapath {
         std::mem::forget(link);
         Ok(outcome)
     }
+}
+
+impl Datapath {
+    /// Attach the socket hooks of the default network's Services ([`programs::SOCK`]) to the
+    /// cgroup2 directory `cgroup`: on a node, the unified hierarchy's root
+    /// ([`super::cgroup::cgroup2_root`]), whose hooks run for every process of the machine
+    /// (`sdn_sock_netns` limits them to this node's sockets). Each hook is a pinned bpf link,
+    /// `links/sock_<hook>` (`sock_connect4`, …). When the pin exists and its link serves
+    /// `cgroup` (an agent restart), the link takes this process's program in place, so sockets
+    /// are never unserved. A pinned link of another cgroup, or of one removed since, is
+    /// replaced: the new link first, then the pin. `Created` if any link was new.
+    pub fn attach_sock(&mut self, cgroup: &Path) -> Result<AttachOutcome, LoadError> {
+        let io = |what: String| move |source| LoadError::Io { what, source };
+        let dir = File::open(cgroup).map_err(io(format!("open cgroup {}", cgroup.display())))?;
+        // A cgroup's id is its directory's inode number; a link reports the id it serves.
+        let id = dir
+            .metadata()
+            .map_err(io(format!("stat cgroup {}", cgroup.display())))?
+            .ino();
+        let mut outcome = AttachOutcome::Replaced;
+        for spec in &programs::SOCK {
+            if self.attach_sock_hook(spec, &dir, (cgroup, id))? == AttachOutcome::Created {
+                outcome = AttachOutcome::Created;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Remove the socket hooks: unpinning a link detaches it (nothing else holds it).
+    /// Absent pins are fine.
+    pub fn detach_sock(&self) -> Result<(), LoadError> {
+        for spec in &programs::SOCK {
+            let pin = self.sock_pin(spec);
+            match std::fs::remove_file(&pin) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(LoadError::Io {
+                        what: format!("unpin {}", pin.display()),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `links/sock_connect4` for `sdn_sock_connect4`.
+    fn sock_pin(&self, spec: &ProgramSpec) -> PathBuf {
+        let hook = spec.name.strip_prefix("sdn_").unwrap_or(spec.name);
+        self.pin_dir.join("links").join(hook)
+    }
+
+    fn attach_sock_hook(
+        &mut self,
+        spec: &ProgramSpec,
+        dir: &File,
+        (cgroup, cgroup_id): (&Path, u64),
+    ) -> Result<AttachOutcome, LoadError> {
+        let pin = self.sock_pin(spec);
+        let prog = sock_addr(&mut self.sock, spec)?;
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| LoadError::Attach {
+            prog: spec.name,
+            dev: cgroup.display().to_string(),
+            source,
+        };
+        let stale = pin.exists();
+        if stale {
+            let fd = prog.fd().map_err(|e| err(Box::new(e)))?;
+            // A link of a removed cgroup reports 0 once released, and takes no program
+            // (ENOLINK) from then on; until then it would, and serve nobody.
+            let updated = match cozyplane_bpf::sys::cgroup_link_target(&pin) {
+                Ok(id) if id == cgroup_id => cozyplane_bpf::sys::update_link(&pin, fd.as_fd()),
+                Ok(id) => Err(std::io::Error::other(format!("the link serves cgroup id {id}"))),
+                Err(e) => Err(e),
+            };
+            match updated {
+                Ok(()) => return Ok(AttachOutcome::Replaced),
+                Err(e) => {
+                    tracing::info!(prog = spec.name, pin = %pin.display(), "replacing a stale link: {e}");
+                }
+            }
+        }
+        // The new link first, then the old pin goes: meanwhile both run, and the second sees
+        // a backend's address, no frontend, and leaves it alone.
+        let id = prog
+            .attach(dir, CgroupAttachMode::Single)
+            .map_err(|e| err(Box::new(e)))?;
+        let link: FdLink = prog
+            .take_link(id)
+            .map_err(|e| err(Box::new(e)))?
+            .try_into()
+            .map_err(|e: LinkError| err(Box::new(e)))?;
+        if stale {
+            let _ = std::fs::remove_file(&pin);
+        }
+        link.pin(&pin).map_err(|e| err(Box::new(e)))?;
+        Ok(AttachOutcome::Created)
+    }
+}
+
+fn sock_addr<'a>(ebpf: &'a mut Ebpf, spec: &ProgramSpec) -> Result<&'a mut CgroupSockAddr, LoadError> {
+    let missing = || LoadError::Load {
+        what: spec.name.to_string(),
+        source: format!("{} has no program {}", spec.object.file_name(), spec.name).into(),
+    };
+    ebpf.program_mut(spec.name)
+        .ok_or_else(missing)?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| LoadError::Load {
+            what: spec.name.to_string(),
+            source: Box::new(e),
+        })
 }
 
 fn classifier<'a>(ebpf: &'a mut Ebpf, spec: &ProgramSpec) -> Result<&'a mut SchedClassifier, LoadError> {

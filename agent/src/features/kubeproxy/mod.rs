@@ -1,0 +1,161 @@
+//! The cluster's Service proxy (`--kube-proxy-replacement`): Kubernetes Services and their
+//! EndpointSlices, watched cluster-wide, become frontends of the load balancer on the default
+//! network (net 0), which the datapath serves at the socket for this node and its net-0 pods
+//! (`bpf/lib/sock_lb.h`, attached here to the cgroup2 root) and per packet for what the socket
+//! hooks did not translate (`bpf/lib/lb.h`, at `sdn_from_pod`). What a Service becomes is
+//! [`model`]'s; [`state`] keeps the maps equal to it, one Service at a time.
+//!
+//! Fail static: nothing is written before both watches have listed (the pinned frontends of a
+//! previous run keep serving meanwhile); the first full list replaces this owner's frontends
+//! at once ([`Lb::sync`]), every later event rewrites only the frontends of the one Service
+//! it touches ([`Lb::update`]), and a watch that fails keeps the maps as they are until it
+//! lists again.
+
+pub mod metrics;
+pub mod model;
+pub mod state;
+
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::{StreamExt as _, stream::BoxStream};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+
+use self::model::{Me, SELECTOR};
+use self::state::Proxy;
+use crate::core::api::ApiClients;
+use crate::core::datapath::cgroup::cgroup2_root;
+use crate::core::feature::{Core, DatapathCtx, Feature, FeatureError, spawned};
+use crate::core::lb::{Lb, Owner};
+use crate::core::metrics::MetricsBuilder;
+
+/// The feature's flags.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Args {
+    /// Be the cluster's Service proxy: balance every Kubernetes Service's ClusterIPs,
+    /// external IPs and load balancer IPs in eBPF, so the cluster needs no kube-proxy. Off:
+    /// Services are kube-proxy's (the coexistence `--dnat-mark` describes).
+    #[arg(long, env = "COZYPLANE_KUBE_PROXY_REPLACEMENT", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub kube_proxy_replacement: bool,
+    /// The cgroup2 directory the socket-level load balancer is attached to (every process
+    /// below it has its connections to Services made straight to a backend). Default: the
+    /// root of the cgroup2 hierarchy (`/sys/fs/cgroup`, or the unified mount of a hybrid host).
+    #[arg(long, env = "COZYPLANE_CGROUP_ROOT")]
+    pub cgroup_root: Option<std::path::PathBuf>,
+}
+
+/// One event of either watch (boxed: a Service is twice a slice's size on the stack).
+enum Ev {
+    Svc(Box<Result<Event<Service>, watcher::Error>>),
+    Slice(Box<Result<Event<EndpointSlice>, watcher::Error>>),
+}
+
+/// This node's zone label, read once (a node's zone does not move under a running agent).
+async fn me(api: &ApiClients) -> Me {
+    let zone = Api::<Node>::all(api.kube.clone())
+        .get_opt(&api.node)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.metadata.labels)
+        .and_then(|l| l.get("topology.kubernetes.io/zone").cloned());
+    Me {
+        node: api.node.clone(),
+        zone,
+    }
+}
+
+/// Runs the two watches forever, keeping the Service frontends equal to them.
+pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
+    let me = me(&api).await;
+    let cfg = watcher::Config::default().labels(SELECTOR);
+    let svcs = watcher::watcher(Api::<Service>::all(api.kube.clone()), cfg.clone())
+        .default_backoff()
+        .map(|e| Ev::Svc(Box::new(e)));
+    let slices = watcher::watcher(Api::<EndpointSlice>::all(api.kube.clone()), cfg)
+        .default_backoff()
+        .map(|e| Ev::Slice(Box::new(e)));
+    let streams: Vec<BoxStream<'static, Ev>> = vec![svcs.boxed(), slices.boxed()];
+    let mut events = futures::stream::select_all(streams);
+    tracing::info!(adopted_frontends = lb.held(Owner::KubeService), zone = ?me.zone,
+        "watching Services and EndpointSlices");
+    let mut st = Proxy::new(me);
+    while let Some(ev) = events.next().await {
+        let t0 = Instant::now();
+        let change = match ev {
+            Ev::Svc(e) => match *e {
+                Ok(e) => st.service_event(e),
+                Err(e) => {
+                    tracing::warn!("Service watch: {e}");
+                    continue;
+                }
+            },
+            Ev::Slice(e) => match *e {
+                Ok(e) => st.slice_event(e),
+                Err(e) => {
+                    tracing::warn!("EndpointSlice watch: {e}");
+                    continue;
+                }
+            },
+        };
+        st.commit(change, &lb, &metrics, t0);
+    }
+}
+
+/// The Service proxy (off unless `--kube-proxy-replacement`).
+#[derive(Debug, Default)]
+pub struct KubeProxy {
+    args: Args,
+    metrics: Option<metrics::ServiceMetrics>,
+}
+
+impl KubeProxy {
+    /// The feature with its flags.
+    pub fn new(args: Args) -> Self {
+        Self { args, metrics: None }
+    }
+}
+
+impl Feature for KubeProxy {
+    fn name(&self) -> &'static str {
+        "kubeproxy"
+    }
+
+    fn metrics(&mut self, m: &mut MetricsBuilder) {
+        if self.args.kube_proxy_replacement {
+            self.metrics = Some(metrics::ServiceMetrics::register(m.registry()));
+            m.collector(metrics::SockCollector(m.scope().pin_dir.clone()));
+        }
+    }
+
+    /// The socket-level path (`bpf/lib/sock_lb.h`) on the cgroup2 root, as pinned links a
+    /// restart updates in place; off, the links of an earlier run are removed.
+    fn datapath<'a>(&'a mut self, ctx: DatapathCtx<'a>) -> BoxFuture<'a, Result<(), FeatureError>> {
+        Box::pin(async move {
+            if !self.args.kube_proxy_replacement {
+                ctx.datapath.detach_sock()?;
+                return Ok(());
+            }
+            let cgroup = match &self.args.cgroup_root {
+                Some(p) => p.clone(),
+                None => cgroup2_root()?,
+            };
+            let outcome = ctx.datapath.attach_sock(&cgroup)?;
+            tracing::info!(cgroup = %cgroup.display(), ?outcome, "socket load balancer attached");
+            Ok(())
+        })
+    }
+
+    fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
+        if !self.args.kube_proxy_replacement {
+            return Box::pin(async { Ok(()) });
+        }
+        let metrics = self.metrics.unwrap_or_default();
+        spawned(run(core.api, core.lb, metrics))
+    }
+}

@@ -1,0 +1,270 @@
+//! A Kubernetes Service and its EndpointSlices as the frontends this node programs: pure
+//! data in, frontends out, with every refusal named ([`Refused`]) so the caller logs it with
+//! the Service's name and nothing malformed reaches the maps.
+//!
+//! The semantics are kube-proxy's (`pkg/proxy`): a Service naming another proxy
+//! (`service.kubernetes.io/service-proxy-name`) or headless is left alone (the watch's label
+//! selector already drops most); ExternalName has no frontend; every ClusterIP of
+//! `spec.clusterIPs` (one per family), every `spec.externalIPs` address and every
+//! `status.loadBalancer.ingress` IP is a frontend of each port; a family's frontend has only
+//! that family's endpoints (`addressType`); the slice port is the one with the Service
+//! port's name and protocol (named `targetPort`s are resolved there by the endpointslice
+//! controller); ready endpoints serve, and only when none is ready the serving terminating
+//! ones; `internalTrafficPolicy: Local` keeps this node's endpoints only (none: the
+//! connection is refused); `trafficDistribution` prefers this node's (`PreferSameNode`) or
+//! this zone's (`PreferClose`, by the slices' hints) endpoints and falls back to all of them
+//! when none is preferred.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::core::lb::{Frontend, Want};
+
+/// The label naming the proxy a Service is meant for; Services carrying it are not ours.
+pub const PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+/// The label the endpoints controller puts on headless Services' slices.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label selector of both watches: what kube-proxy selects.
+pub const SELECTOR: &str = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// `sessionAffinity: ClientIP` without `timeoutSeconds`: Kubernetes' default, 3 h.
+pub const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
+
+/// What this node is, for the topology-aware choices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Me {
+    /// This node's name (`endpoints[].nodeName`).
+    pub node: String,
+    /// Its `topology.kubernetes.io/zone`, if it has one.
+    pub zone: Option<String>,
+}
+
+/// A part of a Service that cannot become a frontend, with why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// A port number outside 1–65535.
+    Port(i32),
+    /// A protocol the datapath does not balance (SCTP) or that is no protocol.
+    Protocol(String),
+    /// An address that does not parse.
+    Address(String),
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Port(p) => write!(f, "port {p} is outside 1-65535"),
+            Self::Protocol(p) if p == "SCTP" => write!(f, "protocol SCTP is not balanced yet"),
+            Self::Protocol(p) => write!(f, "unknown protocol {p:?}"),
+            Self::Address(a) => write!(f, "address {a:?} is no IP address"),
+        }
+    }
+}
+
+fn proto_number(p: Option<&str>) -> Result<u8, Refused> {
+    match p {
+        None | Some("TCP") => Ok(6),
+        Some("UDP") => Ok(17),
+        Some(other) => Err(Refused::Protocol(other.to_string())),
+    }
+}
+
+fn port_number(p: i32) -> Result<u16, Refused> {
+    u16::try_from(p).ok().filter(|p| *p != 0).ok_or(Refused::Port(p))
+}
+
+/// Whether `svc` is one this proxy serves at all.
+pub fn ours(svc: &Service) -> bool {
+    let labels = svc.metadata.labels.as_ref();
+    let has = |k: &str| labels.is_some_and(|l| l.contains_key(k));
+    !has(PROXY_NAME_LABEL) && !has(HEADLESS_LABEL)
+}
+
+/// One endpoint address of a slice port, with what the choice needs.
+#[derive(Clone, Debug)]
+struct Candidate {
+    addr: IpAddr,
+    port: u16,
+    ready: bool,
+    serving_terminating: bool,
+    local: bool,
+    same_zone: bool,
+    for_me: bool,
+}
+
+fn candidates(slices: &[&EndpointSlice], ipv4: bool, port_name: &str, proto: u8, me: &Me) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    let family = if ipv4 { "IPv4" } else { "IPv6" };
+    for s in slices {
+        if s.address_type != family {
+            continue;
+        }
+        let port = s.ports.iter().flatten().find(|p| {
+            p.name.as_deref().unwrap_or("") == port_name
+                && proto_number(p.protocol.as_deref()).ok() == Some(proto)
+        });
+        let Some(port) = port.and_then(|p| p.port).and_then(|p| port_number(p).ok()) else {
+            continue;
+        };
+        for ep in s.endpoints.iter().flatten() {
+            // kube-proxy uses an endpoint's first address (the API allows only one).
+            let Some(addr) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            if addr.is_ipv4() != ipv4 {
+                continue;
+            }
+            let c = ep.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let hints = ep.hints.as_ref();
+            out.push(Candidate {
+                addr,
+                port,
+                ready,
+                serving_terminating: serving && terminating,
+                local: ep.node_name.as_deref() == Some(me.node.as_str()),
+                same_zone: me.zone.as_ref().is_some_and(|z| {
+                    hints
+                        .and_then(|h| h.for_zones.as_ref())
+                        .is_some_and(|zs| zs.iter().any(|fz| &fz.name == z))
+                }),
+                for_me: hints
+                    .and_then(|h| h.for_nodes.as_ref())
+                    .is_some_and(|ns| ns.iter().any(|n| n.name == me.node)),
+            });
+        }
+    }
+    out
+}
+
+/// The backends of one frontend from its candidates (the rules in the module docs).
+/// `internal`: a ClusterIP, to which `internalTrafficPolicy` applies; an external address
+/// reached from this node is served by every endpoint (kube-proxy's short-circuit: its
+/// `externalTrafficPolicy` is about traffic from outside).
+fn choose(cands: &[Candidate], svc: &Service, internal: bool) -> Vec<(IpAddr, u16)> {
+    let spec = svc.spec.as_ref();
+    let ready: Vec<&Candidate> = cands.iter().filter(|c| c.ready).collect();
+    let mut set: Vec<&Candidate> = if ready.is_empty() {
+        cands.iter().filter(|c| c.serving_terminating).collect()
+    } else {
+        ready
+    };
+    if internal && spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local") {
+        set.retain(|c| c.local);
+    } else {
+        let preferred: Vec<&Candidate> = match spec.and_then(|s| s.traffic_distribution.as_deref()) {
+            Some("PreferSameNode") => set.iter().filter(|c| c.local || c.for_me).copied().collect(),
+            Some("PreferClose" | "PreferSameZone") => {
+                set.iter().filter(|c| c.same_zone || c.local).copied().collect()
+            }
+            _ => Vec::new(),
+        };
+        if !preferred.is_empty() {
+            set = preferred;
+        }
+    }
+    let distinct: BTreeSet<(IpAddr, u16)> = set.iter().map(|c| (c.addr, c.port)).collect();
+    distinct.into_iter().collect()
+}
+
+/// The addresses a Service is reached at, each with whether it is a ClusterIP: its
+/// ClusterIPs, external IPs and load balancer ingress IPs (not those of a load balancer that
+/// proxies, `ipMode: Proxy`).
+fn addresses(svc: &Service, refused: &mut Vec<Refused>) -> Vec<(IpAddr, bool)> {
+    let mut raw: Vec<(&str, bool)> = Vec::new();
+    if let Some(spec) = &svc.spec {
+        match &spec.cluster_ips {
+            Some(ips) if !ips.is_empty() => raw.extend(ips.iter().map(|ip| (ip.as_str(), true))),
+            _ => raw.extend(spec.cluster_ip.as_deref().map(|ip| (ip, true))),
+        }
+        raw.retain(|(ip, _)| !ip.is_empty() && *ip != "None");
+        raw.extend(spec.external_ips.iter().flatten().map(|ip| (ip.as_str(), false)));
+    }
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref());
+    for i in ingress.into_iter().flatten() {
+        if i.ip_mode.as_deref() != Some("Proxy")
+            && let Some(ip) = i.ip.as_deref()
+        {
+            raw.push((ip, false));
+        }
+    }
+    // A ClusterIP also listed as external stays internal.
+    let mut out: BTreeMap<IpAddr, bool> = BTreeMap::new();
+    for (a, internal) in raw {
+        match a.parse::<IpAddr>() {
+            Ok(ip) => *out.entry(ip).or_insert(internal) |= internal,
+            Err(_) => refused.push(Refused::Address(a.to_string())),
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The frontends of `svc` on net 0 with their backends from `slices` (the Service's own),
+/// and what of it was refused.
+pub fn frontends(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    me: &Me,
+) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
+    let mut out = BTreeMap::new();
+    let mut refused = Vec::new();
+    let Some(spec) = svc.spec.as_ref() else {
+        return (out, refused);
+    };
+    if !ours(svc) || spec.type_.as_deref() == Some("ExternalName") {
+        return (out, refused);
+    }
+    let affinity = if spec.session_affinity.as_deref() == Some("ClientIP") {
+        spec.session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .and_then(|t| u32::try_from(t).ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_AFFINITY_SECONDS)
+    } else {
+        0
+    };
+    let ips = addresses(svc, &mut refused);
+    for p in spec.ports.iter().flatten() {
+        let (proto, port) = match (proto_number(p.protocol.as_deref()), port_number(p.port)) {
+            (Ok(proto), Ok(port)) => (proto, port),
+            (Err(e), _) | (_, Err(e)) => {
+                refused.push(e);
+                continue;
+            }
+        };
+        let name = p.name.as_deref().unwrap_or("");
+        for (ip, internal) in &ips {
+            let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, *internal)
+                .into_iter()
+                .map(|(a, port)| (0, a, port))
+                .collect();
+            out.insert(
+                Frontend {
+                    net: 0,
+                    vip: *ip,
+                    proto,
+                    port,
+                },
+                Want { backends, affinity },
+            );
+        }
+    }
+    (out, refused)
+}
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

@@ -1,0 +1,255 @@
+//! The load balancer's one writer (`core/lb`) and the Service proxy's state
+//! (`features/kubeproxy/state.rs`) on real pinned maps (a private bpffs, the agent's own
+//! loader): two owners share the maps and each prunes only its own frontends, also after a
+//! restart that adopts the pins; backends are removed once no table names them; watch events
+//! of Services and EndpointSlices become exactly the frontends and backends they describe,
+//! incrementally, and nothing is written before both watches listed. Needs root; fails
+//! (never skips) without it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Instant;
+
+use cozyplane_agent::core::datapath::loader::Datapath;
+use cozyplane_agent::core::lb::{Frontend, Lb, Owner, Want};
+use cozyplane_agent::features::kubeproxy::metrics::ServiceMetrics;
+use cozyplane_agent::features::kubeproxy::model::Me;
+use cozyplane_agent::features::kubeproxy::state::{Change, Proxy};
+use cozyplane_bpf::DatapathConfig;
+use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
+use cozyplane_bpf::maps::lb_maglev::LbMaglevMap;
+use cozyplane_bpf::maps::lb_svc::LbSvcMap;
+use cozyplane_lab::require_root;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+fn front(vip: &str, port: u16) -> Frontend {
+    Frontend {
+        net: 0,
+        vip: vip.parse().unwrap(),
+        proto: 6,
+        port,
+    }
+}
+
+fn want(backends: &[(&str, u16)]) -> Want {
+    Want {
+        backends: backends
+            .iter()
+            .map(|(a, p)| (0, a.parse().unwrap(), *p))
+            .collect(),
+        affinity: 0,
+    }
+}
+
+/// What the maps hold: frontend → (owner byte, its table's distinct backends).
+fn programmed(pins: &Path) -> BTreeMap<Frontend, (u32, BTreeSet<(IpAddr, u16)>)> {
+    let svc = LbSvcMap::from_pin(pins).unwrap();
+    let tables = LbMaglevMap::from_pin(pins).unwrap();
+    let bes = LbBackendsMap::from_pin(pins).unwrap();
+    let mut out = BTreeMap::new();
+    for f in svc.frontends().unwrap() {
+        let v = svc.get(f).unwrap().unwrap();
+        let t = tables.get(v.id).unwrap().expect("every frontend has its table");
+        let set: BTreeSet<(IpAddr, u16)> = t
+            .iter()
+            .filter(|id| **id != 0)
+            .map(|id| {
+                let b = bes
+                    .get(*id)
+                    .unwrap()
+                    .expect("a table names only written backends");
+                (b.1, b.2)
+            })
+            .collect();
+        assert_eq!(set.len() as u32, v.count, "{f:?}: count is the table's backends");
+        out.insert(f, (v.flags, set));
+    }
+    out
+}
+
+fn backend_count(pins: &Path) -> usize {
+    LbBackendsMap::from_pin(pins).unwrap().ids().unwrap().len()
+}
+
+#[test]
+fn owners_share_the_maps_and_prune_only_their_own_also_after_a_restart() {
+    require_root();
+    let fs = common::Bpffs::new("cplbwriter");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).unwrap();
+    let pins = dp.pin_dir().to_path_buf();
+
+    let lb = Lb::new(&pins);
+    let vips = BTreeMap::from([(
+        Frontend {
+            net: 100,
+            ..front("10.0.0.250", 80)
+        },
+        want(&[("10.0.0.7", 8080)]),
+    )]);
+    lb.sync(Owner::ServiceVip, &vips, true);
+    let kube = BTreeMap::from([
+        (
+            front("10.96.0.10", 80),
+            want(&[("10.244.1.2", 8080), ("10.244.2.2", 8080)]),
+        ),
+        (front("10.96.0.11", 53), want(&[("10.244.1.3", 53)])),
+    ]);
+    let done = lb.sync(Owner::KubeService, &kube, true);
+    assert_eq!((done.written, done.held), (2, 2));
+    let p = programmed(&pins);
+    assert_eq!(p.len(), 3);
+    assert_eq!(
+        p[&front("10.96.0.10", 80)].0,
+        1,
+        "owner byte of a Kubernetes Service"
+    );
+    assert_eq!(backend_count(&pins), 4);
+
+    // A restarted agent: the Kubernetes Services list first, without one of them; the
+    // ServiceVIPs' frontend is not theirs to prune.
+    drop(lb);
+    let lb = Lb::new(&pins);
+    assert_eq!((lb.held(Owner::ServiceVip), lb.held(Owner::KubeService)), (1, 2));
+    let kube2 = BTreeMap::from([(
+        front("10.96.0.10", 80),
+        want(&[("10.244.1.2", 8080), ("10.244.2.2", 8080)]),
+    )]);
+    let done = lb.sync(Owner::KubeService, &kube2, true);
+    assert_eq!((done.written, done.removed), (0, 1), "unchanged is not rewritten");
+    let p = programmed(&pins);
+    assert_eq!(
+        p.keys().map(|f| (f.net, f.vip.to_string())).collect::<Vec<_>>(),
+        [(0, "10.96.0.10".to_string()), (100, "10.0.0.250".to_string())]
+    );
+    assert_eq!(backend_count(&pins), 3, "10.244.1.3 went with its only frontend");
+
+    // Incremental: one backend replaced, one frontend added, one removed.
+    let done = lb.update(
+        Owner::KubeService,
+        &[
+            (
+                front("10.96.0.10", 80),
+                Some(want(&[("10.244.2.2", 8080), ("10.244.3.2", 8080)])),
+            ),
+            (front("10.96.0.12", 443), Some(want(&[]))),
+            (front("10.96.0.99", 1), None),
+        ],
+    );
+    assert_eq!((done.written, done.removed), (2, 0));
+    let p = programmed(&pins);
+    assert_eq!(
+        p[&front("10.96.0.10", 80)].1,
+        BTreeSet::from([
+            ("10.244.2.2".parse().unwrap(), 8080),
+            ("10.244.3.2".parse().unwrap(), 8080)
+        ])
+    );
+    assert!(p[&front("10.96.0.12", 443)].1.is_empty(), "no endpoints: count 0");
+    assert_eq!(backend_count(&pins), 3, "10.244.1.2 gone, 10.244.3.2 added");
+    // Another owner cannot take or remove a frontend it does not hold.
+    let done = lb.update(Owner::ServiceVip, &[(front("10.96.0.10", 80), None)]);
+    assert_eq!(done.removed, 0);
+    assert!(programmed(&pins).contains_key(&front("10.96.0.10", 80)));
+}
+
+fn service(name: &str, ip: &str, port: i32) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {"clusterIP": ip, "clusterIPs": [ip],
+                 "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}}))
+    .unwrap()
+}
+
+fn slice(name: &str, svc: &str, eps: &[&str]) -> EndpointSlice {
+    let endpoints: Vec<_> = eps
+        .iter()
+        .map(|a| json!({"addresses": [a], "nodeName": "n1", "conditions": {"ready": true}}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": name,
+                     "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints}))
+    .unwrap()
+}
+
+fn backends_of(pins: &Path, vip: &str, port: u16) -> Vec<String> {
+    programmed(pins)
+        .get(&front(vip, port))
+        .map(|(_, s)| s.iter().map(|(a, p)| format!("{a}:{p}")).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn watch_events_become_the_frontends_they_describe() {
+    require_root();
+    let fs = common::Bpffs::new("cpsvcproxy");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).unwrap();
+    let pins = dp.pin_dir().to_path_buf();
+    let lb = Lb::new(&pins);
+    let m = ServiceMetrics::default();
+    let mut st = Proxy::new(Me {
+        node: "n1".into(),
+        zone: None,
+    });
+    let commit = |st: &mut Proxy, c: Change| st.commit(c, &lb, &m, Instant::now());
+
+    // The lists: nothing is written until both completed.
+    for e in [Event::Init, Event::InitApply(service("web", "10.96.0.10", 80))] {
+        let c = st.service_event(e);
+        commit(&mut st, c);
+    }
+    let c = st.service_event(Event::InitDone);
+    commit(&mut st, c);
+    assert!(programmed(&pins).is_empty(), "the slices have not listed");
+    for e in [
+        Event::Init,
+        Event::InitApply(slice("web-a", "web", &["10.244.1.2"])),
+        Event::InitApply(slice("web-b", "web", &["10.244.2.2"])),
+        Event::InitDone,
+    ] {
+        let c = st.slice_event(e);
+        commit(&mut st, c);
+    }
+    assert_eq!(
+        backends_of(&pins, "10.96.0.10", 80),
+        ["10.244.1.2:8080", "10.244.2.2:8080"],
+        "two slices of one Service"
+    );
+
+    // A slice changes, another goes, a Service comes and goes.
+    let c = st.slice_event(Event::Apply(slice("web-a", "web", &["10.244.1.2", "10.244.1.9"])));
+    assert_eq!(c, Change::Services(vec![("ns".into(), "web".into())]));
+    commit(&mut st, c);
+    let c = st.slice_event(Event::Delete(slice("web-b", "web", &[])));
+    commit(&mut st, c);
+    assert_eq!(
+        backends_of(&pins, "10.96.0.10", 80),
+        ["10.244.1.2:8080", "10.244.1.9:8080"]
+    );
+    let c = st.service_event(Event::Apply(service("api", "10.96.0.20", 443)));
+    commit(&mut st, c);
+    assert!(programmed(&pins).contains_key(&front("10.96.0.20", 443)));
+    assert!(
+        backends_of(&pins, "10.96.0.20", 443).is_empty(),
+        "no slice: no backend"
+    );
+    let c = st.service_event(Event::Delete(service("web", "10.96.0.10", 80)));
+    commit(&mut st, c);
+    assert!(!programmed(&pins).contains_key(&front("10.96.0.10", 80)));
+    assert_eq!(backend_count(&pins), 0, "no table names a backend");
+    // A slice moved to another Service (its label changed) leaves the first.
+    let c = st.service_event(Event::Apply(service("web", "10.96.0.10", 80)));
+    commit(&mut st, c);
+    let c = st.slice_event(Event::Apply(slice("web-a", "api", &["10.244.1.2"])));
+    commit(&mut st, c);
+    assert!(backends_of(&pins, "10.96.0.10", 80).is_empty());
+    assert_eq!(backends_of(&pins, "10.96.0.20", 443), ["10.244.1.2:8080"]);
+}
