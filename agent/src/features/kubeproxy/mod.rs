@@ -15,6 +15,8 @@ pub mod metrics;
 pub mod model;
 pub mod state;
 
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
@@ -49,10 +51,62 @@ pub struct Args {
     pub cgroup_root: Option<std::path::PathBuf>,
 }
 
-/// One event of either watch (boxed: a Service is twice a slice's size on the stack).
+/// One event of a watch (boxed: a Service is twice a slice's size on the stack).
 enum Ev {
     Svc(Box<Result<Event<Service>, watcher::Error>>),
     Slice(Box<Result<Event<EndpointSlice>, watcher::Error>>),
+    Node(Box<Result<Event<Node>, watcher::Error>>),
+}
+
+/// A node's addresses a NodePort is reached at: its `InternalIP`s and `ExternalIP`s.
+fn node_addresses(n: &Node) -> Vec<IpAddr> {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect()
+}
+
+/// The Node watch's view: every node's addresses.
+#[derive(Default)]
+struct Nodes {
+    live: HashMap<String, Vec<IpAddr>>,
+    pending: Option<HashMap<String, Vec<IpAddr>>>,
+}
+
+impl Nodes {
+    /// Apply one event; the addresses of all nodes (sorted, distinct) once a list completed.
+    fn apply(&mut self, e: Event<Node>) -> Option<Vec<IpAddr>> {
+        let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
+        match e {
+            Event::Init => self.pending = Some(HashMap::new()),
+            Event::InitApply(n) => {
+                if let Some(p) = self.pending.as_mut() {
+                    p.insert(name(&n), node_addresses(&n));
+                }
+                return None;
+            }
+            Event::InitDone => {
+                if let Some(p) = self.pending.take() {
+                    self.live = p;
+                }
+            }
+            Event::Apply(n) => {
+                self.live.insert(name(&n), node_addresses(&n));
+            }
+            Event::Delete(n) => {
+                self.live.remove(&name(&n));
+            }
+        }
+        if self.pending.is_some() {
+            return None;
+        }
+        let all: BTreeSet<IpAddr> = self.live.values().flatten().copied().collect();
+        Some(all.into_iter().collect())
+    }
 }
 
 /// This node's zone label, read once (a node's zone does not move under a running agent).
@@ -80,7 +134,11 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
     let slices = watcher::watcher(Api::<EndpointSlice>::all(api.kube.clone()), cfg)
         .default_backoff()
         .map(|e| Ev::Slice(Box::new(e)));
-    let streams: Vec<BoxStream<'static, Ev>> = vec![svcs.boxed(), slices.boxed()];
+    let nodes = watcher::watcher(Api::<Node>::all(api.kube.clone()), watcher::Config::default())
+        .default_backoff()
+        .map(|e| Ev::Node(Box::new(e)));
+    let streams: Vec<BoxStream<'static, Ev>> = vec![svcs.boxed(), slices.boxed(), nodes.boxed()];
+    let mut node_view = Nodes::default();
     let mut events = futures::stream::select_all(streams);
     tracing::info!(adopted_frontends = lb.held(Owner::KubeService), zone = ?me.zone,
         "watching Services and EndpointSlices");
@@ -99,6 +157,16 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
                 Ok(e) => st.slice_event(e),
                 Err(e) => {
                     tracing::warn!("EndpointSlice watch: {e}");
+                    continue;
+                }
+            },
+            Ev::Node(e) => match *e {
+                Ok(e) => match node_view.apply(e) {
+                    Some(addrs) => st.set_nodes(addrs),
+                    None => continue,
+                },
+                Err(e) => {
+                    tracing::warn!("Node watch: {e}");
                     continue;
                 }
             },

@@ -211,11 +211,25 @@ fn addresses(svc: &Service, refused: &mut Vec<Refused>) -> Vec<(IpAddr, bool)> {
 }
 
 /// The frontends of `svc` on net 0 with their backends from `slices` (the Service's own),
-/// and what of it was refused.
+/// and what of it was refused; no NodePort frontends ([`frontends_with`] has them).
 pub fn frontends(
     svc: &Service,
     slices: &[&EndpointSlice],
     me: &Me,
+) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
+    frontends_with(svc, slices, me, &[])
+}
+
+/// [`frontends`], plus for a NodePort or LoadBalancer Service each port's `nodePort` on every
+/// address of `nodes` (the cluster's nodes' addresses) of a family the Service has: a client on
+/// this node (a pod, or the node) reaching any node's NodePort is balanced here, over every
+/// endpoint (kube-proxy's treatment of cluster-internal traffic to a NodePort, whatever its
+/// `externalTrafficPolicy`).
+pub fn frontends_with(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    me: &Me,
+    nodes: &[IpAddr],
 ) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
     let mut out = BTreeMap::new();
     let mut refused = Vec::new();
@@ -237,6 +251,12 @@ pub fn frontends(
         0
     };
     let ips = addresses(svc, &mut refused);
+    let families: BTreeSet<bool> = ips
+        .iter()
+        .filter(|(_, internal)| *internal)
+        .map(|(ip, _)| ip.is_ipv4())
+        .collect();
+    let node_ports = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
     for p in spec.ports.iter().flatten() {
         let (proto, port) = match (proto_number(p.protocol.as_deref()), port_number(p.port)) {
             (Ok(proto), Ok(port)) => (proto, port),
@@ -257,6 +277,31 @@ pub fn frontends(
                     vip: *ip,
                     proto,
                     port,
+                },
+                Want { backends, affinity },
+            );
+        }
+        let Some(node_port) = p.node_port.filter(|_| node_ports) else {
+            continue;
+        };
+        let node_port = match port_number(node_port) {
+            Ok(n) => n,
+            Err(e) => {
+                refused.push(e);
+                continue;
+            }
+        };
+        for ip in nodes.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
+            let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, false)
+                .into_iter()
+                .map(|(a, port)| (0, a, port))
+                .collect();
+            out.insert(
+                Frontend {
+                    net: 0,
+                    vip: *ip,
+                    proto,
+                    port: node_port,
                 },
                 Want { backends, affinity },
             );

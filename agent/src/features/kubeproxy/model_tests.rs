@@ -1,3 +1,5 @@
+use std::net::IpAddr;
+
 use serde_json::json;
 
 use super::*;
@@ -213,5 +215,37 @@ fn client_ip_affinity_takes_its_timeout_or_the_default() {
             .0
             .values()
             .all(|w| w.affinity == DEFAULT_AFFINITY_SECONDS)
+    );
+}
+
+#[test]
+fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
+    let eps = slice("IPv4", 8080, &[("10.244.2.2", "n2", true, true, false)]);
+    let s = svc(
+        json!({"spec": {"type": "NodePort", "externalTrafficPolicy": "Local",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}}),
+    );
+    let nodes: Vec<IpAddr> = ["192.168.10.1", "192.168.10.2", "fd00::1"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes);
+    assert!(refused.is_empty(), "{refused:?}");
+    let vips: Vec<String> = out.keys().map(|f| format!("{}:{}", f.vip, f.port)).collect();
+    assert_eq!(
+        vips,
+        ["10.96.0.10:80", "192.168.10.1:30080", "192.168.10.2:30080"],
+        "no IPv6 node address: the Service is IPv4 only"
+    );
+    assert_eq!(
+        backends(&out, "192.168.10.1", 30080),
+        ["10.244.2.2:8080"],
+        "from inside the cluster every endpoint serves, whatever externalTrafficPolicy says"
+    );
+    let clusterip = svc(json!({"spec": {"ports": [{"name": "http", "port": 80, "nodePort": 30080}]}}));
+    assert_eq!(
+        frontends_with(&clusterip, &[&eps], &me(), &nodes).0.len(),
+        1,
+        "a ClusterIP Service has no NodePort"
     );
 }

@@ -2,6 +2,7 @@
 //! made ([`Proxy`]), and how one watch event becomes writes ([`Proxy::commit`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
@@ -40,6 +41,8 @@ pub struct Proxy {
     pending_slices: Option<HashMap<Key, EndpointSlice>>,
     services_listed: bool,
     slices_listed: bool,
+    /// The cluster's nodes' addresses (NodePort frontends).
+    nodes: Vec<IpAddr>,
 }
 
 fn key_of(m: &ObjectMeta) -> Key {
@@ -75,7 +78,29 @@ impl Proxy {
             pending_slices: None,
             services_listed: false,
             slices_listed: false,
+            nodes: Vec::new(),
         }
+    }
+
+    /// The cluster's nodes' addresses are now `nodes` (sorted, distinct): every NodePort
+    /// Service's frontends change when they do.
+    pub fn set_nodes(&mut self, nodes: Vec<IpAddr>) -> Change {
+        if nodes == self.nodes {
+            return Change::None;
+        }
+        self.nodes = nodes;
+        let keys: Vec<Key> = self
+            .services
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s.spec.as_ref().and_then(|s| s.type_.as_deref()),
+                    Some("NodePort" | "LoadBalancer")
+                )
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        Change::Services(keys)
     }
 
     /// Both watches have listed: the maps may be written.
@@ -194,7 +219,7 @@ impl Proxy {
             .flatten()
             .filter_map(|n| self.slices.get(&(key.0.clone(), n.clone())))
             .collect();
-        let (fronts, refused) = model::frontends(svc, &slices, &self.me);
+        let (fronts, refused) = model::frontends_with(svc, &slices, &self.me, &self.nodes);
         for r in refused {
             tracing::warn!(service = %format!("{}/{}", key.0, key.1), "Service refused in part: {r}");
         }
