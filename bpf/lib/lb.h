@@ -232,7 +232,8 @@ static __sdn_noinline int sdn_lb_forward(struct __sk_buff *skb,
 /*
  * A backend's reply (net `net` is the backend's): if it answers a flow this
  * node balanced, its source becomes the VIP again (and for a hairpin flow its
- * destination the client). *p is updated. Returns 0 or a DROP_* reason.
+ * destination the client). *p is updated. Returns 1 when it was rewritten, 0
+ * when it answers no balanced flow, or a DROP_* reason (< 0).
  */
 static __sdn_noinline int sdn_lb_reverse(struct __sk_buff *skb,
 					  struct sdn_pkt *p, __u32 net)
@@ -265,7 +266,7 @@ static __sdn_noinline int sdn_lb_reverse(struct __sk_buff *skb,
 			return DROP_REWRITE;
 		p->dst = r.client;
 	}
-	return 0;
+	return 1;
 }
 
 /* sdn_from_pod, VPC pod of net `net`, before delivery: a reply of a balanced
@@ -276,7 +277,7 @@ static __always_inline int sdn_lb_from_pod(struct __sk_buff *skb,
 {
 	int ret = sdn_lb_reverse(skb, p, net);
 
-	if (ret)
+	if (ret < 0)
 		return ret;
 	return sdn_lb_forward(skb, p, net, net);
 }

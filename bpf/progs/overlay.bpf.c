@@ -69,7 +69,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	if (!net) {
 		if (!ret && p.family) {
 			ret = sdn_lb_reverse(skb, &p, 0);
-			if (ret)
+			if (ret < 0)
 				return sdn_drop(skb, ret);
 		}
 		return sdn_to_host(skb);
@@ -80,7 +80,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		return sdn_drop(skb, DROP_UNKNOWN_L3);
 	/* A reply from a Service backend on that node to a client of this one. */
 	ret = sdn_lb_reverse(skb, &p, net);
-	if (ret)
+	if (ret < 0)
 		return sdn_drop(skb, ret);
 
 	to = net;

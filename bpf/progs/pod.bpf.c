@@ -17,6 +17,7 @@
 #include "../lib/lb.h"
 #include "../lib/lb_reject.h"
 #include "../lib/ndp.h"
+#include "../lib/ns_out.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
 #include "../lib/policy.h"
@@ -243,9 +244,19 @@ int sdn_from_pod(struct __sk_buff *skb)
 		 * the backend's, then its source becomes the frontend again.
 		 */
 		ret = sdn_lb_reverse(skb, &p, 0);
-		if (ret)
+		if (ret < 0)
 			return sdn_drop(skb, ret);
 		sdn_count_tx(skb, 0);
+		/* A reply from a frontend to a client outside the cluster (it
+		 * came in at the uplink): never masqueraded, and not handed to
+		 * the host, which would drop a source that is its own address (a
+		 * NodePort's) arriving from a pod as a martian: routed out by the
+		 * node's FIB (lib/ns_out.h).
+		 */
+		if (ret && !sdn_is_internal(0, &p.dst)) {
+			ret = sdn_ns_redirect_out(skb, &p);
+			return ret < 0 ? sdn_drop(skb, ret) : ret;
+		}
 		return from_pod_net0(skb, &p, flags);
 	}
 	ret = sdn_sever_from_pod(&p, ep_flags);

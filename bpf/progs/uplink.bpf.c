@@ -5,6 +5,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/hostfw.h"
+#include "../lib/lb.h"
 #include "../lib/parse.h"
 
 /*
@@ -37,6 +38,15 @@ int sdn_from_uplink(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 	if (ret)
 		return ret;
+
+	/* Kubernetes Services from outside the cluster: a NodePort of this
+	 * node, an external or LoadBalancer IP (lib/lb.h, the external net).
+	 * DNATed to a backend of this node; its reply is reverse-NATed at the
+	 * backend's sdn_from_pod and routed back out by the host.
+	 */
+	ret = sdn_lb_forward(skb, &p, 0, SDN_LB_NET_EXTERNAL);
+	if (ret)
+		return sdn_drop(skb, ret);
 
 	/* What is left and addressed to the node itself: HostFirewall. */
 	ret = sdn_hf_from_uplink(skb, &p);

@@ -832,6 +832,10 @@ abi_struct! {
 /// `SDN_LB_SLOTS`: slots of one Maglev table.
 pub const LB_SLOTS: usize = 1021;
 
+/// `SDN_LB_NET_EXTERNAL`: the net of the frontends traffic from outside the cluster meets at
+/// the uplink (outside the 24-bit VNI space).
+pub const LB_NET_EXTERNAL: u32 = 0x4000_0000;
+
 abi_struct! {
     /// `struct sdn_lb_key`: key of `sdn_lb_svc`, a ServiceVIP port.
     pub struct LbKey = "sdn_lb_key" {

@@ -62,9 +62,11 @@ fn generated_asserts() -> String {
     writeln!(c, "_Static_assert(SDN_DROP_MAX == {DROP_MAX}, \"DROP_MAX\");").unwrap();
     writeln!(
         c,
-        "_Static_assert(SDN_LB_SLOTS == {} && SDN_LB_F_HAIRPIN == {} && SDN_LB_STAT_MAX == {} \
-         && SDN_LB_STAT_FLOWS == {} && SDN_LB_STAT_SELECTIONS == {} && SDN_LB_STAT_MISSES == {}, \"lb\");",
+        "_Static_assert(SDN_LB_SLOTS == {} && SDN_LB_NET_EXTERNAL == {} && SDN_LB_F_HAIRPIN == {} \
+         && SDN_LB_STAT_MAX == {} && SDN_LB_STAT_FLOWS == {} && SDN_LB_STAT_SELECTIONS == {} \
+         && SDN_LB_STAT_MISSES == {}, \"lb\");",
         cozyplane_bpf::abi::LB_SLOTS,
+        cozyplane_bpf::abi::LB_NET_EXTERNAL,
         cozyplane_bpf::abi::LbFlow::F_HAIRPIN,
         maps::lb_stats::MAX,
         maps::lb_stats::FLOWS,

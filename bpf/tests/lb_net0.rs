@@ -37,10 +37,13 @@ fn mac_of(a: IpAddr) -> [u8; 6] {
     [0x0a, 0x50, o[0], o[1], o[2], o[3]]
 }
 
-/// A node whose net-0 pods are `pods` (their veth is `lo`).
+/// A node whose net-0 pods are `pods` (their veth is `lo`); the pod ranges are
+/// cluster-internal, as the agent writes them.
 fn node(pods: &[&str]) -> Datapath {
     let mut dp = Datapath::load(&cfg());
     port(&mut dp, LO, 0);
+    inside(&mut dp, 0, "10.244.0.0", 16);
+    inside(&mut dp, 0, "fd44::", 16);
     for p in pods {
         endpoint(&mut dp, 0, p, LO, mac_of(ip(p)));
     }

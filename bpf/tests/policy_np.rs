@@ -647,6 +647,8 @@ fn a_service_flow_is_judged_as_its_backends() {
 
     let (mut dp, _, _) = setup(&[a_locked()]);
     const CIP: &str = "10.96.0.10";
+    // The pods' range is cluster-internal, as the agent writes it.
+    common::fixtures::inside(&mut dp, 0, "10.0.0.0", 8);
     lb_backends::LbBackendsMap::try_from(dp.map_mut(lb_backends::NAME))
         .unwrap()
         .upsert(1, 0, ip(A), 80)

@@ -21,6 +21,14 @@
  */
 #define SDN_LB_SLOTS		1021
 
+/* The net of the frontends that traffic from outside the cluster meets at the
+ * uplink (sdn_from_uplink): a Service's NodePorts on this node's addresses,
+ * its external and LoadBalancer IPs, balanced over the endpoints its
+ * externalTrafficPolicy allows. Outside the 24-bit VNI space, so it is never
+ * a VPC's; the backends are net 0's.
+ */
+#define SDN_LB_NET_EXTERNAL	0x40000000
+
 /* Key of sdn_lb_svc: a ServiceVIP port as a client addresses it. */
 struct sdn_lb_key {
 	__u32 net;		/* the VIP's net (VNI) */

@@ -27,7 +27,7 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use self::model::{Me, SELECTOR};
+use self::model::{Me, NodeAddrs, SELECTOR};
 use self::state::Proxy;
 use crate::core::api::ApiClients;
 use crate::core::datapath::cgroup::cgroup2_root;
@@ -78,8 +78,8 @@ struct Nodes {
 }
 
 impl Nodes {
-    /// Apply one event; the addresses of all nodes (sorted, distinct) once a list completed.
-    fn apply(&mut self, e: Event<Node>) -> Option<Vec<IpAddr>> {
+    /// Apply one event; the nodes' addresses (`me`: this node's name) once a list completed.
+    fn apply(&mut self, e: Event<Node>, me: &str) -> Option<NodeAddrs> {
         let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
         match e {
             Event::Init => self.pending = Some(HashMap::new()),
@@ -105,7 +105,11 @@ impl Nodes {
             return None;
         }
         let all: BTreeSet<IpAddr> = self.live.values().flatten().copied().collect();
-        Some(all.into_iter().collect())
+        let mine: BTreeSet<IpAddr> = self.live.get(me).into_iter().flatten().copied().collect();
+        Some(NodeAddrs {
+            all: all.into_iter().collect(),
+            mine: mine.into_iter().collect(),
+        })
     }
 }
 
@@ -161,7 +165,7 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
                 }
             },
             Ev::Node(e) => match *e {
-                Ok(e) => match node_view.apply(e) {
+                Ok(e) => match node_view.apply(e, &api.node) {
                     Some(addrs) => st.set_nodes(addrs),
                     None => continue,
                 },

@@ -217,19 +217,51 @@ pub fn frontends(
     slices: &[&EndpointSlice],
     me: &Me,
 ) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
-    frontends_with(svc, slices, me, &[])
+    frontends_with(svc, slices, me, &NodeAddrs::default())
 }
 
-/// [`frontends`], plus for a NodePort or LoadBalancer Service each port's `nodePort` on every
-/// address of `nodes` (the cluster's nodes' addresses) of a family the Service has: a client on
-/// this node (a pod, or the node) reaching any node's NodePort is balanced here, over every
-/// endpoint (kube-proxy's treatment of cluster-internal traffic to a NodePort, whatever its
-/// `externalTrafficPolicy`).
+/// The net of the frontends met at the uplink (`SDN_LB_NET_EXTERNAL`, `lib/lb.h`).
+pub const EXTERNAL_NET: u32 = cozyplane_bpf::abi::LB_NET_EXTERNAL;
+
+/// This node's endpoints of `cands` that may serve (ready, else serving and terminating).
+fn local_only(cands: &[Candidate]) -> Vec<(IpAddr, u16)> {
+    let local: Vec<Candidate> = cands.iter().filter(|c| c.local).cloned().collect();
+    let ready: Vec<&Candidate> = local.iter().filter(|c| c.ready).collect();
+    let set: Vec<&Candidate> = if ready.is_empty() {
+        local.iter().filter(|c| c.serving_terminating).collect()
+    } else {
+        ready
+    };
+    let distinct: BTreeSet<(IpAddr, u16)> = set.iter().map(|c| (c.addr, c.port)).collect();
+    distinct.into_iter().collect()
+}
+
+/// The nodes' addresses, for NodePorts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeAddrs {
+    /// Every node's `InternalIP`s and `ExternalIP`s, sorted and distinct.
+    pub all: Vec<IpAddr>,
+    /// This node's.
+    pub mine: Vec<IpAddr>,
+}
+
+/// [`frontends`], plus:
+///
+/// * for a NodePort or LoadBalancer Service, each port's `nodePort` on every address of
+///   `nodes.all` of a family the Service has: a client on this node (a pod, or the node)
+///   reaching any node's NodePort is balanced here, over every endpoint (kube-proxy's treatment
+///   of cluster-internal traffic to a NodePort, whatever its `externalTrafficPolicy`);
+/// * the frontends traffic from outside the cluster meets at this node's uplink, in the
+///   external net ([`EXTERNAL_NET`]): the NodePorts on `nodes.mine`, the external IPs and the
+///   LoadBalancer IPs, balanced over this node's endpoints only. `externalTrafficPolicy:
+///   Local` asks exactly that (the client's address is kept); under `Cluster` it is what the
+///   datapath can serve without a source NAT, which it does not do yet: a node without a local
+///   endpoint answers no such connection.
 pub fn frontends_with(
     svc: &Service,
     slices: &[&EndpointSlice],
     me: &Me,
-    nodes: &[IpAddr],
+    nodes: &NodeAddrs,
 ) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
     let mut out = BTreeMap::new();
     let mut refused = Vec::new();
@@ -266,6 +298,23 @@ pub fn frontends_with(
             }
         };
         let name = p.name.as_deref().unwrap_or("");
+        let external = |ip: IpAddr, port: u16| {
+            let backends = local_only(&candidates(slices, ip.is_ipv4(), name, proto, me))
+                .into_iter()
+                .map(|(a, port)| (0, a, port))
+                .collect();
+            let f = Frontend {
+                net: EXTERNAL_NET,
+                vip: ip,
+                proto,
+                port,
+            };
+            (f, Want { backends, affinity })
+        };
+        for (ip, _) in ips.iter().filter(|(_, internal)| !internal) {
+            let (f, w) = external(*ip, port);
+            out.insert(f, w);
+        }
         for (ip, internal) in &ips {
             let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, *internal)
                 .into_iter()
@@ -291,7 +340,11 @@ pub fn frontends_with(
                 continue;
             }
         };
-        for ip in nodes.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
+        for ip in nodes.mine.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
+            let (f, w) = external(*ip, node_port);
+            out.insert(f, w);
+        }
+        for ip in nodes.all.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
             let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, false)
                 .into_iter()
                 .map(|(a, port)| (0, a, port))

@@ -194,8 +194,19 @@ fn bad_ports_protocols_and_addresses_are_refused_and_the_rest_is_kept() {
             Refused::Protocol("SCTP".into()),
         ]
     );
-    let vips: Vec<String> = out.keys().map(|f| format!("{}:{}", f.vip, f.port)).collect();
-    assert_eq!(vips, ["10.96.0.10:80", "198.51.100.7:80"]);
+    let vips: Vec<String> = out
+        .keys()
+        .map(|f| format!("{}:{}/{}", f.vip, f.port, f.net))
+        .collect();
+    assert_eq!(
+        vips,
+        [
+            "10.96.0.10:80/0".to_string(),
+            "198.51.100.7:80/0".to_string(),
+            format!("198.51.100.7:80/{EXTERNAL_NET}"),
+        ],
+        "the load balancer IP from inside and from outside"
+    );
 }
 
 #[test]
@@ -225,17 +236,35 @@ fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
         json!({"spec": {"type": "NodePort", "externalTrafficPolicy": "Local",
         "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}}),
     );
-    let nodes: Vec<IpAddr> = ["192.168.10.1", "192.168.10.2", "fd00::1"]
+    let all: Vec<IpAddr> = ["192.168.10.1", "192.168.10.2", "fd00::1"]
         .iter()
         .map(|a| a.parse().unwrap())
         .collect();
+    let nodes = NodeAddrs {
+        all,
+        mine: vec!["192.168.10.1".parse().unwrap()],
+    };
     let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes);
     assert!(refused.is_empty(), "{refused:?}");
-    let vips: Vec<String> = out.keys().map(|f| format!("{}:{}", f.vip, f.port)).collect();
+    let vips: Vec<String> = out
+        .keys()
+        .filter(|f| f.net == 0)
+        .map(|f| format!("{}:{}", f.vip, f.port))
+        .collect();
     assert_eq!(
         vips,
         ["10.96.0.10:80", "192.168.10.1:30080", "192.168.10.2:30080"],
         "no IPv6 node address: the Service is IPv4 only"
+    );
+    let outside: Vec<(String, usize)> = out
+        .iter()
+        .filter(|(f, _)| f.net == EXTERNAL_NET)
+        .map(|(f, w)| (format!("{}:{}", f.vip, f.port), w.backends.len()))
+        .collect();
+    assert_eq!(
+        outside,
+        [("192.168.10.1:30080".to_string(), 0)],
+        "from outside: this node's NodePort only, and its endpoint is on n2"
     );
     assert_eq!(
         backends(&out, "192.168.10.1", 30080),

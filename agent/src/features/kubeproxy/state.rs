@@ -2,7 +2,6 @@
 //! made ([`Proxy`]), and how one watch event becomes writes ([`Proxy::commit`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Service;
@@ -11,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::metrics::ServiceMetrics;
-use super::model::{self, Me, SERVICE_NAME_LABEL};
+use super::model::{self, Me, NodeAddrs, SERVICE_NAME_LABEL};
 use crate::core::lb::{Frontend, Lb, Owner, Synced, Want};
 
 /// A Service (or slice) by `(namespace, name)`.
@@ -41,8 +40,8 @@ pub struct Proxy {
     pending_slices: Option<HashMap<Key, EndpointSlice>>,
     services_listed: bool,
     slices_listed: bool,
-    /// The cluster's nodes' addresses (NodePort frontends).
-    nodes: Vec<IpAddr>,
+    /// The nodes' addresses (NodePort frontends).
+    nodes: NodeAddrs,
 }
 
 fn key_of(m: &ObjectMeta) -> Key {
@@ -78,13 +77,13 @@ impl Proxy {
             pending_slices: None,
             services_listed: false,
             slices_listed: false,
-            nodes: Vec::new(),
+            nodes: NodeAddrs::default(),
         }
     }
 
-    /// The cluster's nodes' addresses are now `nodes` (sorted, distinct): every NodePort
-    /// Service's frontends change when they do.
-    pub fn set_nodes(&mut self, nodes: Vec<IpAddr>) -> Change {
+    /// The nodes' addresses are now `nodes`: every NodePort Service's frontends change when
+    /// they do.
+    pub fn set_nodes(&mut self, nodes: NodeAddrs) -> Change {
         if nodes == self.nodes {
             return Change::None;
         }
