@@ -11,6 +11,7 @@
 //! it touches ([`Lb::update`]), and a watch that fails keeps the maps as they are until it
 //! lists again.
 
+pub mod health;
 pub mod metrics;
 pub mod model;
 pub mod state;
@@ -147,6 +148,7 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
     tracing::info!(adopted_frontends = lb.held(Owner::KubeService), zone = ?me.zone,
         "watching Services and EndpointSlices");
     let mut st = Proxy::new(me);
+    let mut health = health::HealthServers::default();
     while let Some(ev) = events.next().await {
         let t0 = Instant::now();
         let change = match ev {
@@ -176,6 +178,7 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
             },
         };
         st.commit(change, &lb, &metrics, t0);
+        health.sync(st.health());
     }
 }
 

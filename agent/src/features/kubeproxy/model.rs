@@ -220,6 +220,27 @@ pub fn frontends(
     frontends_with(svc, slices, me, &NodeAddrs::default())
 }
 
+/// A LoadBalancer Service with `externalTrafficPolicy: Local`: its `healthCheckNodePort` and
+/// how many of its endpoints are on this node and ready (what kube-proxy answers there, so
+/// that a load balancer sends outside traffic only to nodes with a local endpoint).
+pub fn health_check(svc: &Service, slices: &[&EndpointSlice], me: &Me) -> Option<(u16, usize)> {
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("LoadBalancer")
+        || spec.external_traffic_policy.as_deref() != Some("Local")
+    {
+        return None;
+    }
+    let port = port_number(spec.health_check_node_port?).ok()?;
+    let local: BTreeSet<&str> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.node_name.as_deref() == Some(me.node.as_str()))
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter_map(|e| e.addresses.first().map(String::as_str))
+        .collect();
+    Some((port, local.len()))
+}
+
 /// The net of the frontends met at the uplink (`SDN_LB_NET_EXTERNAL`, `lib/lb.h`).
 pub const EXTERNAL_NET: u32 = cozyplane_bpf::abi::LB_NET_EXTERNAL;
 

@@ -42,6 +42,8 @@ pub struct Proxy {
     slices_listed: bool,
     /// The nodes' addresses (NodePort frontends).
     nodes: NodeAddrs,
+    /// Health-check node ports: port → (Service, local ready endpoints).
+    health: BTreeMap<u16, (Key, usize)>,
 }
 
 fn key_of(m: &ObjectMeta) -> Key {
@@ -78,6 +80,7 @@ impl Proxy {
             services_listed: false,
             slices_listed: false,
             nodes: NodeAddrs::default(),
+            health: BTreeMap::new(),
         }
     }
 
@@ -206,8 +209,15 @@ impl Proxy {
         }
     }
 
-    /// The frontends `key` should have now; refusals are logged with the Service named.
-    fn compute(&self, key: &Key) -> BTreeMap<Frontend, Want> {
+    /// The health-check node ports this node answers: port → (Service, local endpoints).
+    pub fn health(&self) -> &BTreeMap<u16, (Key, usize)> {
+        &self.health
+    }
+
+    /// The frontends `key` should have now (and its health-check port's answer); refusals
+    /// are logged with the Service named.
+    fn compute(&mut self, key: &Key) -> BTreeMap<Frontend, Want> {
+        self.health.retain(|_, (k, _)| k != key);
         let Some(svc) = self.services.get(key) else {
             return BTreeMap::new();
         };
@@ -219,6 +229,9 @@ impl Proxy {
             .filter_map(|n| self.slices.get(&(key.0.clone(), n.clone())))
             .collect();
         let (fronts, refused) = model::frontends_with(svc, &slices, &self.me, &self.nodes);
+        if let Some((port, n)) = model::health_check(svc, &slices, &self.me) {
+            self.health.insert(port, (key.clone(), n));
+        }
         for r in refused {
             tracing::warn!(service = %format!("{}/{}", key.0, key.1), "Service refused in part: {r}");
         }
@@ -240,6 +253,7 @@ impl Proxy {
                     metrics.forget(gone);
                 }
                 self.desired.clear();
+                self.health.clear();
                 let keys: Vec<Key> = self.services.keys().cloned().collect();
                 for k in keys {
                     let fronts = self.compute(&k);
