@@ -197,47 +197,52 @@ impl Lb {
 
     /// How many pinned frontends `owner` holds now.
     pub fn held(&self, owner: Owner) -> usize {
-        let a = self
-            .applied
+        self.applied
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.fronts.values().filter(|h| h.owner == Some(owner)).count()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .held(owner)
     }
 
     /// Make `owner`'s frontends `want`: write what is new or changed; when `complete` (the
     /// owner's watches have listed everything), also remove the owner's frontends that are
     /// not wanted. A frontend another owner holds is left to it (and logged).
     pub fn sync(&self, owner: Owner, want: &BTreeMap<Frontend, Want>, complete: bool) -> Synced {
-        let mut a = self
-            .applied
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(mut m) = Maps::open(&self.pin_dir) else {
-            return Synced::default();
-        };
-        let mut done = Synced::default();
-        for (f, w) in want {
-            done.written += usize::from(a.write(&mut m, owner, *f, w));
-        }
-        if complete {
-            let gone: Vec<Frontend> = a
-                .fronts
-                .iter()
-                .filter(|(f, h)| h.owner == Some(owner) && !want.contains_key(f))
-                .map(|(f, _)| *f)
-                .collect();
-            for f in gone {
-                done.removed += usize::from(a.remove(&mut m, f));
+        self.with(owner, |a, m, done| {
+            for (f, w) in want {
+                done.written += usize::from(a.write(m, owner, *f, w));
             }
-        }
-        a.collect_backends(&mut m);
-        done.held = a.held(owner);
-        done
+            if complete {
+                let gone: Vec<Frontend> = a
+                    .fronts
+                    .iter()
+                    .filter(|(f, h)| h.owner == Some(owner) && !want.contains_key(f))
+                    .map(|(f, _)| *f)
+                    .collect();
+                for f in gone {
+                    done.removed += usize::from(a.remove(m, f));
+                }
+            }
+        })
     }
 
     /// Change some of `owner`'s frontends: `Some` writes (if changed), `None` removes. The
     /// incremental step after [`Lb::sync`]: its cost is that of the frontends named.
     pub fn update(&self, owner: Owner, changes: &[(Frontend, Option<Want>)]) -> Synced {
+        self.with(owner, |a, m, done| {
+            for (f, w) in changes {
+                match w {
+                    Some(w) => done.written += usize::from(a.write(m, owner, *f, w)),
+                    None if a.fronts.get(f).is_some_and(|h| h.owner == Some(owner)) => {
+                        done.removed += usize::from(a.remove(m, *f));
+                    }
+                    None => {}
+                }
+            }
+        })
+    }
+
+    /// `step` on the state and the opened maps, then the backends no table names removed.
+    fn with(&self, owner: Owner, step: impl FnOnce(&mut Applied, &mut Maps, &mut Synced)) -> Synced {
         let mut a = self
             .applied
             .lock()
@@ -246,15 +251,7 @@ impl Lb {
             return Synced::default();
         };
         let mut done = Synced::default();
-        for (f, w) in changes {
-            match w {
-                Some(w) => done.written += usize::from(a.write(&mut m, owner, *f, w)),
-                None if a.fronts.get(f).is_some_and(|h| h.owner == Some(owner)) => {
-                    done.removed += usize::from(a.remove(&mut m, *f));
-                }
-                None => {}
-            }
-        }
+        step(&mut a, &mut m, &mut done);
         a.collect_backends(&mut m);
         done.held = a.held(owner);
         done

@@ -319,37 +319,29 @@ pub fn frontends_with(
             }
         };
         let name = p.name.as_deref().unwrap_or("");
-        let external = |ip: IpAddr, port: u16| {
-            let backends = local_only(&candidates(slices, ip.is_ipv4(), name, proto, me))
-                .into_iter()
-                .map(|(a, port)| (0, a, port))
-                .collect();
+        // One frontend: in the external net (outside clients: this node's endpoints only), or
+        // net 0 (`internal`: a ClusterIP, to which internalTrafficPolicy applies).
+        let mut front = |ip: IpAddr, port: u16, net: u32, internal: bool| {
+            let cands = candidates(slices, ip.is_ipv4(), name, proto, me);
+            let chosen = if net == EXTERNAL_NET {
+                local_only(&cands)
+            } else {
+                choose(&cands, svc, internal)
+            };
+            let backends = chosen.into_iter().map(|(a, port)| (0, a, port)).collect();
             let f = Frontend {
-                net: EXTERNAL_NET,
+                net,
                 vip: ip,
                 proto,
                 port,
             };
-            (f, Want { backends, affinity })
+            out.insert(f, Want { backends, affinity });
         };
-        for (ip, _) in ips.iter().filter(|(_, internal)| !internal) {
-            let (f, w) = external(*ip, port);
-            out.insert(f, w);
-        }
         for (ip, internal) in &ips {
-            let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, *internal)
-                .into_iter()
-                .map(|(a, port)| (0, a, port))
-                .collect();
-            out.insert(
-                Frontend {
-                    net: 0,
-                    vip: *ip,
-                    proto,
-                    port,
-                },
-                Want { backends, affinity },
-            );
+            if !internal {
+                front(*ip, port, EXTERNAL_NET, false);
+            }
+            front(*ip, port, 0, *internal);
         }
         let Some(node_port) = p.node_port.filter(|_| node_ports) else {
             continue;
@@ -361,24 +353,12 @@ pub fn frontends_with(
                 continue;
             }
         };
-        for ip in nodes.mine.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
-            let (f, w) = external(*ip, node_port);
-            out.insert(f, w);
+        let of_family = |ip: &&IpAddr| families.contains(&ip.is_ipv4());
+        for ip in nodes.mine.iter().filter(of_family) {
+            front(*ip, node_port, EXTERNAL_NET, false);
         }
-        for ip in nodes.all.iter().filter(|ip| families.contains(&ip.is_ipv4())) {
-            let backends = choose(&candidates(slices, ip.is_ipv4(), name, proto, me), svc, false)
-                .into_iter()
-                .map(|(a, port)| (0, a, port))
-                .collect();
-            out.insert(
-                Frontend {
-                    net: 0,
-                    vip: *ip,
-                    proto,
-                    port: node_port,
-                },
-                Want { backends, affinity },
-            );
+        for ip in nodes.all.iter().filter(of_family) {
+            front(*ip, node_port, 0, false);
         }
     }
     (out, refused)
