@@ -2,8 +2,8 @@
 //! (`features/kubeproxy/state.rs`) on real pinned maps (a private bpffs, the agent's own
 //! loader): two owners share the maps and each prunes only its own frontends, also after a
 //! restart that adopts the pins; backends are removed once no table names them; watch events
-//! of Services and EndpointSlices become exactly the frontends and backends they describe,
-//! incrementally, and nothing is written before both watches listed. Needs root; fails
+//! of Services, EndpointSlices and this node's pods (hostPorts) become exactly the frontends
+//! and backends they describe, incrementally, and nothing is written before every watch listed. Needs root; fails
 //! (never skips) without it.
 
 mod common;
@@ -16,14 +16,14 @@ use std::time::Instant;
 use cozyplane_agent::core::datapath::loader::Datapath;
 use cozyplane_agent::core::lb::{Frontend, Lb, Owner, Want};
 use cozyplane_agent::features::kubeproxy::metrics::ServiceMetrics;
-use cozyplane_agent::features::kubeproxy::model::Me;
+use cozyplane_agent::features::kubeproxy::model::{Me, NodeAddrs};
 use cozyplane_agent::features::kubeproxy::state::{Change, Proxy};
 use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
 use cozyplane_bpf::maps::lb_maglev::LbMaglevMap;
 use cozyplane_bpf::maps::lb_svc::LbSvcMap;
 use cozyplane_lab::require_root;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 use serde_json::json;
@@ -201,7 +201,11 @@ fn watch_events_become_the_frontends_they_describe() {
     });
     let commit = |st: &mut Proxy, c: Change| st.commit(c, &lb, &m, Instant::now());
 
-    // The lists: nothing is written until both completed.
+    // The lists: nothing is written until all three completed.
+    for e in [Event::Init, Event::InitDone] {
+        let c = st.pod_event(e);
+        commit(&mut st, c);
+    }
     for e in [Event::Init, Event::InitApply(service("web", "10.96.0.10", 80))] {
         let c = st.service_event(e);
         commit(&mut st, c);
@@ -252,4 +256,32 @@ fn watch_events_become_the_frontends_they_describe() {
     commit(&mut st, c);
     assert!(backends_of(&pins, "10.96.0.10", 80).is_empty());
     assert_eq!(backends_of(&pins, "10.96.0.20", 443), ["10.244.1.2:8080"]);
+
+    // A pod of this node with a hostPort: this node's address at that port, from here (net 0)
+    // and from outside (the external net); gone with the pod.
+    let c = st.set_nodes(NodeAddrs {
+        all: vec!["192.168.10.1".parse().unwrap()],
+        mine: vec!["192.168.10.1".parse().unwrap()],
+    });
+    commit(&mut st, c);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": "hp"},
+        "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 8080, "hostPort": 8081}]}]},
+        "status": {"podIPs": [{"ip": "10.244.1.7"}]}}))
+    .unwrap();
+    let c = st.pod_event(Event::Apply(pod.clone()));
+    commit(&mut st, c);
+    assert_eq!(backends_of(&pins, "192.168.10.1", 8081), ["10.244.1.7:8080"]);
+    let outside = Frontend {
+        net: cozyplane_agent::features::kubeproxy::model::EXTERNAL_NET,
+        ..front("192.168.10.1", 8081)
+    };
+    assert!(
+        programmed(&pins).contains_key(&outside),
+        "reached from outside too"
+    );
+    let c = st.pod_event(Event::Delete(pod));
+    commit(&mut st, c);
+    assert!(!programmed(&pins).contains_key(&front("192.168.10.1", 8081)));
+    assert!(!programmed(&pins).contains_key(&outside));
 }

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::{StreamExt as _, stream::BoxStream};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt as _;
@@ -57,6 +57,7 @@ enum Ev {
     Svc(Box<Result<Event<Service>, watcher::Error>>),
     Slice(Box<Result<Event<EndpointSlice>, watcher::Error>>),
     Node(Box<Result<Event<Node>, watcher::Error>>),
+    Pod(Box<Result<Event<Pod>, watcher::Error>>),
 }
 
 /// A node's addresses a NodePort is reached at: its `InternalIP`s and `ExternalIP`s.
@@ -142,7 +143,13 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
     let nodes = watcher::watcher(Api::<Node>::all(api.kube.clone()), watcher::Config::default())
         .default_backoff()
         .map(|e| Ev::Node(Box::new(e)));
-    let streams: Vec<BoxStream<'static, Ev>> = vec![svcs.boxed(), slices.boxed(), nodes.boxed()];
+    // This node's pods, for their hostPorts.
+    let on_node = watcher::Config::default().fields(&format!("spec.nodeName={}", api.node));
+    let pods = watcher::watcher(Api::<Pod>::all(api.kube.clone()), on_node)
+        .default_backoff()
+        .map(|e| Ev::Pod(Box::new(e)));
+    let streams: Vec<BoxStream<'static, Ev>> =
+        vec![svcs.boxed(), slices.boxed(), nodes.boxed(), pods.boxed()];
     let mut node_view = Nodes::default();
     let mut events = futures::stream::select_all(streams);
     tracing::info!(adopted_frontends = lb.held(Owner::KubeService), zone = ?me.zone,
@@ -163,6 +170,13 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
                 Ok(e) => st.slice_event(e),
                 Err(e) => {
                     tracing::warn!("EndpointSlice watch: {e}");
+                    continue;
+                }
+            },
+            Ev::Pod(e) => match *e {
+                Ok(e) => st.pod_event(e),
+                Err(e) => {
+                    tracing::warn!("Pod watch: {e}");
                     continue;
                 }
             },

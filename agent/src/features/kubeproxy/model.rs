@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::core::lb::{Frontend, Want};
@@ -362,6 +362,99 @@ pub fn frontends_with(
         }
     }
     (out, refused)
+}
+
+/// One `hostPort` of a pod of this node: where it is reached and where it leads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// `hostIP`; `None` for every address of the node.
+    pub host_ip: Option<IpAddr>,
+    /// `hostPort`.
+    pub host_port: u16,
+    /// 6 or 17.
+    pub proto: u8,
+    /// The pod's addresses (`status.podIPs`).
+    pub pod_ips: Vec<IpAddr>,
+    /// `containerPort`.
+    pub container_port: u16,
+}
+
+/// The hostPorts of `pod` (none for a host-network pod, whose ports are the node's own, or a
+/// pod without an address yet); malformed ones are left out.
+pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    if spec.host_network == Some(true) || pod.metadata.deletion_timestamp.is_some() {
+        return Vec::new();
+    }
+    let pod_ips: Vec<IpAddr> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ips.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.ip.parse().ok())
+        .collect();
+    if pod_ips.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for c in &spec.containers {
+        for p in c.ports.iter().flatten() {
+            let (Some(hp), Ok(proto)) = (p.host_port, proto_number(p.protocol.as_deref())) else {
+                continue;
+            };
+            let (Ok(host_port), Ok(container_port)) = (port_number(hp), port_number(p.container_port)) else {
+                continue;
+            };
+            let host_ip = p
+                .host_ip
+                .as_deref()
+                .filter(|h| !h.is_empty() && *h != "0.0.0.0" && *h != "::")
+                .and_then(|h| h.parse().ok());
+            out.push(HostPort {
+                host_ip,
+                host_port,
+                proto,
+                pod_ips: pod_ips.clone(),
+                container_port,
+            });
+        }
+    }
+    out
+}
+
+/// The frontends of a pod's hostPorts on this node's addresses `mine` (or its `hostIP`), each
+/// to the pod's address of the same family: in net 0 (this node's clients) and in the external
+/// net (everyone else, arriving at the uplink), as the `portmap` plugin's DNAT did.
+pub fn host_port_frontends(hps: &[HostPort], mine: &[IpAddr]) -> BTreeMap<Frontend, Want> {
+    let mut out = BTreeMap::new();
+    for hp in hps {
+        let addrs: Vec<IpAddr> = match hp.host_ip {
+            Some(ip) => vec![ip],
+            None => mine.to_vec(),
+        };
+        for addr in addrs {
+            let Some(pod) = hp.pod_ips.iter().find(|p| p.is_ipv4() == addr.is_ipv4()) else {
+                continue;
+            };
+            for net in [0, EXTERNAL_NET] {
+                let f = Frontend {
+                    net,
+                    vip: addr,
+                    proto: hp.proto,
+                    port: hp.host_port,
+                };
+                let w = Want {
+                    backends: vec![(0, *pod, hp.container_port)],
+                    affinity: 0,
+                };
+                out.insert(f, w);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

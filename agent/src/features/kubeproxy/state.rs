@@ -1,10 +1,11 @@
-//! The Service proxy's state: the two watches' objects, their index, and what each Service
-//! made ([`Proxy`]), and how one watch event becomes writes ([`Proxy::commit`]).
+//! The Service proxy's state: the watches' objects (Services, EndpointSlices, this node's
+//! pods with hostPorts), their index, and what each made ([`Proxy`]), and how one watch event
+//! becomes writes ([`Proxy::commit`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
@@ -23,6 +24,8 @@ pub enum Change {
     None,
     /// These Services' frontends may differ.
     Services(Vec<Key>),
+    /// These pods' hostPorts may differ.
+    Pods(Vec<Key>),
     /// A list completed: every Service again.
     All,
 }
@@ -44,6 +47,11 @@ pub struct Proxy {
     nodes: NodeAddrs,
     /// Health-check node ports: port → (Service, local ready endpoints).
     health: BTreeMap<u16, (Key, usize)>,
+    /// This node's pods' hostPorts, and what they made.
+    pods: HashMap<Key, Vec<model::HostPort>>,
+    pending_pods: Option<HashMap<Key, Vec<model::HostPort>>>,
+    pods_listed: bool,
+    host_ports: HashMap<Key, BTreeMap<Frontend, Want>>,
 }
 
 fn key_of(m: &ObjectMeta) -> Key {
@@ -81,6 +89,10 @@ impl Proxy {
             slices_listed: false,
             nodes: NodeAddrs::default(),
             health: BTreeMap::new(),
+            pods: HashMap::new(),
+            pending_pods: None,
+            pods_listed: false,
+            host_ports: HashMap::new(),
         }
     }
 
@@ -91,23 +103,53 @@ impl Proxy {
             return Change::None;
         }
         self.nodes = nodes;
-        let keys: Vec<Key> = self
-            .services
-            .iter()
-            .filter(|(_, s)| {
-                matches!(
-                    s.spec.as_ref().and_then(|s| s.type_.as_deref()),
-                    Some("NodePort" | "LoadBalancer")
-                )
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        Change::Services(keys)
+        // NodePorts and hostPorts on other addresses: rare enough to redo all.
+        Change::All
     }
 
-    /// Both watches have listed: the maps may be written.
+    /// Every watch has listed: the maps may be written.
     pub fn listed(&self) -> bool {
-        self.services_listed && self.slices_listed
+        self.services_listed && self.slices_listed && self.pods_listed
+    }
+
+    /// One event of the watch of this node's pods (their hostPorts).
+    pub fn pod_event(&mut self, e: Event<Pod>) -> Change {
+        match e {
+            Event::Init => {
+                self.pending_pods = Some(HashMap::new());
+                Change::None
+            }
+            Event::InitApply(p) => {
+                if let Some(pending) = self.pending_pods.as_mut() {
+                    pending.insert(key_of(&p.metadata), model::host_ports(&p));
+                }
+                Change::None
+            }
+            Event::InitDone => {
+                if let Some(p) = self.pending_pods.take() {
+                    self.pods = p;
+                }
+                self.pods_listed = true;
+                Change::All
+            }
+            Event::Apply(p) => {
+                let k = key_of(&p.metadata);
+                self.pods.insert(k.clone(), model::host_ports(&p));
+                Change::Pods(vec![k])
+            }
+            Event::Delete(p) => {
+                let k = key_of(&p.metadata);
+                self.pods.remove(&k);
+                Change::Pods(vec![k])
+            }
+        }
+    }
+
+    fn compute_pod(&self, key: &Key) -> BTreeMap<Frontend, Want> {
+        self.pods
+            .get(key)
+            .map(|hps| model::host_port_frontends(hps, &self.nodes.mine))
+            .unwrap_or_default()
     }
 
     /// One event of the Service watch.
@@ -261,8 +303,17 @@ impl Proxy {
                     metrics.set(&k, &fronts);
                     self.desired.insert(k, fronts);
                 }
+                self.host_ports.clear();
+                let pods: Vec<Key> = self.pods.keys().cloned().collect();
+                for k in pods {
+                    let fronts = self.compute_pod(&k);
+                    if !fronts.is_empty() {
+                        all.extend(fronts.iter().map(|(f, w)| (*f, w.clone())));
+                        self.host_ports.insert(k, fronts);
+                    }
+                }
                 let done = lb.sync(Owner::KubeService, &all, true);
-                tracing::info!(services = self.desired.len(), written = done.written,
+                tracing::info!(services = self.desired.len(), host_port_pods = self.host_ports.len(), written = done.written,
                     removed = done.removed, held = done.held, took = ?t0.elapsed(),
                     "Service frontends listed");
                 done
@@ -292,6 +343,32 @@ impl Proxy {
                 metrics.observe_sync(t0.elapsed());
                 tracing::debug!(written = done.written, removed = done.removed,
                     took = ?t0.elapsed(), "Service frontends updated");
+                done
+            }
+            Change::Pods(keys) => {
+                let mut changes: Vec<(Frontend, Option<Want>)> = Vec::new();
+                for k in keys {
+                    let now = self.compute_pod(&k);
+                    let before = self.host_ports.remove(&k).unwrap_or_default();
+                    changes.extend(
+                        now.iter()
+                            .filter(|(f, w)| before.get(f) != Some(*w))
+                            .map(|(f, w)| (*f, Some(w.clone()))),
+                    );
+                    changes.extend(before.keys().filter(|f| !now.contains_key(f)).map(|f| (*f, None)));
+                    if !now.is_empty() {
+                        self.host_ports.insert(k, now);
+                    }
+                }
+                if changes.is_empty() {
+                    return Synced::default();
+                }
+                let done = lb.update(Owner::KubeService, &changes);
+                tracing::info!(
+                    written = done.written,
+                    removed = done.removed,
+                    "hostPort frontends updated"
+                );
                 done
             }
         }
