@@ -22,9 +22,10 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::{StreamExt as _, stream::BoxStream};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Pod, Service, ServiceSpec, ServiceStatus};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
+use kube::core::{ApiResource, Object};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
@@ -50,6 +51,43 @@ pub struct Args {
     /// root of the cgroup2 hierarchy (`/sys/fs/cgroup`, or the unified mount of a hybrid host).
     #[arg(long, env = "COZYPLANE_CGROUP_ROOT")]
     pub cgroup_root: Option<std::path::PathBuf>,
+}
+
+/// Of a Service's status, what the proxy reads: the load balancer's ingress.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct LbStatusOnly {
+    /// `status.loadBalancer`.
+    #[serde(rename = "loadBalancer", default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancerStatus>,
+}
+
+/// A Service as the watch reads it: its status conditions are left unread. kube-apiserver
+/// sends a condition's `lastTransitionTime` as `null` when its writer set none, which
+/// k8s-openapi's `Condition` cannot read, and one such Service made the typed watch fail on
+/// each of its events and back off for seconds (seen with the upstream suite's Service status
+/// test); every other Service's change waited meanwhile.
+pub type ServiceRead = Object<ServiceSpec, LbStatusOnly>;
+
+/// The Service [`model`] reads, from what the watch read.
+pub fn service_of(o: ServiceRead) -> Service {
+    Service {
+        metadata: o.metadata,
+        spec: Some(o.spec),
+        status: o.status.map(|s| ServiceStatus {
+            load_balancer: s.load_balancer,
+            ..ServiceStatus::default()
+        }),
+    }
+}
+
+fn service_event(e: Event<ServiceRead>) -> Event<Service> {
+    match e {
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(service_of(o)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(o) => Event::Apply(service_of(o)),
+        Event::Delete(o) => Event::Delete(service_of(o)),
+    }
 }
 
 /// One event of a watch (boxed: a Service is twice a slice's size on the stack).
@@ -134,9 +172,13 @@ async fn me(api: &ApiClients) -> Me {
 pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
     let me = me(&api).await;
     let cfg = watcher::Config::default().labels(SELECTOR);
-    let svcs = watcher::watcher(Api::<Service>::all(api.kube.clone()), cfg.clone())
-        .default_backoff()
-        .map(|e| Ev::Svc(Box::new(e)));
+    let services = ApiResource::erase::<Service>(&());
+    let svcs = watcher::watcher(
+        Api::<ServiceRead>::all_with(api.kube.clone(), &services),
+        cfg.clone(),
+    )
+    .default_backoff()
+    .map(|e| Ev::Svc(Box::new(e.map(service_event))));
     let slices = watcher::watcher(Api::<EndpointSlice>::all(api.kube.clone()), cfg)
         .default_backoff()
         .map(|e| Ev::Slice(Box::new(e)));
@@ -246,5 +288,31 @@ impl Feature for KubeProxy {
         }
         let metrics = self.metrics.unwrap_or_default();
         spawned(run(core.api, core.lb, metrics))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A condition without a transition time, as kube-apiserver returns one a client wrote
+    // without it: the typed Service cannot be read, the proxy's can, with what it needs.
+    #[test]
+    fn a_service_with_a_null_condition_time_is_read() {
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": "ns", "name": "s"},
+            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]},
+            "status": {
+                "conditions": [{"type": "X", "status": "True", "reason": "R", "message": "",
+                                "lastTransitionTime": null}],
+                "loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}
+            }
+        });
+        assert!(serde_json::from_value::<Service>(json.clone()).is_err());
+        let s = service_of(serde_json::from_value::<ServiceRead>(json).unwrap());
+        assert_eq!(s.spec.unwrap().cluster_ip.as_deref(), Some("10.96.0.10"));
+        let ingress = s.status.unwrap().load_balancer.unwrap().ingress.unwrap();
+        assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.1"));
     }
 }
