@@ -75,7 +75,7 @@ test-unit:
 	$(CARGO) test --workspace --doc
 	$(CARGO) test --workspace --lib --bins --tests --no-fail-fast
 
-## e2e: the multi-node netns lab, every test file of lab/ (dns.rs: one dual-stack node and the outside world; e2e.rs, upgrade.rs, ranges.rs, revocation.rs, ipv6.rs: two nodes; peering.rs: three; pmtu.rs: two and an outside router; egress.rs, fip.rs: two, the outside world and the door loops with the stand-in as LoadBalancer implementation; nat_churn.rs: one, the same, small NAT port spans; icmp6.rs: two, the outside world and a narrow IPv6 branch; hostfw.rs: two dual-stack nodes and HostFirewalls; sg.rs: two, the outside world and the door loops, SecurityGroups; tunnel_groups.rs: two, agent restarts across --tunnel-groups; netpol.rs: two, NetworkPolicy conformance with real connections; realnode.rs: two real nodes, each a containerd and a kubelet, behind the real kube-apiserver and kube-scheduler with cozyplane-apiserver aggregated; root). Also part of test-unit. Then e2e-upstream with the full focus (COZYPLANE_E2E_FULL=1), which test-unit does not run.
+## e2e: the multi-node netns lab, every test file of lab/ (dns.rs: one dual-stack node and the outside world; e2e.rs, upgrade.rs, ranges.rs, revocation.rs, ipv6.rs: two nodes; peering.rs: three; pmtu.rs: two and an outside router; egress.rs, fip.rs: two, the outside world and the door loops with the stand-in as LoadBalancer implementation; nat_churn.rs: one, the same, small NAT port spans; icmp6.rs: two, the outside world and a narrow IPv6 branch; hostfw.rs: two dual-stack nodes and HostFirewalls; sg.rs: two, the outside world and the door loops, SecurityGroups; tunnel_groups.rs: two, agent restarts across --tunnel-groups; netpol.rs: two, NetworkPolicy conformance with real connections; realnode.rs: two real nodes, each a containerd and a kubelet, behind the real kube-apiserver and kube-scheduler with cozyplane-apiserver aggregated; realnode_restarts.rs, realnode_netpol.rs, realnode_services.rs: the same nodes through containerd and agent restarts, NetworkPolicy, and Services without kube-proxy; root). Also part of test-unit. Then e2e-upstream with the full focus (COZYPLANE_E2E_FULL=1), which test-unit does not run.
 e2e: deps
 	$(CARGO) build --bin cozyplane-agent --bin cozyplane-apiserver
 	$(CARGO) build $(CNI_PLUGIN)
@@ -123,6 +123,9 @@ bench: deps
 	# The agent's start-up, memory and ADD p99 (issue 38); COZYPLANE_BENCH_BUILDS=a=DIR,b=DIR
 	# compares builds side by side, without it the release build runs alone.
 	$(CARGO) bench -p cozyplane-lab --bench agent_core
+	# Services without kube-proxy (issue 26): 10,000 Services on real maps, one endpoint
+	# change's p99, RSS, Maglev remap; set-up and throughput against nftables DNAT.
+	$(CARGO) bench -p cozyplane-lab --bench services
 
 ## images: the container images (images/<image>/Containerfile) built offline from the release
 ## binaries into OCI archives under OUT, with their SBOMs and images.json (docs/images.md).

@@ -20,8 +20,10 @@
 //! inside namespaces the lab creates. Dropping an `Outside` deletes its namespaces (their
 //! veths go with them) and the default routes it gave the nodes.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::{Lab, Netns, sh, start_tcpdump, stop_tcpdump};
 
@@ -227,16 +229,21 @@ impl Lab {
     }
 }
 
-/// Debian's `dnsmasq` (package `dnsmasq-base`) serving fixed records on port 53 inside a
-/// lab namespace: the internet's resolver ([`Outside::dns`]), or a stand-in for the
-/// cluster DNS on a node. Its records only (`--no-resolv --no-hosts`: nothing is forwarded,
-/// the machine's `/etc/hosts` is not read); killed by PID when dropped.
+/// Debian's `dnsmasq` (package `dnsmasq-base`) serving records on port 53 inside a lab
+/// namespace: the internet's resolver ([`Outside::dns`]), a stand-in for the cluster DNS on a
+/// node, or the real-node lab's cluster DNS (`lab/tests/realnode/dns.rs`), which rewrites its
+/// records as Services change ([`Dnsmasq::reload`]). Its records only (`--no-resolv
+/// --no-hosts`: nothing is forwarded, the machine's `/etc/hosts` is not read); its output goes
+/// to `dnsmasq.log` in its directory; killed by PID when dropped.
 #[derive(Debug)]
 pub struct Dnsmasq {
     /// Where it listens (port 53).
     pub addrs: Vec<IpAddr>,
-    _proc: crate::Proc,
-    _dir: tempfile::TempDir,
+    /// The namespace's name (`ip netns exec <name>`).
+    netns: String,
+    /// `None` only inside [`Dnsmasq::restart`].
+    proc: Option<crate::Proc>,
+    dir: tempfile::TempDir,
 }
 
 /// The binary, wherever Debian put it.
@@ -249,47 +256,120 @@ fn dnsmasq_bin() -> &'static str {
 
 impl Dnsmasq {
     /// Starts dnsmasq in `ns` on `listen` (port 53, UDP and TCP) answering `records`
-    /// (`(name, address)`; a name may have several, of both families); returns once it
-    /// accepts TCP on the first address.
+    /// (`(name, address)`; a name may have several, of both families) with a TTL of 60 s;
+    /// returns once it accepts TCP on the first address.
     pub fn start(ns: &Netns, listen: &[IpAddr], records: &[(&str, IpAddr)]) -> Self {
+        let hosts: String = records.iter().map(|(n, a)| format!("{a} {n}\n")).collect();
+        Self::serve(ns, listen, &hosts, &["--local-ttl=60".into()])
+    }
+
+    /// Starts dnsmasq in `ns` on `listen` (port 53, UDP and TCP) with `hosts` (hosts(5) text)
+    /// as its records file and `options` besides the fixed ones (e.g. `--local=/<domain>/`,
+    /// `--cname=…`); returns once it accepts TCP on the first address.
+    pub fn serve(ns: &Netns, listen: &[IpAddr], hosts: &str, options: &[String]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let hosts = dir.path().join("hosts");
-        let text: String = records.iter().map(|(n, a)| format!("{a} {n}\n")).collect();
-        std::fs::write(&hosts, text).expect("write hosts");
-        let listen_arg = listen.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(",");
-        let child = ns
-            .command(&[
-                dnsmasq_bin(),
-                "--keep-in-foreground",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--port=53",
-                "--pid-file=",
-                "--user=root",
-                "--local-ttl=60",
-                &format!("--listen-address={listen_arg}"),
-                &format!("--addn-hosts={}", hosts.display()),
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn dnsmasq");
-        let d = Self {
+        std::fs::write(dir.path().join("hosts"), hosts).expect("write hosts");
+        let proc = spawn(&ns.0, listen, dir.path(), options);
+        Self {
             addrs: listen.to_vec(),
-            _proc: crate::Proc(child),
-            _dir: dir,
-        };
-        let first = std::net::SocketAddr::new(listen[0], 53);
-        let t = std::time::Instant::now();
-        while !crate::run_in(ns, || {
-            std::net::TcpStream::connect_timeout(&first, std::time::Duration::from_millis(200)).is_ok()
-        }) {
-            assert!(t.elapsed().as_secs() < 10, "dnsmasq on {first} did not come up");
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            netns: ns.0.clone(),
+            proc: Some(proc),
+            dir,
         }
-        d
+    }
+
+    /// Its PID (`ip netns exec` execs in place: dnsmasq's own).
+    pub fn pid(&self) -> u32 {
+        self.proc.as_ref().expect("dnsmasq runs").0.id()
+    }
+
+    /// Replaces its records file with `hosts` (a rename: never read half-written) and has it
+    /// read again: SIGHUP by PID (dnsmasq re-reads `--addn-hosts` files on SIGHUP, not its
+    /// other options).
+    pub fn reload(&self, hosts: &str) {
+        let tmp = self.dir.path().join("hosts.new");
+        std::fs::write(&tmp, hosts).expect("write hosts");
+        std::fs::rename(&tmp, self.dir.path().join("hosts")).expect("replace hosts");
+        let pid = i32::try_from(self.pid()).expect("PID");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP)
+            .unwrap_or_else(|e| panic!("SIGHUP dnsmasq (PID {pid}): {e}\n{}", self.log()));
+    }
+
+    /// Stops it (SIGKILL by PID) and starts it again on the same addresses and records file
+    /// with `options` instead: what changing an option other than the records needs (dnsmasq
+    /// reads `--cname` only when it starts). Queries in between go unanswered.
+    pub fn restart(&mut self, options: &[String]) {
+        // Killed and reaped once, before its addresses are bound again.
+        drop(self.proc.take());
+        self.proc = Some(spawn(&self.netns, &self.addrs, self.dir.path(), options));
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("dnsmasq.log")).unwrap_or_default()
+    }
+}
+
+/// Starts dnsmasq in the netns `netns` on `addrs` with `dir`'s `hosts` and `options`, its
+/// output appended to `dir`'s `dnsmasq.log`; returns once it accepts TCP on the first address
+/// (its signal handlers are set by then), panics (killing it) if it exits or does not within
+/// 10 s.
+fn spawn(netns: &str, addrs: &[IpAddr], dir: &Path, options: &[String]) -> crate::Proc {
+    let listen = addrs.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(",");
+    let log_path = dir.join("dnsmasq.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .expect("dnsmasq.log");
+    let child = Command::new("ip")
+        .args(["netns", "exec", netns, dnsmasq_bin()])
+        .args([
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--port=53",
+            "--pid-file=",
+            "--user=root",
+            "--log-facility=-",
+        ])
+        .arg(format!("--listen-address={listen}"))
+        .arg(format!("--addn-hosts={}", dir.join("hosts").display()))
+        .args(options)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dnsmasq.log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn dnsmasq");
+    let mut proc = crate::Proc(child);
+    let first = SocketAddr::new(addrs[0], 53);
+    let ns = std::fs::File::open(format!("/run/netns/{netns}")).expect("open netns");
+    let t = Instant::now();
+    loop {
+        let up = std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+                TcpStream::connect_timeout(&first, Duration::from_millis(200)).is_ok()
+            })
+            .join()
+            .unwrap_or(false)
+        });
+        if up {
+            return proc;
+        }
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            // Reaped: its PID may be another process's by now, so no SIGKILL by it.
+            std::mem::forget(proc);
+            panic!("dnsmasq on {first} in {netns} exited ({status}):\n{}", log());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "dnsmasq on {first} in {netns} did not come up in 10 s:\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -15,8 +15,10 @@
 //! Every mode passes [`SKIPS`] as `--ginkgo.skip`: each entry is a literal piece of a test's
 //! name and the reason the lab cannot run it. The test fails when a [`MUST_PASS`] test that
 //! was selected did not pass (and, without `COZYPLANE_E2E_FOCUS`, when one was not run at
-//! all); every other failure is reported, not failed on: cozyplane has no Service proxy yet
-//! and the lab runs no kube-proxy, so the Services tests fail.
+//! all); every other failure is reported, not failed on: the agents are the lab's Service
+//! proxy (`--kube-proxy-replacement`, no kube-proxy runs), and the Services tests that need
+//! what it does not serve yet fail. Service names resolve through the kit's cluster DNS
+//! (`realnode/dns.rs`).
 //!
 //! The report (JUnit XML, e2e.test's output, a summary) stays in
 //! `$COZYPLANE_E2E_REPORT_DIR`, else `<target dir>/upstream-e2e/<unix time>/`.
@@ -94,11 +96,11 @@ const SKIPS: &[(&str, &str)] = &[
     ),
     (
         "[Feature:PerformanceDNS]",
-        "DNS at scale: no cluster DNS in the lab",
+        "DNS at scale: the lab's cluster DNS is a stand-in (dnsmasq fed from the Services, realnode/dns.rs), nothing to measure",
     ),
     (
         "[sig-network] DNS",
-        "no cluster DNS: the lab runs no CoreDNS (whose ClusterIP would need a Service proxy, issue 26)",
+        "CoreDNS' own records: the lab's cluster DNS (realnode/dns.rs) serves Service A, headless and ExternalName records, and these tests also ask for SRV records of named ports, with `dig`, which the lab's agnhost image lacks",
     ),
     ("[Feature:Ingress]", "needs an Ingress controller"),
     (

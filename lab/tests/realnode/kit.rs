@@ -8,10 +8,15 @@
 //! | kubelet | own root dir, pod logs and volume plugin dir; eviction thresholds near nothing (100 MiB of disk: a build machine's disk 99 % full must not evict the test's pods as DiskPressure); client certificate `system:node:<name>` (`system:nodes`) and a serving certificate for the node's address, both of the cluster CA; webhook authentication and authorization; cgroupfs under its own cgroup root; `--node-ip` the node's underlay address |
 //! | cgroups | `cplab-<pid>-<node>` in every cgroup v1 hierarchy: the kubelet's `cgroupRoot` (it makes `kubepods` below), and `runtime/` below it holding containerd, its shims and the kubelet |
 //! | sysctls | the machine-wide ones the kubelet sets ([`KUBELET_SYSCTLS`](super::host::KUBELET_SYSCTLS)) are read before the first kubelet starts and written back when [`RealNodes`] drops |
+//! | DNS | `clusterDNS` the node's own address, where the cluster DNS ([`dns::ClusterDns`]: dnsmasq, records from the Services) listens; `resolvConf` a file naming only it, so no pod is given the machine's resolvers |
+//!
+//! [`RealNode::restart_containerd`] stops a node's containerd with SIGTERM by PID (its shims
+//! and containers stay) and starts it again with the same configuration;
+//! [`Cluster::start_agent`] starts a node's agent again after the test stopped it.
 //!
 //! [`Cluster::start`] is the whole set-up the real-node tests share: the control plane with
 //! kubelets in mind (kube-scheduler included), cozyplane-apiserver installed behind it, the
-//! lab's agents, the images, and a real node on every lab node, Ready.
+//! lab's agents, the cluster DNS, the images, and a real node on every lab node, Ready.
 //!
 //! Dropping a [`RealNode`] (also while a test panics) SIGKILLs the kubelet by PID, removes
 //! every sandbox through the CRI (`crictl rmp -af`, bounded: CNI DEL for each, the shims
@@ -34,6 +39,10 @@ use cozyplane_lab::{Lab, Node};
 
 use super::host::{Cgroup, Sysctls, shim_sockets};
 use super::images;
+
+/// The cluster DNS (dnsmasq on each node, records from the Services).
+#[path = "dns.rs"]
+pub(crate) mod dns;
 
 /// Registries whose `hosts.toml` refuses (containerd 1.6 has no `_default`; it is written
 /// too, for later versions).
@@ -169,30 +178,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             certs = d.join("certs.d").display(),
         );
         std::fs::write(d.join("containerd.toml"), config).expect("containerd.toml");
-        let procs = rn.cgroup.runtime_procs();
-        rn.containerd = Some(Proc::spawn(
-            &format!("containerd {}", node.name),
-            in_node(
-                node,
-                &procs,
-                &[
-                    "containerd".into(),
-                    "--config".into(),
-                    d.join("containerd.toml").display().to_string(),
-                ],
-            ),
-            &d.join("containerd.log"),
-        ));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !rn.ctr(&["version"]).status.success() {
-            assert!(
-                Instant::now() < deadline,
-                "containerd on {} did not answer:\n{}",
-                node.name,
-                rn.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        rn.spawn_containerd(node);
         for (reference, archive) in images {
             let out = rn.ctr(&["images", "import", &archive.display().to_string()]);
             assert!(
@@ -228,6 +214,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         );
         let kubelet_root = d.join("kubelet");
         std::fs::create_dir_all(&kubelet_root).expect("kubelet root");
+        // The node's resolvers as its pods see them (`dnsPolicy: Default`, host network):
+        // the cluster DNS only, never the machine's.
+        let resolv = write("resolv.conf", &format!("nameserver {}\n", node.ip));
         let config = format!(
             r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -254,8 +243,9 @@ oomScoreAdj: 0
 containerRuntimeEndpoint: "unix://{sock}"
 podLogsDir: "{logs}"
 volumePluginDir: "{plugins}"
-resolvConf: /etc/resolv.conf
-clusterDomain: cluster.local
+resolvConf: "{resolv}"
+clusterDomain: {domain}
+clusterDNS: ["{ip}"]
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -269,11 +259,14 @@ nodeStatusReportFrequency: 10s
             cgroot = rn.cgroup.root(),
             sock = sock.display(),
             logs = d.join("pod-logs").display(),
+            resolv = resolv.display(),
+            domain = dns::DOMAIN,
             plugins = d.join("volume-plugins").display(),
         );
         let config = write("kubelet.yaml", &config);
         let kubelet = cozyplane_conformance::realkube::binary("kubelet")
             .unwrap_or_else(|e| panic!("kubelet from KUBE_BIN_DIR: {e}"));
+        let procs = rn.cgroup.runtime_procs();
         rn.kubelet = Some(Proc::spawn(
             &format!("kubelet {}", node.name),
             in_node(
@@ -292,6 +285,105 @@ nodeStatusReportFrequency: 10s
             &d.join("kubelet.log"),
         ));
         rn
+    }
+
+    /// Starts containerd with the node's `containerd.toml`, in its runtime cgroup, and waits
+    /// until it answers.
+    fn spawn_containerd(&mut self, node: &Node) {
+        let d = self.dir.path();
+        self.containerd = Some(Proc::spawn(
+            &format!("containerd {}", node.name),
+            in_node(
+                node,
+                &self.cgroup.runtime_procs(),
+                &[
+                    "containerd".into(),
+                    "--config".into(),
+                    d.join("containerd.toml").display().to_string(),
+                ],
+            ),
+            &d.join("containerd.log"),
+        ));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd on {} did not answer:\n{}",
+                node.name,
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops containerd as an operator or a package upgrade does (SIGTERM by PID, then waits
+    /// for it to exit; its shims and containers stay), then starts it again with the same
+    /// configuration and waits until it answers. Returns how long it was stopped for and how
+    /// long the start took.
+    #[allow(dead_code, reason = "not every real-node test binary restarts containerd")]
+    pub(crate) fn restart_containerd(&mut self, node: &Node) -> (Duration, Duration) {
+        let proc = self.containerd.as_mut().expect("containerd runs");
+        let pid = proc.id().expect("containerd's PID");
+        // `sh` and `nsenter` exec in place: the PID is containerd's.
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        assert_eq!(comm.trim(), "containerd", "PID {pid} of {}", self.name);
+        let stopping = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).expect("PID")),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM containerd");
+        let deadline = stopping + Duration::from_secs(30);
+        while proc.exited().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd on {} (PID {pid}) did not exit 30 s after SIGTERM:\n{}",
+                self.name,
+                proc.tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stopped = stopping.elapsed();
+        let starting = Instant::now();
+        self.spawn_containerd(node);
+        (stopped, starting.elapsed())
+    }
+
+    /// `crictl --runtime-endpoint <socket> --timeout 20s <args>`, bounded by `timeout 30`.
+    pub(crate) fn crictl(&self, args: &[&str]) -> std::process::Output {
+        let crictl = cozyplane_conformance::realkube::binary("crictl")
+            .unwrap_or_else(|e| panic!("crictl from KUBE_BIN_DIR: {e}"));
+        let endpoint = format!("unix://{}", self.dir.path().join("containerd.sock").display());
+        Command::new("timeout")
+            .arg("30")
+            .arg(crictl)
+            .args(["--runtime-endpoint", &endpoint, "--timeout", "20s"])
+            .args(args)
+            .output()
+            .expect("crictl runs")
+    }
+
+    /// The ids of the pod sandboxes containerd knows (`crictl pods -q`), `ready` ones only if
+    /// asked, sorted.
+    #[allow(dead_code, reason = "not every real-node test binary looks at sandboxes")]
+    pub(crate) fn sandboxes(&self, ready: bool) -> Vec<String> {
+        let mut args = vec!["pods", "-q"];
+        if ready {
+            args.extend(["--state", "ready"]);
+        }
+        let out = self.crictl(&args);
+        assert!(
+            out.status.success(),
+            "crictl pods on {}: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        ids.sort();
+        ids
     }
 
     /// `ctr --address <socket> -n k8s.io <args>`.
@@ -348,21 +440,8 @@ impl Drop for RealNode {
         self.kubelet.take();
         // Every sandbox stopped and removed through the CRI while containerd runs (CNI DEL
         // for each; the shims exit and remove their sockets), bounded for a broken node.
-        if let Ok(crictl) = cozyplane_conformance::realkube::binary("crictl") {
-            let endpoint = format!("unix://{}", self.dir.path().join("containerd.sock").display());
-            let _ = Command::new("timeout")
-                .arg("30")
-                .arg(crictl)
-                .args([
-                    "--runtime-endpoint",
-                    &endpoint,
-                    "--timeout",
-                    "20s",
-                    "rmp",
-                    "-a",
-                    "-f",
-                ])
-                .output();
+        if cozyplane_conformance::realkube::binary("crictl").is_ok() {
+            let _ = self.crictl(&["rmp", "-a", "-f"]);
         }
         self.containerd.take();
         // Shims and containers: every process left in the node's cgroups, by PID.
@@ -452,13 +531,16 @@ impl RealNodes {
 }
 
 /// A real-node cluster on a lab: the real control plane (with kube-scheduler) and
-/// cozyplane-apiserver behind it, the lab's agents talking to kube-apiserver, and a
-/// [`RealNode`] on every lab node. Fields drop in order: the real nodes (kubelets,
-/// containerd, their pods), the images, our server, the control plane; the agents are the
-/// lab's.
+/// cozyplane-apiserver behind it, the lab's agents talking to kube-apiserver, the cluster
+/// DNS, and a [`RealNode`] on every lab node. Fields drop in order: the real nodes (kubelets,
+/// containerd, their pods), the cluster DNS, the images, our server, the control plane; the
+/// agents are the lab's.
 pub(crate) struct Cluster {
     /// The kubelets and containerds.
     pub(crate) rn: RealNodes,
+    /// dnsmasq on every node, and the watch feeding it.
+    #[allow(dead_code, reason = "not every real-node test binary looks at the DNS")]
+    pub(crate) dns: dns::ClusterDns,
     _images: tempfile::TempDir,
     _cozy: Cozyplane,
     /// kube-apiserver, kube-controller-manager, kube-scheduler.
@@ -478,9 +560,9 @@ impl Cluster {
         let kube = cp.client(&cp.admin).await;
         for n in &lab.nodes {
             n.register(&kube).await;
-            // Both API groups through kube-apiserver (ours by aggregation), as in a cluster.
-            n.start_agent(&cp.admin, &cp.admin);
+            start_agent(&cp, n);
         }
+        let dns = dns::ClusterDns::start(&cp, &lab.nodes).await;
         let images = tempfile::tempdir().expect("images dir");
         let archives = images::build(images.path());
         let t1 = Instant::now();
@@ -493,6 +575,7 @@ impl Cluster {
         );
         Self {
             rn,
+            dns,
             _images: images,
             _cozy: cozy,
             cp,
@@ -503,4 +586,18 @@ impl Cluster {
     pub(crate) fn node_logs(&self) -> String {
         self.rn.nodes.iter().map(RealNode::logs).collect()
     }
+
+    /// Starts `node`'s agent as [`Cluster::start`] does (a running one is SIGKILLed first);
+    /// returns once its CNI socket is bound.
+    #[allow(dead_code, reason = "not every real-node test binary restarts agents")]
+    pub(crate) fn start_agent(&self, node: &Node) {
+        start_agent(&self.cp, node);
+    }
+}
+
+/// `node`'s agent with both API groups through kube-apiserver (ours by aggregation), as in a
+/// cluster: the admin's kubeconfig for `--kubeconfig` and `--sdn-kubeconfig`.
+fn start_agent(cp: &ControlPlane, node: &Node) {
+    // The cluster's Service proxy, as the chart runs it: no kube-proxy runs here.
+    node.start_agent_with(&cp.admin, &cp.admin, &["--kube-proxy-replacement"]);
 }
