@@ -169,6 +169,10 @@ fn check_content(m: &Mode, r: &Manifest) {
                 Some("/usr/lib/cni"),
                 "the init step installs the chained plugins from the image"
             );
+            assert!(
+                has(&agent(), "--kube-proxy-replacement=true"),
+                "the agent is the Service proxy by default"
+            );
         }
         "tls-cert-manager" => {
             assert!(ca_from(&format!("cert-manager:{ns}/cozyplane-apiserver-tls")));
@@ -244,6 +248,7 @@ fn check_content(m: &Mode, r: &Manifest) {
             );
         }
         "masquerade-off" => assert!(has(&agent(), "--masquerade=off")),
+        "kube-proxy-kept" => assert!(has(&agent(), "--kube-proxy-replacement=false")),
         "agent-extras" => {
             let a = agent();
             assert!(has(&a, "--internal-cidrs=169.254.20.10/32,10.10.0.0/16"), "{a:?}");
