@@ -65,6 +65,17 @@ static __always_inline __u32 sdn_lb_mix(__u32 h, __u32 v)
 	return h * 5 + 0xe6546b64;
 }
 
+/* murmur3's finaliser: every input bit reaches every output bit. */
+static __always_inline __u32 sdn_lb_fmix(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
 static __always_inline __u32 sdn_lb_hash(const struct sdn_pkt *p, __u32 svc,
 					 int with_port)
 {
@@ -76,12 +87,7 @@ static __always_inline __u32 sdn_lb_hash(const struct sdn_pkt *p, __u32 svc,
 	h = sdn_lb_mix(h, p->src.w[3]);
 	if (with_port)
 		h = sdn_lb_mix(h, ((__u32)p->sport << 16) | p->proto);
-	h ^= h >> 16;
-	h *= 0x85ebca6b;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35;
-	h ^= h >> 16;
-	return h;
+	return sdn_lb_fmix(h);
 }
 
 /* The backend id of the table slot the hash picks; 0 if there is none. */

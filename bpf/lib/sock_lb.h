@@ -73,12 +73,7 @@ static __always_inline __u32 sdn_sock_hash(__u64 v, __u32 svc)
 
 	h = sdn_lb_mix(h, (__u32)v);
 	h = sdn_lb_mix(h, (__u32)(v >> 32));
-	h ^= h >> 16;
-	h *= 0x85ebca6b;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35;
-	h ^= h >> 16;
-	return h;
+	return sdn_lb_fmix(h);
 }
 
 /* The backend id for a socket of netns `netns`; 0 for none. */
