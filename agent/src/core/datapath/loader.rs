@@ -200,17 +200,7 @@ impl Datapath {
     /// by agents that attached pods with TCX). Absent pins are fine (idempotent DEL).
     pub fn detach(&self, dev: &str) -> Result<(), LoadError> {
         for dir in ["in", "eg"] {
-            let p = self.link_pin(dev, dir);
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(LoadError::Io {
-                        what: format!("unpin {}", p.display()),
-                        source,
-                    });
-                }
-            }
+            unpin(&self.link_pin(dev, dir))?;
         }
         Ok(())
     }
@@ -352,17 +342,7 @@ impl Datapath {
     /// Absent pins are fine.
     pub fn detach_sock(&self) -> Result<(), LoadError> {
         for spec in &programs::SOCK {
-            let pin = self.sock_pin(spec);
-            match std::fs::remove_file(&pin) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(LoadError::Io {
-                        what: format!("unpin {}", pin.display()),
-                        source,
-                    });
-                }
-            }
+            unpin(&self.sock_pin(spec))?;
         }
         Ok(())
     }
@@ -447,4 +427,16 @@ fn classifier<'a>(ebpf: &'a mut Ebpf, spec: &ProgramSpec) -> Result<&'a mut Sche
             what: spec.name.to_string(),
             source: Box::new(e),
         })
+}
+
+/// Remove a link pin (unpinning a link nothing else holds detaches it); absent is fine.
+fn unpin(pin: &Path) -> Result<(), LoadError> {
+    match std::fs::remove_file(pin) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(LoadError::Io {
+            what: format!("unpin {}", pin.display()),
+            source,
+        }),
+    }
 }
