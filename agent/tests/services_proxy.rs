@@ -19,7 +19,9 @@ use cozyplane_agent::features::kubeproxy::metrics::ServiceMetrics;
 use cozyplane_agent::features::kubeproxy::model::{Me, NodeAddrs};
 use cozyplane_agent::features::kubeproxy::state::{Change, Proxy};
 use cozyplane_bpf::DatapathConfig;
+use cozyplane_bpf::abi::{LB_BIG_SLOTS, LB_SLOTS, LbSvc};
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
+use cozyplane_bpf::maps::lb_mag_big::LbMagBigMap;
 use cozyplane_bpf::maps::lb_maglev::LbMaglevMap;
 use cozyplane_bpf::maps::lb_svc::LbSvcMap;
 use cozyplane_lab::require_root;
@@ -47,15 +49,22 @@ fn want(backends: &[(&str, u16)]) -> Want {
     }
 }
 
-/// What the maps hold: frontend → (owner byte, its table's distinct backends).
+/// What the maps hold: frontend → (flags: the owner byte and `F_*`, its table's distinct
+/// backends), the table read from the map the flags name.
 fn programmed(pins: &Path) -> BTreeMap<Frontend, (u32, BTreeSet<(IpAddr, u16)>)> {
     let svc = LbSvcMap::from_pin(pins).unwrap();
     let tables = LbMaglevMap::from_pin(pins).unwrap();
+    let big = LbMagBigMap::from_pin(pins).unwrap();
     let bes = LbBackendsMap::from_pin(pins).unwrap();
     let mut out = BTreeMap::new();
     for f in svc.frontends().unwrap() {
         let v = svc.get(f).unwrap().unwrap();
-        let t = tables.get(v.id).unwrap().expect("every frontend has its table");
+        let t = if v.flags & LbSvc::F_BIG != 0 {
+            big.get(v.id).unwrap()
+        } else {
+            tables.get(v.id).unwrap()
+        };
+        let t = t.expect("every frontend has its table");
         let set: BTreeSet<(IpAddr, u16)> = t
             .iter()
             .filter(|id| **id != 0)
@@ -156,6 +165,99 @@ fn owners_share_the_maps_and_prune_only_their_own_also_after_a_restart() {
     let done = lb.update(Owner::ServiceVip, &[(front("10.96.0.10", 80), None)]);
     assert_eq!(done.removed, 0);
     assert!(programmed(&pins).contains_key(&front("10.96.0.10", 80)));
+}
+
+/// `n` backends 10.244.0.1:8080 and on.
+fn many(n: u8) -> Want {
+    Want {
+        backends: (1..=n)
+            .map(|i| (0, IpAddr::from([10, 244, 0, i]), 8080))
+            .collect(),
+        affinity: 0,
+    }
+}
+
+/// The frontend's id, and which maps hold a table under it: (small, big).
+fn tables_of(pins: &Path, f: Frontend) -> (u32, bool, bool) {
+    let v = LbSvcMap::from_pin(pins).unwrap().get(f).unwrap().unwrap();
+    let small = LbMaglevMap::from_pin(pins).unwrap().get(v.id).unwrap();
+    let big = LbMagBigMap::from_pin(pins).unwrap().get(v.id).unwrap();
+    if let Some(t) = &small {
+        assert_eq!(t.len(), LB_SLOTS);
+    }
+    if let Some(t) = &big {
+        assert_eq!(t.len(), LB_BIG_SLOTS);
+    }
+    (v.id, small.is_some(), big.is_some())
+}
+
+// A frontend gets a big table from 64 backends on and keeps it down to 32; each move writes
+// the new table, flags the frontend, then removes the old one, so one map holds its table at
+// rest. A restart adopts a big table (nothing rewritten) and removes tables no frontend names;
+// a removed frontend leaves no table in either map.
+#[test]
+fn many_backends_get_a_big_table_and_keep_it_until_half_are_gone() {
+    require_root();
+    let fs = common::Bpffs::new("cplbbig");
+    let dp = Datapath::load(&fs.pins(), &DatapathConfig::default()).unwrap();
+    let pins = dp.pin_dir().to_path_buf();
+    let f = front("10.96.0.20", 80);
+    let small_one = front("10.96.0.21", 80);
+
+    let lb = Lb::new(&pins);
+    let set = |lb: &Lb, n: u8| {
+        lb.update(Owner::KubeService, &[(f, Some(many(n)))]);
+        let p = programmed(&pins);
+        assert_eq!(p[&f].1.len(), usize::from(n), "{n} backends in the table");
+        p[&f].0
+    };
+    assert_eq!(set(&lb, 63), 1, "63 backends: a small table");
+    let (id, small, big) = tables_of(&pins, f);
+    assert_eq!((small, big), (true, false));
+    assert_eq!(set(&lb, 64), 1 | LbSvc::F_BIG, "64: big");
+    assert_eq!(
+        tables_of(&pins, f),
+        (id, false, true),
+        "same id; the small table removed"
+    );
+    assert_eq!(set(&lb, 32), 1 | LbSvc::F_BIG, "32: still big");
+    assert_eq!(set(&lb, 31), 1, "31: small again");
+    assert_eq!(tables_of(&pins, f), (id, true, false));
+    assert_eq!(set(&lb, 100), 1 | LbSvc::F_BIG, "issue 26's 100");
+    assert_eq!(set(&lb, 99), 1 | LbSvc::F_BIG, "one removed: the same table size");
+    assert_eq!(tables_of(&pins, f), (id, false, true));
+
+    // Leftovers an agent stopped between writes would leave: a copy of the frontend's table
+    // in the map it does not name, and a big table of no frontend.
+    LbMaglevMap::from_pin(&pins)
+        .unwrap()
+        .set(id, &[0; LB_SLOTS])
+        .unwrap();
+    LbMagBigMap::from_pin(&pins)
+        .unwrap()
+        .set(id + 1000, &vec![0; LB_BIG_SLOTS])
+        .unwrap();
+    drop(lb);
+    let lb = Lb::new(&pins);
+    let done = lb.sync(
+        Owner::KubeService,
+        &BTreeMap::from([(f, many(99)), (small_one, many(2))]),
+        true,
+    );
+    assert_eq!(done.written, 1, "the big frontend adopted as it was");
+    assert_eq!(tables_of(&pins, f), (id, false, true), "the stray copy removed");
+    assert_eq!(
+        LbMagBigMap::from_pin(&pins).unwrap().ids().unwrap(),
+        vec![id],
+        "the table of no frontend removed"
+    );
+    assert_eq!(backend_count(&pins), 99);
+
+    let done = lb.sync(Owner::KubeService, &BTreeMap::from([(small_one, many(2))]), true);
+    assert_eq!(done.removed, 1);
+    assert!(LbMagBigMap::from_pin(&pins).unwrap().ids().unwrap().is_empty());
+    assert_eq!(LbMaglevMap::from_pin(&pins).unwrap().ids().unwrap().len(), 1);
+    assert_eq!(backend_count(&pins), 2);
 }
 
 fn service(name: &str, ip: &str, port: i32) -> Service {
@@ -262,6 +364,7 @@ fn watch_events_become_the_frontends_they_describe() {
     let c = st.set_nodes(NodeAddrs {
         all: vec!["192.168.10.1".parse().unwrap()],
         mine: vec!["192.168.10.1".parse().unwrap()],
+        primary: vec!["192.168.10.1".parse().unwrap()],
     });
     commit(&mut st, c);
     let pod: Pod = serde_json::from_value(json!({

@@ -573,6 +573,8 @@ pub const LAYOUTS: &[StructLayout] = &[
     LbKey::LAYOUT,
     LbSvc::LAYOUT,
     LbTable::LAYOUT,
+    LbChunkKey::LAYOUT,
+    LbChunk::LAYOUT,
     LbBackend::LAYOUT,
     LbFlowKey::LAYOUT,
     LbFlow::LAYOUT,
@@ -832,6 +834,20 @@ abi_struct! {
 /// `SDN_LB_SLOTS`: slots of one Maglev table.
 pub const LB_SLOTS: usize = 1021;
 
+/// `SDN_LB_BIG_SLOTS`: slots of a big frontend's Maglev table (`sdn_lb_mag_big`).
+pub const LB_BIG_SLOTS: usize = 29989;
+
+/// `SDN_LB_CHUNK_SLOTS`: slots of one [`LbChunk`] of a big table (a 4 KiB map element).
+pub const LB_CHUNK_SLOTS: usize = 1000;
+
+/// `SDN_LB_BIG_CHUNKS`: chunks of a big table, the last one partly used.
+pub const LB_BIG_CHUNKS: u32 = 30;
+
+const _: () = assert!(
+    LB_BIG_CHUNKS as usize * LB_CHUNK_SLOTS >= LB_BIG_SLOTS
+        && (LB_BIG_CHUNKS as usize - 1) * LB_CHUNK_SLOTS < LB_BIG_SLOTS
+);
+
 /// `SDN_LB_NET_EXTERNAL`: the net of the frontends traffic from outside the cluster meets at
 /// the uplink (outside the 24-bit VNI space).
 pub const LB_NET_EXTERNAL: u32 = 0x4000_0000;
@@ -862,9 +878,15 @@ abi_struct! {
         /// ClientIP affinity timeout in seconds; 0: none.
         pub affinity: u32,
         /// Low byte: the agent's owner of the frontend (0 ServiceVIPs, 1 Kubernetes
-        /// Services); the datapath ignores it.
+        /// Services), which the datapath ignores; `F_*` in the bits above it.
         pub flags: u32,
     }
+}
+
+impl LbSvc {
+    /// `SDN_LB_SVC_F_BIG`: the frontend's table is in `sdn_lb_mag_big` ([`LbChunk`]s), not
+    /// in `sdn_lb_maglev`.
+    pub const F_BIG: u32 = 1 << 8;
 }
 
 /// `struct sdn_lb_table`, value of `sdn_lb_maglev`: a backend id per slot. Not through
@@ -891,6 +913,42 @@ impl Abi for LbTable {
 // C header by tests/abi_layout.rs; every bit pattern is a valid value.
 #[expect(unsafe_code, reason = "aya::Pod for an ABI struct shared with the kernel")]
 unsafe impl aya::Pod for LbTable {}
+
+abi_struct! {
+    /// `struct sdn_lb_chunk_key`: key of `sdn_lb_mag_big`, one chunk of a big table.
+    pub struct LbChunkKey = "sdn_lb_chunk_key" {
+        /// The frontend id (`LbSvc::id`).
+        pub id: u32,
+        /// `0..LB_BIG_CHUNKS`: the chunk holds slots from `chunk * LB_CHUNK_SLOTS` on.
+        pub chunk: u32,
+    }
+}
+
+/// `struct sdn_lb_chunk`, value of `sdn_lb_mag_big`: [`LB_CHUNK_SLOTS`] slots of a big
+/// table of a frontend with [`LbSvc::F_BIG`]. Not through `abi_struct!` (no `Default`), as
+/// [`LbTable`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LbChunk {
+    /// The backend id of each slot.
+    pub slot: [u32; LB_CHUNK_SLOTS],
+}
+
+const _: () = assert!(size_of::<LbChunk>() == 4 * LB_CHUNK_SLOTS);
+
+impl Abi for LbChunk {
+    const LAYOUT: StructLayout = StructLayout {
+        c_name: "sdn_lb_chunk",
+        size: size_of::<LbChunk>(),
+        align: align_of::<LbChunk>(),
+        fields: &[("slot", offset_of!(LbChunk, slot))],
+    };
+}
+
+// SAFETY: as for LbTable: repr(C), one u32 array, no padding (asserted above), layout checked
+// against the C header by tests/abi_layout.rs; every bit pattern is a valid value.
+#[expect(unsafe_code, reason = "aya::Pod for an ABI struct shared with the kernel")]
+unsafe impl aya::Pod for LbChunk {}
 
 abi_struct! {
     /// `struct sdn_lb_backend`, value of `sdn_lb_backends`.

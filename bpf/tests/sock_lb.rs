@@ -33,12 +33,15 @@ use aya::{Ebpf, EbpfLoader};
 use cozyplane_bpf::abi::{self, LbSvc};
 use cozyplane_bpf::maps::lb_affinity::LbAffinityMap;
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
+use cozyplane_bpf::maps::lb_mag_big::LbMagBigMap;
 use cozyplane_bpf::maps::lb_maglev::LbMaglevMap;
 use cozyplane_bpf::maps::lb_svc::{Frontend, LbSvcMap};
 use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 use cozyplane_bpf::maps::sock_rev::SockRevMap;
 use cozyplane_bpf::maps::sock_stats::{SockStats, SockStatsMap};
-use cozyplane_bpf::maps::{lb_affinity, lb_backends, lb_maglev, lb_svc, sock_netns, sock_rev, sock_stats};
+use cozyplane_bpf::maps::{
+    lb_affinity, lb_backends, lb_mag_big, lb_maglev, lb_svc, sock_netns, sock_rev, sock_stats,
+};
 use cozyplane_bpf::{DatapathConfig, Object, programs, sys};
 use nix::sched::{CloneFlags, setns};
 
@@ -210,6 +213,40 @@ impl Fixture {
                 .unwrap()
                 .upsert(f, v)
                 .unwrap();
+        }
+    }
+
+    /// Moves every frontend of [`Fixture::serve`] to a big table (`sdn_lb_mag_big`, the same
+    /// alternation, [`LbSvc::F_BIG`] set) and empties its small one: a pick from the wrong
+    /// map finds no backend, and the connect is refused.
+    fn serve_big(&mut self) {
+        for (id, vip, proto) in FRONTENDS {
+            let ids = if vip.is_ipv4() { [1, 2] } else { [3, 4] };
+            let slots: Vec<u32> = (0..abi::LB_BIG_SLOTS).map(|s| ids[s % 2]).collect();
+            LbMagBigMap::try_from(self.map(lb_mag_big::NAME))
+                .unwrap()
+                .set(id, &slots)
+                .unwrap();
+            LbMaglevMap::try_from(self.map(lb_maglev::NAME))
+                .unwrap()
+                .set(id, &[0; abi::LB_SLOTS])
+                .unwrap();
+            let f = Frontend {
+                net: 0,
+                vip,
+                proto,
+                port: PORT,
+            };
+            let mut svc = LbSvcMap::try_from(self.map(lb_svc::NAME)).unwrap();
+            let v = svc.get(f).unwrap().expect("served");
+            svc.upsert(
+                f,
+                LbSvc {
+                    flags: v.flags | LbSvc::F_BIG,
+                    ..v
+                },
+            )
+            .unwrap();
         }
     }
 
@@ -523,6 +560,24 @@ fn session_affinity_keeps_a_client_on_one_backend() {
         assert_eq!(k.client, abi::sock_aff_client(cookie));
         assert!((1..=4).contains(&v.backend), "{v:?}");
     }
+}
+
+/// A frontend with a big table (`LbSvc::F_BIG`, many backends) is balanced from
+/// `sdn_lb_mag_big` as one with a small table is from `sdn_lb_maglev`: the same checks, with
+/// the small tables of the same ids holding no backend.
+#[test]
+fn a_big_table_balances_as_a_small_one() {
+    if child() {
+        return;
+    }
+    let mut f = Fixture::new("a_big_table_balances_as_a_small_one");
+    f.register(Some(0));
+    f.serve(2, 0);
+    f.serve_big();
+    f.client("balance");
+    let s = f.stats();
+    assert_eq!(s.refused, 0, "{s:?}");
+    assert_eq!(s.connects, 3 * (ROUNDS as u64 + 1), "{s:?}");
 }
 
 /// A frontend with no backend refuses connect() and sendto() with ECONNREFUSED, though a

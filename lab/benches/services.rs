@@ -30,10 +30,12 @@
 //!    frontends, the writer's ids, the loaded datapath): the agent's stand-in. The target:
 //!    < 200 MiB.
 //!
-//! **Maglev remap**: tables of `LB_SLOTS` (1,021) slots over 100 random backends (identities
-//! as the writer hashes them: address and port), one removed; among the slots that did not
-//! belong to the removed backend, the fraction whose backend changed, averaged over
-//! `SVC_BENCH_MAGLEV_SETS` (20) sets. The target: ≤ ~1 %.
+//! **Maglev remap**: tables of `LB_BIG_SLOTS` (29,989) slots, the big table the writer gives
+//! a frontend of that many backends (`sdn_lb_mag_big`, from `BIG_FROM` = 64), over 100 random
+//! backends (identities as the writer hashes them: address and port), one removed; among the
+//! slots that did not belong to the removed backend, the fraction whose backend changed,
+//! averaged over `SVC_BENCH_MAGLEV_SETS` (20) sets. The target: ≤ ~1 %. For scale, the same
+//! at the small table's `LB_SLOTS` (1,021) and at other backend counts.
 //!
 //! **The datapath against kube-proxy's nftables mode** (the netns lab, `SVC_BENCH_LAB=0`
 //! skips it): client c1 on n1, backend b2 on n2, both on the default network, so every path
@@ -58,12 +60,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cozyplane_agent::core::datapath::loader::Datapath;
-use cozyplane_agent::core::lb::{Lb, maglev};
+use cozyplane_agent::core::lb::{BIG_FROM, Lb, maglev};
 use cozyplane_agent::features::kubeproxy::metrics::ServiceMetrics;
 use cozyplane_agent::features::kubeproxy::model::{Me, SERVICE_NAME_LABEL};
 use cozyplane_agent::features::kubeproxy::state::{Change, Proxy};
 use cozyplane_bpf::DatapathConfig;
-use cozyplane_bpf::abi::LB_SLOTS;
+use cozyplane_bpf::abi::{LB_BIG_SLOTS, LB_SLOTS};
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
 use cozyplane_bpf::maps::lb_svc::{Frontend, LbSvcMap};
 use cozyplane_lab::{Lab, LabPod, Proc, bin_dir, require_root};
@@ -599,18 +601,27 @@ fn remap_at(slots: usize, n: usize, sets: usize) -> (f64, f64, f64) {
 }
 
 fn maglev_remap(sets: usize) -> Remap {
-    println!("\n== Maglev: {LB_SLOTS} slots, {MAGLEV_BACKENDS} backends, one removed, {sets} random sets");
-    let (mean, max, own) = remap_at(LB_SLOTS, MAGLEV_BACKENDS, sets);
+    println!(
+        "\n== Maglev: {LB_BIG_SLOTS} slots (the big table), {MAGLEV_BACKENDS} backends, one removed, {sets} random sets"
+    );
+    let (mean, max, own) = remap_at(LB_BIG_SLOTS, MAGLEV_BACKENDS, sets);
     println!(
         "surviving backends' slots that changed hands: mean {:.2} %, max {:.2} % (the removed backend held {:.2} % of the slots on average)",
         100.0 * mean,
         100.0 * max,
         100.0 * own
     );
-    let context: Vec<(usize, usize, f64)> = [(LB_SLOTS, 10), (4093, 100), (16381, 100), (65537, 100)]
-        .into_iter()
-        .map(|(slots, n)| (slots, n, remap_at(slots, n, sets).0))
-        .collect();
+    // The small table at 100 and 10 backends; the big one at the fewest backends it serves
+    // and around its worst.
+    let context: Vec<(usize, usize, f64)> = [
+        (LB_SLOTS, MAGLEV_BACKENDS),
+        (LB_SLOTS, 10),
+        (LB_BIG_SLOTS, BIG_FROM),
+        (LB_BIG_SLOTS, 300),
+    ]
+    .into_iter()
+    .map(|(slots, n)| (slots, n, remap_at(slots, n, sets).0))
+    .collect();
     for (slots, n, m) in &context {
         println!(
             "  for scale: {slots} slots, {n} backends: mean {:.2} %",
@@ -1050,12 +1061,12 @@ fn report(run: &Record, s: &Scale, r: &Remap, d: Option<&Datapath3>) {
         s.rss_changed.0
     );
     println!(
-        "| Maglev, one of {MAGLEV_BACKENDS} backends removed: surviving backends' slots that changed hands, mean (max) of {} sets | **{:.2} %** ({:.2} %) | – | – | ≤ ~1 %: {} | {tail} | {} slots; the removed backend's own slots, {:.2} % of the table, move by necessity; the same measure at other sizes: {} |",
+        "| Maglev, one of {MAGLEV_BACKENDS} backends removed: surviving backends' slots that changed hands, mean (max) of {} sets | **{:.2} %** ({:.2} %) | – | – | ≤ ~1 %: {} | {tail} | {} slots (the big table, `sdn_lb_mag_big`, of a frontend with {BIG_FROM} backends or more); the removed backend's own slots, {:.2} % of the table, move by necessity; the same measure at other sizes: {} |",
         r.sets,
         100.0 * r.mean,
         100.0 * r.max,
         if r.mean <= 0.011 { "met" } else { "**not met**" },
-        thousands(LB_SLOTS),
+        thousands(LB_BIG_SLOTS),
         100.0 * r.own,
         r.context
             .iter()

@@ -7,8 +7,9 @@
  *
  * The agent (agent/src/core/lb/) writes the frontends (sdn_lb_svc), the
  * backends (sdn_lb_backends) and one Maglev lookup table per frontend
- * (sdn_lb_maglev); the datapath writes the flow state (sdn_lb_flows,
- * sdn_lb_rev, sdn_lb_affinity) and the counters (sdn_lb_stats).
+ * (sdn_lb_maglev, or sdn_lb_mag_big for a frontend with many backends); the
+ * datapath writes the flow state (sdn_lb_flows, sdn_lb_rev, sdn_lb_affinity)
+ * and the counters (sdn_lb_stats).
  */
 #pragma once
 
@@ -20,6 +21,29 @@
  * spread gets coarse.
  */
 #define SDN_LB_SLOTS		1021
+
+/* Slots of a big frontend's table (sdn_lb_mag_big). Removing one of N
+ * backends moves, besides its own slots, a share of the others' that shrinks
+ * as the table grows: 3-5 % at 1021 slots for 16 to 100 backends, 0.86 % at
+ * this size for 100 (agent/src/core/lb/maglev.rs measures it; 27,000 slots
+ * give 0.96 %, and more than this size no longer helps at 100). 120 KiB of
+ * kernel memory per table: the agent gives it only to frontends with many
+ * backends (agent/src/core/lb/mod.rs).
+ */
+#define SDN_LB_BIG_SLOTS	29989
+
+/* A big table is stored as chunks of this many slots (the last one partly
+ * used): a chunk's map element (4000 bytes, the 8-byte key and the kernel's
+ * element header) fits a 4 KiB allocation. One 120 KiB value instead would be
+ * an order-5 allocation, which a fragmented node's non-sleeping allocation
+ * for a map element can fail, and the kernel's per-CPU element cache would
+ * hold such 128 KiB blocks on every CPU even with no big table.
+ */
+#define SDN_LB_CHUNK_SLOTS	1000
+#define SDN_LB_BIG_CHUNKS	30
+_Static_assert(SDN_LB_BIG_CHUNKS * SDN_LB_CHUNK_SLOTS >= SDN_LB_BIG_SLOTS &&
+	       (SDN_LB_BIG_CHUNKS - 1) * SDN_LB_CHUNK_SLOTS < SDN_LB_BIG_SLOTS,
+	       "ABI: SDN_LB_BIG_CHUNKS covers SDN_LB_BIG_SLOTS");
 
 /* The net of the frontends that traffic from outside the cluster meets at the
  * uplink (sdn_from_uplink): a Service's NodePorts on this node's addresses,
@@ -41,14 +65,22 @@ _Static_assert(sizeof(struct sdn_lb_key) == 24, "ABI: sdn_lb_key");
 
 /* sdn_lb_svc value. */
 struct sdn_lb_svc {
-	__u32 id;		/* key of this frontend's table in sdn_lb_maglev */
+	__u32 id;		/* key of this frontend's table in sdn_lb_maglev
+				 * (sdn_lb_mag_big with SDN_LB_SVC_F_BIG) */
 	__u32 count;		/* backends in the table; 0: none (a miss) */
 	__u32 affinity;		/* sessionAffinity ClientIP timeout in seconds; 0: none */
 	__u32 flags;		/* low byte: the agent's owner of the frontend
-				 * (0 ServiceVIPs, 1 Kubernetes Services); the
-				 * datapath ignores it */
+				 * (0 ServiceVIPs, 1 Kubernetes Services), which
+				 * the datapath ignores; SDN_LB_SVC_F_* in the
+				 * bits above it */
 };
 _Static_assert(sizeof(struct sdn_lb_svc) == 16, "ABI: sdn_lb_svc");
+
+/* sdn_lb_svc.flags: the frontend's table is in sdn_lb_mag_big
+ * (SDN_LB_BIG_SLOTS), not in sdn_lb_maglev. The agent writes the table before
+ * the frontend that names its map, so the bit never leads to a missing table.
+ */
+#define SDN_LB_SVC_F_BIG	(1u << 8)
 
 /* sdn_lb_maglev: frontend id -> its lookup table, SDN_LB_SLOTS backend ids.
  * Replaced whole by the agent (one map update), so a packet sees either the
@@ -58,6 +90,24 @@ struct sdn_lb_table {
 	__u32 slot[SDN_LB_SLOTS];
 };
 _Static_assert(sizeof(struct sdn_lb_table) == 4 * SDN_LB_SLOTS, "ABI: sdn_lb_table");
+
+/* sdn_lb_mag_big: {frontend id, chunk} -> the slots from chunk *
+ * SDN_LB_CHUNK_SLOTS on of the table of a frontend with SDN_LB_SVC_F_BIG
+ * (slot s is in chunk s / SDN_LB_CHUNK_SLOTS at s % SDN_LB_CHUNK_SLOTS). The
+ * agent writes a table chunk by chunk, so a packet may meet old slots and new
+ * ones: each names a backend still in sdn_lb_backends (removed only once no
+ * table names it), so the mix balances as either table does.
+ */
+struct sdn_lb_chunk_key {
+	__u32 id;
+	__u32 chunk;		/* 0 .. SDN_LB_BIG_CHUNKS - 1 */
+};
+_Static_assert(sizeof(struct sdn_lb_chunk_key) == 8, "ABI: sdn_lb_chunk_key");
+
+struct sdn_lb_chunk {
+	__u32 slot[SDN_LB_CHUNK_SLOTS];
+};
+_Static_assert(sizeof(struct sdn_lb_chunk) == 4 * SDN_LB_CHUNK_SLOTS, "ABI: sdn_lb_chunk");
 
 /* sdn_lb_backends: backend id -> where it is. Written before any table names
  * the id, removed after none does.
@@ -144,6 +194,7 @@ _Static_assert(sizeof(struct sdn_lb_aff) == 16, "ABI: sdn_lb_aff");
 #define SDN_LB_STAT_FLOWS	0	/* flows pinned (first packets) */
 #define SDN_LB_STAT_SELECTIONS	1	/* packets DNATed to a backend */
 #define SDN_LB_STAT_MISSES	2	/* packets to a VIP port without a backend */
+#define SDN_LB_STAT_SNAT	3	/* packets from outside NATed to a backend on another node (lib/lb_snat.h) */
 #define SDN_LB_STAT_MAX		4
 
 /* Frontends: a cluster's 10,000 dual-stack Services with three ports each
@@ -155,6 +206,12 @@ _Static_assert(sizeof(struct sdn_lb_aff) == 16, "ABI: sdn_lb_aff");
 #define SDN_LB_BACKENDS_MAX	262144
 #define SDN_LB_FLOWS_MAX	65536
 #define SDN_LB_AFFINITY_MAX	16384
+/* Big tables (of SDN_LB_BIG_CHUNKS entries each): 120 KiB each once written,
+ * so the bound is what caps their kernel memory (480 MiB if every one were
+ * used); the agent falls back to a small table for a frontend that finds the
+ * map full.
+ */
+#define SDN_LB_BIG_MAX		4096
 
 /* sdn_lb_work: per-CPU scratch of sdn_lb_forward (key 0). Its keys would not
  * fit the 512-byte stack on top of sdn_from_pod's own frame (the combined
@@ -189,6 +246,15 @@ struct {
 	__type(value, struct sdn_lb_table);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sdn_lb_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SDN_LB_BIG_MAX * SDN_LB_BIG_CHUNKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sdn_lb_chunk_key);
+	__type(value, struct sdn_lb_chunk);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sdn_lb_mag_big SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

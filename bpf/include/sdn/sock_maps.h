@@ -8,8 +8,8 @@
  * SockRev), bpf/src/maps/sock_netns.rs, sock_rev.rs, sock_stats.rs.
  *
  * The frontends are the load balancer's own maps (lb_maps.h): sdn_lb_svc
- * under net 0, sdn_lb_maglev, sdn_lb_backends, and sdn_lb_affinity for
- * sessionAffinity. The agent writes sdn_sock_netns (its own netns at start,
+ * under net 0, sdn_lb_maglev and sdn_lb_mag_big, sdn_lb_backends, and
+ * sdn_lb_affinity for sessionAffinity. The agent writes sdn_sock_netns (its own netns at start,
  * a pod's at CNI ADD, removed at DEL: agent/src/core/node.rs,
  * agent/src/core/cni/add.rs, del.rs); the datapath writes sdn_sock_rev and
  * sdn_sock_stats.

@@ -1,6 +1,7 @@
 //! `sdn_lb_maglev`: frontend id → its Maglev lookup table ([`LbTable`], a backend id per
 //! slot). Built and written whole by the agent (`agent/src/services.rs`): one update
-//! replaces a table, so a packet sees the old one or the new one. C side:
+//! replaces a table, so a packet sees the old one or the new one. A frontend with many
+//! backends has its table in `sdn_lb_mag_big` instead ([`super::lb_mag_big`]). C side:
 //! `include/sdn/lb_maps.h`, `lib/lb.h`.
 //!
 //! # Kernel requirements

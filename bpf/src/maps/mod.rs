@@ -25,6 +25,7 @@ pub mod internal;
 pub mod lb_affinity;
 pub mod lb_backends;
 pub mod lb_flows;
+pub mod lb_mag_big;
 pub mod lb_maglev;
 pub mod lb_rev;
 pub mod lb_stats;
@@ -98,6 +99,7 @@ pub const ALL: &[&str] = &[
     lbg_ingress::NAME,
     lb_svc::NAME,
     lb_maglev::NAME,
+    lb_mag_big::NAME,
     lb_backends::NAME,
     lb_flows::NAME,
     lb_rev::NAME,
@@ -197,10 +199,10 @@ mod tests {
     use crate::Object;
     use crate::abi::{
         Addr, BlockKey, Bridge, CtFwd, CtFwdKey, CtRev, CtRevKey, Dnat, DnatKey, DoorKey, DoorStats,
-        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, Internal, LbAff, LbAffKey, LbBackend, LbFlow,
-        LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable, LbWork, LbgFront, LbgKey, LbgRevKey, NetStats,
-        NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatKey, SnatRev, SnatRkey, SnatWork,
-        SockNetns, SockRev, SockRevKey, XnetKey, XnetPair, XnetRoute, XnetStats,
+        DropStats, Endpoint, EpKey, Fip, FipPub, Frag, FragKey, Internal, LbAff, LbAffKey, LbBackend,
+        LbChunk, LbChunkKey, LbFlow, LbFlowKey, LbKey, LbRev, LbRevKey, LbSvc, LbTable, LbWork, LbgFront,
+        LbgKey, LbgRevKey, NetStats, NodeEntry, Port, Remote, SnatAddr, SnatConf, SnatFwd, SnatGw, SnatKey,
+        SnatRev, SnatRkey, SnatWork, SockNetns, SockRev, SockRevKey, XnetKey, XnetPair, XnetRoute, XnetStats,
     };
 
     #[test]
@@ -276,6 +278,7 @@ mod tests {
             ),
             (lb_svc::NAME, size_of::<LbKey>(), size_of::<LbSvc>()),
             (lb_maglev::NAME, size_of::<u32>(), size_of::<LbTable>()),
+            (lb_mag_big::NAME, size_of::<LbChunkKey>(), size_of::<LbChunk>()),
             (lb_backends::NAME, size_of::<u32>(), size_of::<LbBackend>()),
             (lb_flows::NAME, size_of::<LbFlowKey>(), size_of::<LbFlow>()),
             (lb_rev::NAME, size_of::<LbRevKey>(), size_of::<LbRev>()),
