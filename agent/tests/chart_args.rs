@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use clap::{CommandFactory as _, Parser as _};
 use cozyplane_agent::AgentConfig;
 use cozyplane_agent::core::config::{TunnelGroups, TunnelKind};
+use cozyplane_agent::features::kubeproxy::model::NodePortAddresses;
 use cozyplane_agent::features::uplink::Masquerade;
 use cozyplane_chartkit::{MODES, Manifest};
 
@@ -54,6 +55,14 @@ fn every_modes_agent_args_parse_with_the_agents_command_line() {
             cfg.kube_proxy.kube_proxy_replacement,
             set("agent.kubeProxyReplacement") != Some("false"),
             "{}: the Service proxy is on by default",
+            m.name
+        );
+        // `--set` writes a list as `{a,b}`; the flag joins it with commas.
+        let node_ports = set("agent.nodePortAddresses").map_or("", |v| v.trim_matches(['{', '}']));
+        assert_eq!(
+            cfg.kube_proxy.nodeport_addresses,
+            NodePortAddresses::parse(node_ports).unwrap(),
+            "{}: NodePorts on every node address by default",
             m.name
         );
         let dns = set("agent.dns.enabled") != Some("false");

@@ -350,7 +350,9 @@ pub const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcde
 
 /// Every documented mode (docs/install.md, values.yaml): the TLS modes with each
 /// `apiService.managedBy` they allow, the two stores, the agent's tunnel options, DNS, the
-/// cluster domain, masquerade, the agent off, the tenant roles off, image digests.
+/// cluster domain, masquerade, the Service proxy off (the conflist then chains `portmap`),
+/// the agent's extra flags (NodePort addresses among them), the agent off, the tenant roles
+/// off, image digests.
 pub const MODES: &[Mode] = &[
     Mode {
         name: "defaults",
@@ -456,6 +458,7 @@ pub const MODES: &[Mode] = &[
         files: &[],
         values: &[
             ("agent.internalCIDRs", "{169.254.20.10/32,10.10.0.0/16}"),
+            ("agent.nodePortAddresses", "{192.168.0.0/16,fd00::/64}"),
             ("agent.metricsPort", "0"),
             (
                 "agent.extraArgs",

@@ -89,6 +89,22 @@ fn has_prefix(list: &[String], prefix: &str) -> bool {
     list.iter().any(|a| a.starts_with(prefix))
 }
 
+/// The plugin types, in order, of the conflist the agent's init container installs (the
+/// ConfigMap `cozyplane-cni`).
+fn conflist_types(r: &Manifest) -> Vec<String> {
+    let text = r.object("ConfigMap", "cozyplane-cni")["data"]["10-cozyplane.conflist"]
+        .as_str()
+        .expect("the ConfigMap holds the conflist")
+        .to_string();
+    let list: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("the conflist: {e}\n{text}"));
+    list["plugins"]
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .map(|p| p["type"].as_str().expect("a type").to_string())
+        .collect()
+}
+
 /// The chart's appVersion, the default image tag.
 fn app_version() -> String {
     let chart = std::fs::read_to_string(chartkit::chart_dir().join("Chart.yaml")).expect("Chart.yaml");
@@ -173,6 +189,15 @@ fn check_content(m: &Mode, r: &Manifest) {
                 has(&agent(), "--kube-proxy-replacement=true"),
                 "the agent is the Service proxy by default"
             );
+            assert_eq!(
+                conflist_types(r),
+                ["cozyplane"],
+                "the agent serves hostPorts: no portmap chained beside it"
+            );
+            assert!(
+                !has_prefix(&agent(), "--nodeport-addresses"),
+                "NodePorts on every node address by default"
+            );
         }
         "tls-cert-manager" => {
             assert!(ca_from(&format!("cert-manager:{ns}/cozyplane-apiserver-tls")));
@@ -248,10 +273,18 @@ fn check_content(m: &Mode, r: &Manifest) {
             );
         }
         "masquerade-off" => assert!(has(&agent(), "--masquerade=off")),
-        "kube-proxy-kept" => assert!(has(&agent(), "--kube-proxy-replacement=false")),
+        "kube-proxy-kept" => {
+            assert!(has(&agent(), "--kube-proxy-replacement=false"));
+            assert_eq!(
+                conflist_types(r),
+                ["cozyplane", "portmap"],
+                "kube-proxy keeps the Services: portmap serves hostPorts"
+            );
+        }
         "agent-extras" => {
             let a = agent();
             assert!(has(&a, "--internal-cidrs=169.254.20.10/32,10.10.0.0/16"), "{a:?}");
+            assert!(has(&a, "--nodeport-addresses=192.168.0.0/16,fd00::/64"), "{a:?}");
             assert!(!has_prefix(&a, "--metrics-addr"), "{a:?}");
             assert!(has(&a, "--underlay-dev=bond0") && has(&a, "--fabric-block=10.244.3.0/24"));
         }

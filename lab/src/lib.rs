@@ -343,7 +343,9 @@ pub fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/cozyplane")
 }
 
-/// The chart's conflist, relative to [`chart_dir`].
+/// The chart's conflist that chains `portmap` (its mode that keeps kube-proxy; with the agent
+/// as the Service proxy the chart installs `files/kube-proxy-replacement/`'s, which chains
+/// nothing), relative to [`chart_dir`].
 pub const CONFLIST: &str = "files/10-cozyplane.conflist";
 /// The chart's installer script, relative to [`chart_dir`].
 pub const INSTALL_CNI: &str = "files/install-cni.sh";

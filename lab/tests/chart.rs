@@ -2,10 +2,13 @@
 //! `make deps`), the init container's command and the ConfigMap `cozyplane-cni` taken from the
 //! rendered objects, and the proof that the lab installs every node the same way (same
 //! installer, same conflist, same arguments, the same files installed under the same names),
-//! mapping only `/host`, the ConfigMap's mount and the image's plugin path. What the installer
-//! installs is what a runtime looks for: every plugin under its conflist `type` (ours and the
-//! chained `portmap`). `make e2e` then installs every lab node with it and adds every pod
-//! through the installed conflist, with the node's `opt/cni/bin` as the only `CNI_PATH`.
+//! mapping only `/host`, the ConfigMap's mount and the image's plugin path. The lab installs
+//! the conflist of the chart's mode that keeps kube-proxy (`agent.kubeProxyReplacement:
+//! false`), which chains `portmap`; with the agent as the Service proxy (the default) the
+//! chart's conflist chains nothing. What the installer installs is what a runtime looks for:
+//! every plugin under its conflist `type` (ours and the chained `portmap`). `make e2e` then
+//! installs every lab node with it and adds every pod through the installed conflist, with
+//! the node's `opt/cni/bin` as the only `CNI_PATH`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +25,18 @@ const IMAGE_PLUGIN: &str = "/usr/bin/cozyplane-cni";
 fn chart_file(rel: &str) -> String {
     let p = chart_dir().join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The regular files of `dir`, by name, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -85,7 +100,11 @@ fn install(conflist: &Path, root: &Path, plugins: &Path) -> std::process::Output
 
 #[test]
 fn the_lab_installs_the_cni_exactly_as_the_rendered_init_container() {
-    let r = Render::new("cozy-system").ok();
+    // The lab's nodes keep kube-proxy's way for hostPorts (portmap): the chart's mode that
+    // keeps kube-proxy.
+    let r = Render::new("cozy-system")
+        .set("agent.kubeProxyReplacement", "false")
+        .ok();
     let ds = r.object("DaemonSet", "cozyplane-agent");
     let init = r.container("DaemonSet", "cozyplane-agent", "install-cni");
     let command = Manifest::strings(init, "command");
@@ -116,8 +135,7 @@ fn the_lab_installs_the_cni_exactly_as_the_rendered_init_container() {
     let data = &r.object("ConfigMap", "cozyplane-cni")["data"];
     let data: BTreeMap<String, String> =
         serde_json::from_value(data.clone()).expect("ConfigMap data of strings");
-    let mut files: Vec<String> = names(&chart_dir().join("files"));
-    files.sort();
+    let files: Vec<String> = file_names(&chart_dir().join("files"));
     assert_eq!(data.keys().cloned().collect::<Vec<_>>(), files);
     for (k, v) in &data {
         assert_eq!(v, &chart_file(&format!("files/{k}")), "ConfigMap key {k}");
@@ -218,6 +236,47 @@ fn the_lab_installs_the_cni_exactly_as_the_rendered_init_container() {
     }
 }
 
+// The agent as the Service proxy (the chart's default) serves hostPorts itself: the
+// ConfigMap holds files/kube-proxy-replacement/'s conflist, under the same name on the node,
+// chaining nothing, and the installer installs our plugin alone (from a plugin directory
+// without portmap too).
+#[test]
+fn with_the_agent_as_the_service_proxy_the_conflist_chains_no_portmap() {
+    let r = Render::new("cozy-system").ok();
+    let data = &r.object("ConfigMap", "cozyplane-cni")["data"];
+    let data: BTreeMap<String, String> =
+        serde_json::from_value(data.clone()).expect("ConfigMap data of strings");
+    assert_eq!(
+        data.keys().cloned().collect::<Vec<_>>(),
+        file_names(&chart_dir().join("files")),
+        "the same keys as when kube-proxy is kept"
+    );
+    let own = "files/kube-proxy-replacement/10-cozyplane.conflist";
+    assert_eq!(data["10-cozyplane.conflist"], chart_file(own));
+    assert_eq!(data["install-cni.sh"], chart_file(INSTALL_CNI));
+    assert_eq!(types(&data["10-cozyplane.conflist"]), ["cozyplane"]);
+    let kept: Value = serde_json::from_str(&chart_file(CONFLIST)).unwrap();
+    let mut without_portmap = kept.clone();
+    without_portmap["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|p| p["type"] != "portmap");
+    assert_eq!(
+        serde_json::from_str::<Value>(&chart_file(own)).unwrap(),
+        without_portmap,
+        "the two conflists differ by portmap alone"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("plugins");
+    std::fs::create_dir(&empty).unwrap();
+    let root = dir.path().join("root");
+    let out = install(&chart_dir().join(own), &root, &empty);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names(&root.join("opt/cni/bin")), ["cozyplane"]);
+    assert_eq!(names(&root.join("etc/cni/net.d")), ["10-cozyplane.conflist"]);
+}
+
 #[test]
 fn every_plugin_is_named_after_its_conflist_type_and_a_missing_one_installs_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -268,8 +327,8 @@ fn a_plugin_installed_under_another_name_is_not_found() {
     );
 }
 
-// The chart's conflist is files/10-cozyplane.conflist and nothing else: no template holds a
-// CNI configuration of its own.
+// The chart's conflists are files/ and nothing else: no template holds a CNI configuration of
+// its own.
 #[test]
 fn no_template_holds_a_conflist_of_its_own() {
     for entry in std::fs::read_dir(chart_dir().join("templates")).unwrap() {

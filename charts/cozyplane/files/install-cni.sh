@@ -8,7 +8,7 @@
 # A runtime finds a plugin by its `type` in CNI_PATH, so every `type` the conflist names is
 # installed into <host root>/opt/cni/bin under that name, read from the conflist itself: a
 # name can never differ from what the conflist asks for. The first "type" key of the file
-# is ours (<our plugin binary>); every other one (the chained portmap) is copied from
+# is ours (<our plugin binary>); every other one (portmap, when chained) is copied from
 # <plugin dir>/<type> (the agent image's /usr/lib/cni), so no plugin is assumed on the node,
 # and a missing one fails the install. Every file is replaced atomically (write beside, then
 # rename), so a runtime never sees half a file. Runs under busybox sh.

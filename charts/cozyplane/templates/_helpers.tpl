@@ -31,3 +31,16 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- $platform := dig "cluster-domain" "" (.Values._cluster | default dict) -}}
 {{- required "clusterDomain is required: the cluster's DNS domain (cluster.local; Cozystack: cozy.local)" (.Values.clusterDomain | default $platform) -}}
 {{- end }}
+
+{{- /* The CNI network configuration the agent's init container installs. The agent that is
+       the Service proxy (agent.kubeProxyReplacement) serves hostPorts in eBPF itself, so
+       `portmap` is chained only when kube-proxy keeps the Services: chained beside the agent,
+       it would add iptables DNAT rules for the same ports. One name on the node either way
+       (the files differ by directory), so switching replaces the other. */}}
+{{- define "cozyplane.conflist" -}}
+{{- if .Values.agent.kubeProxyReplacement -}}
+{{- .Files.Get "files/kube-proxy-replacement/10-cozyplane.conflist" -}}
+{{- else -}}
+{{- .Files.Get "files/10-cozyplane.conflist" -}}
+{{- end -}}
+{{- end }}

@@ -29,7 +29,7 @@ use kube::core::{ApiResource, Object};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
-use self::model::{Me, NodeAddrs, SELECTOR};
+use self::model::{Me, NodeAddrs, NodePortAddresses, SELECTOR};
 use self::state::Proxy;
 use crate::core::api::ApiClients;
 use crate::core::datapath::cgroup::cgroup2_root;
@@ -51,6 +51,14 @@ pub struct Args {
     /// root of the cgroup2 hierarchy (`/sys/fs/cgroup`, or the unified mount of a hybrid host).
     #[arg(long, env = "COZYPLANE_CGROUP_ROOT")]
     pub cgroup_root: Option<std::path::PathBuf>,
+    /// The node addresses NodePorts are served at, as kube-proxy's flag of that name:
+    /// comma-separated CIDRs (a family none of them is of keeps every address), or
+    /// `primary` (each node's first `InternalIP`, else `ExternalIP`, of each family). Unset
+    /// or empty: every `InternalIP` and `ExternalIP` of every node. A malformed CIDR stops
+    /// the agent at start.
+    #[arg(long, env = "COZYPLANE_NODEPORT_ADDRESSES", value_name = "CIDRS|primary",
+          default_value = "", hide_default_value = true, value_parser = NodePortAddresses::parse)]
+    pub nodeport_addresses: NodePortAddresses,
 }
 
 /// Of a Service's status, what the proxy reads: the load balancer's ingress.
@@ -98,7 +106,7 @@ enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
 }
 
-/// A node's addresses a NodePort is reached at: its `InternalIP`s and `ExternalIP`s.
+/// A node's addresses a NodePort may be reached at: its `InternalIP`s and `ExternalIP`s.
 fn node_addresses(n: &Node) -> Vec<IpAddr> {
     n.status
         .as_ref()
@@ -110,11 +118,18 @@ fn node_addresses(n: &Node) -> Vec<IpAddr> {
         .collect()
 }
 
+/// A node's addresses and, of them, its primary ones ([`model::primary_addresses`]).
+type Addresses = (Vec<IpAddr>, Vec<IpAddr>);
+
+fn addresses_of(n: &Node) -> Addresses {
+    (node_addresses(n), model::primary_addresses(n))
+}
+
 /// The Node watch's view: every node's addresses.
 #[derive(Default)]
 struct Nodes {
-    live: HashMap<String, Vec<IpAddr>>,
-    pending: Option<HashMap<String, Vec<IpAddr>>>,
+    live: HashMap<String, Addresses>,
+    pending: Option<HashMap<String, Addresses>>,
 }
 
 impl Nodes {
@@ -125,7 +140,7 @@ impl Nodes {
             Event::Init => self.pending = Some(HashMap::new()),
             Event::InitApply(n) => {
                 if let Some(p) = self.pending.as_mut() {
-                    p.insert(name(&n), node_addresses(&n));
+                    p.insert(name(&n), addresses_of(&n));
                 }
                 return None;
             }
@@ -135,7 +150,7 @@ impl Nodes {
                 }
             }
             Event::Apply(n) => {
-                self.live.insert(name(&n), node_addresses(&n));
+                self.live.insert(name(&n), addresses_of(&n));
             }
             Event::Delete(n) => {
                 self.live.remove(&name(&n));
@@ -144,11 +159,19 @@ impl Nodes {
         if self.pending.is_some() {
             return None;
         }
-        let all: BTreeSet<IpAddr> = self.live.values().flatten().copied().collect();
-        let mine: BTreeSet<IpAddr> = self.live.get(me).into_iter().flatten().copied().collect();
+        let all: BTreeSet<IpAddr> = self.live.values().flat_map(|a| &a.0).copied().collect();
+        let mine: BTreeSet<IpAddr> = self
+            .live
+            .get(me)
+            .into_iter()
+            .flat_map(|a| &a.0)
+            .copied()
+            .collect();
+        let primary: BTreeSet<IpAddr> = self.live.values().flat_map(|a| &a.1).copied().collect();
         Some(NodeAddrs {
             all: all.into_iter().collect(),
             mine: mine.into_iter().collect(),
+            primary: primary.into_iter().collect(),
         })
     }
 }
@@ -168,8 +191,9 @@ async fn me(api: &ApiClients) -> Me {
     }
 }
 
-/// Runs the two watches forever, keeping the Service frontends equal to them.
-pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
+/// Runs the two watches forever, keeping the Service frontends equal to them; NodePorts on
+/// the node addresses `node_ports` admits.
+pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics, node_ports: NodePortAddresses) {
     let me = me(&api).await;
     let cfg = watcher::Config::default().labels(SELECTOR);
     let services = ApiResource::erase::<Service>(&());
@@ -195,8 +219,8 @@ pub async fn run(api: ApiClients, lb: Lb, metrics: metrics::ServiceMetrics) {
     let mut node_view = Nodes::default();
     let mut events = futures::stream::select_all(streams);
     tracing::info!(adopted_frontends = lb.held(Owner::KubeService), zone = ?me.zone,
-        "watching Services and EndpointSlices");
-    let mut st = Proxy::new(me);
+        ?node_ports, "watching Services and EndpointSlices");
+    let mut st = Proxy::new(me).with_node_ports(node_ports);
     let mut health = health::HealthServers::default();
     while let Some(ev) = events.next().await {
         let t0 = Instant::now();
@@ -287,13 +311,56 @@ impl Feature for KubeProxy {
             return Box::pin(async { Ok(()) });
         }
         let metrics = self.metrics.unwrap_or_default();
-        spawned(run(core.api, core.lb, metrics))
+        spawned(run(core.api, core.lb, metrics, self.args.nodeport_addresses))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // `--nodeport-addresses` as the agent's command line reads it: a malformed CIDR is
+    // clap's error naming it (the agent exits with it at start), never a panic.
+    #[test]
+    fn nodeport_addresses_parse_on_the_command_line_and_a_malformed_cidr_is_refused() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        use clap::Parser as _;
+        let parse = |a: &[&str]| Cli::try_parse_from(std::iter::once("agent").chain(a.iter().copied()));
+        assert_eq!(
+            parse(&[]).unwrap().args.nodeport_addresses,
+            NodePortAddresses::All
+        );
+        assert_eq!(
+            parse(&["--nodeport-addresses=primary"])
+                .unwrap()
+                .args
+                .nodeport_addresses,
+            NodePortAddresses::Primary
+        );
+        assert_eq!(
+            parse(&["--nodeport-addresses", "192.168.0.0/16,fd00::/64"])
+                .unwrap()
+                .args
+                .nodeport_addresses,
+            NodePortAddresses::Cidrs(vec![
+                "192.168.0.0/16".parse().unwrap(),
+                "fd00::/64".parse().unwrap()
+            ])
+        );
+        let Err(e) = parse(&["--nodeport-addresses=192.168.0.0/33"]) else {
+            panic!("a prefix of 33 bits was accepted");
+        };
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--nodeport-addresses") && msg.contains("192.168.0.0/33"),
+            "{msg}"
+        );
+    }
 
     // A condition without a transition time, as kube-apiserver returns one a client wrote
     // without it: the typed Service cannot be read, the proxy's can, with what it needs.

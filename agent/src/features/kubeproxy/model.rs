@@ -13,13 +13,15 @@
 //! ones; `internalTrafficPolicy: Local` keeps this node's endpoints only (none: the
 //! connection is refused); `trafficDistribution` prefers this node's (`PreferSameNode`) or
 //! this zone's (`PreferClose`, by the slices' hints) endpoints and falls back to all of them
-//! when none is preferred.
+//! when none is preferred. NodePorts are served on every node address, or on those
+//! `--nodeport-addresses` admits ([`NodePortAddresses`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use cozyplane_apis::net::{IpNet, parse_cidr};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::core::lb::{Frontend, Want};
@@ -217,7 +219,7 @@ pub fn frontends(
     slices: &[&EndpointSlice],
     me: &Me,
 ) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
-    frontends_with(svc, slices, me, &NodeAddrs::default())
+    frontends_with(svc, slices, me, &NodeAddrs::default(), &NodePortAddresses::All)
 }
 
 /// A LoadBalancer Service with `externalTrafficPolicy: Local`: its `healthCheckNodePort` and
@@ -264,25 +266,108 @@ pub struct NodeAddrs {
     pub all: Vec<IpAddr>,
     /// This node's.
     pub mine: Vec<IpAddr>,
+    /// Every node's primary addresses ([`primary_addresses`]), sorted and distinct: where
+    /// `--nodeport-addresses=primary` serves NodePorts.
+    pub primary: Vec<IpAddr>,
+}
+
+/// A node's primary address of each family, as kube-proxy picks its node IPs: the first
+/// address of that family among the node's `InternalIP`s, else among its `ExternalIP`s.
+pub fn primary_addresses(n: &Node) -> Vec<IpAddr> {
+    let addrs = n.status.as_ref().and_then(|s| s.addresses.as_ref());
+    let of_type = |t: &'static str| {
+        addrs
+            .into_iter()
+            .flatten()
+            .filter(move |a| a.type_ == t)
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+    };
+    let ordered: Vec<IpAddr> = of_type("InternalIP").chain(of_type("ExternalIP")).collect();
+    [true, false]
+        .into_iter()
+        .filter_map(|v4| ordered.iter().find(|a| a.is_ipv4() == v4).copied())
+        .collect()
+}
+
+/// `--nodeport-addresses`, kube-proxy's flag of that name: which node addresses serve
+/// NodePorts. Parsed from its command-line form by [`NodePortAddresses::parse`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// Every address of every node (the flag unset or empty).
+    #[default]
+    All,
+    /// The addresses inside these ranges. A family none of the ranges is of keeps every
+    /// address, as kube-proxy reads the flag: `10.0.0.0/8` alone restricts IPv4 only.
+    Cidrs(Vec<IpNet>),
+    /// `primary`: each node's primary address of each family ([`primary_addresses`]).
+    Primary,
+}
+
+impl NodePortAddresses {
+    /// The flag's value: comma-separated CIDRs (host bits allowed and dropped, as
+    /// kube-proxy allows them), the keyword `primary` alone, or nothing. A malformed entry
+    /// is refused with what was wrong, so that the agent does not start with it.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s.trim().is_empty() {
+            return Ok(Self::All);
+        }
+        let entries: Vec<&str> = s.split(',').map(str::trim).collect();
+        if entries.contains(&"primary") {
+            return if entries.len() == 1 {
+                Ok(Self::Primary)
+            } else {
+                Err(format!("{s:?}: `primary` cannot be combined with CIDRs"))
+            };
+        }
+        let mut nets = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.is_empty() {
+                return Err(format!("{s:?}: an empty entry"));
+            }
+            let net = parse_cidr(e).map_err(|_| {
+                format!("{e:?} is neither a CIDR (such as 10.0.0.0/8 or fd00::/64) nor `primary`")
+            })?;
+            nets.push(net.trunc());
+        }
+        Ok(Self::Cidrs(nets))
+    }
+
+    /// Whether a node's address `ip` serves NodePorts; `primary`: the nodes' primary
+    /// addresses ([`NodeAddrs::primary`]).
+    pub fn admits(&self, ip: IpAddr, primary: &[IpAddr]) -> bool {
+        match self {
+            Self::All => true,
+            Self::Primary => primary.contains(&ip),
+            Self::Cidrs(nets) => {
+                let mut of_family = nets
+                    .iter()
+                    .filter(|n| matches!(n, IpNet::V4(_)) == ip.is_ipv4())
+                    .peekable();
+                of_family.peek().is_none() || of_family.any(|n| n.contains(&ip))
+            }
+        }
+    }
 }
 
 /// [`frontends`], plus:
 ///
 /// * for a NodePort or LoadBalancer Service, each port's `nodePort` on every address of
-///   `nodes.all` of a family the Service has: a client on this node (a pod, or the node)
+///   `nodes.all` of a family the Service has and that `nodeport_addresses` admits (the agent's
+///   `--nodeport-addresses`, the same on every node): a client on this node (a pod, or the node)
 ///   reaching any node's NodePort is balanced here, over every endpoint (kube-proxy's treatment
 ///   of cluster-internal traffic to a NodePort, whatever its `externalTrafficPolicy`);
 /// * the frontends traffic from outside the cluster meets at this node's uplink, in the
-///   external net ([`EXTERNAL_NET`]): the NodePorts on `nodes.mine`, the external IPs and the
-///   LoadBalancer IPs, balanced over this node's endpoints only. `externalTrafficPolicy:
-///   Local` asks exactly that (the client's address is kept); under `Cluster` it is what the
-///   datapath can serve without a source NAT, which it does not do yet: a node without a local
-///   endpoint answers no such connection.
+///   external net ([`EXTERNAL_NET`]): the NodePorts on the admitted addresses of `nodes.mine`, the external IPs and the
+///   LoadBalancer IPs. Under `externalTrafficPolicy: Local` they are balanced over this node's
+///   endpoints only (the client's address is kept; none: refused); under `Cluster` over the
+///   same endpoints as a client inside (those of another node are reached NATed to this
+///   node's address, `bpf/lib/lb_snat.h`).
 pub fn frontends_with(
     svc: &Service,
     slices: &[&EndpointSlice],
     me: &Me,
     nodes: &NodeAddrs,
+    nodeport_addresses: &NodePortAddresses,
 ) -> (BTreeMap<Frontend, Want>, Vec<Refused>) {
     let mut out = BTreeMap::new();
     let mut refused = Vec::new();
@@ -310,6 +395,7 @@ pub fn frontends_with(
         .map(|(ip, _)| ip.is_ipv4())
         .collect();
     let node_ports = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
+    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
     for p in spec.ports.iter().flatten() {
         let (proto, port) = match (proto_number(p.protocol.as_deref()), port_number(p.port)) {
             (Ok(proto), Ok(port)) => (proto, port),
@@ -319,11 +405,12 @@ pub fn frontends_with(
             }
         };
         let name = p.name.as_deref().unwrap_or("");
-        // One frontend: in the external net (outside clients: this node's endpoints only), or
-        // net 0 (`internal`: a ClusterIP, to which internalTrafficPolicy applies).
+        // One frontend: in the external net (outside clients: this node's endpoints only
+        // under `externalTrafficPolicy: Local`, else any), or net 0 (`internal`: a
+        // ClusterIP, to which internalTrafficPolicy applies).
         let mut front = |ip: IpAddr, port: u16, net: u32, internal: bool| {
             let cands = candidates(slices, ip.is_ipv4(), name, proto, me);
-            let chosen = if net == EXTERNAL_NET {
+            let chosen = if net == EXTERNAL_NET && external_local {
                 local_only(&cands)
             } else {
                 choose(&cands, svc, internal)
@@ -353,11 +440,13 @@ pub fn frontends_with(
                 continue;
             }
         };
-        let of_family = |ip: &&IpAddr| families.contains(&ip.is_ipv4());
-        for ip in nodes.mine.iter().filter(of_family) {
+        let serves = |ip: &&IpAddr| {
+            families.contains(&ip.is_ipv4()) && nodeport_addresses.admits(**ip, &nodes.primary)
+        };
+        for ip in nodes.mine.iter().filter(serves) {
             front(*ip, node_port, EXTERNAL_NET, false);
         }
-        for ip in nodes.all.iter().filter(of_family) {
+        for ip in nodes.all.iter().filter(serves) {
             front(*ip, node_port, 0, false);
         }
     }

@@ -243,8 +243,9 @@ fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
     let nodes = NodeAddrs {
         all,
         mine: vec!["192.168.10.1".parse().unwrap()],
+        primary: Vec::new(),
     };
-    let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes);
+    let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes, &NodePortAddresses::All);
     assert!(refused.is_empty(), "{refused:?}");
     let vips: Vec<String> = out
         .keys()
@@ -273,8 +274,207 @@ fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
     );
     let clusterip = svc(json!({"spec": {"ports": [{"name": "http", "port": 80, "nodePort": 30080}]}}));
     assert_eq!(
-        frontends_with(&clusterip, &[&eps], &me(), &nodes).0.len(),
+        frontends_with(&clusterip, &[&eps], &me(), &nodes, &NodePortAddresses::All)
+            .0
+            .len(),
         1,
         "a ClusterIP Service has no NodePort"
+    );
+}
+
+#[test]
+fn from_outside_cluster_serves_every_endpoint_and_local_only_this_nodes() {
+    let eps = slice(
+        "IPv4",
+        8080,
+        &[
+            ("10.244.1.2", "n1", true, true, false),
+            ("10.244.2.2", "n2", true, true, false),
+        ],
+    );
+    let nodes = NodeAddrs {
+        all: vec!["192.168.10.1".parse().unwrap(), "192.168.10.2".parse().unwrap()],
+        mine: vec!["192.168.10.1".parse().unwrap()],
+        primary: Vec::new(),
+    };
+    let outside = |policy: &str| -> Vec<String> {
+        let s = svc(
+            json!({"spec": {"type": "NodePort", "externalTrafficPolicy": policy,
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}}),
+        );
+        let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes, &NodePortAddresses::All);
+        assert!(refused.is_empty(), "{refused:?}");
+        let f = out
+            .iter()
+            .find(|(f, _)| f.net == EXTERNAL_NET)
+            .map(|(_, w)| w)
+            .expect("an external frontend on this node's address");
+        let mut b: Vec<String> = f.backends.iter().map(|(_, a, p)| format!("{a}:{p}")).collect();
+        b.sort();
+        b
+    };
+    assert_eq!(
+        outside("Cluster"),
+        ["10.244.1.2:8080", "10.244.2.2:8080"],
+        "Cluster: n2's endpoint too (reached NATed to this node)"
+    );
+    assert_eq!(outside("Local"), ["10.244.1.2:8080"], "Local: this node's only");
+}
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+/// The `(vip:port, net)` of every NodePort frontend (port 30080) of `out`.
+fn node_port_frontends(out: &BTreeMap<Frontend, Want>) -> BTreeSet<(String, u32)> {
+    out.keys()
+        .filter(|f| f.port == 30080)
+        .map(|f| (format!("{}:{}", f.vip, f.port), f.net))
+        .collect()
+}
+
+/// What [`node_port_frontends`] should list: `(address, net)` pairs at port 30080.
+fn want_node_ports(v: &[(&str, u32)]) -> BTreeSet<(String, u32)> {
+    v.iter().map(|(a, n)| (format!("{a}:30080"), *n)).collect()
+}
+
+/// A dual-stack NodePort Service, the nodes n1 (this one) and n2 with an internal and an
+/// external address of each family.
+fn dual_stack_node_port() -> (Service, NodeAddrs) {
+    let s = svc(
+        json!({"spec": {"type": "NodePort", "clusterIPs": ["10.96.0.10", "fd96::10"],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}}),
+    );
+    let nodes = NodeAddrs {
+        all: ips(&[
+            "192.168.10.1",
+            "192.168.10.2",
+            "203.0.113.1",
+            "203.0.113.2",
+            "fd00::1",
+            "fd00::2",
+        ]),
+        mine: ips(&["192.168.10.1", "203.0.113.1", "fd00::1"]),
+        primary: ips(&["192.168.10.1", "192.168.10.2", "fd00::1", "fd00::2"]),
+    };
+    (s, nodes)
+}
+
+#[test]
+fn nodeport_addresses_keep_node_ports_on_the_addresses_inside_the_cidrs() {
+    let (s, nodes) = dual_stack_node_port();
+    let eps = slice("IPv4", 8080, &[("10.244.1.2", "n1", true, true, false)]);
+    let only = NodePortAddresses::parse("192.168.10.0/24").unwrap();
+    let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes, &only);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(
+        node_port_frontends(&out),
+        want_node_ports(&[
+            ("192.168.10.1", 0),
+            ("192.168.10.1", EXTERNAL_NET),
+            ("192.168.10.2", 0),
+            ("fd00::1", 0),
+            ("fd00::1", EXTERNAL_NET),
+            ("fd00::2", 0),
+        ]),
+        "the external addresses serve no NodePort; IPv6 has no range, so every IPv6 address does"
+    );
+    assert!(
+        out.keys()
+            .any(|f| f.vip == "10.96.0.10".parse::<IpAddr>().unwrap()),
+        "the ClusterIP is no node address: untouched"
+    );
+    // A range of each family: IPv6 restricted too.
+    let only = NodePortAddresses::parse("203.0.113.0/24, fd00::2/128").unwrap();
+    let (out, _) = frontends_with(&s, &[&eps], &me(), &nodes, &only);
+    assert_eq!(
+        node_port_frontends(&out),
+        want_node_ports(&[
+            ("203.0.113.1", 0),
+            ("203.0.113.1", EXTERNAL_NET),
+            ("203.0.113.2", 0),
+            ("fd00::2", 0),
+        ])
+    );
+    // Unset: every address, as before the flag.
+    let (out, _) = frontends_with(&s, &[&eps], &me(), &nodes, &NodePortAddresses::All);
+    assert_eq!(
+        node_port_frontends(&out).len(),
+        nodes.all.len() + nodes.mine.len()
+    );
+}
+
+#[test]
+fn nodeport_addresses_primary_keeps_each_nodes_primary_addresses() {
+    let (s, nodes) = dual_stack_node_port();
+    let eps = slice("IPv4", 8080, &[("10.244.1.2", "n1", true, true, false)]);
+    let (out, refused) = frontends_with(&s, &[&eps], &me(), &nodes, &NodePortAddresses::Primary);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(
+        node_port_frontends(&out),
+        want_node_ports(&[
+            ("192.168.10.1", 0),
+            ("192.168.10.1", EXTERNAL_NET),
+            ("192.168.10.2", 0),
+            ("fd00::1", 0),
+            ("fd00::1", EXTERNAL_NET),
+            ("fd00::2", 0),
+        ]),
+        "the external addresses are no node's primary"
+    );
+}
+
+#[test]
+fn a_nodes_primary_addresses_are_its_first_internal_else_external_of_each_family() {
+    let node = |addrs: serde_json::Value| -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "n1"}, "status": {"addresses": addrs}})).unwrap()
+    };
+    let n = node(json!([
+        {"type": "Hostname", "address": "n1"},
+        {"type": "ExternalIP", "address": "203.0.113.1"},
+        {"type": "InternalIP", "address": "192.168.10.1"},
+        {"type": "InternalIP", "address": "192.168.10.9"},
+        {"type": "ExternalIP", "address": "2001:db8::1"},
+    ]));
+    assert_eq!(primary_addresses(&n), ips(&["192.168.10.1", "2001:db8::1"]));
+    let n = node(json!([
+        {"type": "InternalIP", "address": "fd00::1"},
+        {"type": "InternalIP", "address": "not-an-ip"},
+    ]));
+    assert_eq!(primary_addresses(&n), ips(&["fd00::1"]));
+    assert!(primary_addresses(&node(json!([]))).is_empty());
+}
+
+#[test]
+fn nodeport_addresses_parse_as_kube_proxy_reads_them_and_refuse_malformed_ones() {
+    assert_eq!(NodePortAddresses::parse(""), Ok(NodePortAddresses::All));
+    assert_eq!(
+        NodePortAddresses::parse("primary"),
+        Ok(NodePortAddresses::Primary)
+    );
+    assert_eq!(
+        NodePortAddresses::parse("10.1.2.3/8, fd00::1/64"),
+        Ok(NodePortAddresses::Cidrs(vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "fd00::/64".parse().unwrap()
+        ])),
+        "host bits are dropped"
+    );
+    for (bad, names) in [
+        ("10.0.0.0/33", "10.0.0.0/33"),
+        ("10.0.0.1", "10.0.0.1"),
+        ("192.168.0.0/16,bogus", "bogus"),
+        ("10.0.0.0/8,", "empty entry"),
+        ("primary,10.0.0.0/8", "cannot be combined"),
+    ] {
+        let e = NodePortAddresses::parse(bad).expect_err(bad);
+        assert!(e.contains(names), "{bad}: {e}");
+    }
+    let only = NodePortAddresses::parse("10.0.0.0/8").unwrap();
+    assert!(only.admits("10.9.9.9".parse().unwrap(), &[]));
+    assert!(!only.admits("192.168.1.1".parse().unwrap(), &[]));
+    assert!(
+        only.admits("fd00::1".parse().unwrap(), &[]),
+        "no IPv6 range: every IPv6 address"
     );
 }

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::metrics::ServiceMetrics;
-use super::model::{self, Me, NodeAddrs, SERVICE_NAME_LABEL};
+use super::model::{self, Me, NodeAddrs, NodePortAddresses, SERVICE_NAME_LABEL};
 use crate::core::lb::{Frontend, Lb, Owner, Synced, Want};
 
 /// A Service (or slice) by `(namespace, name)`.
@@ -45,6 +45,8 @@ pub struct Proxy {
     slices_listed: bool,
     /// The nodes' addresses (NodePort frontends).
     nodes: NodeAddrs,
+    /// Which of them serve NodePorts (`--nodeport-addresses`).
+    node_ports: NodePortAddresses,
     /// Health-check node ports: port → (Service, local ready endpoints).
     health: BTreeMap<u16, (Key, usize)>,
     /// This node's pods' hostPorts, and what they made.
@@ -88,12 +90,20 @@ impl Proxy {
             services_listed: false,
             slices_listed: false,
             nodes: NodeAddrs::default(),
+            node_ports: NodePortAddresses::All,
             health: BTreeMap::new(),
             pods: HashMap::new(),
             pending_pods: None,
             pods_listed: false,
             host_ports: HashMap::new(),
         }
+    }
+
+    /// NodePorts served only on the node addresses `node_ports` admits (the default: all).
+    #[must_use]
+    pub fn with_node_ports(mut self, node_ports: NodePortAddresses) -> Self {
+        self.node_ports = node_ports;
+        self
     }
 
     /// The nodes' addresses are now `nodes`: every NodePort Service's frontends change when
@@ -270,7 +280,7 @@ impl Proxy {
             .flatten()
             .filter_map(|n| self.slices.get(&(key.0.clone(), n.clone())))
             .collect();
-        let (fronts, refused) = model::frontends_with(svc, &slices, &self.me, &self.nodes);
+        let (fronts, refused) = model::frontends_with(svc, &slices, &self.me, &self.nodes, &self.node_ports);
         if let Some((port, n)) = model::health_check(svc, &slices, &self.me) {
             self.health.insert(port, (key.clone(), n));
         }
