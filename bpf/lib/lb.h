@@ -90,15 +90,32 @@ static __always_inline __u32 sdn_lb_hash(const struct sdn_pkt *p, __u32 svc,
 	return sdn_lb_fmix(h);
 }
 
-/* The backend id of the table slot the hash picks; 0 if there is none. */
+/* The backend id of the table slot the hash picks; 0 if there is none. The
+ * frontend's flags say which of the two tables it has (lb_maps.h).
+ */
 static __always_inline __u32 sdn_lb_pick(const struct sdn_lb_svc *svc, __u32 h)
 {
-	struct sdn_lb_table *t = bpf_map_lookup_elem(&sdn_lb_maglev, &svc->id);
-	__u32 slot = h % SDN_LB_SLOTS;
+	struct sdn_lb_chunk_key ck;
+	struct sdn_lb_chunk *c;
+	struct sdn_lb_table *t;
+	__u32 slot;
 
-	/* The verifier does not bound a modulo: hide it from the compiler so
-	 * the explicit check below survives.
-	 */
+	if (svc->flags & SDN_LB_SVC_F_BIG) {
+		slot = h % SDN_LB_BIG_SLOTS;
+		ck.id = svc->id;
+		ck.chunk = slot / SDN_LB_CHUNK_SLOTS;
+		slot = slot % SDN_LB_CHUNK_SLOTS;
+		/* The verifier does not bound a modulo: hide it from the
+		 * compiler so the explicit check below survives.
+		 */
+		asm volatile("" : "+r"(slot));
+		c = bpf_map_lookup_elem(&sdn_lb_mag_big, &ck);
+		if (!c || slot >= SDN_LB_CHUNK_SLOTS)
+			return 0;
+		return c->slot[slot];
+	}
+	t = bpf_map_lookup_elem(&sdn_lb_maglev, &svc->id);
+	slot = h % SDN_LB_SLOTS;
 	asm volatile("" : "+r"(slot));
 	if (!t || slot >= SDN_LB_SLOTS)
 		return 0;
@@ -124,8 +141,12 @@ static __always_inline __u32 sdn_lb_select(const struct sdn_pkt *p, __u32 net,
 		a->seen_ns = now;
 		return a->backend;
 	}
-	/* Without the source port: one client, one backend. */
-	na.backend = sdn_lb_pick(svc, sdn_lb_hash(p, svc->id, 0));
+	/* A client's first pick: without the source port (one client, one
+	 * backend). After its affinity expired: with it, as without affinity,
+	 * so the client may move (kube-proxy picks anew; the address alone
+	 * would only give the same backend back).
+	 */
+	na.backend = sdn_lb_pick(svc, sdn_lb_hash(p, svc->id, a != NULL));
 	na.seen_ns = now;
 	if (na.backend)
 		bpf_map_update_elem(&sdn_lb_affinity, &ak, &na, BPF_ANY);

@@ -97,8 +97,14 @@ static __always_inline __u32 sdn_sock_select(struct bpf_sock_addr *ctx,
 		a->seen_ns = now;
 		return a->backend;
 	}
-	/* Over the netns, not the socket: one client, one backend. */
-	na.backend = sdn_lb_pick(svc, sdn_sock_hash(netns, svc->id));
+	/* A client's first pick: over the netns, not the socket (one client,
+	 * one backend). After its affinity expired: over this socket, as
+	 * without affinity, so the client may move (kube-proxy picks anew;
+	 * the netns would only give the same backend back).
+	 */
+	na.backend = sdn_lb_pick(svc, sdn_sock_hash(a ? bpf_get_socket_cookie(ctx) :
+							  netns,
+						  svc->id));
 	na.seen_ns = now;
 	if (na.backend)
 		bpf_map_update_elem(&sdn_lb_affinity, &ak, &na, BPF_ANY);

@@ -5,7 +5,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/hostfw.h"
-#include "../lib/lb.h"
+#include "../lib/lb_snat.h"
 #include "../lib/parse.h"
 
 /*
@@ -27,7 +27,12 @@ int sdn_from_uplink(struct __sk_buff *skb)
 	if (sdn_parse(skb, &p) || !p.family)
 		return TC_ACT_OK;
 
-	/* Replies of masqueraded and gateway-NATed flows. */
+	/* Replies of flows from outside NATed to another node's backend
+	 * (lib/lb_snat.h), then of masqueraded and gateway-NATed flows.
+	 */
+	ret = sdn_lb_snat_reply(skb, &p);
+	if (ret != SDN_SNAT_PASS)
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
 	ret = sdn_snat_from_uplink(skb, &p);
 	if (ret != SDN_SNAT_PASS)
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
@@ -41,12 +46,16 @@ int sdn_from_uplink(struct __sk_buff *skb)
 
 	/* Kubernetes Services from outside the cluster: a NodePort of this
 	 * node, an external or LoadBalancer IP (lib/lb.h, the external net).
-	 * DNATed to a backend of this node; its reply is reverse-NATed at the
-	 * backend's sdn_from_pod and routed back out by the host.
+	 * DNATed to the flow's backend. One of this node is handed to the host
+	 * (its reply is reverse-NATed at the backend's sdn_from_pod and leaves
+	 * by the FIB); one of another node is NATed to this node and sent there
+	 * (lib/lb_snat.h).
 	 */
-	ret = sdn_lb_forward(skb, &p, 0, SDN_LB_NET_EXTERNAL);
+	ret = sdn_lb_from_uplink(skb, &p);
+	if (ret > 0)
+		ret = sdn_lb_snat_send(skb, &p);
 	if (ret)
-		return sdn_drop(skb, ret);
+		return ret < 0 ? sdn_drop(skb, ret) : ret;
 
 	/* What is left and addressed to the node itself: HostFirewall. */
 	ret = sdn_hf_from_uplink(skb, &p);

@@ -64,7 +64,7 @@ fn generated_asserts() -> String {
         c,
         "_Static_assert(SDN_LB_SLOTS == {} && SDN_LB_NET_EXTERNAL == {} && SDN_LB_F_HAIRPIN == {} \
          && SDN_LB_STAT_MAX == {} && SDN_LB_STAT_FLOWS == {} && SDN_LB_STAT_SELECTIONS == {} \
-         && SDN_LB_STAT_MISSES == {}, \"lb\");",
+         && SDN_LB_STAT_MISSES == {} && SDN_LB_STAT_SNAT == {}, \"lb\");",
         cozyplane_bpf::abi::LB_SLOTS,
         cozyplane_bpf::abi::LB_NET_EXTERNAL,
         cozyplane_bpf::abi::LbFlow::F_HAIRPIN,
@@ -72,6 +72,18 @@ fn generated_asserts() -> String {
         maps::lb_stats::FLOWS,
         maps::lb_stats::SELECTIONS,
         maps::lb_stats::MISSES,
+        maps::lb_stats::SNAT,
+    )
+    .unwrap();
+    writeln!(
+        c,
+        "_Static_assert(SDN_LB_BIG_SLOTS == {} && SDN_LB_CHUNK_SLOTS == {} && SDN_LB_BIG_CHUNKS == {} \
+         && SDN_LB_SVC_F_BIG == {}u && SDN_LB_BIG_MAX == {}, \"lb big tables\");",
+        cozyplane_bpf::abi::LB_BIG_SLOTS,
+        cozyplane_bpf::abi::LB_CHUNK_SLOTS,
+        cozyplane_bpf::abi::LB_BIG_CHUNKS,
+        cozyplane_bpf::abi::LbSvc::F_BIG,
+        maps::lb_mag_big::MAX,
     )
     .unwrap();
     writeln!(

@@ -16,10 +16,11 @@ use common::fixtures::*;
 use common::pkt::{self, TCP, UDP};
 use common::{Datapath, LO, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::abi::{LB_SLOTS, LbSvc};
+use cozyplane_bpf::abi::{LB_BIG_CHUNKS, LB_BIG_SLOTS, LB_CHUNK_SLOTS, LB_SLOTS, LbSvc};
 use cozyplane_bpf::maps::{
     lb_backends::{self, LbBackendsMap},
     lb_flows::{self, LbFlowsMap},
+    lb_mag_big::{self, LbMagBigMap},
     lb_maglev::{self, LbMaglevMap},
     lb_stats::{self, LbStatsMap},
     lb_svc::{self, Frontend, LbSvcMap},
@@ -130,7 +131,8 @@ fn a_packet_to_a_vip_is_dnated_to_a_backend() {
         lb_stats::LbStats {
             flows: 1,
             selections: 1,
-            misses: 0
+            misses: 0,
+            snat: 0
         }
     );
     // The same flow again: no new flow, one more selection.
@@ -308,6 +310,34 @@ fn client_ip_affinity_keeps_a_client_on_one_backend() {
     }
 }
 
+// Once a client's affinity times out, its next flow is balanced anew (kube-proxy's choice
+// at random; here the flow's hash, source port included), not given the same backend by the
+// client's address alone: over five expiries the client meets more than one backend, and
+// within the timeout it stays where it was sent.
+#[test]
+fn an_expired_affinity_lets_the_client_move() {
+    let backends: Vec<(u32, String, u16)> =
+        (1..=8).map(|i| (i, format!("10.0.0.{}", 10 + i), 8080)).collect();
+    let b: Vec<(u32, &str, u16)> = backends.iter().map(|(i, a, p)| (*i, a.as_str(), *p)).collect();
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, CLIENT, MAC_A1);
+    service(&mut dp, VPC_A, VIP, TCP, 80, &b, 1);
+    let mut seen = BTreeSet::new();
+    for round in 0..5u16 {
+        if round > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+        }
+        let first = send(&dp, 44000 + 10 * round).0;
+        assert_eq!(
+            send(&dp, 44001 + 10 * round).0,
+            first,
+            "within the timeout: the same backend"
+        );
+        seen.insert(first);
+    }
+    assert!(seen.len() > 1, "five expiries, always {seen:?}");
+}
+
 #[test]
 fn udp_is_balanced_and_reversed() {
     let mut dp = Datapath::load(&cfg());
@@ -396,6 +426,69 @@ fn more_than_sixteen_backends_all_get_flows() {
         *per.entry(send(&dp, 20000 + i).0).or_default() += 1;
     }
     assert_eq!(per.len(), 40, "backends reached: {per:?}");
+}
+
+// A frontend with `F_BIG` is balanced by its table in sdn_lb_mag_big, whatever
+// sdn_lb_maglev holds under the same id, over all of its slots: the slot is the hash modulo
+// LB_BIG_SLOTS, found in its chunk. With the flag and no big table, a new flow is a miss
+// rather than a pick from the small one.
+#[test]
+fn a_big_frontend_is_balanced_by_its_big_table() {
+    let mut dp = Datapath::load(&cfg());
+    vpc_pod(&mut dp, VPC_A, CLIENT, MAC_A1);
+    let f = service(
+        &mut dp,
+        VPC_A,
+        VIP,
+        TCP,
+        80,
+        &[
+            (1, "10.0.0.11", 8080),
+            (2, "10.0.0.12", 8080),
+            (3, "10.0.0.13", 8080),
+        ],
+        0,
+    );
+    // The small table names backend 1 only; the big one names 3 in its last, partly used
+    // chunk (989 of its 29,989 slots, 3.3 %) and 2 in the others.
+    table(&mut dp, 1, &[1]);
+    let last = (LB_BIG_CHUNKS as usize - 1) * LB_CHUNK_SLOTS;
+    let big: Vec<u32> = (0..LB_BIG_SLOTS).map(|i| if i < last { 2 } else { 3 }).collect();
+    LbMagBigMap::try_from(dp.map_mut(lb_mag_big::NAME))
+        .unwrap()
+        .set(1, &big)
+        .unwrap();
+    let mut svc = LbSvcMap::try_from(dp.map_mut(lb_svc::NAME)).unwrap();
+    let v = svc.get(f).unwrap().unwrap();
+    svc.upsert(
+        f,
+        LbSvc {
+            flags: v.flags | LbSvc::F_BIG,
+            ..v
+        },
+    )
+    .unwrap();
+
+    let mut per: BTreeMap<Ipv4Addr, u32> = BTreeMap::new();
+    for i in 0..1000 {
+        *per.entry(send(&dp, 30000 + i).0).or_default() += 1;
+    }
+    assert!(
+        !per.contains_key(&v4("10.0.0.11")),
+        "picked from the small table: {per:?}"
+    );
+    // The last chunk is reached, and at its share (33 expected of 1000): a slot modulo the
+    // small size, or a wrong chunk, would never or too often give backend 3.
+    let three = per.get(&v4("10.0.0.13")).copied().unwrap_or(0);
+    assert!((10..=70).contains(&three), "{per:?}");
+    assert_eq!(per.values().sum::<u32>(), 1000, "every flow balanced: {per:?}");
+
+    LbMagBigMap::try_from(dp.map_mut(lb_mag_big::NAME))
+        .unwrap()
+        .remove(1)
+        .unwrap();
+    let out = dp.run(FROM_POD, &tcp4(MAC_A1, CLIENT, 31000, VIP, 80), LO, 0);
+    assert_dropped(&dp, out.verdict, DropReason::VipNoBackend);
 }
 
 // A client of a peered VPC reaches the VIP: the route says which net holds it, the

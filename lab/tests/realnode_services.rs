@@ -13,6 +13,7 @@
 //! 5. a NodePort Service: each node's address at the node port, from the pod and from `n1`;
 //!    from outside the cluster (the lab's internet host), a NodePort with
 //!    `externalTrafficPolicy: Local` on the node of its endpoint, the client's address kept;
+//!    one with `Cluster` on the node without an endpoint, NATed to that node's address;
 //!    a LoadBalancer ingress IP from outside, and its health-check node port (200 with the
 //!    local endpoint count where there is one, 503 elsewhere);
 //!    a pod's hostPort from outside, served by the datapath;
@@ -320,6 +321,23 @@ fn services_without_kube_proxy_on_real_nodes() {
         );
         eprintln!(
             "PASS NodePort (externalTrafficPolicy Local) {url} from outside: the backend saw the client as {seen} ({:?})",
+            asked.elapsed()
+        );
+
+        // 5b'. externalTrafficPolicy Cluster (np): n2 has no endpoint since web-b went; from
+        // outside, its NodePort reaches web-a on n1, NATed to n2's address (bpf/lib/lb_snat.h).
+        let url = format!("http://{}:{node_port}/clientip", n2.ip);
+        let asked = Instant::now();
+        let seen = from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
+        assert!(
+            seen.starts_with(&format!("{}:", n2.ip)),
+            "web-a saw {seen:?} through n2's NodePort, not n2's address"
+        );
+        let url = format!("http://{}:{node_port}/hostname", n2.ip);
+        let name = from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
+        assert_eq!(name, "web-a", "{url} from outside");
+        eprintln!(
+            "PASS NodePort (externalTrafficPolicy Cluster) on n2, its endpoint on n1: from outside web-a answered, seeing the client as {seen} ({:?})",
             asked.elapsed()
         );
 

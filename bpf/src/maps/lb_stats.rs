@@ -19,6 +19,8 @@ pub const FLOWS: u32 = 0;
 pub const SELECTIONS: u32 = 1;
 /// `SDN_LB_STAT_MISSES`: packets to a VIP port without a backend.
 pub const MISSES: u32 = 2;
+/// `SDN_LB_STAT_SNAT`: packets from outside NATed to a backend on another node.
+pub const SNAT: u32 = 3;
 /// `SDN_LB_STAT_MAX`: entries of the array.
 pub const MAX: u32 = 4;
 
@@ -37,6 +39,9 @@ pub struct LbStats {
     pub selections: u64,
     /// Packets to a VIP port that found no backend.
     pub misses: u64,
+    /// Packets from outside the cluster NATed to a backend on another node
+    /// (`externalTrafficPolicy: Cluster`, `lib/lb_snat.h`).
+    pub snat: u64,
 }
 
 impl<T: Borrow<MapData>> LbStatsMap<T> {
@@ -50,6 +55,7 @@ impl<T: Borrow<MapData>> LbStatsMap<T> {
             flows: self.sum(FLOWS)?,
             selections: self.sum(SELECTIONS)?,
             misses: self.sum(MISSES)?,
+            snat: self.sum(SNAT)?,
         })
     }
 }

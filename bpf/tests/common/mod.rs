@@ -10,6 +10,7 @@
 
 pub mod doors;
 pub mod fixtures;
+pub mod lb;
 pub mod pkt;
 pub mod policy;
 

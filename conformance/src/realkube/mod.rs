@@ -140,7 +140,13 @@ pub struct Options {
     /// ([`SERVICE_RANGE_WITH_KUBELETS`]) instead of a loopback range, where a pod connecting
     /// to a ClusterIP would reach its own loopback.
     pub kubelets: bool,
+    /// With [`Options::kubelets`]: Services may be dual-stack, their IPv6 ClusterIPs from
+    /// [`SERVICE_RANGE6_WITH_KUBELETS`] (the nodes' kubelets then report both families).
+    pub dual_stack: bool,
 }
+
+/// The IPv6 ClusterIP range of a dual-stack control plane ([`Options::dual_stack`]).
+pub const SERVICE_RANGE6_WITH_KUBELETS: &str = "fd96::/112";
 
 /// The Service ClusterIP range of a control plane with kubelets ([`Options::kubelets`]): no
 /// route leads there (no kube-proxy, no Service proxy of ours yet), so a connection to a
@@ -338,10 +344,11 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", p(&sa_key)),
                 format!(
                     "--service-cluster-ip-range={}",
-                    if opts.kubelets {
-                        SERVICE_RANGE_WITH_KUBELETS
-                    } else {
-                        "127.0.100.0/24"
+                    match (opts.kubelets, opts.dual_stack) {
+                        (true, true) =>
+                            format!("{SERVICE_RANGE_WITH_KUBELETS},{SERVICE_RANGE6_WITH_KUBELETS}"),
+                        (true, false) => SERVICE_RANGE_WITH_KUBELETS.into(),
+                        (false, _) => "127.0.100.0/24".into(),
                     }
                 ),
                 "--authorization-mode=Node,RBAC".into(),

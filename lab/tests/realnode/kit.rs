@@ -278,7 +278,12 @@ nodeStatusReportFrequency: 10s
                     format!("--kubeconfig={}", kubeconfig.display()),
                     format!("--root-dir={}", kubelet_root.display()),
                     format!("--hostname-override={}", node.name),
-                    format!("--node-ip={}", node.ip),
+                    // Both families on a dual-stack lab: the kubelet then reports both
+                    // InternalIPs, and each pod's two addresses.
+                    match &node.v6 {
+                        Some((_, v6)) => format!("--node-ip={},{v6}", node.ip),
+                        None => format!("--node-ip={}", node.ip),
+                    },
                     "--v=2".into(),
                 ],
             ),
@@ -553,7 +558,15 @@ impl Cluster {
     pub(crate) async fn start(lab: &Lab) -> Self {
         let bins = realkube::bins().unwrap_or_else(|e| panic!("the real-node lab cannot run: {e}"));
         let t0 = Instant::now();
-        let cp = ControlPlane::start_with(&bins, Options { kubelets: true }).await;
+        let dual_stack = lab.nodes.iter().any(|n| n.v6.is_some());
+        let cp = ControlPlane::start_with(
+            &bins,
+            Options {
+                kubelets: true,
+                dual_stack,
+            },
+        )
+        .await;
         lab.expose_url(&cp.url);
         let cozy = cp.install_cozyplane(&[]).await;
         eprintln!("control plane and cozyplane-apiserver up in {:?}", t0.elapsed());
@@ -598,6 +611,19 @@ impl Cluster {
 /// `node`'s agent with both API groups through kube-apiserver (ours by aggregation), as in a
 /// cluster: the admin's kubeconfig for `--kubeconfig` and `--sdn-kubeconfig`.
 fn start_agent(cp: &ControlPlane, node: &Node) {
-    // The cluster's Service proxy, as the chart runs it: no kube-proxy runs here.
-    node.start_agent_with(&cp.admin, &cp.admin, &["--kube-proxy-replacement"]);
+    // The cluster's Service proxy, as the chart runs it: no kube-proxy runs here. Its Service
+    // ranges are cluster-internal (never masqueraded).
+    let ranges = match &node.v6 {
+        Some(_) => format!(
+            "{},{}",
+            realkube::SERVICE_RANGE_WITH_KUBELETS,
+            realkube::SERVICE_RANGE6_WITH_KUBELETS
+        ),
+        None => realkube::SERVICE_RANGE_WITH_KUBELETS.to_string(),
+    };
+    node.start_agent_with(
+        &cp.admin,
+        &cp.admin,
+        &["--kube-proxy-replacement", "--service-cidr", &ranges],
+    );
 }

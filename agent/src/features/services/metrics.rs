@@ -1,10 +1,12 @@
 //! The ServiceVIP load balancer's families: `cozyplane_lb_flows_total`,
-//! `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total` (`sdn_lb_stats`), and its hash
+//! `cozyplane_lb_selections_total`, `cozyplane_lb_misses_total`, `cozyplane_lb_snat_total`
+//! (`sdn_lb_stats`), and its hash
 //! maps' entries in `cozyplane_bpf_map_entries` ([`map_sizes`]).
 
 use std::path::{Path, PathBuf};
 
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
+use cozyplane_bpf::maps::lb_mag_big::LbMagBigMap;
 use cozyplane_bpf::maps::lb_maglev::LbMaglevMap;
 use cozyplane_bpf::maps::lb_stats::LbStatsMap;
 use cozyplane_bpf::maps::lb_svc::LbSvcMap;
@@ -38,6 +40,12 @@ impl Collector for LbCollector {
                 "Packets to a ServiceVIP port that found no backend",
                 s.misses,
             ),
+            (
+                "cozyplane_lb_snat",
+                "Packets from outside the cluster this node NATed to a Service backend on another node \
+                 (externalTrafficPolicy: Cluster)",
+                s.snat,
+            ),
         ] {
             // Unlabelled: the counter is encoded on the descriptor itself (no `{}`).
             let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -49,13 +57,17 @@ impl Collector for LbCollector {
 
 /// Entries of the load balancer's hash maps, for `cozyplane_bpf_map_entries`.
 pub fn map_sizes(dir: &Path) -> Vec<(&'static str, usize)> {
-    use cozyplane_bpf::maps::{lb_affinity, lb_backends, lb_flows, lb_maglev, lb_rev, lb_svc};
+    use cozyplane_bpf::maps::{lb_affinity, lb_backends, lb_flows, lb_mag_big, lb_maglev, lb_rev, lb_svc};
     let mut out = Vec::new();
     if let Ok(m) = LbSvcMap::from_pin(dir) {
         out.push((lb_svc::NAME, m.inner().keys().count()));
     }
     if let Ok(m) = LbMaglevMap::from_pin(dir) {
         out.push((lb_maglev::NAME, m.inner().keys().count()));
+    }
+    // Chunks, LB_BIG_CHUNKS per big table.
+    if let Ok(m) = LbMagBigMap::from_pin(dir) {
+        out.push((lb_mag_big::NAME, m.inner().keys().count()));
     }
     if let Ok(m) = LbBackendsMap::from_pin(dir) {
         out.push((lb_backends::NAME, m.inner().keys().count()));
