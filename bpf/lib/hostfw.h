@@ -19,17 +19,30 @@
  * When any direction is armed both hooks track every flow of the node's own
  * addresses, so that the reply to a flow one direction opened finds its entry
  * in the other. Exempt before any rule, in both directions:
- *   - ICMPv6 neighbour discovery (types 133..137) and anything from or to
- *     fe80::/10: node IPv6 and BGP over link-local survive the firewall;
+ *   - ICMPv6 router and neighbour discovery and redirects (types 133..137):
+ *     node IPv6 survives the firewall. Anything else over link-local
+ *     (fe80::/10: BGP, SSH to a neighbour) is the rules', as any address is;
  *   - the overlay: UDP to the tunnel port (CONFIG(tunnel_port), the agent's
  *     --tunnel-port: VXLAN 4789 or Geneve 6081 unless set) to or from a known
  *     node (sdn_nodes);
- *   - node-to-node control traffic: TCP to or from the API server's (6443)
- *     or the kubelet's (10250) port, with a known node (sdn_nodes) as the
- *     other end: the Kubernetes contract survives any rule set;
+ *   - node-to-node control traffic: TCP to the API server's (6443) or the
+ *     kubelet's (10250) port of a known node (sdn_nodes) or from one to this
+ *     node's: admitted by its *destination* port and tracked like any flow, so
+ *     its replies pass by the connection table (never by their source port:
+ *     a known node's SYN from port 6443 to any other port is the rules'). A
+ *     control connection already open when the firewall was armed is adopted
+ *     by its first packet that is no lone SYN;
  *   - ICMP errors quoting a flow with a live entry, and the flows' later
  *     packets (lib/policy.h);
  *   - later IP fragments (their first fragment was judged).
+ *
+ * Besides the uplink, the node's pods reach it (sdn_hf_from_pod, net 0) and
+ * so could a node through the overlay (sdn_hf_from_overlay): both are judged
+ * as ingress like the uplink. The node's own flows to its pods (kubelet
+ * probes) are tracked where they enter the pod (sdn_hf_to_pod), so that the
+ * pods' replies pass by the table: no rule can cut the Kubernetes contract.
+ * A scratch that cannot be had drops (DROP_POL_SCRATCH): never a pass
+ * unjudged.
  */
 #pragma once
 
@@ -47,39 +60,78 @@ static __always_inline int sdn_hf_control_port(__be16 port)
 	       port == bpf_htons(SDN_HF_KUBELET_PORT);
 }
 
-static __always_inline int sdn_hf_link_local(const struct sdn_addr *a)
+/* One of this node's own addresses at a hook: listed (sdn_hf_self), or
+ * link-local (lib/policy.h, sdn_hf_link_local).
+ */
+static __always_inline int sdn_hf_mine(const struct sdn_addr *a)
 {
-	/* fe80::/10; IPv4 (64:ff9b::/96) never matches. */
-	return (a->b[0] == 0xfe) && ((a->b[1] & 0xc0) == 0x80);
+	return bpf_map_lookup_elem(&sdn_hf_self, a) || sdn_hf_link_local(a);
 }
 
-/* Exempt before any rule (above); `peer` is the end that is not this node. */
+/* Exempt before any rule (above): nothing is recorded for these. `peer` is
+ * the end that is not this node.
+ */
 static __always_inline int sdn_hf_exempt(const struct sdn_pkt *p,
 					 const struct sdn_addr *peer)
 {
 	if (p->proto == IPPROTO_ICMPV6 && p->icmp_type >= 133 &&
 	    p->icmp_type <= 137)
 		return 1;
-	if (sdn_hf_link_local(&p->src) || sdn_hf_link_local(&p->dst))
+	return p->proto == IPPROTO_UDP &&
+	       p->dport == bpf_htons((__u16)CONFIG(tunnel_port)) &&
+	       bpf_map_lookup_elem(&sdn_nodes, peer);
+}
+
+/* Node-to-node control traffic (above): a known node's TCP to a control port,
+ * and what comes back from one, but for a lone SYN (a connection that a
+ * control port would open to any other port).
+ */
+static __always_inline int sdn_hf_control(const struct sdn_pkt *p,
+					  const struct sdn_addr *peer, __u8 tcp)
+{
+	if (p->proto != IPPROTO_TCP || !bpf_map_lookup_elem(&sdn_nodes, peer))
+		return 0;
+	if (sdn_hf_control_port(p->dport))
 		return 1;
-	if (p->proto == IPPROTO_UDP &&
-	    p->dport == bpf_htons((__u16)CONFIG(tunnel_port)) &&
-	    bpf_map_lookup_elem(&sdn_nodes, peer))
-		return 1;
-	/* Node-to-node control traffic: either way, either end's port. */
-	if (p->proto == IPPROTO_TCP &&
-	    (sdn_hf_control_port(p->dport) || sdn_hf_control_port(p->sport)) &&
-	    bpf_map_lookup_elem(&sdn_nodes, peer))
-		return 1;
+	return sdn_hf_control_port(p->sport) &&
+	       (tcp & (SDN_TCPF_SYN | SDN_TCPF_ACK)) != SDN_TCPF_SYN;
+}
+
+/* A control flow's packet (sdn_hf_control): its entry made or stepped as if a
+ * rule admitted it, at the current generation, so no re-check after a policy
+ * change ever cuts it.
+ */
+static __always_inline int sdn_hf_admit(struct sdn_pol_scratch *w)
+{
+	struct sdn_pol_state *st;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 zero = 0, gen = 0;
+	struct sdn_pct *e;
+	int from_b;
+
+	st = bpf_map_lookup_elem(&sdn_pol_state, &zero);
+	if (st)
+		gen = st->generation;
+	from_b = sdn_pct_key_of(&w->f, &w->k);
+	e = bpf_map_lookup_elem(&sdn_pol_ct, &w->k);
+	if (e && e->expires > now) {
+		e->generation = gen;
+		sdn_pct_step(e, &w->f, from_b, now, gen);
+		return 0;
+	}
+	sdn_pct_new(&w->n, &w->f, from_b, now, gen, 0);
+	w->n.layers = 1 << SDN_LAYER_HF;
+	bpf_map_update_elem(&sdn_pol_ct, &w->k, &w->n, BPF_ANY);
 	return 0;
 }
 
-/* One packet of the node's own traffic through the HF layer: 0 to pass, or a
- * DROP_*. `peer` is p->src (ingress) or p->dst (egress).
+/* One packet of the node's own traffic through the HF layer, at a hook of
+ * direction `dir` (SDN_DIR_*): 0 to pass, or a DROP_*. `peer` is p->src
+ * (ingress) or p->dst (egress).
  */
 static __sdn_noinline int sdn_hf_police(struct __sk_buff *skb,
 					const struct sdn_pkt *p,
-					const struct sdn_addr *peer)
+					const struct sdn_addr *peer, __u8 dir)
 {
 	struct sdn_pol_scratch *w;
 	int ret;
@@ -88,20 +140,56 @@ static __sdn_noinline int sdn_hf_police(struct __sk_buff *skb,
 		return 0;
 	w = sdn_pol_scratch();
 	if (!w)
-		return 0;
+		return DROP_POL_SCRATCH;
 	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
 	if (ret)
 		return ret;
+	w->hf_hook = dir + 1;
+	if (!w->f.icmp_err && sdn_hf_control(p, peer, w->f.tcp))
+		return sdn_hf_admit(w);
 	return sdn_pol_flow(w, SDN_LAYER_HF);
+}
+
+/* The node's own flow into one of its pods (sdn_to_pod, before delivery):
+ * tracked without rules, so the pod's replies pass sdn_hf_from_pod by the
+ * table. 0, or DROP_POL_SCRATCH.
+ */
+static __sdn_noinline int sdn_hf_to_pod(struct __sk_buff *skb,
+					const struct sdn_pkt *p)
+{
+	struct sdn_pol_scratch *w;
+	int ret;
+
+	if (!sdn_hf_armed() || p->frag == SDN_FRAG_LATER ||
+	    !sdn_hf_mine(&p->src))
+		return 0;
+	w = sdn_pol_scratch();
+	if (!w)
+		return DROP_POL_SCRATCH;
+	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
+	if (ret || w->f.icmp_err)
+		return 0;
+	return sdn_hf_admit(w);
+}
+
+/* A pod's (net 0) or, through the overlay, another node's packet to this
+ * node's own addresses: judged as ingress like the uplink's. 0 or a DROP_*.
+ */
+static __always_inline int sdn_hf_from_pod(struct __sk_buff *skb,
+					   const struct sdn_pkt *p)
+{
+	if (!sdn_hf_armed() || !sdn_hf_mine(&p->dst))
+		return 0;
+	return sdn_hf_police(skb, p, &p->src, SDN_DIR_INGRESS);
 }
 
 /* sdn_from_uplink: a packet to this node's own addresses. 0 or a DROP_*. */
 static __always_inline int sdn_hf_from_uplink(struct __sk_buff *skb,
 					      const struct sdn_pkt *p)
 {
-	if (!sdn_hf_armed() || !bpf_map_lookup_elem(&sdn_hf_self, &p->dst))
+	if (!sdn_hf_armed() || !sdn_hf_mine(&p->dst))
 		return 0;
-	return sdn_hf_police(skb, p, &p->src);
+	return sdn_hf_police(skb, p, &p->src, SDN_DIR_INGRESS);
 }
 
 /* sdn_host_out: the node's own packet leaving. TC_ACT_OK or a DROP_*. */
@@ -114,7 +202,7 @@ static __always_inline int sdn_hf_out(struct __sk_buff *skb)
 		return 0;
 	if (sdn_parse(skb, &p) || !p.family)
 		return 0;
-	if (!bpf_map_lookup_elem(&sdn_hf_self, &p.src))
+	if (!sdn_hf_mine(&p.src))
 		return 0;
-	return sdn_hf_police(skb, &p, &p.dst);
+	return sdn_hf_police(skb, &p, &p.dst, SDN_DIR_EGRESS);
 }

@@ -109,6 +109,10 @@ struct sdn_pol_scratch {
 		struct sdn_geneve_groups geneve;
 		__u32 gbp;
 	} u;
+	/* In a HostFirewall hook: its direction + 1 (SDN_DIR_*), the end
+	 * whose link-local address is the node's (sdn_hf_check); else 0.
+	 */
+	__u8 hf_hook;
 };
 _Static_assert(sizeof(struct sdn_pol_scratch) <= sizeof(struct sdn_pol_work),
 	       "sdn_pol_work holds the policy scratch");
@@ -312,6 +316,16 @@ static __always_inline int sdn_np_isolated(struct sdn_pol_scratch *w,
 	return bpf_map_lookup_elem(&sdn_pol_rules, &w->rk) != NULL;
 }
 
+/* Link-local (fe80::/10). Never forwarded: one arriving at a HostFirewall
+ * hook as the destination (a neighbour's packet on the uplink, a pod's to its
+ * veth's host end), or leaving the node as the source, is the node's own, so
+ * the hooks count it as such besides sdn_hf_self.
+ */
+static __always_inline int sdn_hf_link_local(const struct sdn_addr *a)
+{
+	return a->b[0] == 0xfe && (a->b[1] & 0xc0) == 0x80;
+}
+
 /* verdict.rs hf()'s check for one direction: `me` is this node's subject end.
  * 1 open (not one of this node's addresses, or the direction not armed) or
  * admitted, 0 denied. HostFirewall peers have no token: their CIDR class
@@ -325,7 +339,10 @@ static __always_inline int sdn_hf_check(struct sdn_pol_scratch *w, __u8 dir,
 	__u32 flag = dir == SDN_DIR_INGRESS ? SDN_POL_F_HF_INGRESS :
 					      SDN_POL_F_HF_EGRESS;
 
-	if (!(armed & flag) || !bpf_map_lookup_elem(&sdn_hf_self, me))
+	if (!(armed & flag))
+		return 1;
+	if (!bpf_map_lookup_elem(&sdn_hf_self, me) &&
+	    !(w->hf_hook == dir + 1 && sdn_hf_link_local(me)))
 		return 1;
 	__builtin_memset(&w->rk, 0, sizeof(w->rk));
 	w->rk.prefixlen = SDN_PRULE_FIXED_BITS + 16;
@@ -558,7 +575,7 @@ static __sdn_noinline int sdn_np_police(struct __sk_buff *skb,
 		return 0;
 	w = sdn_pol_scratch();
 	if (!w)
-		return 0;
+		return DROP_POL_SCRATCH;
 	ret = sdn_flow_of(skb, p, 0, 0, &w->f);
 	if (ret)
 		return ret;
@@ -607,7 +624,7 @@ static __sdn_noinline int sdn_sg_police(struct __sk_buff *skb,
 		return 0;
 	w = sdn_pol_scratch();
 	if (!w)
-		return 0;
+		return DROP_POL_SCRATCH;
 	ret = sdn_flow_of(skb, p, src_net, dst_net, &w->f);
 	if (ret)
 		return ret;

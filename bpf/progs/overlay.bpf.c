@@ -5,6 +5,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/endpoint.h"
+#include "../lib/hostfw.h"
 #include "../lib/lb.h"
 #include "../lib/overlay.h"
 #include "../lib/parse.h"
@@ -70,6 +71,12 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		if (!ret && p.family) {
 			ret = sdn_lb_reverse(skb, &p, 0);
 			if (ret < 0)
+				return sdn_drop(skb, ret);
+			/* To the node's own addresses: its HostFirewall, as
+			 * at the uplink (lib/hostfw.h).
+			 */
+			ret = sdn_hf_from_pod(skb, &p);
+			if (ret)
 				return sdn_drop(skb, ret);
 		}
 		return sdn_to_host(skb);

@@ -14,6 +14,7 @@
 #include "../lib/drop.h"
 #include "../lib/egress.h"
 #include "../lib/endpoint.h"
+#include "../lib/hostfw.h"
 #include "../lib/lb.h"
 #include "../lib/lb_reject.h"
 #include "../lib/ndp.h"
@@ -212,8 +213,15 @@ int sdn_from_pod(struct __sk_buff *skb)
 		if (ret)
 			return bpf_redirect(ifindex, 0);
 	}
-	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p))
+	if (sdn_is_ndp(&p) || sdn_is_link_scoped6(&p)) {
+		/* To the host end's link-local address: the node's own, so
+		 * its HostFirewall's (neighbour discovery is exempt there).
+		 */
+		ret = sdn_hf_from_pod(skb, &p);
+		if (ret)
+			return sdn_drop(skb, ret);
 		return sdn_to_host(skb);
+	}
 
 	ret = sdn_check_source(skb, &p, net, &ep_flags);
 	if (ret)
@@ -236,8 +244,13 @@ int sdn_from_pod(struct __sk_buff *skb)
 		}
 		if (ret)
 			return sdn_drop(skb, ret);
-		/* NetworkPolicy, the source's egress side (lib/policy.h). */
+		/* NetworkPolicy, the source's egress side (lib/policy.h); then,
+		 * to the node's own addresses, the node's HostFirewall
+		 * (lib/hostfw.h).
+		 */
 		ret = sdn_np_police(skb, &p);
+		if (!ret)
+			ret = sdn_hf_from_pod(skb, &p);
 		if (ret)
 			return sdn_drop(skb, ret);
 		/* A backend's reply to a client of this node: judged above as
@@ -359,6 +372,12 @@ int sdn_to_pod(struct __sk_buff *skb)
 	 * this node's pods too, is routed here by the host.
 	 */
 	ret = sdn_np_police(skb, &p);
+	if (ret)
+		return sdn_drop(skb, ret);
+	/* The node's own flow (a kubelet probe): tracked for its replies'
+	 * HostFirewall check in sdn_from_pod (lib/hostfw.h).
+	 */
+	ret = sdn_hf_to_pod(skb, &p);
 	if (ret)
 		return sdn_drop(skb, ret);
 	sdn_dnat_note(skb, port, &p);

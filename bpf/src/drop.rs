@@ -94,6 +94,9 @@ pub enum DropReason {
     /// `DROP_POL_HF_EGRESS`: HostFirewall: egress is armed on this node and no rule admits the
     /// flow out of it.
     PolHfEgress = -50,
+    /// `DROP_POL_SCRATCH`: a policy layer found no per-CPU scratch; the packet is dropped,
+    /// never passed unjudged.
+    PolScratch = -51,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -142,6 +145,7 @@ impl DropReason {
         Self::PolRevoked,
         Self::PolHfIngress,
         Self::PolHfEgress,
+        Self::PolScratch,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -187,6 +191,7 @@ impl DropReason {
             Self::PolRevoked => "DROP_POL_REVOKED",
             Self::PolHfIngress => "DROP_POL_HF_INGRESS",
             Self::PolHfEgress => "DROP_POL_HF_EGRESS",
+            Self::PolScratch => "DROP_POL_SCRATCH",
         }
     }
 

@@ -346,21 +346,36 @@ fn neighbour_discovery_passes_and_ipv6_is_filtered() {
     assert_eq!(drops_of(&dp, DropReason::PolHfEgress), 1);
 }
 
+// Link-local is no exemption (issue 29: anything on the node's segment reached every port
+// over fe80::/10): a BGP session over link-local is refused like any, counted, and passes once
+// a rule names fe80::/10; neighbour discovery stays exempt (the test above).
 #[test]
-fn link_local_passes_both_ways() {
-    let (dp, _) = closed();
+fn link_local_is_the_rules_like_any_address() {
+    let (mut dp, closed) = closed();
     let (me, other) = (ip(NODE_LL), ip("fe80::2"));
-    // A BGP session over link-local: the SYN in, the SYN-ACK out, and the other way round.
+    assert!(!inbound(&dp, &packet(other, me, pkt::TCP, 40000, 179, SYN)));
+    assert!(!inbound(&dp, &packet(other, me, pkt::TCP, 40000, 22, SYN)));
+    assert!(!outbound(&dp, &packet(me, other, pkt::TCP, 40001, 179, SYN)));
+    assert_eq!(drops_of(&dp, DropReason::PolHfIngress), 2);
+    assert_eq!(drops_of(&dp, DropReason::PolHfEgress), 1);
+    let bgp = compile(&[fw(
+        "bgp",
+        &["Ingress", "Egress"],
+        vec![HostFirewallIngressRule {
+            from: vec![peer("fe80::/10", &[])],
+            ports: vec![hport("TCP", 179, 0)],
+        }],
+        vec![],
+    )])
+    .tables()
+    .clone();
+    write(&mut dp, &closed, &bgp);
     assert!(inbound(&dp, &packet(other, me, pkt::TCP, 40000, 179, SYN)));
     assert!(outbound(&dp, &packet(me, other, pkt::TCP, 179, 40000, SYN | ACK)));
-    assert!(outbound(&dp, &packet(me, other, pkt::TCP, 40001, 179, SYN)));
-    assert!(inbound(&dp, &packet(other, me, pkt::TCP, 179, 40001, SYN | ACK)));
-    // From a global source to the node's global address: refused.
-    assert!(!inbound(
-        &dp,
-        &packet(ip("fd00::99"), ip(NODE6), pkt::TCP, 40000, 179, SYN)
-    ));
-    assert!(pol::ct_entries(&dp).is_empty(), "exempt traffic makes no entry");
+    assert!(
+        !inbound(&dp, &packet(other, me, pkt::TCP, 40002, 22, SYN)),
+        "SSH over link-local"
+    );
 }
 
 // The agent's --tunnel-port (the datapath's `tunnel_port`, VXLAN's 4789 by default) is the
@@ -425,6 +440,10 @@ fn kubernetes_control_ports_between_nodes_pass() {
             assert!(outbound(&dp, &packet(me, node, pkt::TCP, port, 40000, SYN | ACK)));
             assert!(outbound(&dp, &packet(me, node, pkt::TCP, 40001, port, SYN)));
             assert!(inbound(&dp, &packet(node, me, pkt::TCP, port, 40001, SYN | ACK)));
+            // A connection already open when the firewall was armed: adopted by its first
+            // packet that is no lone SYN, both ways.
+            assert!(inbound(&dp, &packet(node, me, pkt::TCP, port, 40002, ACK)));
+            assert!(outbound(&dp, &packet(me, node, pkt::TCP, 40002, port, ACK)));
             // From anyone else: the firewall's, but for the API server's port, which the
             // compiler's failsafe keeps open on a restricted node (docs/policy.md, "Lockout
             // protection").
@@ -435,6 +454,25 @@ fn kubernetes_control_ports_between_nodes_pass() {
             );
         }
     }
+}
+
+// Issue 29's second bypass: the control ports were exempt by either end's port, so a known
+// node opened a connection from port 6443 or 10250 to any port of this node. By the
+// destination port only now: such a SYN is the rules' (dropped and counted), both ways.
+#[test]
+fn a_control_source_port_opens_nothing() {
+    let (dp, _) = closed();
+    for (me, node) in [(ip(NODE4), ip(PEER_NODE4)), (ip(NODE6), ip(PEER_NODE6))] {
+        for port in [6443, 10250] {
+            assert!(
+                !inbound(&dp, &packet(node, me, pkt::TCP, port, 22, SYN)),
+                "{node}:{port} -> :22"
+            );
+            assert!(!outbound(&dp, &packet(me, node, pkt::TCP, port, 22, SYN)));
+        }
+    }
+    assert_eq!(drops_of(&dp, DropReason::PolHfIngress), 4);
+    assert_eq!(drops_of(&dp, DropReason::PolHfEgress), 4);
 }
 
 #[test]
@@ -608,4 +646,76 @@ fn removing_a_rule_stops_an_established_flow() {
     // And reopened by a rule.
     write(&mut dp, &shut, &open);
     assert!(inbound(&dp, &packet(admin, me, pkt::TCP, 50001, 22, SYN)));
+}
+
+const POD4: &str = "10.244.1.5";
+const POD6: &str = "fd44:1::5";
+const MAC_POD: [u8; 6] = [0x0a, 0x50, 0, 0, 0, 0x05];
+
+/// A pod's packet through `sdn_from_pod` (its veth is `lo`): passed to the host (or sent on)
+/// rather than dropped.
+fn from_pod(dp: &Datapath, s: IpAddr, d: IpAddr, sp: u16, dport: u16, flags: u8) -> bool {
+    let f = pol::tcp(MAC_POD, cfg().gw_mac, s, d, sp, dport, flags);
+    dp.run(common::fixtures::FROM_POD, &f, LO, 0).verdict != TC_ACT_SHOT
+}
+
+/// The host's packet into the pod through `sdn_to_pod`.
+fn to_pod(dp: &Datapath, s: IpAddr, d: IpAddr, sp: u16, dport: u16, flags: u8) -> bool {
+    let f = pol::tcp(cfg().gw_mac, MAC_POD, s, d, sp, dport, flags);
+    dp.run(common::fixtures::TO_POD, &f, LO, 0).verdict != TC_ACT_SHOT
+}
+
+// Issue 29: the node's own pods are judged like the uplink's traffic. With ingress armed, a
+// default-network pod reaches no port of its node (the kubelet's, SSH) in either family
+// unless a rule admits it; the node's own connections into the pod (a kubelet probe) come
+// back whatever the rules say, by the entry made where they entered the pod.
+#[test]
+fn the_nodes_pods_reach_it_only_as_the_rules_say() {
+    let (mut dp, closed) = closed();
+    common::fixtures::port(&mut dp, LO, 0);
+    for p in [POD4, POD6] {
+        common::fixtures::endpoint(&mut dp, 0, p, LO, MAC_POD);
+    }
+    for (pod, me) in [(ip(POD4), ip(NODE4)), (ip(POD6), ip(NODE6))] {
+        for port in [10250, 22] {
+            assert!(!from_pod(&dp, pod, me, 40000, port, SYN), "{pod} -> {me}:{port}");
+        }
+        // A kubelet probe: the node's SYN into the pod, the pod's answer, the node's ACK.
+        assert!(to_pod(&dp, me, pod, 45000, 8080, SYN));
+        assert!(
+            from_pod(&dp, pod, me, 8080, 45000, SYN | ACK),
+            "the probe's answer"
+        );
+        assert!(to_pod(&dp, me, pod, 45000, 8080, ACK));
+        assert!(from_pod(&dp, pod, me, 8080, 45000, ACK));
+        // The same answer to a probe that never was: refused.
+        assert!(!from_pod(&dp, pod, me, 8080, 45001, SYN | ACK));
+    }
+    // Over link-local, to the host end of its veth: the node's too.
+    assert!(
+        !from_pod(&dp, ip("fe80::5"), ip("fe80::1"), 40000, 10250, SYN),
+        "link-local to the host"
+    );
+    assert_eq!(drops_of(&dp, DropReason::PolHfIngress), 5);
+    assert_eq!(drops_of(&dp, DropReason::PolCtInvalid), 2);
+    // A rule for the pods' range and the kubelet's port lets them in, and nothing else.
+    let kubelet = compile(&[fw(
+        "kubelet-from-pods",
+        &["Ingress", "Egress"],
+        vec![HostFirewallIngressRule {
+            from: vec![peer("10.244.0.0/16", &[]), peer("fd44::/16", &[])],
+            ports: vec![hport("TCP", 10250, 0)],
+        }],
+        vec![],
+    )])
+    .tables()
+    .clone();
+    write(&mut dp, &closed, &kubelet);
+    for (pod, me) in [(ip(POD4), ip(NODE4)), (ip(POD6), ip(NODE6))] {
+        assert!(
+            from_pod(&dp, pod, me, 40010, 10250, SYN),
+            "{pod} -> {me}:10250 by the rule"
+        );
+        assert!(!from_pod(&dp, pod, me, 40011, 22, SYN));
+    }
 }

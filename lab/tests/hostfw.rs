@@ -6,11 +6,15 @@
 //! control namespace (the lab's API servers are reached through it), as a real one must admit
 //! the API server. Asserted, each by a TCP connection and the node's drop counter:
 //!
-//! 1. n2's ingress closed: n1 → n2 refused over IPv4 and IPv6 (`DROP_POL_HF_INGRESS`), while a
-//!    link-local TCP session between the nodes and neighbour discovery (neighbour caches
-//!    flushed, a global IPv6 connection admitted by a rule) keep working; reopened by a rule.
+//! 1. n2's ingress closed: n1 → n2 refused over IPv4, IPv6 and link-local
+//!    (`DROP_POL_HF_INGRESS`); reopened by a rule, with neighbour discovery (exempt, caches
+//!    flushed) resolving the addresses again.
 //! 2. n1's egress closed: n1 → b (a pod on n2, through the tunnel) refused
 //!    (`DROP_POL_HF_EGRESS`), n1 → a (its own pod) still connects.
+//! 3. n1's ingress closed too: its own pod a reaches no port of n1, n1 still reaches a (the
+//!    kubelet's way); a rule for the pods' range lets a in. (IPv6 pods to their node: the
+//!    `BPF_PROG_TEST_RUN` tier, `bpf/tests/hostfw.rs`; this lab's Nodes list no IPv6
+//!    address, so a pod's IPv6 to its node is masqueraded, which is another matter.)
 
 use std::net::Ipv6Addr;
 
@@ -153,19 +157,20 @@ async fn body(lab: &mut Lab) {
     assert!(before > 0, "refused by the firewall, not for want of a server");
     assert!(!connects(&n1.ns, &v6, PORT), "IPv6 ingress is filtered");
     assert!(n2.drops(DropReason::PolHfIngress) > before, "IPv6 counted");
-    // Link-local and neighbour discovery survive: caches flushed, the session resolves again.
-    for n in [n1, n2] {
-        n.ns.ip_ok(&["-6", "neigh", "flush", "dev", "ul0"]);
-    }
-    assert!(connects(&n1.ns, &ll, PORT), "link-local TCP with the firewall on");
-    // Reopened by a rule (both families of the underlay), and ND resolves the global address.
+    // Link-local is filtered like any address (issue 29: it used to be exempt).
+    let before = n2.drops(DropReason::PolHfIngress);
+    assert!(!connects(&n1.ns, &ll, PORT), "link-local TCP refused");
+    assert!(n2.drops(DropReason::PolHfIngress) > before, "link-local counted");
+    // Reopened by a rule (both families of the underlay, and link-local), and neighbour
+    // discovery (exempt; the caches flushed) resolves the addresses again.
     firewall(
         &cp,
         "n2-in",
         json!({ "nodeSelector": { "matchLabels": { "hf-ingress": "on" } },
                 "policyTypes": ["Ingress"], "ingress": [
                     { "from": [{ "cidr": ctl }] },
-                    { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" }],
+                    { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" },
+                               { "cidr": "fe80::/10" }],
                       "ports": [{ "protocol": "TCP", "port": PORT }] }] }),
     )
     .await;
@@ -177,6 +182,7 @@ async fn body(lab: &mut Lab) {
         connects(&n1.ns, &v6, PORT),
         "IPv6 by the rule, after neighbour discovery"
     );
+    assert!(connects(&n1.ns, &ll, PORT), "link-local TCP by the rule");
 
     // 2. n1's egress closed but for the control namespace: its own pod stays reachable.
     let _pa = server(&a.ns, PORT);
@@ -197,4 +203,35 @@ async fn body(lab: &mut Lab) {
     });
     assert!(n1.drops(DropReason::PolHfEgress) > 0, "refused by n1's egress");
     assert!(connects(&n1.ns, &pa, PORT), "n1 -> its own pod a stays exempt");
+
+    // 3. A node's own pods (issue 29): n1's ingress armed too; its pod a reaches no port of
+    // n1, while n1 still reaches a (a kubelet probe's way); a rule for the pods' range lets
+    // a in.
+    let n1v4 = n1.ip.to_string();
+    let _srv1 = server(&n1.ns, PORT);
+    assert!(connects(&a.ns, &n1v4, PORT), "a -> n1 before");
+    label(&cp, "n1", "hf-ingress").await;
+    wait("n1's ingress firewall refuses its own pod", || {
+        syn_dropped(&a.ns, &n1v4, PORT + 1) && n1.drops(DropReason::PolHfIngress) > 0
+    });
+    let before = n1.drops(DropReason::PolHfIngress);
+    assert!(!connects(&a.ns, &n1v4, PORT), "a -> n1 refused");
+    assert!(n1.drops(DropReason::PolHfIngress) > before, "counted at n1");
+    assert!(
+        connects(&n1.ns, &pa, PORT),
+        "n1 -> a with n1's ingress armed: the answers come back"
+    );
+    firewall(
+        &cp,
+        "n2-in",
+        json!({ "nodeSelector": { "matchLabels": { "hf-ingress": "on" } },
+                "policyTypes": ["Ingress"], "ingress": [
+                    { "from": [{ "cidr": ctl }] },
+                    { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" },
+                               { "cidr": "fe80::/10" }, { "cidr": "10.244.0.0/16" },
+                               { "cidr": "fd44::/16" }],
+                      "ports": [{ "protocol": "TCP", "port": PORT }] }] }),
+    )
+    .await;
+    wait("n1 admits its pod by the rule", || connects(&a.ns, &n1v4, PORT));
 }

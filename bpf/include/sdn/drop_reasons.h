@@ -48,13 +48,14 @@
 #define DROP_DNS_CT_FULL	-35	/* DNS steering: the query state could not be recorded */
 #define DROP_DNS_NO_CT		-36	/* an answer from the node resolver's port with no steered query */
 #define DROP_VIP_NO_BACKEND	-38	/* a new flow to a ServiceVIP port that has no backend (lib/lb.h) */
-/* -45..-50: the policy layers (lib/policy.h, lib/pct.h) */
+/* -45..-51: the policy layers (lib/policy.h, lib/pct.h) */
 #define DROP_POL_NP		-45	/* NetworkPolicy: no rule admits the flow (the source's egress or the destination's ingress) */
 #define DROP_POL_SG		-46	/* SecurityGroups: no rule admits the flow (either end's groups) */
 #define DROP_POL_CT_INVALID	-47	/* a policed flow's packet without a live connection entry that cannot open one (TCP without a lone SYN, an ICMP error of no known flow) */
 #define DROP_POL_REVOKED	-48	/* an established flow re-checked after a policy generation change and no longer admitted */
 #define DROP_POL_HF_INGRESS	-49	/* HostFirewall: no rule admits the flow into this node (ingress armed) */
 #define DROP_POL_HF_EGRESS	-50	/* HostFirewall: no rule admits the flow out of this node (egress armed) */
+#define DROP_POL_SCRATCH	-51	/* a policy layer found no per-CPU scratch: dropped, never passed unjudged */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64
