@@ -197,7 +197,13 @@ async fn body(lab: &mut Lab) {
             (last - cut) * 1000.0
         );
         report.push((*what, last - cut));
-        // No timing assertion (the machine decides); what must hold is checked below.
+        // The contract's bound (issue 29): a revocation stops the flow within 1 s of the
+        // binding's delete. The pings run every 10 ms, so the last one seen is when it stopped.
+        assert!(
+            last - cut < 1.0,
+            "{what}: the last packet {:.0} ms after the binding's delete, over the 1 s bound",
+            (last - cut) * 1000.0
+        );
     }
     eprintln!(
         "v1's Port released (finalizer removed by n1, Port gone) {} ms after the delete",
