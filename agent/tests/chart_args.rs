@@ -65,6 +65,13 @@ fn every_modes_agent_args_parse_with_the_agents_command_line() {
             "{}: NodePorts on every node address by default",
             m.name
         );
+        let devs = set("agent.hostDevices").map_or("", |v| v.trim_matches(['{', '}']));
+        assert_eq!(
+            cfg.policy.host_devices.join(","),
+            devs,
+            "{}: no host devices but the uplink by default",
+            m.name
+        );
         let dns = set("agent.dns.enabled") != Some("false");
         assert_eq!(
             cfg.dns.dns_resolver, dns,

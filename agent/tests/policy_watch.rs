@@ -272,7 +272,10 @@ fn start_writer(
     use cozyplane_agent::features::policy::{Args, Mode, Policy};
     let mut builder =
         cozyplane_agent::core::metrics::MetricsBuilder::new(pins.clone(), String::new(), Default::default());
-    let mut policy = Policy::new(Args { policy: Mode::On });
+    let mut policy = Policy::new(Args {
+        policy: Mode::On,
+        host_devices: Vec::new(),
+    });
     policy.metrics(&mut builder);
     let writer_metrics = policy.writer_metrics().expect("registered");
     let metrics = builder.build();
@@ -281,6 +284,7 @@ fn start_writer(
         pins,
         metrics.clone(),
         writer_metrics,
+        Vec::new(),
     ));
     (task, metrics)
 }

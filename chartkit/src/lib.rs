@@ -459,6 +459,7 @@ pub const MODES: &[Mode] = &[
         values: &[
             ("agent.internalCIDRs", "{169.254.20.10/32,10.10.0.0/16}"),
             ("agent.nodePortAddresses", "{192.168.0.0/16,fd00::/64}"),
+            ("agent.hostDevices", "{eth1,vlan20}"),
             ("agent.metricsPort", "0"),
             (
                 "agent.extraArgs",

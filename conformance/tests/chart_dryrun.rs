@@ -198,6 +198,10 @@ fn check_content(m: &Mode, r: &Manifest) {
                 !has_prefix(&agent(), "--nodeport-addresses"),
                 "NodePorts on every node address by default"
             );
+            assert!(
+                !has_prefix(&agent(), "--host-devices"),
+                "only the uplink hooked by default"
+            );
         }
         "tls-cert-manager" => {
             assert!(ca_from(&format!("cert-manager:{ns}/cozyplane-apiserver-tls")));
@@ -285,6 +289,7 @@ fn check_content(m: &Mode, r: &Manifest) {
             let a = agent();
             assert!(has(&a, "--internal-cidrs=169.254.20.10/32,10.10.0.0/16"), "{a:?}");
             assert!(has(&a, "--nodeport-addresses=192.168.0.0/16,fd00::/64"), "{a:?}");
+            assert!(has(&a, "--host-devices=eth1,vlan20"), "{a:?}");
             assert!(!has_prefix(&a, "--metrics-addr"), "{a:?}");
             assert!(has(&a, "--underlay-dev=bond0") && has(&a, "--fabric-block=10.244.3.0/24"));
         }

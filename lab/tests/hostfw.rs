@@ -6,9 +6,10 @@
 //! control namespace (the lab's API servers are reached through it), as a real one must admit
 //! the API server. Asserted, each by a TCP connection and the node's drop counter:
 //!
-//! 1. n2's ingress closed: n1 → n2 refused over IPv4, IPv6 and link-local
-//!    (`DROP_POL_HF_INGRESS`); reopened by a rule, with neighbour discovery (exempt, caches
-//!    flushed) resolving the addresses again.
+//! 1. n2's ingress closed: n1 → n2 refused over IPv4, IPv6, link-local and a second link
+//!    between the nodes (`ul1`, hooked by `--host-devices`) (`DROP_POL_HF_INGRESS`);
+//!    reopened by a rule, with neighbour discovery (exempt, caches flushed) resolving the
+//!    addresses again.
 //! 2. n1's egress closed: n1 → b (a pod on n2, through the tunnel) refused
 //!    (`DROP_POL_HF_EGRESS`), n1 → a (its own pod) still connects.
 //! 3. n1's ingress closed too: its own pod a reaches no port of n1, n1 still reaches a (the
@@ -114,8 +115,26 @@ async fn label(cp: &Cp, node: &str, key: &str) {
         .unwrap();
 }
 
+/// A second link between the two nodes, `ul1` on each (10.99.0.<i>/24): a node's other way
+/// in, which every agent hooks (`--host-devices ul1`). Goes with the nodes' netns.
+fn second_link(lab: &Lab) {
+    let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
+    n1.ns.ip_ok(&[
+        "link", "add", "ul1", "type", "veth", "peer", "name", "ul1p", "netns", &n2.ns.0,
+    ]);
+    n2.ns.ip_ok(&["link", "set", "ul1p", "name", "ul1"]);
+    for (i, n) in [n1, n2].into_iter().enumerate() {
+        n.ns.ip_ok(&["addr", "add", &format!("{}/24", SECOND[i]), "dev", "ul1"]);
+        n.ns.ip_ok(&["link", "set", "ul1", "up"]);
+    }
+}
+
+/// The nodes' addresses on [`second_link`].
+const SECOND: [&str; 2] = ["10.99.0.1", "10.99.0.2"];
+
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start(lab).await;
+    second_link(lab);
+    let cp = Cp::start_with_args(lab, Default::default(), &["--host-devices", "ul1"]).await;
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
     Api::<Namespace>::all(cp.kube.clone())
@@ -136,6 +155,10 @@ async fn body(lab: &mut Lab) {
     assert!(connects(&n1.ns, &v4, PORT), "n1 -> n2 over IPv4 before");
     assert!(connects(&n1.ns, &v6, PORT), "n1 -> n2 over IPv6 before");
     assert!(connects(&n1.ns, &ll, PORT), "n1 -> n2 over link-local before");
+    assert!(
+        connects(&n1.ns, SECOND[1], PORT),
+        "n1 -> n2 over the second link before"
+    );
 
     // 1. n2's ingress closed but for the control namespace.
     firewall(
@@ -161,6 +184,13 @@ async fn body(lab: &mut Lab) {
     let before = n2.drops(DropReason::PolHfIngress);
     assert!(!connects(&n1.ns, &ll, PORT), "link-local TCP refused");
     assert!(n2.drops(DropReason::PolHfIngress) > before, "link-local counted");
+    // So is the second link (--host-devices).
+    let before = n2.drops(DropReason::PolHfIngress);
+    assert!(!connects(&n1.ns, SECOND[1], PORT), "the second link refused");
+    assert!(
+        n2.drops(DropReason::PolHfIngress) > before,
+        "the second link counted"
+    );
     // Reopened by a rule (both families of the underlay, and link-local), and neighbour
     // discovery (exempt; the caches flushed) resolves the addresses again.
     firewall(
@@ -170,11 +200,12 @@ async fn body(lab: &mut Lab) {
                 "policyTypes": ["Ingress"], "ingress": [
                     { "from": [{ "cidr": ctl }] },
                     { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" },
-                               { "cidr": "fe80::/10" }],
+                               { "cidr": "fe80::/10" }, { "cidr": "10.99.0.0/24" }],
                       "ports": [{ "protocol": "TCP", "port": PORT }] }] }),
     )
     .await;
     wait("n2 admits n1 again", || connects(&n1.ns, &v4, PORT));
+    assert!(connects(&n1.ns, SECOND[1], PORT), "the second link by the rule");
     for n in [n1, n2] {
         n.ns.ip_ok(&["-6", "neigh", "flush", "dev", "ul0"]);
     }
@@ -228,8 +259,8 @@ async fn body(lab: &mut Lab) {
                 "policyTypes": ["Ingress"], "ingress": [
                     { "from": [{ "cidr": ctl }] },
                     { "from": [{ "cidr": "192.168.77.0/24" }, { "cidr": "fd77::/64" },
-                               { "cidr": "fe80::/10" }, { "cidr": "10.244.0.0/16" },
-                               { "cidr": "fd44::/16" }],
+                               { "cidr": "fe80::/10" }, { "cidr": "10.99.0.0/24" },
+                               { "cidr": "10.244.0.0/16" }, { "cidr": "fd44::/16" }],
                       "ports": [{ "protocol": "TCP", "port": PORT }] }] }),
     )
     .await;

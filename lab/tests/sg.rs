@@ -515,7 +515,10 @@ async fn body(lab: &mut Lab) {
     wait("the flow the removed rule allowed is cut", || flow.ended());
     let exchanged = flow.exchanges();
     let lost = flow.finish().expect("the flow lost an exchange");
-    assert!(lost >= before, "the flow ran until the change ({exchanged} exchanges)");
+    assert!(
+        lost >= before,
+        "the flow ran until the change ({exchanged} exchanges)"
+    );
     eprintln!(
         "rule removed: the established flow free2 -> web1 lost its first exchange {:.3} s after the \
          change's API response ({exchanged} exchanges before)",

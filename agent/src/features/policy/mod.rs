@@ -26,6 +26,7 @@
 pub mod apply;
 pub mod events;
 pub mod feed;
+pub mod host_devices;
 pub mod lite;
 pub mod maps;
 pub mod metrics;
@@ -46,7 +47,7 @@ use kube::runtime::watcher::{self, Event};
 use self::feed::{Change, Feed, Key, Listings, WarningKey};
 use self::maps::Pinned;
 use crate::core::api::ApiClients;
-use crate::core::feature::{Core, Feature, FeatureError};
+use crate::core::feature::{Core, DatapathCtx, Feature, FeatureError};
 use crate::core::metrics::MetricsBuilder;
 
 /// The policy layers' flags.
@@ -59,6 +60,11 @@ pub struct Args {
     /// ([`crate::policy`]); `off` leaves those maps as they are.
     #[arg(long, env = "COZYPLANE_POLICY", value_enum, default_value = "on")]
     pub policy: Mode,
+    /// The node's devices besides the uplink where traffic can come in (a second NIC, a VLAN
+    /// device), comma-separated: each is hooked like the uplink, so HostFirewall judges it
+    /// ([`host_devices`]). A device that does not exist stops the agent.
+    #[arg(long, env = "COZYPLANE_HOST_DEVICES", value_delimiter = ',')]
+    pub host_devices: Vec<String>,
 }
 
 /// `--policy`.
@@ -323,6 +329,7 @@ pub async fn run(
     pin_dir: PathBuf,
     metrics: crate::core::metrics::Metrics,
     policy: metrics::PolicyMetrics,
+    host_addrs: Vec<std::net::IpAddr>,
 ) {
     let maps = match Pinned::open(&pin_dir) {
         Ok(m) => m,
@@ -331,10 +338,11 @@ pub async fn run(
             return;
         }
     };
-    // This node's own addresses beyond its Node object's: the tunnel's and the uplink's (the
-    // masquerade addresses of net 0, which the uplink wrote while the node came up),
-    // so the HostFirewall judges the uplink's IPv6 too.
+    // This node's own addresses beyond its Node object's: the tunnel's, `--host-devices`'
+    // and the uplink's (the masquerade addresses of net 0, which the uplink wrote while the
+    // node came up), so the HostFirewall judges the uplink's IPv6 too.
     let mut own = vec![api.node_ip];
+    own.extend(host_addrs);
     match cozyplane_bpf::maps::snat_addrs::SnatAddrsMap::from_pin(&pin_dir).and_then(|m| m.entries()) {
         Ok(addrs) => own.extend(addrs.into_iter().filter(|(_, net)| *net == 0).map(|(ip, _)| ip)),
         Err(e) => tracing::warn!("HostFirewall: the uplink's addresses are unknown ({e})"),
@@ -399,12 +407,18 @@ pub async fn run(
 pub struct Policy {
     args: Args,
     metrics: Option<metrics::PolicyMetrics>,
+    /// The global addresses of `--host-devices`, found when they were hooked.
+    host_addrs: Vec<std::net::IpAddr>,
 }
 
 impl Policy {
     /// The feature with its flags.
     pub fn new(args: Args) -> Self {
-        Self { args, metrics: None }
+        Self {
+            args,
+            metrics: None,
+            host_addrs: Vec::new(),
+        }
     }
 
     /// The writer's metrics, once [`Feature::metrics`] registered them.
@@ -424,6 +438,13 @@ impl Feature for Policy {
         m.map_sizes(metrics::map_sizes);
     }
 
+    fn datapath<'a>(&'a mut self, ctx: DatapathCtx<'a>) -> BoxFuture<'a, Result<(), FeatureError>> {
+        Box::pin(async move {
+            self.host_addrs = host_devices::attach(ctx.datapath, ctx.netdev, &self.args.host_devices).await?;
+            Ok(())
+        })
+    }
+
     fn start(self: Box<Self>, core: Core) -> BoxFuture<'static, Result<(), FeatureError>> {
         Box::pin(async move {
             if self.args.policy == Mode::On {
@@ -432,7 +453,7 @@ impl Feature for Policy {
                 let pm = self.metrics.unwrap_or_else(|| {
                     metrics::PolicyMetrics::register(&mut prometheus_client::registry::Registry::default())
                 });
-                tokio::spawn(run(core.api, core.pin_dir, core.metrics, pm));
+                tokio::spawn(run(core.api, core.pin_dir, core.metrics, pm, self.host_addrs));
             }
             Ok(())
         })
