@@ -10,7 +10,9 @@
 //! 3. a dual-stack NodePort from outside the cluster over IPv6 (the lab's internet host):
 //!    `externalTrafficPolicy: Local` at the node of its endpoint keeps the client's address;
 //!    `Cluster` at a node reaches both backends, the other node's NATed to the receiving
-//!    node's IPv6 address.
+//!    node's IPv6 address;
+//! 4. a LoadBalancer Service's ingress IPs and a Service's external IPs, one of each family:
+//!    both backends from outside (the lab's router sends the pool to `n2`) and from a pod.
 //!
 //! Shares the kit of `realnode.rs`; needs what it needs.
 
@@ -238,6 +240,63 @@ fn dual_stack_services_on_real_nodes() {
         eprintln!(
             "PASS NodePort (Cluster) {u} from outside over IPv6: both backends; they saw {seen:?} (web-a on n1 NATed to n2's {n2_6})"
         );
+        // 4. A LoadBalancer Service (Cluster) with an ingress IP of each family, and a
+        // ClusterIP Service with an external IP of each family: the pool routed to n2, each
+        // address reaches both backends from outside and from the client pod.
+        outside.attract(lab, 1);
+        cp.apply(&service(&ns, "lb", "web", "LoadBalancer", None).to_string())
+            .await;
+        let ingress = json!({"status": {"loadBalancer": {"ingress": [
+            {"ip": "203.0.113.20"}, {"ip": "2001:db8:cafe::20"}]}}});
+        cp.ok(
+            &cp.admin,
+            &[
+                "patch",
+                "service",
+                "lb",
+                "-n",
+                &ns,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &ingress.to_string(),
+            ],
+        )
+        .await;
+        let mut ext = service(&ns, "ext", "web", "ClusterIP", None);
+        ext["spec"]["externalIPs"] = json!(["203.0.113.21", "2001:db8:cafe::21"]);
+        cp.apply(&ext.to_string()).await;
+        for (what, ip) in [
+            ("LoadBalancer ingress", "203.0.113.20"),
+            ("LoadBalancer ingress", "2001:db8:cafe::20"),
+            ("external IP", "203.0.113.21"),
+            ("external IP", "2001:db8:cafe::21"),
+        ] {
+            let u = url(ip.parse().unwrap(), 80, "/hostname");
+            let t = Instant::now();
+            let names: BTreeSet<String> = loop {
+                let got: BTreeSet<String> = from_outside(&outside, &u, 16).into_iter().collect();
+                if got == both || t.elapsed() > Duration::from_secs(30) {
+                    break got;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            };
+            assert_eq!(
+                names,
+                both,
+                "{what} {u} from outside (through n2)\n{}",
+                cluster.node_logs()
+            );
+            let mut names = BTreeSet::new();
+            for _ in 0..16 {
+                match pods::fetch(cp, &ns, "client", &u, 3).await {
+                    Outcome::Body(b) => names.insert(b),
+                    other => panic!("{what} {u} from the client pod: {other:?}"),
+                };
+            }
+            assert_eq!(names, both, "{what} {u} from the client pod");
+            eprintln!("PASS {what} {ip}: both backends from outside (through n2) and from the client pod");
+        }
         drop(cluster);
         eprintln!("real-node dual-stack Services: {:?} in all", t0.elapsed());
     });
