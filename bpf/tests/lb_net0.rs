@@ -14,13 +14,7 @@ use common::fixtures::*;
 use common::pkt::{self, TCP, UDP};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_REDIRECT};
 use cozyplane_bpf::DropReason;
-use cozyplane_bpf::abi::{LB_SLOTS, LbSvc};
-use cozyplane_bpf::maps::{
-    lb_backends::{self, LbBackendsMap},
-    lb_maglev::{self, LbMaglevMap},
-    lb_stats::{self, LbStatsMap},
-    lb_svc::{self, Frontend, LbSvcMap},
-};
+use cozyplane_bpf::maps::lb_stats::{self, LbStatsMap};
 
 const CLUSTER_IP: &str = "10.96.0.10";
 const CLIENT: &str = "10.244.1.2";
@@ -52,36 +46,7 @@ fn node(pods: &[&str]) -> Datapath {
 
 /// Frontend `vip:port/proto` of net 0 (table `id`) balanced over `backends`.
 fn service(dp: &mut Datapath, id: u32, vip: &str, proto: u8, port: u16, backends: &[(u32, &str, u16)]) {
-    for (bid, addr, tport) in backends {
-        LbBackendsMap::try_from(dp.map_mut(lb_backends::NAME))
-            .unwrap()
-            .upsert(*bid, 0, ip(addr), *tport)
-            .unwrap();
-    }
-    let ids: Vec<u32> = backends.iter().map(|b| b.0).collect();
-    let slots: Vec<u32> = (0..LB_SLOTS)
-        .map(|i| if ids.is_empty() { 0 } else { ids[i % ids.len()] })
-        .collect();
-    LbMaglevMap::try_from(dp.map_mut(lb_maglev::NAME))
-        .unwrap()
-        .set(id, &slots)
-        .unwrap();
-    let f = Frontend {
-        net: 0,
-        vip: ip(vip),
-        proto,
-        port,
-    };
-    let v = LbSvc {
-        id,
-        count: backends.len() as u32,
-        affinity: 0,
-        flags: 1,
-    };
-    LbSvcMap::try_from(dp.map_mut(lb_svc::NAME))
-        .unwrap()
-        .upsert(f, v)
-        .unwrap();
+    common::lb::frontend(dp, 0, id, (vip, port, proto), backends);
 }
 
 fn packet(s: &str, sport: u16, d: &str, dport: u16, proto: u8) -> Vec<u8> {

@@ -68,7 +68,7 @@ use cozyplane_bpf::DatapathConfig;
 use cozyplane_bpf::abi::{LB_BIG_SLOTS, LB_SLOTS};
 use cozyplane_bpf::maps::lb_backends::LbBackendsMap;
 use cozyplane_bpf::maps::lb_svc::{Frontend, LbSvcMap};
-use cozyplane_lab::{Lab, LabPod, Proc, bin_dir, require_root};
+use cozyplane_lab::{Lab, Netns, Proc, bin_dir, require_root};
 use k8s_openapi::api::core::v1::{ObjectReference, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -653,16 +653,22 @@ struct Datapath3 {
     ours: Path3,
     nft: Path3,
     direct: Path3,
+    /// From the lab's internet host to n2's NodePort (b2 on n2).
+    ours_np: Path3,
+    nft_np: Path3,
 }
+
+/// The NodePorts of the bench Service (probe, iperf3).
+const NODE_PORTS: (u16, u16) = (30080, 30201);
 
 fn probe() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vip/probe.py").to_string()
 }
 
 /// Connections per second from `c` to `ip:port`, and how many were not answered.
-fn setup_rate(c: &LabPod, ip: Ipv4Addr, port: u16) -> (f64, usize) {
+fn setup_rate(c: &Netns, ip: Ipv4Addr, port: u16) -> (f64, usize) {
     let t = Instant::now();
-    let out = c.ns.exec(&[
+    let out = c.exec(&[
         "python3",
         &probe(),
         "tcp",
@@ -677,8 +683,8 @@ fn setup_rate(c: &LabPod, ip: Ipv4Addr, port: u16) -> (f64, usize) {
 }
 
 /// Received Gbit/s of one iperf3 run from `c` to `ip:port`.
-fn throughput(c: &LabPod, ip: Ipv4Addr, port: u16) -> f64 {
-    let out = c.ns.exec(&[
+fn throughput(c: &Netns, ip: Ipv4Addr, port: u16) -> f64 {
+    let out = c.exec(&[
         "iperf3",
         "-c",
         &ip.to_string(),
@@ -709,28 +715,44 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Waits until `c` reaches b2 through `ip:80` (after an agent restart or a rule change).
-fn reachable(c: &LabPod, ip: Ipv4Addr, what: &str) {
+/// Waits until `c` reaches b2 through `ip:port` (after an agent restart or a rule change).
+fn reachable(c: &Netns, ip: Ipv4Addr, port: u16, what: &str) {
     let t = Instant::now();
     loop {
-        let out =
-            c.ns.exec(&["python3", &probe(), "tcp", &ip.to_string(), "80", "1"]);
+        let out = c.exec(&[
+            "python3",
+            &probe(),
+            "tcp",
+            &ip.to_string(),
+            &port.to_string(),
+            "1",
+        ]);
         if String::from_utf8_lossy(&out.stdout).trim() == "b2" {
             return;
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
-            "{what}: c1 does not reach b2 through {ip}:80"
+            "{what}: {} does not reach b2 through {ip}:{port}",
+            c.0
         );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
 
-/// The rules kube-proxy's nftables mode ends in for the Service, in n1's netns.
-fn nft_rules(b2: Ipv4Addr) -> String {
-    let rules = format!(
-        "\t\tip daddr {VIP} tcp dport 80 dnat to {b2}:8080\n\t\tip daddr {VIP} tcp dport 5201 dnat to {b2}:5201\n"
-    );
+/// The rules kube-proxy's nftables mode ends in for the Service's ClusterIP, in n1's netns,
+/// and for its NodePorts on `node` (n2, the backend's node), in n2's. Only the DNAT: for a
+/// client outside, kube-proxy also masquerades under `externalTrafficPolicy: Cluster`, which
+/// this leaner reference leaves out.
+fn nft_rules(b2: Ipv4Addr, node: Option<Ipv4Addr>) -> String {
+    let (np, ip) = NODE_PORTS;
+    let rules = match node {
+        None => format!(
+            "\t\tip daddr {VIP} tcp dport 80 dnat to {b2}:8080\n\t\tip daddr {VIP} tcp dport 5201 dnat to {b2}:5201\n"
+        ),
+        Some(n) => format!(
+            "\t\tip daddr {n} tcp dport {np} dnat to {b2}:8080\n\t\tip daddr {n} tcp dport {ip} dnat to {b2}:5201\n"
+        ),
+    };
     format!(
         "table ip kube-proxy-bench {{\n\
          \tchain prerouting {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n{rules}\t}}\n\
@@ -739,8 +761,8 @@ fn nft_rules(b2: Ipv4Addr) -> String {
     )
 }
 
-fn nft(lab: &Lab, script: &str) {
-    let mut child = lab.nodes[0]
+fn nft(lab: &Lab, node: usize, script: &str) {
+    let mut child = lab.nodes[node]
         .ns
         .command(&["nft", "-f", "-"])
         .stdin(Stdio::piped())
@@ -796,7 +818,9 @@ enum Mode {
 }
 
 async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
-    println!("\n== datapath: c1 (n1) -> b2 (n2), default network, ClusterIP {VIP}");
+    println!(
+        "\n== datapath: c1 (n1) -> b2 (n2), default network, ClusterIP {VIP}; the internet host -> NodePort of n2"
+    );
     let cp = Cp::start_with_args(lab, CpOptions::default(), &["--kube-proxy-replacement"]).await;
     let lab = &*lab;
     let c1 = pod(&cp, lab, 0, "default", "c1", None).await;
@@ -828,10 +852,12 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
     let svc: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": { "namespace": "default", "name": "bench" },
-        "spec": { "type": "ClusterIP", "clusterIP": VIP.to_string(), "clusterIPs": [VIP.to_string()],
+        "spec": { "type": "NodePort", "clusterIP": VIP.to_string(), "clusterIPs": [VIP.to_string()],
                   "ipFamilies": ["IPv4"], "selector": { "app": "bench" },
-                  "ports": [ { "name": "probe", "protocol": "TCP", "port": 80, "targetPort": 8080 },
-                             { "name": "iperf", "protocol": "TCP", "port": 5201, "targetPort": 5201 } ] },
+                  "ports": [ { "name": "probe", "protocol": "TCP", "port": 80, "targetPort": 8080,
+                               "nodePort": NODE_PORTS.0 },
+                             { "name": "iperf", "protocol": "TCP", "port": 5201, "targetPort": 5201,
+                               "nodePort": NODE_PORTS.1 } ] },
     }))
     .expect("Service");
     Api::<Service>::namespaced(cp.kube.clone(), "default")
@@ -854,20 +880,27 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
         .await
         .expect("create the EndpointSlice");
 
+    // The lab's internet host, routed to the nodes' addresses: the NodePort's clients.
+    let outside = lab.outside(1500);
+    let inet = &outside.internet;
+    let n2 = lab.nodes[1].ip;
     let kube_kc = cp.standin.admin_kubeconfig();
     let sdn_kc = cp.server.kubeconfig.clone();
     let switch = |mode: Mode| match mode {
         Mode::Ours => {
-            let _ = lab.nodes[0]
-                .ns
-                .exec(&["nft", "delete", "table", "ip", "kube-proxy-bench"]);
+            for n in 0..2 {
+                let _ = lab.nodes[n]
+                    .ns
+                    .exec(&["nft", "delete", "table", "ip", "kube-proxy-bench"]);
+            }
             for n in &lab.nodes {
                 n.start_agent_with(&kube_kc, &sdn_kc, &["--kube-proxy-replacement"]);
             }
             common::wait("n1 programs the Service", || {
                 programmed(&lab.nodes[0].scratch.pins(), 80) && programmed(&lab.nodes[0].scratch.pins(), 5201)
             });
-            reachable(&c1, VIP, "ours");
+            reachable(&c1.ns, VIP, 80, "ours");
+            reachable(inet, n2, NODE_PORTS.0, "ours");
         }
         Mode::Nft => {
             for n in &lab.nodes {
@@ -876,20 +909,23 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
                 n.start_agent_with(&kube_kc, &sdn_kc, &[]);
             }
             assert!(!programmed(&lab.nodes[0].scratch.pins(), 80), "no frontend left");
-            nft(lab, &nft_rules(b2.fabric));
-            reachable(&c1, VIP, "nftables");
+            nft(lab, 0, &nft_rules(b2.fabric, None));
+            nft(lab, 1, &nft_rules(b2.fabric, Some(n2)));
+            reachable(&c1.ns, VIP, 80, "nftables");
+            reachable(inet, n2, NODE_PORTS.0, "nftables");
         }
     };
     common::wait("n1 programs the Service", || {
         programmed(&lab.nodes[0].scratch.pins(), 80) && programmed(&lab.nodes[0].scratch.pins(), 5201)
     });
-    reachable(&c1, VIP, "ours");
+    reachable(&c1.ns, VIP, 80, "ours");
+    reachable(inet, n2, NODE_PORTS.0, "ours");
 
     let mut current = Mode::Ours;
     let mut runs: HashMap<&str, (Vec<f64>, Vec<f64>, usize)> = HashMap::new();
-    let mut measure = |key: &'static str, ip: Ipv4Addr, port: u16, iperf_port: u16| {
-        let (s, e) = setup_rate(&c1, ip, port);
-        let g = throughput(&c1, ip, iperf_port);
+    let mut measure = |key: &'static str, from: &Netns, ip: Ipv4Addr, port: u16, iperf_port: u16| {
+        let (s, e) = setup_rate(from, ip, port);
+        let g = throughput(from, ip, iperf_port);
         println!("  {key}: set-up {s:.0}/s ({e} not answered), {g:.2} Gbit/s");
         let r = runs.entry(key).or_default();
         r.0.push(s);
@@ -898,7 +934,7 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
     };
     for round in 1..=rounds {
         println!("round {round}");
-        measure("direct", b2.fabric, 8080, 5201);
+        measure("direct", &c1.ns, b2.fabric, 8080, 5201);
         let order = if current == Mode::Ours {
             [Mode::Ours, Mode::Nft]
         } else {
@@ -909,12 +945,13 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
                 switch(mode);
                 current = mode;
             }
-            measure(
-                if mode == Mode::Ours { "ours" } else { "nftables" },
-                VIP,
-                80,
-                5201,
-            );
+            let (cip, np) = if mode == Mode::Ours {
+                ("ours", "ours-np")
+            } else {
+                ("nftables", "nftables-np")
+            };
+            measure(cip, &c1.ns, VIP, 80, 5201);
+            measure(np, inet, n2, NODE_PORTS.0, NODE_PORTS.1);
         }
     }
     let mut fig = |k: &str| {
@@ -930,11 +967,15 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
         ours: fig("ours"),
         nft: fig("nftables"),
         direct: fig("direct"),
+        ours_np: fig("ours-np"),
+        nft_np: fig("nftables-np"),
     };
     if current == Mode::Nft {
-        let _ = lab.nodes[0]
-            .ns
-            .exec(&["nft", "delete", "table", "ip", "kube-proxy-bench"]);
+        for n in 0..2 {
+            let _ = lab.nodes[n]
+                .ns
+                .exec(&["nft", "delete", "table", "ip", "kube-proxy-bench"]);
+        }
     }
     d
 }
@@ -1100,6 +1141,22 @@ fn report(run: &Record, s: &Scale, r: &Remap, d: Option<&Datapath3>) {
             d.nft.gbits,
             100.0 * d.ours.gbits / d.nft.gbits,
             d.direct.gbits
+        );
+        println!(
+            "| connection set-up, {CONNS} sequential, internet host -> NodePort of n2 -> b2 (n2), median of {} | {}/s | {}/s | **{:.1} %** | – | {tail} | the reference is DNAT alone (kube-proxy would also masquerade){}{} |",
+            d.rounds,
+            thousands(d.ours_np.setup.round() as usize),
+            thousands(d.nft_np.setup.round() as usize),
+            100.0 * d.ours_np.setup / d.nft_np.setup,
+            errs(&d.ours_np, "ours"),
+            errs(&d.nft_np, "nftables"),
+        );
+        println!(
+            "| TCP throughput through the NodePort, iperf3 {SECS} s, one stream, median of {} | {:.2} Gbit/s | {:.2} Gbit/s | **{:.1} %** | – | {tail} | internet host -> n2 -> b2, through the lab's router |",
+            d.rounds,
+            d.ours_np.gbits,
+            d.nft_np.gbits,
+            100.0 * d.ours_np.gbits / d.nft_np.gbits,
         );
     }
 }

@@ -30,6 +30,8 @@ mod images;
 mod kit;
 #[path = "realnode/pods.rs"]
 mod pods;
+#[path = "realnode/svc.rs"]
+mod svc;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -84,32 +86,6 @@ async fn field(
 
 async fn cluster_ip(cp: &cozyplane_conformance::realkube::ControlPlane, ns: &str, name: &str) -> String {
     field(cp, ns, name, "{.spec.clusterIP}").await
-}
-
-/// GETs `url` from the lab's internet host until the body satisfies `ok` (30 s at most;
-/// the panic says what `why` describes); returns the body.
-async fn from_outside(
-    outside: &cozyplane_lab::Outside,
-    url: &str,
-    ok: impl Fn(&str) -> bool,
-    why: impl Fn() -> String,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = outside
-            .internet
-            .exec(&["timeout", "3", "busybox", "wget", "-qO-", url]);
-        let body = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if ok(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} from the internet host: {body:?} for 30 s\n{}",
-            why()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 /// The backends `n` requests to `url` from the client reached, in order.
@@ -301,7 +277,7 @@ fn services_without_kube_proxy_on_real_nodes() {
         let local_port = field(cp, &ns, "np-local", "{.spec.ports[0].nodePort}").await;
         let url = format!("http://{}:{local_port}/clientip", n1.ip);
         let asked = Instant::now();
-        let seen = from_outside(
+        let seen = svc::from_outside(
             &outside,
             &url,
             |b| !b.is_empty(),
@@ -328,13 +304,13 @@ fn services_without_kube_proxy_on_real_nodes() {
         // outside, its NodePort reaches web-a on n1, NATed to n2's address (bpf/lib/lb_snat.h).
         let url = format!("http://{}:{node_port}/clientip", n2.ip);
         let asked = Instant::now();
-        let seen = from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
+        let seen = svc::from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
         assert!(
             seen.starts_with(&format!("{}:", n2.ip)),
             "web-a saw {seen:?} through n2's NodePort, not n2's address"
         );
         let url = format!("http://{}:{node_port}/hostname", n2.ip);
-        let name = from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
+        let name = svc::from_outside(&outside, &url, |b| !b.is_empty(), || cluster.node_logs()).await;
         assert_eq!(name, "web-a", "{url} from outside");
         eprintln!(
             "PASS NodePort (externalTrafficPolicy Cluster) on n2, its endpoint on n1: from outside web-a answered, seeing the client as {seen} ({:?})",
@@ -350,25 +326,12 @@ fn services_without_kube_proxy_on_real_nodes() {
         lb["spec"]["externalTrafficPolicy"] = json!("Local");
         cp.apply(&lb.to_string()).await;
         let lb_ip = "203.0.113.10";
-        cp.ok(
-            &cp.admin,
-            &[
-                "patch",
-                "service",
-                "lb",
-                "-n",
-                &ns,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}}).to_string(),
-            ],
-        )
-        .await;
+        let ingress = json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}});
+        svc::patch(cp, &ns, "lb", true, &ingress).await;
         outside.attract(lab, 0);
         let hc = field(cp, &ns, "lb", "{.spec.healthCheckNodePort}").await;
         let url = format!("http://{lb_ip}/hostname");
-        from_outside(&outside, &url, |b| b == "web-a", || cluster.node_logs()).await;
+        svc::from_outside(&outside, &url, |b| b == "web-a", || cluster.node_logs()).await;
         eprintln!("PASS LoadBalancer ingress {lb_ip} reached from outside through n1");
         for (n, code, local) in [(n1, "200", 1), (n2, "503", 0)] {
             let hc_url = format!("http://{}:{hc}/healthz", n.ip);
@@ -397,7 +360,7 @@ fn services_without_kube_proxy_on_real_nodes() {
         cp.apply(&hp.to_string()).await;
         pods::wait_running(&cluster, &ns, "hp").await;
         let url = format!("http://{}:8081/hostname", n1.ip);
-        from_outside(&outside, &url, |b| b == "hp", || cluster.node_logs()).await;
+        svc::from_outside(&outside, &url, |b| b == "hp", || cluster.node_logs()).await;
         let outside_front = cozyplane_bpf::maps::lb_svc::Frontend {
             net: cozyplane_bpf::abi::LB_NET_EXTERNAL,
             vip: std::net::IpAddr::V4(n1.ip),

@@ -12,7 +12,8 @@
 //!    `Cluster` at a node reaches both backends, the other node's NATed to the receiving
 //!    node's IPv6 address;
 //! 4. a LoadBalancer Service's ingress IPs and a Service's external IPs, one of each family:
-//!    both backends from outside (the lab's router sends the pool to `n2`) and from a pod.
+//!    both backends from outside (the lab's router sends the pool to `n2`), from a pod and
+//!    from a node.
 //!
 //! Shares the kit of `realnode.rs`; needs what it needs.
 
@@ -24,6 +25,8 @@ mod images;
 mod kit;
 #[path = "realnode/pods.rs"]
 mod pods;
+#[path = "realnode/svc.rs"]
+mod svc;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -88,14 +91,7 @@ fn url(ip: IpAddr, port: u16, path: &str) -> String {
 
 /// `n` GETs of `url` from the internet host: their bodies (empty when one failed).
 fn from_outside(outside: &cozyplane_lab::Outside, url: &str, n: usize) -> Vec<String> {
-    (0..n)
-        .map(|_| {
-            let out = outside
-                .internet
-                .exec(&["timeout", "3", "busybox", "wget", "-qO-", url]);
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        })
-        .collect()
+    (0..n).map(|_| svc::get(outside, url)).collect()
 }
 
 #[test]
@@ -248,21 +244,7 @@ fn dual_stack_services_on_real_nodes() {
             .await;
         let ingress = json!({"status": {"loadBalancer": {"ingress": [
             {"ip": "203.0.113.20"}, {"ip": "2001:db8:cafe::20"}]}}});
-        cp.ok(
-            &cp.admin,
-            &[
-                "patch",
-                "service",
-                "lb",
-                "-n",
-                &ns,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &ingress.to_string(),
-            ],
-        )
-        .await;
+        svc::patch(cp, &ns, "lb", true, &ingress).await;
         let mut ext = service(&ns, "ext", "web", "ClusterIP", None);
         ext["spec"]["externalIPs"] = json!(["203.0.113.21", "2001:db8:cafe::21"]);
         cp.apply(&ext.to_string()).await;
@@ -295,7 +277,15 @@ fn dual_stack_services_on_real_nodes() {
                 };
             }
             assert_eq!(names, both, "{what} {u} from the client pod");
-            eprintln!("PASS {what} {ip}: both backends from outside (through n2) and from the client pod");
+            let mut names = BTreeSet::new();
+            for _ in 0..12 {
+                let out = n1.ns.exec(&["timeout", "5", "busybox", "wget", "-qO-", &u]);
+                names.insert(String::from_utf8_lossy(&out.stdout).trim().to_string());
+            }
+            assert_eq!(names, both, "{what} {u} from n1's own network namespace");
+            eprintln!(
+                "PASS {what} {ip}: both backends from outside (through n2), from the client pod and from n1"
+            );
         }
         drop(cluster);
         eprintln!("real-node dual-stack Services: {:?} in all", t0.elapsed());

@@ -40,6 +40,8 @@ mod images;
 mod kit;
 #[path = "realnode/pods.rs"]
 mod pods;
+#[path = "realnode/svc.rs"]
+mod svc;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
@@ -242,16 +244,6 @@ async fn labelled(cp: &ControlPlane, ns: &str, app: &str, path: &str) -> String 
         .to_string()
 }
 
-/// A JSON merge patch of Service `ns/name` (of its status subresource if `status`).
-async fn patch(cp: &ControlPlane, ns: &str, name: &str, status: bool, p: &Value) {
-    let p = p.to_string();
-    let mut args = vec!["patch", "service", name, "-n", ns, "--type=merge", "-p", &p];
-    if status {
-        args.push("--subresource=status");
-    }
-    cp.ok(&cp.admin, &args).await;
-}
-
 /// What one request gave: the body (the backend's name for `/hostname`), `refused`, `no
 /// answer` (nothing within 2 s), or wget's error.
 fn outcome(ok: bool, body: &str, err: &str) -> String {
@@ -371,31 +363,6 @@ async fn until(
 fn exactly(names: &[&str]) -> impl Fn(&[String]) -> bool {
     let want = set(names);
     move |got| distinct(got) == want
-}
-
-/// GETs `url` from the lab's internet host until the body satisfies `ok` (30 s at most; the
-/// panic says `what`); returns the body (empty: the request failed).
-async fn from_outside(
-    outside: &cozyplane_lab::Outside,
-    url: &str,
-    what: &str,
-    ok: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = outside
-            .internet
-            .exec(&["timeout", "3", "busybox", "wget", "-qO-", url]);
-        let body = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if ok(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {url} from the internet host gave {body:?} for 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 /// Lines of file `path` in pod `ns/pod` (empty if it is not there yet).
@@ -703,10 +670,10 @@ async fn affinity_node_port(c: &Ctx<'_>, s: &AffinityServices) -> String {
 
 async fn affinity_switch(c: &Ctx<'_>, s: &AffinityServices) -> String {
     let off = json!({"spec": {"sessionAffinity": "None", "sessionAffinityConfig": null}});
-    patch(c.cp(), c.ns, "sticky", false, &off).await;
+    svc::patch(c.cp(), c.ns, "sticky", false, &off).await;
     let what = "affinity switched off: 20 connections reach two backends or more";
     let (off, got) = c.until("client", &s.sticky_url, 20, what, spread).await;
-    patch(
+    svc::patch(
         c.cp(),
         c.ns,
         "sticky",
@@ -1067,7 +1034,7 @@ async fn type_changes(c: &Ctx<'_>) -> String {
     assert_eq!(ip, "", "an ExternalName Service has no ClusterIP");
 
     // → ClusterIP.
-    patch(
+    svc::patch(
         cp,
         ns,
         name,
@@ -1083,7 +1050,7 @@ async fn type_changes(c: &Ctx<'_>) -> String {
     figure.push(format!("→ClusterIP {vip}: {} ({took:.1?})", show(&got)));
 
     // → NodePort.
-    patch(cp, ns, name, false, &json!({"spec": {"type": "NodePort"}})).await;
+    svc::patch(cp, ns, name, false, &json!({"spec": {"type": "NodePort"}})).await;
     let port = field(cp, ns, svc, "{.spec.ports[0].nodePort}").await;
     let np_urls: Vec<String> = [n1, n2]
         .iter()
@@ -1103,16 +1070,16 @@ async fn type_changes(c: &Ctx<'_>) -> String {
 
     // → LoadBalancer: the lab has no load balancer controller; the ingress IP is set through
     // the status subresource and the router sends the pool to n1.
-    patch(cp, ns, name, false, &json!({"spec": {"type": "LoadBalancer"}})).await;
+    svc::patch(cp, ns, name, false, &json!({"spec": {"type": "LoadBalancer"}})).await;
     let lb_ip = "203.0.113.20";
     let ingress = json!({"status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}});
-    patch(cp, ns, name, true, &ingress).await;
+    svc::patch(cp, ns, name, true, &ingress).await;
     outside.attract(lab, 0);
     let lb_url = format!("http://{lb_ip}/hostname");
     let what = "→ LoadBalancer: the ingress IP from a pod reaches both backends";
     c.until("client", &lb_url, 16, what, exactly(&WEB2)).await;
     let what = "→ LoadBalancer: the ingress IP from outside";
-    let body = from_outside(&outside, &lb_url, what, |b| WEB2.contains(&b)).await;
+    let body = svc::from_outside(&outside, &lb_url, |b| WEB2.contains(&b), || what.to_string()).await;
     let kept = field(cp, ns, svc, "{.spec.ports[0].nodePort}").await;
     assert_eq!(kept, port, "→ LoadBalancer did not keep the node port");
     let what = "→ LoadBalancer: the node port still answers";
@@ -1129,12 +1096,12 @@ async fn type_changes(c: &Ctx<'_>) -> String {
         "allocateLoadBalancerNodePorts": null,
         "ports": web_ports()
     }});
-    patch(cp, ns, name, false, &back).await;
+    svc::patch(cp, ns, name, false, &back).await;
     let np = field(cp, ns, svc, "{.spec.ports[0].nodePort}").await;
     assert_eq!(np, "", "→ ClusterIP: a node port left");
     let left = field(cp, ns, svc, "{.status.loadBalancer.ingress}").await;
     if !left.is_empty() {
-        patch(
+        svc::patch(
             cp,
             ns,
             name,
@@ -1161,7 +1128,7 @@ async fn type_changes(c: &Ctx<'_>) -> String {
         assert!(no_web2(&host), "→ ClusterIP: {url} from n1: {}", show(&host));
     }
     let what = "→ ClusterIP: the old ingress IP from outside answers no more";
-    from_outside(&outside, &lb_url, what, str::is_empty).await;
+    svc::from_outside(&outside, &lb_url, str::is_empty, || what.to_string()).await;
     let what = "→ ClusterIP: the ClusterIP reaches both backends";
     let (_, got) = c.until("client", &vip_url, 16, what, exactly(&WEB2)).await;
     figure.push(format!(
@@ -1186,7 +1153,7 @@ async fn type_changes(c: &Ctx<'_>) -> String {
         "ipFamilies": null,
         "ipFamilyPolicy": null
     }});
-    patch(cp, ns, name, false, &external).await;
+    svc::patch(cp, ns, name, false, &external).await;
     let ip = field(cp, ns, svc, "{.spec.clusterIP}").await;
     assert_eq!(ip, "", "→ ExternalName: the ClusterIP stayed");
     let what = "→ ExternalName: the old ClusterIP answers no more";
