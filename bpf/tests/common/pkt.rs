@@ -10,6 +10,23 @@ pub const TCP: u8 = 6;
 pub const UDP: u8 = 17;
 pub const ICMP: u8 = 1;
 pub const ICMPV6: u8 = 58;
+pub const SCTP: u8 = 132;
+
+/// CRC32c (Castagnoli, reflected), SCTP's checksum (RFC 9260, appendix A).
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for b in data {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
 
 fn fold(mut sum: u32) -> u16 {
     while sum > 0xffff {
@@ -58,6 +75,21 @@ fn l4(proto: u8, sport: u16, dport: u16, icmp_type: u8) -> Vec<u8> {
             h.extend_from_slice(&sport.to_be_bytes());
             h.extend_from_slice(&1u16.to_be_bytes());
         }
+        SCTP => {
+            // The common header (verification tag 0, as an INIT's) and one INIT chunk: an
+            // association's first packet. The CRC32c over it all, stored as Linux stores it.
+            h.extend_from_slice(&sport.to_be_bytes());
+            h.extend_from_slice(&dport.to_be_bytes());
+            h.extend_from_slice(&[0; 8]);
+            h.extend_from_slice(&[1, 0, 0, 20]);
+            h.extend_from_slice(&0x1234_5678u32.to_be_bytes()); // initiate tag
+            h.extend_from_slice(&65536u32.to_be_bytes()); // a_rwnd
+            h.extend_from_slice(&[0, 10, 0, 10]); // streams out, in
+            h.extend_from_slice(&1u32.to_be_bytes()); // initial TSN
+            let c = crc32c(&h);
+            h[8..12].copy_from_slice(&c.to_le_bytes());
+            return h;
+        }
         _ => unreachable!(),
     }
     h.extend_from_slice(payload);
@@ -85,13 +117,15 @@ pub fn ipv4(
     icmp_type: u8,
 ) -> Vec<u8> {
     let mut seg = l4(proto, sport, dport, icmp_type);
-    let mut sum = sum16(&seg);
-    if proto != ICMP {
-        sum += sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32;
+    if proto != SCTP {
+        let mut sum = sum16(&seg);
+        if proto != ICMP {
+            sum += sum16(&src.octets()) + sum16(&dst.octets()) + u32::from(proto) + seg.len() as u32;
+        }
+        let c = fold(sum);
+        let off = l4_csum_off(proto);
+        seg[off..off + 2].copy_from_slice(&c.to_be_bytes());
     }
-    let c = fold(sum);
-    let off = l4_csum_off(proto);
-    seg[off..off + 2].copy_from_slice(&c.to_be_bytes());
 
     let mut ip = vec![0x45, 0];
     ip.extend_from_slice(&((20 + seg.len()) as u16).to_be_bytes());

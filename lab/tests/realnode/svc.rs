@@ -27,7 +27,10 @@ pub(crate) fn get(outside: &cozyplane_lab::Outside, url: &str) -> String {
 
 /// GETs `url` from the internet host until the body satisfies `ok` (30 s at most; the panic
 /// says what `why` describes); returns the body.
-#[allow(dead_code, reason = "not every Services test waits for one answer from outside")]
+#[allow(
+    dead_code,
+    reason = "not every Services test waits for one answer from outside"
+)]
 pub(crate) async fn from_outside(
     outside: &cozyplane_lab::Outside,
     url: &str,

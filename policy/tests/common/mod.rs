@@ -22,7 +22,7 @@ use rand::seq::IndexedRandom;
 pub const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 pub const PODS: [&str; 3] = ["a", "b", "c"];
 /// Probe ports: (protocol, port).
-pub const PROBES: [(&str, u16); 8] = [
+pub const PROBES: [(&str, u16); 10] = [
     ("TCP", 80),
     ("TCP", 81),
     ("TCP", 8080),
@@ -31,6 +31,8 @@ pub const PROBES: [(&str, u16); 8] = [
     ("UDP", 53),
     ("UDP", 80),
     ("UDP", 81),
+    ("SCTP", 80),
+    ("SCTP", 9000),
 ];
 /// Addresses outside the pod network.
 pub const OUTSIDE: [&str; 2] = ["192.168.1.1", "172.16.0.9"];
@@ -113,13 +115,17 @@ pub fn pod_info(p: &OPod) -> PodInfo {
         named_ports: p
             .ports
             .iter()
-            .map(|(n, pr, pt)| (n.clone(), if pr == "TCP" { proto::TCP } else { proto::UDP }, *pt))
+            .map(|(n, pr, pt)| (n.clone(), proto_num(pr), *pt))
             .collect(),
     }
 }
 
 pub fn proto_num(p: &str) -> u8 {
-    if p == "TCP" { proto::TCP } else { proto::UDP }
+    match p {
+        "TCP" => proto::TCP,
+        "SCTP" => proto::SCTP,
+        _ => proto::UDP,
+    }
 }
 
 fn sel(kv: &[(&str, &str)]) -> LabelSelector {
@@ -221,7 +227,9 @@ fn port(r: &mut impl Rng) -> NetworkPolicyPort {
         port,
         end_port: end,
     };
-    match r.random_range(0..10) {
+    match r.random_range(0..12) {
+        10 => p("SCTP", Some(IntOrString::Int(80)), None),
+        11 => p("SCTP", Some(IntOrString::Int(8080)), Some(9000)),
         0 => p("TCP", Some(IntOrString::Int(80)), None),
         1 => p("UDP", Some(IntOrString::Int(53)), None),
         2 => p("TCP", Some(IntOrString::Int(80)), Some(81)),
