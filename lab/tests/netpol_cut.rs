@@ -13,11 +13,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 mod common;
-#[allow(
-    dead_code,
-    unreachable_pub,
-    reason = "the SecurityGroup lab's kit: only its echo server and its long flow serve here"
-)]
+// The SecurityGroup lab's kit (it allows its own dead code): its echo server and long flow.
 mod sg_lab;
 use common::{Cp, now, pod, wait};
 use sg_lab::{Flow, OPEN, serve};
