@@ -121,6 +121,13 @@ static __sdn_noinline int sdn_lb_snat_reply(struct __sk_buff *skb,
 	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) ||
 	    p->frag == SDN_FRAG_LATER)
 		return SDN_SNAT_PASS;
+	/* Every uplink packet comes here first: the array's port range turns
+	 * away all but the masquerade ports before the hash lookup.
+	 */
+	c = sdn_snat_conf_get();
+	if (!c || bpf_ntohs(p->dport) < c->masq_min ||
+	    bpf_ntohs(p->dport) > c->masq_max)
+		return SDN_SNAT_PASS;
 	r.rk.nat = p->dst;
 	r.rk.peer = p->src;
 	r.rk.nat_port = p->dport;
@@ -129,9 +136,6 @@ static __sdn_noinline int sdn_lb_snat_reply(struct __sk_buff *skb,
 	cur = bpf_map_lookup_elem(&sdn_snat_rev, &r.rk);
 	if (!cur || cur->net != SDN_LB_NET_EXTERNAL)
 		return SDN_SNAT_PASS;
-	c = sdn_snat_conf_get();
-	if (!c)
-		return DROP_SNAT_NO_ROUTE;
 	ret = sdn_snat_in(skb, p, &r, &net);
 	if (ret)
 		return ret;
