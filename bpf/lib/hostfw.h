@@ -5,9 +5,10 @@
  * policy layers' connection table (lib/pct.h, lib/policy.h), when some
  * HostFirewall selecting the node arms a direction (sdn_pol_state.flags).
  *
- *   sdn_hf_from_uplink(skb, p)  sdn_from_uplink, after the doors: a packet to
- *       one of this node's addresses (sdn_hf_self). Pod fabric addresses, NAT
- *       replies and Floating IPs are the doors' and never get here as such.
+ *   sdn_hf_in(skb, p)           sdn_from_uplink after the doors, sdn_from_pod
+ *       and sdn_from_overlay (net 0): a packet to one of this node's
+ *       addresses (sdn_hf_self). Pod fabric addresses, NAT replies and
+ *       Floating IPs are the doors' and never get here as such.
  *   sdn_hf_out(skb)             sdn_host_out, tc egress of the uplink and of
  *       the tunnel device: a packet the node itself sent (no ingress device:
  *       forwarded pod traffic, encapsulated or masqueraded, is not the
@@ -36,9 +37,9 @@
  *     packets (lib/policy.h);
  *   - later IP fragments (their first fragment was judged).
  *
- * Besides the uplink, the node's pods reach it (sdn_hf_from_pod, net 0) and
- * so could a node through the overlay (sdn_hf_from_overlay): both are judged
- * as ingress like the uplink. The node's own flows to its pods (kubelet
+ * Besides the uplink, the node's pods reach it (sdn_from_pod, net 0) and
+ * so could a node through the overlay (sdn_from_overlay): sdn_hf_in judges
+ * both as ingress like the uplink's. The node's own flows to its pods (kubelet
  * probes) are tracked where they enter the pod (sdn_hf_to_pod), so that the
  * pods' replies pass by the table: no rule can cut the Kubernetes contract.
  * A scratch that cannot be had drops (DROP_POL_SCRATCH): never a pass
@@ -151,7 +152,7 @@ static __sdn_noinline int sdn_hf_police(struct __sk_buff *skb,
 }
 
 /* The node's own flow into one of its pods (sdn_to_pod, before delivery):
- * tracked without rules, so the pod's replies pass sdn_hf_from_pod by the
+ * tracked without rules, so the pod's replies pass sdn_hf_in by the
  * table. 0, or DROP_POL_SCRATCH.
  */
 static __sdn_noinline int sdn_hf_to_pod(struct __sk_buff *skb,
@@ -172,20 +173,12 @@ static __sdn_noinline int sdn_hf_to_pod(struct __sk_buff *skb,
 	return sdn_hf_admit(w);
 }
 
-/* A pod's (net 0) or, through the overlay, another node's packet to this
- * node's own addresses: judged as ingress like the uplink's. 0 or a DROP_*.
+/* A packet into the node: at the uplink (after the doors), from one of its
+ * net-0 pods, or decapsulated from the overlay; judged as ingress when it is
+ * to one of the node's own addresses. 0 or a DROP_*.
  */
-static __always_inline int sdn_hf_from_pod(struct __sk_buff *skb,
-					   const struct sdn_pkt *p)
-{
-	if (!sdn_hf_armed() || !sdn_hf_mine(&p->dst))
-		return 0;
-	return sdn_hf_police(skb, p, &p->src, SDN_DIR_INGRESS);
-}
-
-/* sdn_from_uplink: a packet to this node's own addresses. 0 or a DROP_*. */
-static __always_inline int sdn_hf_from_uplink(struct __sk_buff *skb,
-					      const struct sdn_pkt *p)
+static __always_inline int sdn_hf_in(struct __sk_buff *skb,
+				     const struct sdn_pkt *p)
 {
 	if (!sdn_hf_armed() || !sdn_hf_mine(&p->dst))
 		return 0;

@@ -75,7 +75,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 			/* To the node's own addresses: its HostFirewall, as
 			 * at the uplink (lib/hostfw.h).
 			 */
-			ret = sdn_hf_from_pod(skb, &p);
+			ret = sdn_hf_in(skb, &p);
 			if (ret)
 				return sdn_drop(skb, ret);
 		}

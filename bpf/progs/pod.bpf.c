@@ -217,7 +217,7 @@ int sdn_from_pod(struct __sk_buff *skb)
 		/* To the host end's link-local address: the node's own, so
 		 * its HostFirewall's (neighbour discovery is exempt there).
 		 */
-		ret = sdn_hf_from_pod(skb, &p);
+		ret = sdn_hf_in(skb, &p);
 		if (ret)
 			return sdn_drop(skb, ret);
 		return sdn_to_host(skb);
@@ -250,7 +250,7 @@ int sdn_from_pod(struct __sk_buff *skb)
 		 */
 		ret = sdn_np_police(skb, &p);
 		if (!ret)
-			ret = sdn_hf_from_pod(skb, &p);
+			ret = sdn_hf_in(skb, &p);
 		if (ret)
 			return sdn_drop(skb, ret);
 		/* A backend's reply to a client of this node: judged above as

@@ -58,7 +58,7 @@ int sdn_from_uplink(struct __sk_buff *skb)
 		return ret < 0 ? sdn_drop(skb, ret) : ret;
 
 	/* What is left and addressed to the node itself: HostFirewall. */
-	ret = sdn_hf_from_uplink(skb, &p);
+	ret = sdn_hf_in(skb, &p);
 	return ret ? sdn_drop(skb, ret) : TC_ACT_OK;
 }
 
