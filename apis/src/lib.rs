@@ -15,6 +15,7 @@
 //! `k8s-openapi` needs exactly one Kubernetes version feature; as a library this crate selects
 //! none, so the final binary must.
 
+pub mod admin_policy;
 pub mod net;
 mod object;
 mod schema;

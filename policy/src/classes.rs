@@ -71,7 +71,11 @@ impl Contrib {
     ) {
         let m = self.0.entry((dir, subject, peer, proto)).or_default();
         for b in blocks {
-            let e = m.entry(*b).or_insert(RuleVal { peers: 0, rule });
+            let e = m.entry(*b).or_insert(RuleVal {
+                peers: 0,
+                rule,
+                flags: 0,
+            });
             e.peers |= peers;
             e.rule = e.rule.min(rule);
         }

@@ -19,6 +19,10 @@ pub enum Layer {
     Np = 2,
     /// HostFirewall, the node's own addresses.
     Hf = 3,
+    /// AdminNetworkPolicy, the default network, above NetworkPolicy.
+    Anp = 4,
+    /// BaselineAdminNetworkPolicy, the default network, below NetworkPolicy.
+    Banp = 5,
 }
 
 /// `SDN_DIR_*`, from the subject's point of view.
@@ -78,9 +82,31 @@ pub struct RuleKey {
 pub struct RuleVal {
     /// SG net peers: allowed group bitmap; every other token: [`ALL`].
     pub peers: u64,
-    /// One admitting rule's id (the lowest), for metrics and trace.
+    /// SG, NP, HF: one admitting rule's id (the lowest), for metrics and trace. ANP, BANP:
+    /// the first matching rule's ordinal ([`crate::np::admin::ordinal`]; lower is checked
+    /// first). An NP isolation marker: 0.
     pub rule: u32,
+    /// ANP, BANP: that rule's action (`ACTION_*`). An isolation marker: the tiers that
+    /// apply to its subject in its direction (`MARK_*`). Else 0.
+    pub flags: u32,
 }
+
+/// `SDN_ACTION_ALLOW`: an admin rule admits the flow, no later tier is asked.
+pub const ACTION_ALLOW: u32 = 1;
+/// `SDN_ACTION_DENY`: an admin rule refuses the flow.
+pub const ACTION_DENY: u32 = 2;
+/// `SDN_ACTION_PASS`: the ANP tier ends without a verdict; NetworkPolicy (or, if none
+/// isolates the subject, BANP) decides.
+pub const ACTION_PASS: u32 = 3;
+
+/// `SDN_MARK_NO_NP`: on an isolation marker, no NetworkPolicy isolates the subject in the
+/// direction (the marker is there for the admin tiers). Set rather than "NP isolates" so a
+/// marker written before the admin tiers existed (flags 0) still means what it meant.
+pub const MARK_NO_NP: u32 = 1 << 0;
+/// `SDN_MARK_ANP`: some AdminNetworkPolicy rule applies to the subject in the direction.
+pub const MARK_ANP: u32 = 1 << 1;
+/// `SDN_MARK_BANP`: some BaselineAdminNetworkPolicy rule applies.
+pub const MARK_BANP: u32 = 1 << 2;
 
 /// `struct sdn_pcidr_key`: a CIDR class prefix of one scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -237,12 +263,17 @@ impl Diff {
     /// flows must be re-checked: the agent bumps the generation. Conservative: any removed
     /// or overwritten entry counts, and any change of the armed layers; so do the two
     /// additions that close what was open: an isolation marker (a NetworkPolicy now selects
-    /// an identity for a direction) and a member entry (an ungrouped endpoint joins a
-    /// SecurityGroup, which is default-deny).
+    /// an identity for a direction), a member entry (an ungrouped endpoint joins a
+    /// SecurityGroup, which is default-deny) and any admin-tier entry (a `Deny` or `Pass`
+    /// rule, or an `Allow` that shadows another tier's, may refuse what was admitted).
     pub fn narrows(&self) -> bool {
         let m = |r: bool, o: bool| r || o;
         m(!self.rules.remove.is_empty(), self.rules.overwrote)
-            || self.rules.upsert.iter().any(|(k, _)| k.peer == PEER_ISOLATED)
+            || self
+                .rules
+                .upsert
+                .iter()
+                .any(|(k, _)| k.peer == PEER_ISOLATED || matches!(k.layer, Layer::Anp | Layer::Banp))
             || !self.cidrs.is_empty()
             || !self.sg_members.is_empty()
             || m(!self.np_idents.remove.is_empty(), self.np_idents.overwrote)

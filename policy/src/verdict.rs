@@ -12,8 +12,8 @@ use std::net::IpAddr;
 
 use crate::cidr::{Prefix, addr128};
 use crate::model::{
-    ALL, CidrKey, Dir, Layer, PEER_ANY, PEER_CLASS, PEER_ISOLATED, POL_F_HF_EGRESS, POL_F_HF_INGRESS,
-    RuleKey, RuleVal, Tables,
+    ACTION_ALLOW, ACTION_PASS, ALL, CidrKey, Dir, Layer, MARK_ANP, MARK_BANP, MARK_NO_NP, PEER_ANY,
+    PEER_CLASS, PEER_ISOLATED, POL_F_HF_EGRESS, POL_F_HF_INGRESS, RuleKey, RuleVal, Tables,
 };
 use crate::ports::{self, PortBlock};
 
@@ -157,24 +157,128 @@ fn admit(
         .map_or(Check::Denied, |(r, _)| Check::Rule(r))
 }
 
-/// NetworkPolicy: may `src` open a flow to `dst` on `proto`/`port` (ICMP: `type << 8 |
-/// code`)? Addresses without an identity (nodes, hostNetwork pods, the outside) are
-/// checked by CIDR class only and are never subjects.
-pub fn np(t: &Tables, src: IpAddr, dst: IpAddr, proto: u8, port: u16) -> Verdict {
-    let check = |dir: Dir, me: IpAddr, peer: IpAddr| {
-        let Some(id) = t.np_idents.get(&me) else {
-            return Check::Open;
-        };
-        let marker = lookup(t, Layer::Np, dir, 0, *id, PEER_ISOLATED, 0, 0);
-        if marker.is_none() {
-            return Check::Open;
-        }
-        let token = t.np_idents.get(&peer).map(|p| (*p, ALL));
-        admit(t, Layer::Np, dir, 0, *id, token, peer, proto, port)
+/// The default network's tier that decided one direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// No tier applies: the subject is not a pod with an identity, or nothing selects it.
+    None,
+    /// An AdminNetworkPolicy rule (its ordinal in the [`Check`]).
+    Anp,
+    /// NetworkPolicy (the subject is isolated in the direction).
+    Np,
+    /// The BaselineAdminNetworkPolicy.
+    Banp,
+    /// Selected by an admin tier whose rules all missed (or passed), no NetworkPolicy
+    /// isolating it: admitted by default.
+    Default,
+}
+
+/// One direction of the default network, with the deciding tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpCheck {
+    /// The outcome (admin rules' ordinals in `Rule`).
+    pub check: Check,
+    /// Who decided.
+    pub tier: Tier,
+}
+
+/// The first matching admin rule of a tier: the lowest ordinal over the three peer lookups
+/// (the peer's identity, its CIDR class, any), as the datapath takes it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the key's fields, as the datapath fills them"
+)]
+fn first_admin(
+    t: &Tables,
+    layer: Layer,
+    dir: Dir,
+    subject: u32,
+    token: Option<u32>,
+    class: Option<u32>,
+    proto: u8,
+    port: u16,
+) -> Option<RuleVal> {
+    token
+        .into_iter()
+        .chain(class.map(|c| PEER_CLASS | c))
+        .chain([PEER_ANY])
+        .filter_map(|peer| lookup(t, layer, dir, 0, subject, peer, proto, port))
+        .min_by_key(|v| v.rule)
+}
+
+fn admin_check(v: RuleVal, tier: Tier) -> Option<NpCheck> {
+    let check = match v.flags {
+        ACTION_ALLOW => Check::Rule(v.rule),
+        ACTION_PASS => return None,
+        // Deny, and any action this code does not know (fail closed).
+        _ => Check::Denied,
     };
+    Some(NpCheck { check, tier })
+}
+
+fn np_dir(t: &Tables, dir: Dir, me: IpAddr, peer: IpAddr, proto: u8, port: u16) -> NpCheck {
+    let open = |tier| NpCheck {
+        check: Check::Open,
+        tier,
+    };
+    let Some(id) = t.np_idents.get(&me).copied() else {
+        return open(Tier::None);
+    };
+    let Some(marker) = lookup(t, Layer::Np, dir, 0, id, PEER_ISOLATED, 0, 0) else {
+        return open(Tier::None);
+    };
+    let token = t.np_idents.get(&peer).copied();
+    let class = class_of(t, 0, Layer::Np, peer);
+    if marker.flags & MARK_ANP != 0
+        && let Some(c) = first_admin(t, Layer::Anp, dir, id, token, class, proto, port)
+            .and_then(|v| admin_check(v, Tier::Anp))
+    {
+        return c;
+    }
+    if marker.flags & MARK_NO_NP == 0 {
+        return NpCheck {
+            check: admit(
+                t,
+                Layer::Np,
+                dir,
+                0,
+                id,
+                token.map(|p| (p, ALL)),
+                peer,
+                proto,
+                port,
+            ),
+            tier: Tier::Np,
+        };
+    }
+    if marker.flags & MARK_BANP != 0
+        && let Some(c) = first_admin(t, Layer::Banp, dir, id, token, class, proto, port)
+            .and_then(|v| admin_check(v, Tier::Banp))
+    {
+        return c;
+    }
+    open(Tier::Default)
+}
+
+/// [`np`] with the deciding tier of each direction: `(egress, ingress)`.
+pub fn np_detail(t: &Tables, src: IpAddr, dst: IpAddr, proto: u8, port: u16) -> (NpCheck, NpCheck) {
+    (
+        np_dir(t, Dir::Egress, src, dst, proto, port),
+        np_dir(t, Dir::Ingress, dst, src, proto, port),
+    )
+}
+
+/// The default network's policy (AdminNetworkPolicy, NetworkPolicy, the
+/// BaselineAdminNetworkPolicy): may `src` open a flow to `dst` on `proto`/`port` (ICMP:
+/// `type << 8 | code`)? For each direction the subject's ANP rules first (the first match
+/// decides; `Pass` ends the tier), then NetworkPolicy if one isolates it, else the BANP's
+/// first match, else open. Addresses without an identity (nodes, hostNetwork pods, the
+/// outside) are checked by CIDR class only and are never subjects.
+pub fn np(t: &Tables, src: IpAddr, dst: IpAddr, proto: u8, port: u16) -> Verdict {
+    let (e, i) = np_detail(t, src, dst, proto, port);
     Verdict {
-        egress: check(Dir::Egress, src, dst),
-        ingress: check(Dir::Ingress, dst, src),
+        egress: e.check,
+        ingress: i.check,
     }
 }
 

@@ -138,6 +138,32 @@ pub const KINDS: &[KindDef] = &[
         &[],
         Flavor::Plain
     ),
+    // The network-policy-api CRDs the chart installs (charts/cozyplane/crds/), served here as
+    // if installed: the admin tiers of the agents' policy writer (issue 29).
+    kind!(
+        "policy.networking.k8s.io",
+        "v1alpha1",
+        "AdminNetworkPolicy",
+        "adminnetworkpolicies",
+        "adminnetworkpolicy",
+        ["anp"],
+        false,
+        true,
+        &[],
+        Flavor::Plain
+    ),
+    kind!(
+        "policy.networking.k8s.io",
+        "v1alpha1",
+        "BaselineAdminNetworkPolicy",
+        "baselineadminnetworkpolicies",
+        "baselineadminnetworkpolicy",
+        ["banp"],
+        false,
+        true,
+        &[],
+        Flavor::Plain
+    ),
     kind!(
         "rbac.authorization.k8s.io",
         "v1",
@@ -240,6 +266,15 @@ pub const REVIEWS: &[Review] = &[
         namespaced: true,
     },
 ];
+
+/// The one version the stand-in serves of a group it serves itself (its kinds'; `v1` for
+/// every group but the network-policy-api's `v1alpha1`).
+pub fn group_version(g: &str) -> &'static str {
+    KINDS
+        .iter()
+        .find(|k| k.info.group == g)
+        .map_or("v1", |k| k.info.version)
+}
 
 /// Every group the stand-in serves itself ("" is the legacy core group), in order.
 pub fn local_groups() -> Vec<&'static str> {

@@ -15,7 +15,7 @@ use cozyplane_apiserver::server::discovery::{self, STATUS_VERBS, VERBS};
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::kinds::{KINDS, REVIEWS, local_groups};
+use super::kinds::{KINDS, REVIEWS, group_version, local_groups};
 use super::rbac::{self, Attrs, Identity};
 
 fn json_resp(code: StatusCode, v: &Value) -> Response<Body> {
@@ -244,7 +244,7 @@ async fn serve(
             let mut groups: Vec<Value> = local_groups()
                 .into_iter()
                 .filter(|g| !g.is_empty())
-                .map(|g| group_doc(g, "v1"))
+                .map(|g| group_doc(g, group_version(g)))
                 .collect();
             groups.extend(aggregated.iter().map(|(_, (g, v))| group_doc(g, v)));
             return Ok(json_resp(
@@ -253,12 +253,12 @@ async fn serve(
             ));
         }
         ["apis", g] if local_groups().contains(g) => {
-            let mut d = group_doc(g, "v1");
+            let mut d = group_doc(g, group_version(g));
             d["kind"] = json!("APIGroup");
             d["apiVersion"] = json!("v1");
             return Ok(json_resp(StatusCode::OK, &d));
         }
-        ["apis", g, "v1"] if local_groups().contains(g) => {
+        ["apis", g, v] if local_groups().contains(g) && *v == group_version(g) => {
             return Ok(json_resp(StatusCode::OK, &resource_list(g)));
         }
         ["openapi", "v2"] if accept.contains("protobuf") => {
@@ -280,7 +280,10 @@ async fn serve(
         ["openapi", "v3"] => return Ok(json_resp(StatusCode::OK, &json!({ "paths": {} }))),
         _ => {}
     }
-    if !info.resource || info.attrs.version != "v1" || !local_groups().contains(&info.attrs.group.as_str()) {
+    if !info.resource
+        || !local_groups().contains(&info.attrs.group.as_str())
+        || info.attrs.version != group_version(&info.attrs.group)
+    {
         return Err(ApiError::path_not_found());
     }
     let a = info.attrs;
@@ -408,7 +411,7 @@ fn resource_list(g: &str) -> Value {
     let gv = if g.is_empty() {
         "v1".to_string()
     } else {
-        format!("{g}/v1")
+        format!("{g}/{}", group_version(g))
     };
     json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources })
 }
@@ -417,7 +420,7 @@ fn group_v2(g: &str) -> Value {
     let mut resources = Vec::new();
     for k in KINDS.iter().filter(|k| k.info.group == g) {
         let i = &k.info;
-        let kind = json!({ "group": g, "version": "v1", "kind": i.kind });
+        let kind = json!({ "group": g, "version": group_version(g), "kind": i.kind });
         let mut r = json!({
             "resource": i.plural, "responseKind": kind, "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
             "singularResource": i.singular, "verbs": VERBS, "shortNames": i.short_names,
@@ -430,7 +433,7 @@ fn group_v2(g: &str) -> Value {
     }
     for r in REVIEWS.iter().filter(|r| r.group == g) {
         resources.push(json!({
-            "resource": r.plural, "responseKind": { "group": g, "version": "v1", "kind": r.kind },
+            "resource": r.plural, "responseKind": { "group": g, "version": group_version(g), "kind": r.kind },
             "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
             "singularResource": r.kind.to_ascii_lowercase(), "verbs": ["create"],
         }));
@@ -440,7 +443,7 @@ fn group_v2(g: &str) -> Value {
     } else {
         json!({ "name": g })
     };
-    json!({ "metadata": meta, "versions": [{ "version": "v1", "resources": resources, "freshness": "Current" }] })
+    json!({ "metadata": meta, "versions": [{ "version": group_version(g), "resources": resources, "freshness": "Current" }] })
 }
 
 fn attrs_of(spec: &Value, url_ns: &str) -> Attrs {

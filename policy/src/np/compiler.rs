@@ -16,14 +16,15 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
+use super::admin::AdminPolicy;
 use super::ir::{NsSel, Peer, Policy, PortSpec, translate};
-use super::{NamespaceInfo, PodInfo};
+use super::{NamespaceInfo, NodeInfo, PodInfo};
 use crate::cidr::Prefix;
 use crate::error::Warning;
 use crate::identity::{self, Identities, IdentityKey};
 use crate::model::{
-    ALL, CidrKey, Diff, Dir, Layer, MapDiff, PEER_ANY, PEER_CLASS, PEER_ISOLATED, RuleKey, RuleVal, Tables,
-    proto,
+    ALL, CidrKey, Diff, Dir, Layer, MARK_NO_NP, MapDiff, PEER_ANY, PEER_CLASS, PEER_ISOLATED, RuleKey,
+    RuleVal, Tables, proto,
 };
 use crate::ports::{self, PortBlock};
 use crate::selector::Labels;
@@ -34,13 +35,21 @@ type ObjKey = (String, String);
 /// (scope 0) and `sdn_np_idents` out.
 #[derive(Clone, Debug, Default)]
 pub struct NpCompiler {
-    namespaces: BTreeMap<String, Labels>,
+    pub(super) namespaces: BTreeMap<String, Labels>,
     pods: BTreeMap<ObjKey, (PodInfo, Option<u32>)>,
     policies: BTreeMap<ObjKey, Policy>,
-    warnings: BTreeMap<ObjKey, Vec<Warning>>,
-    ids: Identities,
-    /// CIDR class prefixes: prefix → (class id, references).
-    classes: BTreeMap<Prefix, (u32, usize)>,
+    /// Refusals per object: `(namespace, name)` of a NetworkPolicy, `("", kind/name)` of
+    /// an admin policy.
+    pub(super) warnings: BTreeMap<ObjKey, Vec<Warning>>,
+    pub(super) ids: Identities,
+    /// CIDR class prefixes: prefix → (class id, references). One class space for the
+    /// three tiers (NetworkPolicy, ANP, BANP): one `sdn_pol_cidrs` lookup serves them all.
+    pub(super) classes: BTreeMap<Prefix, (u32, usize)>,
+    /// AdminNetworkPolicies and the BaselineAdminNetworkPolicy, by (layer, name), with the
+    /// class prefixes each holds a reference to (its `networks`, its nodes' addresses).
+    pub(super) admins: BTreeMap<(Layer, String), (AdminPolicy, Vec<Prefix>)>,
+    /// Nodes, for `nodes` peers.
+    pub(super) nodes: BTreeMap<String, NodeInfo>,
     /// Output: entries per subject identity.
     rules: BTreeMap<u32, BTreeMap<RuleKey, RuleVal>>,
     /// Output: pod address → identity (and the pod that holds it).
@@ -53,7 +62,7 @@ pub fn rule_id(ns: &str, name: &str, dir: Dir, index: usize) -> u32 {
     ((h ^ (h >> 32)) as u32).max(1)
 }
 
-fn marker(dir: Dir, subject: u32) -> RuleKey {
+pub(super) fn marker(dir: Dir, subject: u32) -> RuleKey {
     RuleKey {
         layer: Layer::Np,
         dir,
@@ -65,7 +74,7 @@ fn marker(dir: Dir, subject: u32) -> RuleKey {
     }
 }
 
-const ALL_PROTOS: [u8; 3] = [proto::TCP, proto::UDP, proto::SCTP];
+pub(super) const ALL_PROTOS: [u8; 3] = [proto::TCP, proto::UDP, proto::SCTP];
 
 impl NpCompiler {
     /// An empty compiler.
@@ -187,18 +196,18 @@ impl NpCompiler {
             .namespaces
             .insert(ns.name.clone(), ns.labels.clone())
             .unwrap_or_default();
-        let dirty = self.ns_flips(&old, &ns.labels);
+        let dirty = self.ns_flips(&ns.name, &old, &ns.labels);
         self.finish(&dirty, MapDiff::default(), MapDiff::default())
     }
 
     /// Delete a namespace (its pods and policies go by their own events).
     pub fn remove_namespace(&mut self, name: &str) -> Diff {
         let old = self.namespaces.remove(name).unwrap_or_default();
-        let dirty = self.ns_flips(&old, &Labels::new());
+        let dirty = self.ns_flips(name, &old, &Labels::new());
         self.finish(&dirty, MapDiff::default(), MapDiff::default())
     }
 
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         dirty: &BTreeSet<u32>,
         cidrs: MapDiff<CidrKey, u32>,
@@ -248,10 +257,21 @@ impl NpCompiler {
     /// Move class references from `old`'s blocks to `new`'s; the prefixes that appeared or
     /// went, and the cidr map's change.
     fn update_classes(&mut self, old: &Policy, new: Option<&Policy>) -> (Vec<Prefix>, MapDiff<CidrKey, u32>) {
+        let prefixes = |p: &Policy| p.blocks().flat_map(|b| b.prefixes().copied()).collect::<Vec<_>>();
+        self.move_class_refs(&prefixes(old), &new.map(prefixes).unwrap_or_default())
+    }
+
+    /// Move class references from the prefixes `old` to `new`; the prefixes that appeared
+    /// or went, and the cidr map's change.
+    pub(super) fn move_class_refs(
+        &mut self,
+        old: &[Prefix],
+        new: &[Prefix],
+    ) -> (Vec<Prefix>, MapDiff<CidrKey, u32>) {
         let mut changed = Vec::new();
         let mut diff = MapDiff::default();
-        for b in new.into_iter().flat_map(Policy::blocks) {
-            for p in b.prefixes() {
+        {
+            for p in new {
                 if let Some((_, n)) = self.classes.get_mut(p) {
                     *n += 1;
                     continue;
@@ -264,8 +284,8 @@ impl NpCompiler {
                 diff.upsert.push((cidr_key(*p), c));
             }
         }
-        for b in old.blocks() {
-            for p in b.prefixes() {
+        {
+            for p in old {
                 let Some((c, n)) = self.classes.get_mut(p) else {
                     continue;
                 };
@@ -286,16 +306,22 @@ impl NpCompiler {
         (changed, diff)
     }
 
-    /// Subjects of every policy with a block overlapping one of `changed`.
-    fn overlapping_subjects(&self, changed: &[Prefix]) -> BTreeSet<u32> {
+    /// Subjects of every policy (of any tier) with a block overlapping one of `changed`.
+    pub(super) fn overlapping_subjects(&self, changed: &[Prefix]) -> BTreeSet<u32> {
         if changed.is_empty() {
             return BTreeSet::new();
         }
-        self.policies
+        let np = self
+            .policies
             .values()
             .filter(|p| p.blocks().any(|b| changed.iter().any(|c| b.cidr.overlaps(c))))
-            .flat_map(|p| self.subjects(p))
-            .collect()
+            .flat_map(|p| self.subjects(p));
+        let admin = self
+            .admins
+            .values()
+            .filter(|(_, held)| held.iter().any(|h| changed.iter().any(|c| h.overlaps(c))))
+            .flat_map(|(a, _)| self.admin_subjects(a));
+        np.chain(admin).collect()
     }
 
     fn attach_pod(&mut self, pod: PodInfo) -> BTreeSet<u32> {
@@ -356,10 +382,11 @@ impl NpCompiler {
                 })
             })
             .flat_map(|p| self.subjects(p))
+            .chain(self.admin_peer_subjects(ik, &ns_labels))
             .collect()
     }
 
-    fn ns_flips(&self, old: &Labels, new: &Labels) -> BTreeSet<u32> {
+    fn ns_flips(&self, name: &str, old: &Labels, new: &Labels) -> BTreeSet<u32> {
         self.policies
             .values()
             .filter(|p| p.has_ns_selector())
@@ -369,6 +396,7 @@ impl NpCompiler {
                 })
             })
             .flat_map(|p| self.subjects(p))
+            .chain(self.admin_ns_flips(name, old, new))
             .collect()
     }
 
@@ -397,7 +425,7 @@ impl NpCompiler {
     }
 
     /// The peer tokens a rule peer stands for.
-    fn tokens(&self, peer: &Peer) -> Vec<u32> {
+    pub(super) fn tokens(&self, peer: &Peer) -> Vec<u32> {
         match peer {
             Peer::Pods { .. } => self
                 .ids
@@ -497,10 +525,20 @@ impl NpCompiler {
                     }
                 }
             }
-            if !isolated {
+            let (tiers, admin) = self.compile_admin(id, me, dir);
+            if !isolated && tiers == 0 {
                 continue;
             }
-            out.insert(marker(dir, id), RuleVal { peers: ALL, rule: 0 });
+            let flags = tiers | if isolated { 0 } else { MARK_NO_NP };
+            out.insert(
+                marker(dir, id),
+                RuleVal {
+                    peers: ALL,
+                    rule: 0,
+                    flags,
+                },
+            );
+            out.extend(admin);
             for ((peer, pr), blocks) in contrib {
                 for (b, rid) in ports::union_down(&blocks, |a, o| *a = (*a).min(*o)) {
                     out.insert(
@@ -516,6 +554,7 @@ impl NpCompiler {
                         RuleVal {
                             peers: ALL,
                             rule: rid,
+                            flags: 0,
                         },
                     );
                 }
@@ -542,7 +581,7 @@ fn cidr_key(prefix: Prefix) -> CidrKey {
 }
 
 /// Does a pod peer select identity `ik` (whose namespace has labels `ns_labels`)?
-fn selects(peer: &Peer, ik: &IdentityKey, ns_labels: &Labels) -> bool {
+pub(super) fn selects(peer: &Peer, ik: &IdentityKey, ns_labels: &Labels) -> bool {
     match peer {
         Peer::Pods { ns, pods } => {
             let ns_ok = match ns {

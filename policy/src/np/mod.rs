@@ -1,8 +1,10 @@
 //! NetworkPolicy on the default network: inputs, the translation of policies
 //! ([`ir`]) and the incremental compiler ([`NpCompiler`]).
 
+pub mod admin;
 mod compiler;
 pub mod ir;
+mod tiers;
 
 use std::net::IpAddr;
 
@@ -90,6 +92,36 @@ impl NamespaceInfo {
         Self {
             name: n.metadata.name.clone().unwrap_or_default(),
             labels: n.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// What the compiler needs of a Node: what AdminNetworkPolicy `nodes` peers select.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: Labels,
+    /// `status.addresses` that are IP addresses.
+    pub ips: Vec<IpAddr>,
+}
+
+impl NodeInfo {
+    /// Read a Node.
+    pub fn from_k8s(n: &k8s_openapi::api::core::v1::Node) -> Self {
+        let mut ips: Vec<IpAddr> = n
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        Self {
+            name: n.metadata.name.clone().unwrap_or_default(),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            ips,
         }
     }
 }

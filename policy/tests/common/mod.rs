@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod admin_gen;
+pub mod admin_oracle;
 pub mod oracle;
 
 use std::collections::BTreeMap;
@@ -128,14 +130,14 @@ pub fn proto_num(p: &str) -> u8 {
     }
 }
 
-fn sel(kv: &[(&str, &str)]) -> LabelSelector {
+pub fn sel(kv: &[(&str, &str)]) -> LabelSelector {
     LabelSelector {
         match_labels: Some(labels(kv)),
         match_expressions: None,
     }
 }
 
-fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelector {
+pub fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelector {
     LabelSelector {
         match_labels: None,
         match_expressions: Some(vec![LabelSelectorRequirement {
@@ -146,7 +148,7 @@ fn expr(key: &str, op: &str, values: &[&str]) -> LabelSelector {
     }
 }
 
-fn any_selector(r: &mut impl Rng) -> LabelSelector {
+pub fn any_selector(r: &mut impl Rng) -> LabelSelector {
     match r.random_range(0..7) {
         0 => LabelSelector::default(),
         1 => sel(&[("pod", PODS.choose(r).unwrap())]),
@@ -158,7 +160,7 @@ fn any_selector(r: &mut impl Rng) -> LabelSelector {
     }
 }
 
-fn ns_selector(r: &mut impl Rng) -> LabelSelector {
+pub fn ns_selector(r: &mut impl Rng) -> LabelSelector {
     match r.random_range(0..5) {
         0 => LabelSelector::default(),
         1 => sel(&[("ns", NAMESPACES.choose(r).unwrap())]),

@@ -43,7 +43,7 @@ impl End<'_> {
     }
 }
 
-fn selector_matches(s: &LabelSelector, l: &BTreeMap<String, String>) -> bool {
+pub fn selector_matches(s: &LabelSelector, l: &BTreeMap<String, String>) -> bool {
     for (k, v) in s.match_labels.iter().flatten() {
         if l.get(k) != Some(v) {
             return false;
@@ -66,7 +66,7 @@ fn selector_matches(s: &LabelSelector, l: &BTreeMap<String, String>) -> bool {
     true
 }
 
-fn in_cidr(ip: IpAddr, cidr: &str) -> bool {
+pub fn in_cidr(ip: IpAddr, cidr: &str) -> bool {
     cidr.parse::<IpNet>().is_ok_and(|n| n.contains(&ip))
 }
 
@@ -121,6 +121,73 @@ fn types(np: &NetworkPolicy) -> (bool, bool) {
     }
 }
 
+/// A rule's peers and ports, whatever its direction.
+type RuleRef<'a> = (
+    Option<&'a Vec<NetworkPolicyPeer>>,
+    Option<&'a Vec<NetworkPolicyPort>>,
+);
+
+/// One direction of NetworkPolicy for `subject` (the source's egress when `ingress` is
+/// false, the destination's ingress when true): `None` when no policy isolates it in that
+/// direction, else whether the union of the selecting policies' rules admits the flow
+/// `src` → `dst` on `proto` `port`.
+#[allow(clippy::too_many_arguments)]
+pub fn direction(
+    policies: &[NetworkPolicy],
+    ns_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    subject: &OPod,
+    ingress: bool,
+    src: &End,
+    dst: &End,
+    proto: &str,
+    port: u16,
+) -> Option<bool> {
+    let pols: Vec<&NetworkPolicy> = policies
+        .iter()
+        .filter(|np| np.metadata.namespace.as_deref() == Some(subject.ns.as_str()))
+        .filter(|np| {
+            selector_matches(
+                np.spec
+                    .as_ref()
+                    .unwrap()
+                    .pod_selector
+                    .as_ref()
+                    .unwrap_or(&LabelSelector::default()),
+                &subject.labels,
+            )
+        })
+        .filter(|np| if ingress { types(np).0 } else { types(np).1 })
+        .collect();
+    if pols.is_empty() {
+        return None;
+    }
+    let peer = if ingress { src } else { dst };
+    Some(pols.iter().any(|np| {
+        let ns = np.metadata.namespace.as_deref().unwrap();
+        let spec = np.spec.as_ref().unwrap();
+        let rules: Vec<RuleRef<'_>> = if ingress {
+            spec.ingress
+                .iter()
+                .flatten()
+                .map(|r| (r.from.as_ref(), r.ports.as_ref()))
+                .collect()
+        } else {
+            spec.egress
+                .iter()
+                .flatten()
+                .map(|r| (r.to.as_ref(), r.ports.as_ref()))
+                .collect()
+        };
+        rules.into_iter().any(|(peers, ports)| {
+            let peers_ok = peers
+                .is_none_or(|ps| ps.is_empty() || ps.iter().any(|p| peer_matches(p, ns, peer, ns_labels)));
+            let ports_ok =
+                ports.is_none_or(|ps| ps.is_empty() || ps.iter().any(|p| port_matches(p, dst, proto, port)));
+            peers_ok && ports_ok
+        })
+    }))
+}
+
 /// Does the policy set allow `src` → `dst` on `proto` ("TCP"/"UDP") `port`?
 pub fn allowed(
     policies: &[NetworkPolicy],
@@ -130,61 +197,13 @@ pub fn allowed(
     proto: &str,
     port: u16,
 ) -> bool {
-    let selecting = |pod: &OPod, ingress: bool| -> Vec<&NetworkPolicy> {
-        policies
-            .iter()
-            .filter(|np| np.metadata.namespace.as_deref() == Some(pod.ns.as_str()))
-            .filter(|np| {
-                selector_matches(
-                    np.spec
-                        .as_ref()
-                        .unwrap()
-                        .pod_selector
-                        .as_ref()
-                        .unwrap_or(&LabelSelector::default()),
-                    &pod.labels,
-                )
-            })
-            .filter(|np| if ingress { types(np).0 } else { types(np).1 })
-            .collect()
-    };
     let egress_ok = match src {
         End::Addr(_) => true,
-        End::Pod(s) => {
-            let pols = selecting(s, false);
-            pols.is_empty()
-                || pols.iter().any(|np| {
-                    let ns = np.metadata.namespace.as_deref().unwrap();
-                    np.spec.as_ref().unwrap().egress.iter().flatten().any(|r| {
-                        let peers_ok = r.to.as_ref().is_none_or(|ps| {
-                            ps.is_empty() || ps.iter().any(|p| peer_matches(p, ns, dst, ns_labels))
-                        });
-                        let ports_ok = r.ports.as_ref().is_none_or(|ps| {
-                            ps.is_empty() || ps.iter().any(|p| port_matches(p, dst, proto, port))
-                        });
-                        peers_ok && ports_ok
-                    })
-                })
-        }
+        End::Pod(s) => direction(policies, ns_labels, s, false, src, dst, proto, port).unwrap_or(true),
     };
     let ingress_ok = match dst {
         End::Addr(_) => true,
-        End::Pod(d) => {
-            let pols = selecting(d, true);
-            pols.is_empty()
-                || pols.iter().any(|np| {
-                    let ns = np.metadata.namespace.as_deref().unwrap();
-                    np.spec.as_ref().unwrap().ingress.iter().flatten().any(|r| {
-                        let peers_ok = r.from.as_ref().is_none_or(|ps| {
-                            ps.is_empty() || ps.iter().any(|p| peer_matches(p, ns, src, ns_labels))
-                        });
-                        let ports_ok = r.ports.as_ref().is_none_or(|ps| {
-                            ps.is_empty() || ps.iter().any(|p| port_matches(p, dst, proto, port))
-                        });
-                        peers_ok && ports_ok
-                    })
-                })
-        }
+        End::Pod(d) => direction(policies, ns_labels, d, true, src, dst, proto, port).unwrap_or(true),
     };
     egress_ok && ingress_ok
 }
