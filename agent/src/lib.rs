@@ -46,6 +46,7 @@ pub struct AgentConfig {
 /// 3. **peering**, **sever**, **doors**, **egress**, **services**, **kubeproxy**: independent
 ///    watches, each writing its own maps (services and kubeproxy feed the core's one load
 ///    balancer writer, each its own frontends); the order is the one they always started in.
+///    **trust** with them: it only reads `sdn_forged` on each scrape (overlay trust's counters).
 /// 4. **policy** last: it writes nothing until every one of its eight watches has listed,
 ///    and its first compile is the largest start-up cost, so it queues behind the rest.
 pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
@@ -58,6 +59,7 @@ pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
         Box::new(features::egress::Egress),
         Box::new(features::services::Services),
         Box::new(features::kubeproxy::KubeProxy::new(cfg.kube_proxy.clone())),
+        Box::new(features::trust::Trust),
         Box::new(features::policy::Policy::new(cfg.policy.clone())),
     ]
 }

@@ -9,25 +9,23 @@
 //! Deadlines are hang guards only.
 
 mod common;
+mod policy_kit;
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use cozyplane_agent::core::api::ApiClients;
 use cozyplane_agent::features::policy::maps::{Pinned, PolicyMaps};
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, PortSpec, SecurityGroup, VPC, VPCRef};
 use cozyplane_conformance::objects::wait_for;
 use cozyplane_conformance::standin::{Options, StandIn, Token};
 use cozyplane_lab::require_root;
-use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::Tables;
-use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
-use cozyplane_policy::sg::SgCompiler;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use policy_kit::{pin_policy_maps, pinned, start_writer};
 use serde_json::{Value, json};
 
 const SERVER_SA: &str = "system:serviceaccount:cozy-system:cozyplane-apiserver";
@@ -36,68 +34,6 @@ const AGENT_SA: &str = "system:serviceaccount:cozy-system:cozyplane-agent";
 const AGENT_TOKEN: &str = "cozyplane-agent-token";
 const NODE: &str = "n1";
 const NODE_IP: &str = "192.0.2.1";
-
-/// Creates and pins the six maps the writer opens, with the header's types and sizes.
-fn pin_policy_maps(dir: &Path) {
-    use aya::maps::MapData;
-    use cozyplane_bpf::abi::{
-        Addr, EpKey, HfSelf, NpIdent, Pcidr, PcidrKey, PolState, Prule, PruleKey, SgMember,
-    };
-    use cozyplane_bpf::maps::{hf_self, np_idents, pol_cidrs, pol_rules, pol_state, sg_members};
-    const HASH: u32 = 1;
-    const ARRAY: u32 = 2;
-    const LPM_TRIE: u32 = 11;
-    const NO_PREALLOC: u32 = 1;
-    let defs: [(&str, u32, usize, usize, u32, u32); 6] = [
-        (
-            pol_rules::NAME,
-            LPM_TRIE,
-            size_of::<PruleKey>(),
-            size_of::<Prule>(),
-            4096,
-            NO_PREALLOC,
-        ),
-        (
-            pol_cidrs::NAME,
-            LPM_TRIE,
-            size_of::<PcidrKey>(),
-            size_of::<Pcidr>(),
-            1024,
-            NO_PREALLOC,
-        ),
-        (
-            sg_members::NAME,
-            HASH,
-            size_of::<EpKey>(),
-            size_of::<SgMember>(),
-            1024,
-            NO_PREALLOC,
-        ),
-        (
-            np_idents::NAME,
-            HASH,
-            size_of::<Addr>(),
-            size_of::<NpIdent>(),
-            1024,
-            NO_PREALLOC,
-        ),
-        (hf_self::NAME, HASH, size_of::<Addr>(), size_of::<HfSelf>(), 64, 0),
-        (
-            pol_state::NAME,
-            ARRAY,
-            size_of::<u32>(),
-            size_of::<PolState>(),
-            1,
-            0,
-        ),
-    ];
-    for (name, ty, k, v, max, flags) in defs {
-        let obj = aya_obj::Map::new_from_params(ty, k as u32, v as u32, max, flags);
-        let m = MapData::create(obj, name, None).unwrap_or_else(|e| panic!("create {name}: {e}"));
-        m.pin(dir.join(name))
-            .unwrap_or_else(|e| panic!("pin {name}: {e}"));
-    }
-}
 
 /// The chart's `cozyplane-agent` ClusterRole rules, as Helm renders them with the defaults.
 fn chart_agent_rules() -> Value {
@@ -157,136 +93,12 @@ async fn pod(client: &kube::Client, ns: &str, name: &str, labels: Value, ip: &st
         .unwrap();
 }
 
-/// What the compilers make of everything the API holds now, built directly from the full
-/// objects (not through the writer's listings).
-async fn full_compile(client: &kube::Client) -> Tables {
-    let lp = ListParams::default();
-    let namespaces = Api::<Namespace>::all(client.clone()).list(&lp).await.unwrap();
-    let pods = Api::<Pod>::all(client.clone()).list(&lp).await.unwrap();
-    let policies = Api::<NetworkPolicy>::all(client.clone()).list(&lp).await.unwrap();
-    let np = NpCompiler::build(
-        namespaces.items.iter().map(NamespaceInfo::from_k8s),
-        pods.items
-            .iter()
-            .filter(|p| {
-                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                !matches!(phase, Some("Succeeded" | "Failed"))
-            })
-            .map(PodInfo::from_k8s),
-        policies.items.iter(),
-    );
-    let mut sg = SgCompiler::new();
-    for v in Api::<VPC>::all(client.clone()).list(&lp).await.unwrap() {
-        let vni = v.status.as_ref().map_or(0, |s| s.vni);
-        if vni > 0 {
-            sg.set_vpc(
-                v.metadata.namespace.as_deref().unwrap(),
-                v.metadata.name.as_deref().unwrap(),
-                vni as u32,
-            );
-        }
-    }
-    for g in Api::<SecurityGroup>::all(client.clone()).list(&lp).await.unwrap() {
-        sg.set_group(&g);
-    }
-    for p in Api::<Port>::all(client.clone()).list(&lp).await.unwrap() {
-        sg.set_port(&p);
-    }
-    let n = Api::<Node>::all(client.clone()).get(NODE).await.unwrap();
-    let mut addresses: Vec<IpAddr> = n
-        .status
-        .iter()
-        .flat_map(|s| s.addresses.iter().flatten())
-        .map(|a| a.address.parse().unwrap())
-        .chain([NODE_IP.parse().unwrap()])
-        .collect();
-    addresses.sort_unstable();
-    addresses.dedup();
-    let mut hf = HfCompiler::new(NodeInfo {
-        name: NODE.into(),
-        labels: n.metadata.labels.clone().unwrap_or_default(),
-        addresses,
-    });
-    for f in Api::<HostFirewall>::all(client.clone()).list(&lp).await.unwrap() {
-        hf.set_firewall(&f);
-    }
-    let npt = np.tables();
-    let mut t = sg.tables();
-    t.rules.extend(npt.rules);
-    t.cidrs.extend(npt.cidrs);
-    t.np_idents = npt.np_idents;
-    t.rules.extend(hf.tables().rules.clone());
-    t.cidrs.extend(hf.tables().cidrs.clone());
-    t.hf_self.clone_from(&hf.tables().hf_self);
-    t.state_flags = hf.tables().state_flags;
-    t
-}
-
-fn pinned(dir: &Path) -> Tables {
-    Pinned::open(dir).unwrap().read().unwrap().0
-}
-
-/// Polls until the maps equal the full compile of the API's objects (a hang guard bounds it).
 async fn maps_match(dir: &Path, client: &kube::Client, what: &str) -> Tables {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let want = full_compile(client).await;
-        let have = pinned(dir);
-        if have == want {
-            return want;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: the maps never matched the full compile\nhave: {have:#?}\nwant: {want:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    policy_kit::maps_match(dir, client, NODE, NODE_IP, what).await
 }
 
-async fn agent_clients(s: &StandIn) -> ApiClients {
-    let c = cozyplane_agent::core::api::client(&s.token_kubeconfig(AGENT_TOKEN))
-        .await
-        .unwrap();
-    ApiClients {
-        kube: c.clone(),
-        sdn: c,
-        node: NODE.into(),
-        node_ip: NODE_IP.parse().unwrap(),
-        pods: Default::default(),
-        grants: Default::default(),
-        kube_turns: std::sync::Arc::new(tokio::sync::Semaphore::new(4)),
-        sdn_turns: std::sync::Arc::new(tokio::sync::Semaphore::new(4)),
-        prepared: Default::default(),
-        severed: Default::default(),
-    }
-}
-
-fn start_writer(
-    api: ApiClients,
-    pins: PathBuf,
-) -> (
-    tokio::task::JoinHandle<()>,
-    cozyplane_agent::core::metrics::Metrics,
-) {
-    use cozyplane_agent::core::feature::Feature as _;
-    use cozyplane_agent::features::policy::{Args, Mode, Policy};
-    let mut builder =
-        cozyplane_agent::core::metrics::MetricsBuilder::new(pins.clone(), String::new(), Default::default());
-    let mut policy = Policy::new(Args {
-        policy: Mode::On,
-        host_devices: Vec::new(),
-    });
-    policy.metrics(&mut builder);
-    let writer_metrics = policy.writer_metrics().expect("registered");
-    let metrics = builder.build();
-    let task = tokio::spawn(cozyplane_agent::features::policy::run(
-        api,
-        pins,
-        metrics.clone(),
-        writer_metrics,
-        Vec::new(),
-    ));
-    (task, metrics)
+async fn agent_clients(s: &StandIn) -> cozyplane_agent::core::api::ApiClients {
+    policy_kit::agent_clients(&s.token_kubeconfig(AGENT_TOKEN), NODE, NODE_IP).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -556,6 +368,7 @@ async fn the_maps_follow_the_api_and_a_restart_reconciles_them() {
             cozyplane_policy::model::RuleVal {
                 peers: cozyplane_policy::model::ALL,
                 rule: 0,
+                flags: 0,
             },
         ))
         .unwrap();

@@ -16,7 +16,9 @@ static __sdn_noinline int sdn_pol_count(__u32 len, __u32 net, __u32 layer,
 	struct sdn_pol_drop_key k = {};
 	struct sdn_drop_stats zero = {}, *st;
 
-	if (ret > DROP_POL_NP || ret < DROP_POL_REVOKED)
+	if (ret > DROP_POL_NP ||
+	    (ret < DROP_POL_REVOKED && ret != DROP_POL_ANP &&
+	     ret != DROP_POL_BANP))
 		return ret;
 	k.net = net;
 	k.layer = layer;

@@ -109,6 +109,11 @@ struct sdn_pol_scratch {
 		struct sdn_geneve_groups geneve;
 		__u32 gbp;
 	} u;
+	/* The first matching admin rule of sdn_admin_first: its ordinal and
+	 * action (SDN_ACTION_*).
+	 */
+	__u32 adm_rule;
+	__u32 adm_action;
 	/* In a HostFirewall hook: its direction + 1 (SDN_DIR_*), the end
 	 * whose link-local address is the node's (sdn_hf_check); else 0.
 	 */
@@ -184,37 +189,109 @@ static __always_inline int sdn_pol_admit(struct sdn_prule_key *k, __u32 token,
 	return sdn_pol_try(k, SDN_PEER_ANY, SDN_PEER_ALL, rule);
 }
 
-/* verdict.rs np()'s check for one direction: 1 open or admitted, 0 denied. */
+/* verdict.rs first_admin(): the first matching rule of admin tier `layer` for
+ * the key's subject, direction, protocol and port: the lowest ordinal over the
+ * peer's identity (token, when not 0), its class (cls, when not 0) and any
+ * peer. 1 with w->adm_rule and w->adm_action set, or 0 when none matches.
+ */
+static __always_inline int sdn_admin_first(struct sdn_pol_scratch *w,
+					   __u8 layer, __u32 token, __u32 cls)
+{
+	struct sdn_prule_key *k = &w->rk;
+	struct sdn_prule *v;
+	int found = 0;
+
+	k->layer = layer;
+	if (token) {
+		k->peer = token;
+		v = bpf_map_lookup_elem(&sdn_pol_rules, k);
+		if (v) {
+			w->adm_rule = v->rule;
+			w->adm_action = v->flags;
+			found = 1;
+		}
+	}
+	if (cls) {
+		k->peer = cls;
+		v = bpf_map_lookup_elem(&sdn_pol_rules, k);
+		if (v && (!found || v->rule < w->adm_rule)) {
+			w->adm_rule = v->rule;
+			w->adm_action = v->flags;
+			found = 1;
+		}
+	}
+	k->peer = SDN_PEER_ANY;
+	v = bpf_map_lookup_elem(&sdn_pol_rules, k);
+	if (v && (!found || v->rule < w->adm_rule)) {
+		w->adm_rule = v->rule;
+		w->adm_action = v->flags;
+		found = 1;
+	}
+	return found;
+}
+
+/*
+ * verdict.rs np_dir(): one direction of the default network's tiers. The
+ * subject's isolation marker says which apply: its ANP rules first (the first
+ * match decides; Pass ends the tier), then NetworkPolicy when one isolates it,
+ * else the BANP's first match, else open. 0 open or admitted (*rule: the NP
+ * rule id or the admin rule's ordinal), else the deciding tier's DROP_POL_*.
+ */
 static __always_inline int sdn_np_check(struct sdn_pol_scratch *w, __u8 dir,
 					const struct sdn_addr *me,
 					const struct sdn_addr *peer, __u32 *rule)
 {
 	struct sdn_prule_key *k = &w->rk;
 	struct sdn_np_ident *id = bpf_map_lookup_elem(&sdn_np_idents, me);
-	__u32 token = 0, subject;
+	struct sdn_prule *m;
+	__u32 token = 0, cls, tiers;
 	__u64 want = 0;
 
 	if (!id)
-		return 1;
-	subject = id->id;
+		return 0;
 	__builtin_memset(k, 0, sizeof(*k));
 	k->prefixlen = SDN_PRULE_FIXED_BITS + 16;
-	k->subject = subject;
+	k->subject = id->id;
 	k->layer = SDN_LAYER_NP;
 	k->dir = dir;
 	k->peer = SDN_PEER_ISOLATED;
-	/* Not isolated in this direction: no policy selects it, open. */
-	if (!bpf_map_lookup_elem(&sdn_pol_rules, k))
-		return 1;
+	/* No marker: no tier selects it in this direction, open. */
+	m = bpf_map_lookup_elem(&sdn_pol_rules, k);
+	if (!m)
+		return 0;
+	tiers = m->flags;
 	id = bpf_map_lookup_elem(&sdn_np_idents, peer);
 	if (id) {
 		token = id->id;
 		want = SDN_PEER_ALL;
 	}
+	cls = sdn_pol_class(w, 0, SDN_LAYER_NP, peer);
 	k->proto = w->f.proto;
 	k->port = w->f.rport;
-	return sdn_pol_admit(k, token, want,
-			     sdn_pol_class(w, 0, SDN_LAYER_NP, peer), rule);
+	if ((tiers & SDN_MARK_ANP) &&
+	    sdn_admin_first(w, SDN_LAYER_ANP, token, cls)) {
+		if (w->adm_action == SDN_ACTION_ALLOW) {
+			*rule = w->adm_rule;
+			return 0;
+		}
+		/* Deny, or an action this code does not know: closed. */
+		if (w->adm_action != SDN_ACTION_PASS)
+			return DROP_POL_ANP;
+	}
+	if (!(tiers & SDN_MARK_NO_NP)) {
+		k->layer = SDN_LAYER_NP;
+		return sdn_pol_admit(k, token, want, cls, rule) ? 0 : DROP_POL_NP;
+	}
+	if ((tiers & SDN_MARK_BANP) &&
+	    sdn_admin_first(w, SDN_LAYER_BANP, token, cls)) {
+		if (w->adm_action == SDN_ACTION_ALLOW) {
+			*rule = w->adm_rule;
+			return 0;
+		}
+		if (w->adm_action != SDN_ACTION_PASS)
+			return DROP_POL_BANP;
+	}
+	return 0;
 }
 
 /* One group of the subject (bpf_loop callback): the first admitting group
@@ -388,18 +465,19 @@ static __always_inline int sdn_hf_eval(struct sdn_pol_scratch *w, __u32 *rule)
 static __always_inline int sdn_pol_eval(struct sdn_pol_scratch *w, __u32 layer,
 					__u32 *rule)
 {
+	int ret;
+
 	if (layer == SDN_LAYER_HF)
 		return sdn_hf_eval(w, rule);
 	if (layer == SDN_LAYER_NP) {
 		if (sdn_np_service(w))
 			return 0;
-		if (!sdn_np_check(w, SDN_DIR_EGRESS, &w->f.src, &w->f.dst, rule))
-			return DROP_POL_NP;
+		ret = sdn_np_check(w, SDN_DIR_EGRESS, &w->f.src, &w->f.dst, rule);
+		if (ret)
+			return ret;
 		if (bpf_map_lookup_elem(&sdn_hf_self, &w->f.src))
 			return 0;
-		if (!sdn_np_check(w, SDN_DIR_INGRESS, &w->f.dst, &w->f.src, rule))
-			return DROP_POL_NP;
-		return 0;
+		return sdn_np_check(w, SDN_DIR_INGRESS, &w->f.dst, &w->f.src, rule);
 	}
 	if (!sdn_sg_check(w, SDN_DIR_EGRESS, rule))
 		return DROP_POL_SG;

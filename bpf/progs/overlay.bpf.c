@@ -8,6 +8,7 @@
 #include "../lib/hostfw.h"
 #include "../lib/lb.h"
 #include "../lib/overlay.h"
+#include "../lib/overlay_trust.h"
 #include "../lib/parse.h"
 #include "../lib/policy.h"
 
@@ -50,6 +51,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	struct sdn_addr outer;
 	struct sdn_pkt p;
 	__u32 net, to;
+	__u64 tag;
 	int ret;
 
 	if (get_tunnel_key(skb, &key, &outer) < 0)
@@ -69,6 +71,12 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	 */
 	if (!net) {
 		if (!ret && p.family) {
+			/* The sender may claim only its own pods and itself
+			 * (lib/overlay_trust.h); net 0 carries no groups.
+			 */
+			ret = sdn_overlay_trust(skb, &p, 0, &outer, 0);
+			if (ret)
+				return sdn_drop(skb, ret);
 			ret = sdn_lb_reverse(skb, &p, 0);
 			if (ret < 0)
 				return sdn_drop(skb, ret);
@@ -85,6 +93,13 @@ int sdn_from_overlay(struct __sk_buff *skb)
 		return sdn_drop(skb, ret);
 	if (!p.family)
 		return sdn_drop(skb, DROP_UNKNOWN_L3);
+	/* The sender may claim only the sources it holds in this net, with
+	 * their groups (lib/overlay_trust.h).
+	 */
+	tag = sdn_sg_tag_in(skb);
+	ret = sdn_overlay_trust(skb, &p, net, &outer, tag);
+	if (ret)
+		return sdn_drop(skb, ret);
 	/* A reply from a Service backend on that node to a client of this one. */
 	ret = sdn_lb_reverse(skb, &p, net);
 	if (ret < 0)
@@ -113,7 +128,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	/* SecurityGroups, with the source's groups from the tunnel option
 	 * when the sender put them there (lib/policy.h).
 	 */
-	ret = sdn_sg_police(skb, &p, net, to, sdn_sg_tag_in(skb));
+	ret = sdn_sg_police(skb, &p, net, to, tag);
 	if (ret)
 		return sdn_drop(skb, ret);
 	ret = sdn_deliver_local(skb, to, ep);

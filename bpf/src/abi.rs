@@ -370,6 +370,19 @@ abi_struct! {
 }
 
 abi_struct! {
+    /// `struct sdn_forged_key`: key of `sdn_forged`, overlay packets refused by the
+    /// trust check per sending node and reason (value: [`DropStats`], per CPU).
+    pub struct ForgedKey = "sdn_forged_key" {
+        /// The sender's tunnel address (`sdn_nodes`' key).
+        pub node: Addr,
+        /// `-DROP_OVERLAY_FORGED_*`: [`crate::DropReason::index`] of the reason.
+        pub reason: u8,
+        /// Explicit padding, 0.
+        pub pad: [u8; 3],
+    }
+}
+
+abi_struct! {
     /// `struct sdn_door_key`: key of `sdn_door_stats`, one row per `{VPC, door, direction}`.
     pub struct DoorKey = "sdn_door_key" {
         /// VNI of the VPC; net 0 is never metered.
@@ -602,6 +615,7 @@ pub const LAYOUTS: &[StructLayout] = &[
     DoorKey::LAYOUT,
     DoorStats::LAYOUT,
     PolDropKey::LAYOUT,
+    ForgedKey::LAYOUT,
     Fip::LAYOUT,
     FipPub::LAYOUT,
     LbgKey::LAYOUT,

@@ -97,6 +97,18 @@ pub enum DropReason {
     /// `DROP_POL_SCRATCH`: a policy layer found no per-CPU scratch; the packet is dropped,
     /// never passed unjudged.
     PolScratch = -51,
+    /// `DROP_POL_ANP`: AdminNetworkPolicy: the first matching rule of the source's egress or
+    /// the destination's ingress is `Deny`.
+    PolAnp = -52,
+    /// `DROP_POL_BANP`: BaselineAdminNetworkPolicy: its first matching rule is `Deny` (no ANP
+    /// decided, no NetworkPolicy isolates the pod).
+    PolBanp = -53,
+    /// `DROP_OVERLAY_FORGED_SRC`: an overlay packet from a known node whose inner source
+    /// that node does not hold.
+    OverlayForgedSrc = -54,
+    /// `DROP_OVERLAY_FORGED_TAG`: an overlay packet whose group tag is not its inner
+    /// source's groups as this node knows them.
+    OverlayForgedTag = -55,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -146,6 +158,10 @@ impl DropReason {
         Self::PolHfIngress,
         Self::PolHfEgress,
         Self::PolScratch,
+        Self::PolAnp,
+        Self::PolBanp,
+        Self::OverlayForgedSrc,
+        Self::OverlayForgedTag,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -192,6 +208,10 @@ impl DropReason {
             Self::PolHfIngress => "DROP_POL_HF_INGRESS",
             Self::PolHfEgress => "DROP_POL_HF_EGRESS",
             Self::PolScratch => "DROP_POL_SCRATCH",
+            Self::PolAnp => "DROP_POL_ANP",
+            Self::PolBanp => "DROP_POL_BANP",
+            Self::OverlayForgedSrc => "DROP_OVERLAY_FORGED_SRC",
+            Self::OverlayForgedTag => "DROP_OVERLAY_FORGED_TAG",
         }
     }
 

@@ -23,13 +23,12 @@ mod npgen;
 
 use std::net::IpAddr;
 
-use common::fixtures::{cfg, drops_of, ip, port, total_drops};
+use common::fixtures::{cfg, drops_of, ip, total_drops};
 use common::pkt::{self, UDP};
-use common::policy::{self as pol, ACK, FIN, SYN};
+use common::policy::{self as pol, ACK, FIN, SYN, mac_of, node, passes, probe};
 use common::{Datapath, LO, TC_ACT_OK, TC_ACT_SHOT};
 use cozyplane_bpf::DropReason;
 use cozyplane_bpf::abi::{LAYER_NP, Pct};
-use cozyplane_bpf::maps::endpoints::{self, EndpointsMap};
 use cozyplane_bpf::maps::pol_drops::{self, PolDropsMap};
 use cozyplane_policy::ct;
 use cozyplane_policy::model::{Diff, Tables};
@@ -45,40 +44,6 @@ const FROM_POD: &str = "sdn_from_pod";
 const TO_POD: &str = "sdn_to_pod";
 /// Policy sets of the differential test (each probed over the whole matrix).
 const SETS: u64 = 40;
-
-fn mac_of(a: IpAddr) -> [u8; 6] {
-    let o = match a {
-        IpAddr::V4(v) => v.octets(),
-        IpAddr::V6(v) => v.octets()[12..].try_into().unwrap(),
-    };
-    [0x0a, 0x50, o[0], o[1], o[2], o[3]]
-}
-
-/// A net-0 datapath on which every pod of `pods` is a local pod (its veth is `lo`).
-fn node(pods: &[IpAddr]) -> Datapath {
-    let mut dp = Datapath::load(&cfg());
-    port(&mut dp, LO, 0);
-    let mut eps = EndpointsMap::try_from(dp.map_mut(endpoints::NAME)).unwrap();
-    for a in pods {
-        eps.upsert(0, *a, LO, mac_of(*a)).unwrap();
-    }
-    dp
-}
-
-/// One probe's first packet from `s` to `d`.
-fn probe(s: IpAddr, d: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<u8> {
-    let (IpAddr::V4(s4), IpAddr::V4(d4)) = (s, d) else {
-        unreachable!()
-    };
-    pkt::ipv4(mac_of(s), cfg().gw_mac, s4, d4, proto, sport, dport, 0)
-}
-
-/// Verdict of one hook: allowed (`TC_ACT_OK`) or dropped.
-fn passes(dp: &Datapath, hook: &str, packet: &[u8]) -> bool {
-    let v = dp.run(hook, packet, LO, 0).verdict;
-    assert!(v == TC_ACT_OK || v == TC_ACT_SHOT, "{hook}: verdict {v}");
-    v == TC_ACT_OK
-}
 
 // The differential test: for generated policy sets, both hooks give, for every probe,
 // the verdict the policy crate computes from the same entries (and the independent oracle

@@ -76,6 +76,7 @@ pub struct Render {
     files: Vec<PathBuf>,
     sets: Vec<(&'static str, String)>,
     show_only: Vec<String>,
+    include_crds: bool,
 }
 
 impl Render {
@@ -87,6 +88,7 @@ impl Render {
             files: Vec::new(),
             sets: Vec::new(),
             show_only: Vec::new(),
+            include_crds: false,
         }
     }
 
@@ -134,6 +136,14 @@ impl Render {
         self
     }
 
+    /// `--include-crds`: the chart's `crds/` too (Helm installs them before the templates;
+    /// `helm template` leaves them out by default).
+    #[must_use]
+    pub fn include_crds(mut self) -> Self {
+        self.include_crds = true;
+        self
+    }
+
     fn args(&self) -> Vec<String> {
         let mut a = vec![
             "template".to_string(),
@@ -151,6 +161,9 @@ impl Render {
         for t in &self.show_only {
             a.extend(["--show-only".to_string(), t.clone()]);
         }
+        if self.include_crds {
+            a.push("--include-crds".to_string());
+        }
         a
     }
 
@@ -164,6 +177,26 @@ impl Render {
     pub fn ok(&self) -> Manifest {
         self.run().unwrap_or_else(|e| panic!("{e}"))
     }
+}
+
+/// The chart's `crds/` files (the network-policy-api CRDs, vendored): `(file name, text)`,
+/// sorted by name.
+///
+/// # Panics
+///
+/// When the directory cannot be read.
+pub fn crd_files() -> Vec<(String, String)> {
+    let dir = chart_dir().join("crds");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.expect("a directory entry").path();
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 fn run_helm(args: &[String]) -> Result<String, Error> {

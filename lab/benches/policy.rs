@@ -15,7 +15,11 @@
 //!
 //! * **no rules**: no NetworkPolicy, no SecurityGroup;
 //! * **rules loaded**: 1,000 NetworkPolicies in `bench`, every one selecting the server (999
-//!   admit other peers on other ports; one admits the client on the measured ports), and
+//!   admit other peers on other ports; one admits the client on the measured ports); 1,000
+//!   AdminNetworkPolicies (issue 29), every one selecting the server, each with a `Deny`
+//!   ingress rule for other pods on other ports and a `Pass` rule for other namespaces, and
+//!   an egress `Deny` rule for a CIDR on other ports, so the first packet of a measured flow
+//!   walks the ANP tier, misses, and is decided by the NetworkPolicies; and
 //!   10,000 SecurityGroup rules in `t1/v`: 50 groups of 200 ingress rules each, every one
 //!   selecting the server (CIDR peers on other ports; the last group also admits the
 //!   clients' group on the measured ports, so the datapath walks the server's groups to
@@ -45,6 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
+use cozyplane_apis::admin_policy::AdminNetworkPolicy;
 use cozyplane_apis::v1alpha1::SecurityGroup;
 use cozyplane_lab::load::{self, CONN_PORT, IPERF_PORT, conn_server};
 use cozyplane_lab::{Lab, LabPod, Netns, bin_dir, run_in};
@@ -65,6 +70,8 @@ use stats::{BpfStats, CpuTicks, Figures, add_delta, prog_stats};
 
 /// NetworkPolicies loaded.
 const NPS: usize = 1_000;
+/// AdminNetworkPolicies loaded.
+const ANPS: usize = 1_000;
 /// SecurityGroups, and ingress rules in each (`GROUPS * RULES` SecurityGroup rules).
 const GROUPS: usize = 50;
 const RULES: usize = 200;
@@ -136,6 +143,37 @@ fn network_policies() -> Vec<NetworkPolicy> {
                 "metadata": {"namespace": "bench", "name": format!("np-{i}")},
                 "spec": {"podSelector": {"matchLabels": {"app": "server"}},
                          "policyTypes": ["Ingress"], "ingress": ingress}
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
+/// The AdminNetworkPolicies: every one selects the server, none matches the measured flows
+/// (other peers, other ports), so NetworkPolicy decides them after the ANP tier's lookups.
+fn admin_network_policies() -> Vec<AdminNetworkPolicy> {
+    (0..ANPS)
+        .map(|i| {
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("anp-{i}")},
+                "spec": {
+                    "priority": i % 1000,
+                    "subject": {"pods": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "bench"}},
+                                         "podSelector": {"matchLabels": {"app": "server"}}}},
+                    "ingress": [
+                        {"name": "deny-peer", "action": "Deny",
+                         "from": [{"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"peer": format!("a{i}")}}}}],
+                         "ports": [{"portRange": {"protocol": "TCP", "start": 20_000 + i, "end": 20_000 + i + 7}}]},
+                        {"name": "pass-net", "action": "Pass",
+                         "from": [{"namespaces": {"matchLabels": {"tier": format!("t{i}")}}}],
+                         "ports": [{"portNumber": {"protocol": "UDP", "port": 30_000 + i}}]}
+                    ],
+                    "egress": [
+                        {"name": "deny-net", "action": "Deny",
+                         "to": [{"networks": [format!("172.{}.{}.0/24", 16 + i / 256, i % 256)]}],
+                         "ports": [{"portRange": {"protocol": "TCP", "start": 20_000 + i, "end": 20_000 + i + 7}}]}
+                    ]
+                }
             }))
             .unwrap()
         })
@@ -298,13 +336,17 @@ async fn body(lab: &mut Lab) {
     for np in network_policies() {
         nps.create(&PostParams::default(), &np).await.unwrap();
     }
+    let anps = Api::<AdminNetworkPolicy>::all(cp.kube.clone());
+    for anp in admin_network_policies() {
+        anps.create(&PostParams::default(), &anp).await.unwrap();
+    }
     let sgs = Api::<SecurityGroup>::namespaced(cp.sdn.clone(), "t1");
     for sg in security_groups() {
         sgs.create(&PostParams::default(), &sg).await.unwrap();
     }
     let entries = settled_rules(lab, |n| n.iter().all(|n| *n > 0.0));
     eprintln!(
-        "{NPS} NetworkPolicies and {} SecurityGroup rules written and settled in {:.1} s: sdn_pol_rules {entries:?}",
+        "{NPS} NetworkPolicies, {ANPS} AdminNetworkPolicies and {} SecurityGroup rules written and settled in {:.1} s: sdn_pol_rules {entries:?}",
         GROUPS * RULES,
         t.elapsed().as_secs_f64()
     );
@@ -352,6 +394,11 @@ async fn body(lab: &mut Lab) {
             .await
             .unwrap();
     }
+    for i in 0..ANPS {
+        anps.delete(&format!("anp-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
     for sg in security_groups() {
         sgs.delete(&sg.metadata.name.unwrap(), &DeleteParams::default())
             .await
@@ -361,7 +408,7 @@ async fn body(lab: &mut Lab) {
     eprintln!("rules deleted and settled in {:.1} s", t.elapsed().as_secs_f64());
     let again = pairs.measure("no rules, again");
     println!(
-        "\npolicy cost, cross-node TCP (medians of {} rounds, {} s per figure; rules: {NPS} NetworkPolicies, {} SecurityGroup rules)",
+        "\npolicy cost, cross-node TCP (medians of {} rounds, {} s per figure; rules: {NPS} NetworkPolicies, {ANPS} AdminNetworkPolicies, {} SecurityGroup rules)",
         rounds(),
         secs(),
         GROUPS * RULES

@@ -18,9 +18,11 @@
 //! Each feature registers its own families in the same registry ([`MetricsBuilder`], through
 //! `Feature::metrics`) and lists them in its docs: the doors' per-VPC door counters, peering's
 //! crossings, the ServiceVIP load balancer's counters, the policy layers' drops and writer
-//! metrics, the resolver's `cozyplane_dns_*`.
+//! metrics, the resolver's `cozyplane_dns_*`, overlay trust's forged packets per sending node
+//! ([`NodeNames`] names them).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -64,6 +66,26 @@ impl VpcNames {
     }
 }
 
+/// Tunnel address → Node name of every node, read at each scrape to name the sender of an
+/// overlay packet; kept by the core's Node watch (`core/watch`), beside `sdn_nodes`.
+#[derive(Clone, Debug, Default)]
+pub struct NodeNames(Arc<RwLock<HashMap<IpAddr, String>>>);
+
+impl NodeNames {
+    /// Replace the whole table.
+    pub fn set(&self, names: impl IntoIterator<Item = (IpAddr, String)>) {
+        let fresh: HashMap<_, _> = names.into_iter().collect();
+        if let Ok(mut t) = self.0.write() {
+            *t = fresh;
+        }
+    }
+
+    /// The Node name of tunnel address `ip`, if a Node has it.
+    pub fn get(&self, ip: IpAddr) -> Option<String> {
+        self.0.read().ok()?.get(&ip).cloned()
+    }
+}
+
 /// The agent's registry and the counters the agent itself increments.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -83,6 +105,8 @@ pub struct Scope {
     pub node: String,
     /// VPC names by VNI.
     pub vpcs: VpcNames,
+    /// Node names by tunnel address (filled by the core's Node watch).
+    pub nodes: NodeNames,
 }
 
 impl Scope {
@@ -140,7 +164,12 @@ impl MetricsBuilder {
         );
         Self {
             registry,
-            scope: Scope { pin_dir, node, vpcs },
+            scope: Scope {
+                pin_dir,
+                node,
+                vpcs,
+                nodes: NodeNames::default(),
+            },
             map_sizes: Vec::new(),
             sync_errors,
             cni_requests,

@@ -108,6 +108,7 @@ pub async fn run(cfg: CoreConfig, mut features: Vec<Box<dyn Feature>>) -> Result
     for f in &mut features {
         f.metrics(&mut builder);
     }
+    let node_names = builder.scope().nodes.clone();
     let metrics = builder.build();
     let state = Arc::new(node::bring_up(&cfg, block, block6, api.clone(), &mut features).await?);
     // The watches need no API to be up: net 0 serves local pods meanwhile, and they
@@ -147,7 +148,12 @@ pub async fn run(cfg: CoreConfig, mut features: Vec<Box<dyn Feature>>) -> Result
             own_block6: block6,
             cluster: [&cfg.service_cidr[..], &cfg.internal_cidrs[..]].concat(),
         };
-        tokio::spawn(watch::run(api, state.pin_dir().to_path_buf(), routes));
+        tokio::spawn(watch::run_naming(
+            api,
+            state.pin_dir().to_path_buf(),
+            routes,
+            node_names,
+        ));
     }
     let listener = cni::bind(&cfg.cni_socket).map_err(|source| StartError::Io {
         what: format!("bind {}", cfg.cni_socket.display()),

@@ -10,4 +10,5 @@ pub mod peering;
 pub mod policy;
 pub mod services;
 pub mod sever;
+pub mod trust;
 pub mod uplink;

@@ -56,6 +56,10 @@
 #define DROP_POL_HF_INGRESS	-49	/* HostFirewall: no rule admits the flow into this node (ingress armed) */
 #define DROP_POL_HF_EGRESS	-50	/* HostFirewall: no rule admits the flow out of this node (egress armed) */
 #define DROP_POL_SCRATCH	-51	/* a policy layer found no per-CPU scratch: dropped, never passed unjudged */
+#define DROP_POL_ANP		-52	/* AdminNetworkPolicy: the first matching rule of the source's egress or the destination's ingress is Deny */
+#define DROP_POL_BANP		-53	/* BaselineAdminNetworkPolicy: the first matching rule is Deny (no ANP decided, no NetworkPolicy isolates the pod) */
+#define DROP_OVERLAY_FORGED_SRC	-54	/* an overlay packet from a known node whose inner source that node does not hold (another node's pod, this node's, a VPC address no node holds, the VNI of another net) */
+#define DROP_OVERLAY_FORGED_TAG	-55	/* an overlay packet whose group tag is not its inner source's groups as this node knows them */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

@@ -412,5 +412,7 @@ struct {
 #include <sdn/policy_maps.h>
 /* The policy layers' drops per layer, net and reason (issue 14). */
 #include <sdn/pol_drops_maps.h>
+/* Overlay packets that claimed what their sending node does not hold (issue 29). */
+#include <sdn/trust_maps.h>
 /* The socket-level load balancer of the default network's Services. */
 #include <sdn/sock_maps.h>

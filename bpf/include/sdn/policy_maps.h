@@ -39,6 +39,8 @@
 #define SDN_LAYER_SG		1	/* SecurityGroups, VPC nets */
 #define SDN_LAYER_NP		2	/* NetworkPolicy, net 0 */
 #define SDN_LAYER_HF		3	/* HostFirewall, the node's own addresses */
+#define SDN_LAYER_ANP		4	/* AdminNetworkPolicy, net 0, above NetworkPolicy */
+#define SDN_LAYER_BANP		5	/* BaselineAdminNetworkPolicy, net 0, below it */
 
 /* Direction, from the subject's point of view. */
 #define SDN_DIR_INGRESS		0
@@ -54,6 +56,20 @@
  * 63). Absent means no policy selects the identity: allow-all. */
 #define SDN_PEER_ISOLATED	0x7fffffffu
 
+/* The admin tiers (issue 14's NP layer, issue 29): an ANP/BANP entry's value
+ * holds the first matching rule's ordinal in `rule` (lower is tried first: the
+ * datapath takes the lowest of its three peer lookups) and its action in
+ * `flags`. An isolation marker's `flags` say which tiers apply to the subject
+ * in the direction; 0, as every marker written before the admin tiers, is
+ * "NetworkPolicy isolates it, nothing else".
+ */
+#define SDN_ACTION_ALLOW	1	/* admitted; no later tier is asked */
+#define SDN_ACTION_DENY		2
+#define SDN_ACTION_PASS		3	/* the ANP tier ends: NetworkPolicy, else BANP, decides */
+#define SDN_MARK_NO_NP		(1u << 0)	/* no NetworkPolicy isolates the subject */
+#define SDN_MARK_ANP		(1u << 1)	/* ANP rules apply: look up layer ANP */
+#define SDN_MARK_BANP		(1u << 2)	/* BANP rules apply: look up layer BANP */
+
 /* sdn_pol_rules value bit meaning "the peer token as a whole" (a CIDR class,
  * an NP identity, an isolation marker); bits 0..62 are SG group ids. */
 #define SDN_PEER_ALL_BIT	63
@@ -66,7 +82,7 @@
 struct sdn_prule_key {
 	__u32 prefixlen;
 	__u32 net;		/* SG: the subject's net (VNI); NP, HF: 0 */
-	__u32 subject;		/* SG: subject group id 1..62; NP: subject identity; HF: 0 (this node) */
+	__u32 subject;		/* SG: subject group id 1..62; NP, ANP, BANP: subject identity; HF: 0 (this node) */
 	__u32 peer;		/* SG: the peer's net; NP: peer identity; or SDN_PEER_CLASS|class; or SDN_PEER_ISOLATED */
 	__u8 layer;		/* SDN_LAYER_* */
 	__u8 dir;		/* SDN_DIR_* */
@@ -81,8 +97,8 @@ _Static_assert(sizeof(struct sdn_prule_key) == 24, "ABI: sdn_prule_key");
  * peer's group bitmap for an SG net peer, 1 << SDN_PEER_ALL_BIT otherwise. */
 struct sdn_prule {
 	__u64 peers;
-	__u32 rule;		/* id of one admitting rule (metrics, trace); 0 = none */
-	__u32 flags;		/* reserved, 0 */
+	__u32 rule;		/* id of one admitting rule (metrics, trace); 0 = none; ANP/BANP: the first rule's ordinal */
+	__u32 flags;		/* ANP/BANP: SDN_ACTION_*; a marker: SDN_MARK_*; else 0 */
 };
 _Static_assert(sizeof(struct sdn_prule) == 16, "ABI: sdn_prule");
 

@@ -16,6 +16,22 @@ pub const LAYER_SG: u8 = 1;
 pub const LAYER_NP: u8 = 2;
 /// `SDN_LAYER_HF`: HostFirewall, the node's own addresses.
 pub const LAYER_HF: u8 = 3;
+/// `SDN_LAYER_ANP`: AdminNetworkPolicy, the default network, above NetworkPolicy.
+pub const LAYER_ANP: u8 = 4;
+/// `SDN_LAYER_BANP`: BaselineAdminNetworkPolicy, below NetworkPolicy.
+pub const LAYER_BANP: u8 = 5;
+/// `SDN_ACTION_ALLOW`: an admin entry's action (`sdn_prule.flags`).
+pub const ACTION_ALLOW: u32 = 1;
+/// `SDN_ACTION_DENY`.
+pub const ACTION_DENY: u32 = 2;
+/// `SDN_ACTION_PASS`.
+pub const ACTION_PASS: u32 = 3;
+/// `SDN_MARK_NO_NP`: an isolation marker's flag, no NetworkPolicy isolates the subject.
+pub const MARK_NO_NP: u32 = 1 << 0;
+/// `SDN_MARK_ANP`: ANP rules apply to the subject.
+pub const MARK_ANP: u32 = 1 << 1;
+/// `SDN_MARK_BANP`: BANP rules apply to the subject.
+pub const MARK_BANP: u32 = 1 << 2;
 /// `SDN_DIR_INGRESS`.
 pub const DIR_INGRESS: u8 = 0;
 /// `SDN_DIR_EGRESS`.
@@ -229,6 +245,14 @@ pub const POLICY_CONSTANTS: &[(&str, u64)] = &[
     ("SDN_LAYER_SG", LAYER_SG as u64),
     ("SDN_LAYER_NP", LAYER_NP as u64),
     ("SDN_LAYER_HF", LAYER_HF as u64),
+    ("SDN_LAYER_ANP", LAYER_ANP as u64),
+    ("SDN_LAYER_BANP", LAYER_BANP as u64),
+    ("SDN_ACTION_ALLOW", ACTION_ALLOW as u64),
+    ("SDN_ACTION_DENY", ACTION_DENY as u64),
+    ("SDN_ACTION_PASS", ACTION_PASS as u64),
+    ("SDN_MARK_NO_NP", MARK_NO_NP as u64),
+    ("SDN_MARK_ANP", MARK_ANP as u64),
+    ("SDN_MARK_BANP", MARK_BANP as u64),
     ("SDN_DIR_INGRESS", DIR_INGRESS as u64),
     ("SDN_DIR_EGRESS", DIR_EGRESS as u64),
     ("SDN_PEER_CLASS", PEER_CLASS as u64),

@@ -20,6 +20,7 @@ pub mod drops;
 pub mod endpoints;
 pub mod fip_in;
 pub mod fip_out;
+pub mod forged;
 pub mod frags;
 pub mod internal;
 pub mod lb_affinity;
@@ -79,6 +80,7 @@ pub const ALL: &[&str] = &[
     drops::NAME,
     net_stats::NAME,
     pol_drops::NAME,
+    forged::NAME,
     xnet_routes::NAME,
     xnet_allow::NAME,
     nodes::NAME,
@@ -245,6 +247,11 @@ mod tests {
             (
                 pol_drops::NAME,
                 size_of::<crate::abi::PolDropKey>(),
+                size_of::<DropStats>(),
+            ),
+            (
+                forged::NAME,
+                size_of::<crate::abi::ForgedKey>(),
                 size_of::<DropStats>(),
             ),
             (xnet_routes::NAME, size_of::<XnetKey>(), size_of::<XnetRoute>()),

@@ -23,8 +23,10 @@ use cozyplane_bpf::maps::{
 use cozyplane_policy::model::{CidrKey, Diff, RuleKey, RuleVal, Tables};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::Datapath;
+use super::fixtures::{cfg, port};
 use super::pkt::{self, TCP};
+use super::{Datapath, LO, TC_ACT_OK, TC_ACT_SHOT};
+use cozyplane_bpf::maps::endpoints::{self, EndpointsMap};
 
 /// `RuleKey` → the ABI key: `prefixlen` is the fixed 128 bits plus the port block's, the
 /// port in network order.
@@ -47,7 +49,7 @@ fn rule_val(v: &RuleVal) -> Prule {
     Prule {
         peers: v.peers,
         rule: v.rule,
-        flags: 0,
+        flags: v.flags,
     }
 }
 
@@ -251,4 +253,41 @@ pub fn web_group(
             ..Default::default()
         }),
     }
+}
+
+// ---- default-network pods on one node, as the NetworkPolicy suites use them ----------
+
+/// A MAC for a pod address.
+pub fn mac_of(a: IpAddr) -> [u8; 6] {
+    let o = match a {
+        IpAddr::V4(v) => v.octets(),
+        IpAddr::V6(v) => v.octets()[12..].try_into().unwrap(),
+    };
+    [0x0a, 0x50, o[0], o[1], o[2], o[3]]
+}
+
+/// A net-0 datapath on which every pod of `pods` is a local pod (its veth is `lo`).
+pub fn node(pods: &[IpAddr]) -> Datapath {
+    let mut dp = Datapath::load(&cfg());
+    port(&mut dp, LO, 0);
+    let mut eps = EndpointsMap::try_from(dp.map_mut(endpoints::NAME)).unwrap();
+    for a in pods {
+        eps.upsert(0, *a, LO, mac_of(*a)).unwrap();
+    }
+    dp
+}
+
+/// One probe's first packet from `s` to `d`.
+pub fn probe(s: IpAddr, d: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<u8> {
+    let (IpAddr::V4(s4), IpAddr::V4(d4)) = (s, d) else {
+        unreachable!()
+    };
+    pkt::ipv4(mac_of(s), cfg().gw_mac, s4, d4, proto, sport, dport, 0)
+}
+
+/// Verdict of one hook: allowed (`TC_ACT_OK`) or dropped.
+pub fn passes(dp: &Datapath, hook: &str, packet: &[u8]) -> bool {
+    let v = dp.run(hook, packet, LO, 0).verdict;
+    assert!(v == TC_ACT_OK || v == TC_ACT_SHOT, "{hook}: verdict {v}");
+    v == TC_ACT_OK
 }

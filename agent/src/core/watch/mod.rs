@@ -15,7 +15,8 @@
 //!   selector `spec.node!=<this node>`) becomes `sdn_remotes[{vni, spec.ip}] →
 //!   spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are the CNI path's own.
 //! * **Overlay sources** from the same Nodes: every other node's tunnel address into
-//!   `sdn_nodes` ([`crate::core::watch::tunnel_sources`]).
+//!   `sdn_nodes` ([`crate::core::watch::tunnel_sources`]), and every Node's name by its tunnel
+//!   address for the metrics that name an overlay packet's sender ([`NodeNames`], [`run_naming`]).
 //! * **Cluster-internal ranges** from the same Nodes and VPCs, with the flags' static ranges:
 //!   `sdn_internal` ([`internal`]), which masquerade, the gateway NAT, the doors and DNS
 //!   steering all read.
@@ -52,6 +53,7 @@ use cozyplane_apis::net::IpNet;
 use crate::core::api::{
     ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant, node_address, node_pod_block,
 };
+use crate::core::metrics::NodeNames;
 
 type Key = (u32, IpAddr);
 /// An IPv4 block `(base, prefix length)`.
@@ -232,6 +234,12 @@ pub struct HostRoutes {
 /// Runs the watches forever, writing `sdn_node_blocks`, `sdn_remotes` under `pin_dir`,
 /// the host routes, and the CNI path's caches.
 pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
+    run_naming(api, pin_dir, routes, NodeNames::default()).await;
+}
+
+/// [`run`], also keeping `names` (every Node's tunnel address → its name) for the metrics
+/// that name an overlay packet's sender.
+pub async fn run_naming(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes, names: NodeNames) {
     let netdev = match crate::core::datapath::netdev::NetDev::new() {
         Ok(n) => Some(n),
         Err(e) => {
@@ -345,6 +353,9 @@ pub async fn run(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes) {
         sync_blocks(&pin_dir, &want_blocks, &mut applied_blocks, node_cache.synced);
         let want_sources = tunnel_sources::desired(&api.node, node_cache.live.iter().map(|(n, r)| (n, r.ip)));
         tunnel_sources::sync(&pin_dir, &want_sources, &mut applied_sources, node_cache.synced);
+        names.set(tunnel_sources::names(
+            node_cache.live.iter().map(|(n, r)| (n, r.ip)),
+        ));
         let want_internal = internal::desired(
             &routes.cluster,
             node_cache.live.values().map(|n| &n.ranges),

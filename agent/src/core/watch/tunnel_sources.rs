@@ -25,6 +25,26 @@ pub(crate) fn desired<'a>(
         .collect()
 }
 
+/// Tunnel address → Node name, for naming an overlay packet's sender
+/// ([`crate::core::metrics::NodeNames`]). Where two Nodes claim one address the first name
+/// in order is kept, so the label does not flap between scrapes.
+pub(crate) fn names<'a>(
+    nodes: impl IntoIterator<Item = (&'a String, Option<IpAddr>)>,
+) -> HashMap<IpAddr, String> {
+    let mut out: HashMap<IpAddr, String> = HashMap::new();
+    for (name, ip) in nodes {
+        let Some(ip) = ip else { continue };
+        out.entry(ip)
+            .and_modify(|n| {
+                if name < n {
+                    n.clone_from(name);
+                }
+            })
+            .or_insert_with(|| name.clone());
+    }
+    out
+}
+
 /// What is pinned now.
 pub(crate) fn pinned(pin_dir: &Path) -> HashMap<IpAddr, ()> {
     NodesMap::from_pin(pin_dir)
@@ -84,5 +104,17 @@ mod tests {
             ],
         );
         assert_eq!(d, HashMap::from([(ip, ()), (v6, ())]));
+    }
+
+    #[test]
+    fn names_by_address_first_name_wins() {
+        let n = |s: &str| s.to_string();
+        let (a, b, c, d) = (n("n1"), n("n2"), n("n0"), n("n3"));
+        let ip = |o: u8| Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, o)));
+        let m = names([(&a, ip(1)), (&b, ip(2)), (&c, ip(2)), (&d, None)]);
+        assert_eq!(
+            m,
+            HashMap::from([(ip(1).unwrap(), n("n1")), (ip(2).unwrap(), n("n0"))])
+        );
     }
 }

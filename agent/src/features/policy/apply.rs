@@ -25,6 +25,33 @@
 //!   rules); this node's old addresses and disarmed directions removed; isolation markers
 //!   removed; the quarantine's own markers removed.
 //!
+//! That is the order for the allow-only entries (SecurityGroups, NetworkPolicy,
+//! HostFirewall). The **admin tiers** (AdminNetworkPolicy, BaselineAdminNetworkPolicy) are not
+//! monotone: a `Deny` or `Pass` entry added narrows, an `Allow` added may shadow a later
+//! `Deny` (the first matching rule decides), and changing an isolation marker's tiers moves
+//! the decision between tiers. So every subject direction whose ANP or BANP entries, or
+//! whose marker's `MARK_ANP | MARK_BANP | MARK_NO_NP` bits, change is closed by a
+//! **barrier** while they change ([`barrier`]):
+//!
+//! * narrow phase, before the new CIDR classes: every ANP key of the direction (old, new,
+//!   and five barrier keys: peer any, every port, TCP/UDP/SCTP/ICMP/ICMPv6) written as
+//!   `{ALL, ordinal 0, Deny}`, then the marker with `MARK_ANP` and its old tiers: every new
+//!   flow of the direction is refused (each write only ever replaces a lookup's answer by
+//!   the barrier's `Deny`, so it is monotone like the rest of the phase);
+//! * still narrow, behind the barrier: the marker with the new tiers (keeping `MARK_ANP`, and
+//!   `MARK_NO_NP` only if both states have it), the direction's NetworkPolicy and BANP
+//!   entries written and removed;
+//! * widen phase, after the old CIDR classes are removed: the ANP keys take their new values
+//!   (each lookup answers with the barrier or the new state's own answer, so nothing beyond
+//!   the new state is admitted), old ANP keys removed, the final marker, and last the barrier
+//!   keys the new state does not have.
+//!
+//! For that last step the widen phase removes old CIDR classes before the barriers come
+//! down: an address still in an old class would find none of the new state's ANP entries
+//! and could slip past a `Deny` to an `Allow` of "any peer". The barrier's ordinal is the
+//! one the compiler reserves below every rule's (`BARRIER_ORDINAL`, 0); the argument holds
+//! even for a tie ([`barrier`]'s docs).
+//!
 //! Rule entries are monotone in this sense because the compiler stores in every port block
 //! the union of the blocks enclosing it (`ports::union_down`), so a longer block never
 //! admits less than a shorter one of the same state, and the narrow phase keeps that true
@@ -32,7 +59,7 @@
 //! ([`Diff::narrows`]), `sdn_pol_state.generation` is bumped so established flows are
 //! re-checked on their next packet. `apply_tests.rs` checks every intermediate state
 //! against the compiler's verdict, for single changes and for restarts between two
-//! arbitrary compiles.
+//! arbitrary compiles; `apply_admin_tests.rs` does the same with the admin tiers.
 //!
 //! The quarantine relies on the datapath following `verdict.rs`: an identity with both
 //! isolation markers and no rule admits nothing, and an endpoint whose group bitmap is
@@ -45,8 +72,8 @@ use std::time::Instant;
 use cozyplane_policy::model::{ALL, Diff, Dir, Layer, PEER_ISOLATED, RuleKey, RuleVal, Tables};
 use cozyplane_policy::ports::PortBlock;
 
-use super::PolicyError;
 use super::maps::{Op, PolicyMaps};
+use super::{PolicyError, barrier};
 
 /// The NetworkPolicy identity an address is parked on while its identity changes:
 /// isolated both ways, no rules, named by no rule. Below the compiler's first id (16), in
@@ -103,7 +130,11 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
         .collect();
     let park = !idents.is_empty();
     if park {
-        let isolated = RuleVal { peers: ALL, rule: 0 };
+        let isolated = RuleVal {
+            peers: ALL,
+            rule: 0,
+            flags: 0,
+        };
         for dir in [Dir::Ingress, Dir::Egress] {
             if have.rules.get(&quarantine_marker(dir)) != Some(&isolated) {
                 narrow.push(Op::Rule(quarantine_marker(dir), isolated));
@@ -141,14 +172,22 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
         }
     }
 
+    // The admin tiers' barriers go up, before any new class moves an address.
+    let admin = barrier::Plan::new(have, d);
+    narrow.extend(admin.raise());
+
     // New classes (no rule names their ids yet).
     narrow.extend(d.cidrs.upsert.iter().map(|(k, c)| Op::Cidr(*k, *c)));
 
+    // Behind the barriers, their subjects' other tiers.
+    narrow.extend(admin.settle());
+
     // Rules: markers added; values lowered to the intersection; entries removed.
-    for (k, v) in d.rules.upsert.iter().filter(|(k, _)| is_marker(k)) {
+    let upserts = || d.rules.upsert.iter().filter(|(k, _)| !admin.owns(k));
+    for (k, v) in upserts().filter(|(k, _)| is_marker(k)) {
         narrow.push(Op::Rule(*k, *v));
     }
-    for (k, v) in d.rules.upsert.iter().filter(|(k, _)| !is_marker(k)) {
+    for (k, v) in upserts().filter(|(k, _)| !is_marker(k)) {
         if let Some(old) = have.rules.get(k) {
             let both = old.peers & v.peers;
             if both != old.peers {
@@ -157,24 +196,18 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
                     RuleVal {
                         peers: both,
                         rule: old.rule,
+                        flags: old.flags,
                     },
                 ));
             }
         }
     }
-    narrow.extend(
-        d.rules
-            .remove
-            .iter()
-            .filter(|k| !is_marker(k))
-            .map(|k| Op::Unrule(*k)),
-    );
+    let removes = || d.rules.remove.iter().filter(|k| !admin.owns(k));
+    narrow.extend(removes().filter(|k| !is_marker(k)).map(|k| Op::Unrule(*k)));
 
     // Widen: rules added or raised to their value.
     widen.extend(
-        d.rules
-            .upsert
-            .iter()
+        upserts()
             .filter(|(k, _)| !is_marker(k))
             .map(|(k, v)| Op::Rule(*k, *v)),
     );
@@ -191,16 +224,12 @@ pub fn ops(have: &Tables, d: &Diff) -> Vec<Op> {
             None => Op::Unmember(*k),
         });
     }
-    // Classes whose rules are gone; the node's old addresses; markers.
+    // Classes whose rules are gone; then the barriers come down (each class lookup now
+    // finds the new state's class); the node's old addresses; markers.
     widen.extend(d.cidrs.remove.iter().map(|k| Op::Uncidr(*k)));
+    widen.extend(admin.lift());
     widen.extend(d.hf_self.remove.iter().map(|ip| Op::Unself(*ip)));
-    widen.extend(
-        d.rules
-            .remove
-            .iter()
-            .filter(|k| is_marker(k))
-            .map(|k| Op::Unrule(*k)),
-    );
+    widen.extend(removes().filter(|k| is_marker(k)).map(|k| Op::Unrule(*k)));
     if park {
         for dir in [Dir::Ingress, Dir::Egress] {
             let k = quarantine_marker(dir);
@@ -288,3 +317,7 @@ fn same<K: Ord, V: PartialEq>(have: &BTreeMap<K, V>, want: &BTreeMap<K, V>) -> u
 #[cfg(test)]
 #[path = "apply_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "apply_admin_tests.rs"]
+mod admin_tests;

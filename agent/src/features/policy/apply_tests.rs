@@ -315,6 +315,7 @@ fn a_reconcile_keeps_what_holds_and_removes_what_is_stale() {
         cozyplane_policy::model::RuleVal {
             peers: cozyplane_policy::model::ALL,
             rule: 0,
+            flags: 0,
         },
     );
     maps.tables = stale;

@@ -20,6 +20,7 @@ pub fn involved(w: &Warning) -> Option<(&'static str, String, Option<String>, St
     let api_version = match kind {
         "NetworkPolicy" => "networking.k8s.io/v1",
         "SecurityGroup" | "HostFirewall" => "sdn.cozystack.io/v1alpha1",
+        "AdminNetworkPolicy" | "BaselineAdminNetworkPolicy" => "policy.networking.k8s.io/v1alpha1",
         _ => return None,
     };
     let (ns, name) = match rest.split_once('/') {
@@ -116,6 +117,29 @@ mod tests {
         let e = event(&hf, "n1").unwrap();
         assert_eq!(e.involved_object.namespace, None);
         assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
+        // The admin kinds are cluster-scoped: their Events go to `default`.
+        let anp = Warning {
+            object: "AdminNetworkPolicy tenant-floor".into(),
+            field: "spec.egress[1].to[0].domainNames".into(),
+            reason: Reason::Peer("domainNames (not enforced)".into()),
+        };
+        let e = event(&anp, "n1").unwrap();
+        assert_eq!(e.involved_object.kind.as_deref(), Some("AdminNetworkPolicy"));
+        assert_eq!(
+            e.involved_object.api_version.as_deref(),
+            Some("policy.networking.k8s.io/v1alpha1")
+        );
+        assert_eq!(e.involved_object.name.as_deref(), Some("tenant-floor"));
+        assert_eq!(e.involved_object.namespace, None);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
+        let banp = Warning {
+            object: "BaselineAdminNetworkPolicy default".into(),
+            ..anp
+        };
+        assert_eq!(
+            event(&banp, "n1").unwrap().involved_object.kind.as_deref(),
+            Some("BaselineAdminNetworkPolicy")
+        );
         let other = Warning {
             field: "spec.ingress[0].ports[0]".into(),
             ..w

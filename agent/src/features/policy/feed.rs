@@ -5,17 +5,20 @@
 //! compilers are built in one go ([`Feed::build`]; NetworkPolicy with
 //! [`NpCompiler::build`], which is much cheaper than adding pods one by one). After that
 //! every change is compiled as it comes ([`Feed::step`]). A relist of one kind (after a
-//! watch expired) turns into the changes between what was listed before and now.
+//! watch expired) turns into the changes between what was listed before and now. A kind the
+//! API does not serve (the AdminNetworkPolicy CRDs not installed) counts as listed and empty
+//! ([`Listing::absent`]) until a list succeeds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
+use cozyplane_apis::admin_policy::{AdminNetworkPolicy, BaselineAdminNetworkPolicy};
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, SecurityGroup};
 use cozyplane_policy::Warning;
 use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::{Diff, Tables};
-use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
+use cozyplane_policy::np::{self, NamespaceInfo, NpCompiler, PodInfo};
 use cozyplane_policy::sg::SgCompiler;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::watcher::Event;
@@ -40,6 +43,8 @@ pub struct Listing<T> {
     pending: Option<BTreeMap<Key, T>>,
     /// Listed completely at least once.
     pub synced: bool,
+    /// The API does not serve the kind (its last list answered 404).
+    pub absent: bool,
 }
 
 impl<T> Default for Listing<T> {
@@ -48,7 +53,24 @@ impl<T> Default for Listing<T> {
             live: BTreeMap::new(),
             pending: None,
             synced: false,
+            absent: false,
         }
+    }
+}
+
+impl<T> Listing<T> {
+    /// The API does not serve the kind (no CRD): as listed and empty, every live object gone.
+    /// Whether that is news (it was served, or never answered, before).
+    pub fn absent(&mut self) -> (Vec<Step<T>>, bool) {
+        let news = !self.absent;
+        self.absent = true;
+        self.synced = true;
+        self.pending = None;
+        let gone = std::mem::take(&mut self.live)
+            .into_keys()
+            .map(Step::Gone)
+            .collect();
+        (gone, news)
     }
 }
 
@@ -75,6 +97,7 @@ impl<T: Clone + PartialEq> Listing<T> {
             }
             Event::InitDone => {
                 self.synced = true;
+                self.absent = false;
                 let Some(new) = self.pending.take() else {
                     return Vec::new();
                 };
@@ -124,8 +147,14 @@ pub struct Listings {
     pub pods: Listing<PodInfo>,
     /// Namespaces' labels.
     pub namespaces: Listing<NamespaceInfo>,
-    /// This node (labels, addresses).
+    /// This node (labels, addresses), for the HostFirewall.
     pub node: Listing<NodeInfo>,
+    /// Every node (labels, addresses), for AdminNetworkPolicy `nodes` peers.
+    pub nodes: Listing<np::NodeInfo>,
+    /// AdminNetworkPolicies (spec and name only).
+    pub anps: Listing<AdminNetworkPolicy>,
+    /// The BaselineAdminNetworkPolicy (spec and name only).
+    pub banps: Listing<BaselineAdminNetworkPolicy>,
     /// VPCs with a VNI: the net.
     pub vpcs: Listing<u32>,
     /// SecurityGroups.
@@ -143,6 +172,9 @@ impl Listings {
             && self.pods.synced
             && self.namespaces.synced
             && self.node.synced
+            && self.nodes.synced
+            && self.anps.synced
+            && self.banps.synced
             && self.vpcs.synced
             && self.groups.synced
             && self.ports.synced
@@ -161,6 +193,12 @@ pub enum Change {
     Namespace(Step<NamespaceInfo>),
     /// This node.
     Node(Step<NodeInfo>),
+    /// Any node (this one too), for `nodes` peers.
+    ClusterNode(Step<np::NodeInfo>),
+    /// An AdminNetworkPolicy.
+    Anp(Step<AdminNetworkPolicy>),
+    /// The BaselineAdminNetworkPolicy.
+    Banp(Step<BaselineAdminNetworkPolicy>),
     /// A VPC's net.
     Vpc(Step<u32>),
     /// A SecurityGroup.
@@ -206,11 +244,22 @@ pub fn node_info(n: &k8s_openapi::api::core::v1::Node, own: &[IpAddr]) -> NodeIn
 impl Feed {
     /// Build the compilers from complete listings.
     pub fn build(l: &Listings, bare_node: NodeInfo) -> Self {
-        let np = NpCompiler::build(
+        let mut np = NpCompiler::build(
             l.namespaces.live.values().cloned(),
             l.pods.live.values().cloned(),
             l.policies.live.values(),
         );
+        // The nodes before the policies whose `nodes` peers select them; the diffs are
+        // dropped, the maps take the full output.
+        for n in l.nodes.live.values() {
+            np.set_node(n.clone());
+        }
+        for p in l.anps.live.values() {
+            np.set_anp(p);
+        }
+        for p in l.banps.live.values() {
+            np.set_banp(p);
+        }
         let mut sg = SgCompiler::new();
         for ((ns, name), net) in &l.vpcs.live {
             sg.set_vpc(ns, name, *net);
@@ -276,6 +325,12 @@ impl Feed {
             Change::Namespace(Step::Gone((_, name))) => ("np", self.np.remove_namespace(&name)),
             Change::Node(Step::Set(_, n)) => ("hf", self.hf.set_node(n)),
             Change::Node(Step::Gone(_)) => ("hf", self.hf.set_node(self.bare_node.clone())),
+            Change::ClusterNode(Step::Set(_, n)) => ("np", self.np.set_node(n)),
+            Change::ClusterNode(Step::Gone((_, name))) => ("np", self.np.remove_node(&name)),
+            Change::Anp(Step::Set(_, p)) => ("anp", self.np.set_anp(&p)),
+            Change::Anp(Step::Gone((_, name))) => ("anp", self.np.remove_anp(&name)),
+            Change::Banp(Step::Set(_, p)) => ("banp", self.np.set_banp(&p)),
+            Change::Banp(Step::Gone((_, name))) => ("banp", self.np.remove_banp(&name)),
             Change::Vpc(Step::Set((ns, name), net)) => ("sg", self.sg.set_vpc(&ns, &name, net)),
             Change::Vpc(Step::Gone((ns, name))) => ("sg", self.sg.remove_vpc(&ns, &name)),
             Change::Group(Step::Set(_, g)) => ("sg", self.sg.set_group(&g)),

@@ -6,11 +6,17 @@
 //! watch would drop `spec` and `status`, which hold the named ports, `hostNetwork` and the
 //! addresses; so this type keeps exactly those and serde skips the rest (annotations,
 //! managed fields, volumes, env, conditions) while parsing, without allocating for it.
+//!
+//! Nodes likewise ([`LiteNode`]): every node watches every Node (AdminNetworkPolicy `nodes`
+//! peers select them by label and stand for their addresses), and a Node's status is mostly
+//! images, conditions and capacity; only its labels and `status.addresses` are kept.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodIP, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Node, NodeAddress, NodeStatus, Pod, PodIP, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 
@@ -182,6 +188,85 @@ impl LitePod {
     }
 }
 
+/// A Node as the policy watch sees it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct LiteNode {
+    /// Name, labels, uid, resourceVersion; nothing else.
+    #[serde(deserialize_with = "lite_meta")]
+    pub metadata: ObjectMeta,
+    /// `status.addresses`.
+    #[serde(default)]
+    pub status: LiteNodeStatus,
+}
+
+/// The Node status fields read.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct LiteNodeStatus {
+    /// `status.addresses`.
+    #[serde(default)]
+    pub addresses: Vec<LiteNodeAddress>,
+}
+
+/// One of `status.addresses`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct LiteNodeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, ...
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// The address (or name).
+    #[serde(default)]
+    pub address: String,
+}
+
+impl kube::Resource for LiteNode {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind((): &()) -> Cow<'_, str> {
+        "Node".into()
+    }
+    fn group((): &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version((): &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural((): &()) -> Cow<'_, str> {
+        "nodes".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl LiteNode {
+    /// The Node with what was read of it (metadata as above, `status.addresses`): what the
+    /// compilers' readers ([`cozyplane_policy::np::NodeInfo::from_k8s`],
+    /// [`super::feed::node_info`]) take.
+    pub fn node(&self) -> Node {
+        Node {
+            metadata: self.metadata.clone(),
+            spec: None,
+            status: Some(NodeStatus {
+                addresses: Some(
+                    self.status
+                        .addresses
+                        .iter()
+                        .map(|a| NodeAddress {
+                            type_: a.type_.clone(),
+                            address: a.address.clone(),
+                        })
+                        .collect(),
+                ),
+                ..NodeStatus::default()
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +303,37 @@ mod tests {
         assert_eq!(lite.info(), cozyplane_policy::np::PodInfo::from_k8s(&pod));
         assert_eq!(lite.metadata.resource_version.as_deref(), Some("7"));
         assert!(lite.metadata.annotations.is_none() && lite.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn a_full_node_reads_as_the_compilers_read_it() {
+        let full = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n1", "uid": "u1", "resourceVersion": "9",
+                "labels": {"role": "edge", "kubernetes.io/hostname": "n1"},
+                "annotations": {"big": "x".repeat(4096)},
+            },
+            "spec": {"podCIDR": "10.244.1.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "192.0.2.1"},
+                              {"type": "InternalIP", "address": "2001:db8::1"},
+                              {"type": "Hostname", "address": "n1"}],
+                "images": [{"names": ["x"], "sizeBytes": 1}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        });
+        let lite: LiteNode = serde_json::from_value(full.clone()).unwrap();
+        let node: Node = serde_json::from_value(full).unwrap();
+        let np = cozyplane_policy::np::NodeInfo::from_k8s(&lite.node());
+        assert_eq!(np, cozyplane_policy::np::NodeInfo::from_k8s(&node));
+        assert_eq!(np.ips.len(), 2, "the hostname is no address");
+        let own = ["192.0.2.9".parse().unwrap()];
+        assert_eq!(
+            super::super::feed::node_info(&lite.node(), &own),
+            super::super::feed::node_info(&node, &own)
+        );
+        assert_eq!(lite.metadata.resource_version.as_deref(), Some("9"));
+        assert!(lite.metadata.annotations.is_none());
     }
 }

@@ -86,7 +86,28 @@ fn layer_of(b: u8) -> Option<Layer> {
         1 => Some(Layer::Sg),
         2 => Some(Layer::Np),
         3 => Some(Layer::Hf),
+        4 => Some(Layer::Anp),
+        5 => Some(Layer::Banp),
         _ => None,
+    }
+}
+
+/// The model's rule value as the datapath's, `flags` included (an admin entry's action, an
+/// isolation marker's tiers).
+pub fn prule(v: &RuleVal) -> Prule {
+    Prule {
+        peers: v.peers,
+        rule: v.rule,
+        flags: v.flags,
+    }
+}
+
+/// The inverse of [`prule`].
+pub fn rule_val(p: &Prule) -> RuleVal {
+    RuleVal {
+        peers: p.peers,
+        rule: p.rule,
+        flags: p.flags,
     }
 }
 
@@ -191,14 +212,7 @@ impl PolicyMaps for Pinned {
         match op {
             Op::Rule(k, v) => self
                 .rules
-                .upsert(
-                    &rule_key(k),
-                    Prule {
-                        peers: v.peers,
-                        rule: v.rule,
-                        flags: 0,
-                    },
-                )
+                .upsert(&rule_key(k), prule(v))
                 .map_err(io(pol_rules::NAME)),
             Op::Unrule(k) => self.rules.remove(&rule_key(k)).map_err(io(pol_rules::NAME)),
             Op::Cidr(k, class) => self
@@ -259,13 +273,7 @@ impl PolicyMaps for Pinned {
         for (k, v) in self.rules.entries().map_err(io(pol_rules::NAME))? {
             match rule_of(&k) {
                 Some(k) => {
-                    t.rules.insert(
-                        k,
-                        RuleVal {
-                            peers: v.peers,
-                            rule: v.rule,
-                        },
-                    );
+                    t.rules.insert(k, rule_val(&v));
                 }
                 None => bad += 1,
             }
@@ -418,6 +426,18 @@ mod tests {
         };
         let abi = rule_key(&r);
         assert_eq!(abi.prefixlen, 128 + 12);
+        // The admin tiers' layers, and the value's flags both ways.
+        for layer in [Layer::Anp, Layer::Banp] {
+            let k = RuleKey { layer, ..r };
+            assert_eq!(rule_of(&rule_key(&k)), Some(k), "{layer:?}");
+        }
+        let v = RuleVal {
+            peers: cozyplane_policy::model::ALL,
+            rule: 7 << 20,
+            flags: cozyplane_policy::model::ACTION_PASS,
+        };
+        assert_eq!(prule(&v).flags, cozyplane_bpf::abi::ACTION_PASS);
+        assert_eq!(rule_val(&prule(&v)), v);
         assert_eq!(abi.port, 8080u16.to_be(), "the port is in network order");
         assert_eq!(rule_of(&abi), Some(r));
         let c = CidrKey {

@@ -1,13 +1,14 @@
 //! The policy writer's own metrics, in the agent's registry ([`crate::core::metrics::Metrics`]):
 //!
-//! - `cozyplane_policy_compile_seconds{layer}`: time the compiler took for one change (or,
-//!   `layer="all"`, for the full build after a start);
+//! - `cozyplane_policy_compile_seconds{layer}`: time the compiler took for one change (`np`,
+//!   `anp`, `banp`, `sg`, `hf`; `layer="all"`, for the full build after a start);
 //! - `cozyplane_policy_apply_seconds`: time writing one change's entries to the maps;
 //! - `cozyplane_policy_applied_entries_total{op}`: entries written (`upsert`) and deleted
 //!   (`remove`);
 //! - `cozyplane_policy_generation_bumps_total`: changes that narrowed and re-checked
 //!   established flows;
-//! - `cozyplane_policy_refused_total{layer,reason}`: constructs the compiler refused;
+//! - `cozyplane_policy_refused_total{layer,reason}`: constructs the compiler refused
+//!   (`layer`: `np`, `sg`, `hf`, `anp`, `banp`);
 //! - `cozyplane_policy_sync_state`: 0 until every watch listed and the maps were reconciled,
 //!   then 1.
 //!
@@ -15,7 +16,7 @@
 //! ([`map_sizes`]). What the layers refused in the datapath is read from `sdn_pol_drops` on
 //! each scrape ([`DropCollector`]): `cozyplane_policy_drops_packets_total`,
 //! `cozyplane_policy_drops_bytes_total` `{layer,reason,vni,vpc_namespace,vpc,node}`, by layer
-//! (`np`, `sg`, `hf`), reason (`DROP_POL_*`) and VPC (a SecurityGroup drop carries the VPC
+//! (`np`, `sg`, `hf`, `anp`, `banp`), reason (`DROP_POL_*`) and VPC (a SecurityGroup drop carries the VPC
 //! whose groups the flow met; NetworkPolicy's are `vni="0"` with empty names).
 
 use std::path::Path;
@@ -125,6 +126,8 @@ impl PolicyMetrics {
             Some("NetworkPolicy") => "np",
             Some("SecurityGroup") => "sg",
             Some("HostFirewall") => "hf",
+            Some("AdminNetworkPolicy") => "anp",
+            Some("BaselineAdminNetworkPolicy") => "banp",
             _ => "unknown",
         };
         self.refused
@@ -194,11 +197,13 @@ impl Collector for DropCollector {
 
 /// The label value of a policy layer (`SDN_LAYER_*`).
 fn layer_name(layer: u8) -> &'static str {
-    use cozyplane_bpf::abi::{LAYER_HF, LAYER_NP, LAYER_SG};
+    use cozyplane_bpf::abi::{LAYER_ANP, LAYER_BANP, LAYER_HF, LAYER_NP, LAYER_SG};
     match layer {
         LAYER_SG => "sg",
         LAYER_NP => "np",
         LAYER_HF => "hf",
+        LAYER_ANP => "anp",
+        LAYER_BANP => "banp",
         _ => "unknown",
     }
 }
@@ -245,6 +250,16 @@ mod tests {
             field: "spec.ingress[0].ports[0]".into(),
             reason: Reason::Protocol("ICMP".into()),
         });
+        m.refused(&Warning {
+            object: "AdminNetworkPolicy floor".into(),
+            field: "spec.egress[0].to[0]".into(),
+            reason: Reason::Peer("domainNames (not enforced)".into()),
+        });
+        m.refused(&Warning {
+            object: "BaselineAdminNetworkPolicy default".into(),
+            field: "spec.ingress[0].ports[0]".into(),
+            reason: Reason::Port("0".into()),
+        });
         m.synced();
         m.compiled("np", 0.001);
         let mut out = String::new();
@@ -253,6 +268,16 @@ mod tests {
             out.contains("cozyplane_policy_refused_total{layer=\"np\",reason=\"protocol\"} 1"),
             "{out}"
         );
+        assert!(
+            out.contains("cozyplane_policy_refused_total{layer=\"anp\",reason=\"peer\"} 1"),
+            "{out}"
+        );
+        assert!(
+            out.contains("cozyplane_policy_refused_total{layer=\"banp\",reason=\"port\"} 1"),
+            "{out}"
+        );
+        assert_eq!(layer_name(cozyplane_bpf::abi::LAYER_ANP), "anp");
+        assert_eq!(layer_name(cozyplane_bpf::abi::LAYER_BANP), "banp");
         assert!(out.contains("cozyplane_policy_sync_state 1"), "{out}");
         assert!(
             out.contains("cozyplane_policy_compile_seconds_count{layer=\"np\"} 1"),

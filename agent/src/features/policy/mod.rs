@@ -1,18 +1,20 @@
 //! The policy layers' writer (issue 14, `docs/policy.md`): watches NetworkPolicies, Pods,
-//! Namespaces and this Node (kube API), VPCs, SecurityGroups, Ports and HostFirewalls (our
-//! API), feeds the `cozyplane-policy` compilers and writes the entry diffs they return to
-//! the pinned policy maps (`sdn_pol_rules`, `sdn_pol_cidrs`, `sdn_sg_members`,
-//! `sdn_np_idents`, `sdn_hf_self`, `sdn_pol_state`).
+//! Namespaces and Nodes (kube API), AdminNetworkPolicies and the
+//! BaselineAdminNetworkPolicy (`policy.networking.k8s.io` CRDs, issue 29), VPCs,
+//! SecurityGroups, Ports and HostFirewalls (our API), feeds the `cozyplane-policy` compilers
+//! and writes the entry diffs they return to the pinned policy maps (`sdn_pol_rules`,
+//! `sdn_pol_cidrs`, `sdn_sg_members`, `sdn_np_idents`, `sdn_hf_self`, `sdn_pol_state`).
 //!
-//! * **Fail static.** Nothing is written until every watch has listed once. Then the
+//! * **Fail static.** Nothing is written until every watch has listed once (an admin kind
+//!   whose CRD is not installed counts as listed and empty, [`watch`]). Then the
 //!   compilers are built from the lists and the maps reconciled with their full output
 //!   ([`apply::reconcile`]): entries a previous agent left that still hold are kept as they
 //!   are, the rest is written in the safe order and stale ones removed. While the agent is
 //!   down or listing, the datapath keeps judging by what is pinned.
 //! * **Incremental.** After that, each watch event is one compiler call whose [`Diff`]
 //!   holds only the entries it touches, written in the order of [`apply`] (no transient
-//!   state allows what neither the old nor the new policy allows), then the generation is
-//!   bumped if anything narrowed.
+//!   state allows what neither the old nor the new policy allows; the admin tiers behind a
+//!   [`barrier`]), then the generation is bumped if anything narrowed.
 //! * **Loud refusals.** A construct the compiler refuses compiles closed; it is logged and
 //!   raised as an Event on its object ([`events`]) and counted ([`metrics`]).
 //! * A failed write (a full map) leaves the maps between two states; the next tick
@@ -24,28 +26,24 @@
 //! [`Diff`]: cozyplane_policy::Diff
 
 pub mod apply;
+pub mod barrier;
 pub mod events;
 pub mod feed;
 pub mod host_devices;
 pub mod lite;
 pub mod maps;
 pub mod metrics;
+pub mod watch;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use cozyplane_apis::v1alpha1::{HostFirewall, Port, SecurityGroup, VPC};
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
-use futures::{StreamExt as _, stream::BoxStream};
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::Api;
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event};
 
-use self::feed::{Change, Feed, Key, Listings, WarningKey};
+use self::feed::{Change, Feed, Listings, WarningKey};
 use self::maps::Pinned;
+use self::watch::{Ev, changes, streams};
 use crate::core::api::ApiClients;
 use crate::core::feature::{Core, DatapathCtx, Feature, FeatureError};
 use crate::core::metrics::MetricsBuilder;
@@ -98,154 +96,6 @@ pub enum PolicyError {
         #[source]
         source: aya::maps::MapError,
     },
-}
-
-/// How often a failed write is retried as a full reconcile.
-const RETRY: Duration = Duration::from_secs(10);
-
-enum Ev {
-    Policy(Result<Event<NetworkPolicy>, watcher::Error>),
-    Pod(Result<Event<lite::LitePod>, watcher::Error>),
-    Namespace(Result<Event<kube::core::PartialObjectMeta<Namespace>>, watcher::Error>),
-    Node(Box<Result<Event<Node>, watcher::Error>>),
-    Vpc(Result<Event<VPC>, watcher::Error>),
-    Group(Result<Event<SecurityGroup>, watcher::Error>),
-    Port(Result<Event<Port>, watcher::Error>),
-    Firewall(Result<Event<HostFirewall>, watcher::Error>),
-    Tick,
-}
-
-fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
-    crate::core::watch::name_of(m)
-}
-
-fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
-    let cfg = watcher::Config::default();
-    let kube = api.kube.clone();
-    let sdn = api.sdn.clone();
-    // Finished pods hold no address (the kubelet may hand theirs to a new pod); the field
-    // selector turns a pod finishing into a delete.
-    let pods_cfg = cfg.clone().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let all: Vec<BoxStream<'static, Ev>> = vec![
-        watcher::watcher(Api::<NetworkPolicy>::all(kube.clone()), cfg.clone())
-            .default_backoff()
-            .map(Ev::Policy)
-            .boxed(),
-        watcher::watcher(Api::<lite::LitePod>::all(kube.clone()), pods_cfg)
-            .default_backoff()
-            .map(Ev::Pod)
-            .boxed(),
-        // Metadata only: a namespace is its labels here.
-        watcher::watcher(
-            Api::<kube::core::PartialObjectMeta<Namespace>>::all(kube.clone()),
-            cfg.clone(),
-        )
-        .default_backoff()
-        .map(Ev::Namespace)
-        .boxed(),
-        watcher::watcher(
-            Api::<Node>::all(kube),
-            cfg.clone().fields(&format!("metadata.name={}", api.node)),
-        )
-        .default_backoff()
-        .map(|e| Ev::Node(Box::new(e)))
-        .boxed(),
-        watcher::watcher(Api::<VPC>::all(sdn.clone()), cfg.clone())
-            .default_backoff()
-            .map(Ev::Vpc)
-            .boxed(),
-        watcher::watcher(Api::<SecurityGroup>::all(sdn.clone()), cfg.clone())
-            .default_backoff()
-            .map(Ev::Group)
-            .boxed(),
-        watcher::watcher(Api::<Port>::all(sdn.clone()), cfg.clone())
-            .default_backoff()
-            .map(Ev::Port)
-            .boxed(),
-        watcher::watcher(Api::<HostFirewall>::all(sdn), cfg)
-            .default_backoff()
-            .map(Ev::Firewall)
-            .boxed(),
-        futures::stream::unfold((), |()| async {
-            tokio::time::sleep(RETRY).await;
-            Some((Ev::Tick, ()))
-        })
-        .boxed(),
-    ];
-    futures::stream::select_all(all).boxed()
-}
-
-/// Turn one event into the compilers' changes (and update the listing).
-fn changes(l: &mut Listings, ev: Ev, own: &[std::net::IpAddr]) -> Result<Vec<Change>, watcher::Error> {
-    Ok(match ev {
-        Ev::Policy(r) => l
-            .policies
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.clone()))
-            .into_iter()
-            .map(Change::Policy)
-            .collect(),
-        Ev::Pod(r) => l
-            .pods
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.info()))
-            .into_iter()
-            .map(Change::Pod)
-            .collect(),
-        Ev::Namespace(r) => l
-            .namespaces
-            .event(
-                r?,
-                |o| key_of(&o.metadata),
-                |o| {
-                    Some(cozyplane_policy::np::NamespaceInfo {
-                        name: o.metadata.name.clone().unwrap_or_default(),
-                        labels: o.metadata.labels.clone().unwrap_or_default(),
-                    })
-                },
-            )
-            .into_iter()
-            .map(Change::Namespace)
-            .collect(),
-        Ev::Node(r) => l
-            .node
-            .event((*r)?, |o| key_of(&o.metadata), |o| Some(feed::node_info(o, own)))
-            .into_iter()
-            .map(Change::Node)
-            .collect(),
-        Ev::Vpc(r) => l
-            .vpcs
-            .event(
-                r?,
-                |o| key_of(&o.metadata),
-                |o| {
-                    o.status
-                        .as_ref()
-                        .and_then(|s| u32::try_from(s.vni).ok())
-                        .filter(|v| *v != 0)
-                },
-            )
-            .into_iter()
-            .map(Change::Vpc)
-            .collect(),
-        Ev::Group(r) => l
-            .groups
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.clone()))
-            .into_iter()
-            .map(Change::Group)
-            .collect(),
-        Ev::Port(r) => l
-            .ports
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.clone()))
-            .into_iter()
-            .map(Change::Port)
-            .collect(),
-        Ev::Firewall(r) => l
-            .firewalls
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.clone()))
-            .into_iter()
-            .map(Change::Firewall)
-            .collect(),
-        Ev::Tick => Vec::new(),
-    })
 }
 
 /// The writer's state between events.
@@ -355,6 +205,7 @@ pub async fn run(
         ..Default::default()
     };
     let mut events = streams(&api);
+    let node = api.node.clone();
     let mut listings = Listings::default();
     let mut w = Writer {
         api,
@@ -367,11 +218,11 @@ pub async fn run(
         dirty: false,
     };
     tracing::info!(
-        "watching NetworkPolicies, Pods, Namespaces, VPCs, SecurityGroups, Ports, HostFirewalls for the policy maps"
+        "watching NetworkPolicies, AdminNetworkPolicies, BaselineAdminNetworkPolicies, Pods, Namespaces, Nodes, VPCs, SecurityGroups, Ports, HostFirewalls for the policy maps"
     );
     while let Some(ev) = events.next().await {
         let tick = matches!(ev, Ev::Tick);
-        let changes = match changes(&mut listings, ev, &own) {
+        let changes = match changes(&mut listings, ev, &node, &own) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!("policy watch: {e}");
