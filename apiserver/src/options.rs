@@ -246,6 +246,10 @@ impl Options {
             std::fs::write(path, p.kubeconfig(&format!("https://{host}:{}", addr.port())))?;
         }
         let kube = kube.map(|c| c.connect(state.informers.clone()));
+        if let Some(k) = &kube {
+            // Pod traces read the default network's objects with it.
+            let _ = state.kube.set(k.client.clone());
+        }
         let mut admission = Admission::new(authz.authorizer());
         if let Some(k) = &kube {
             admission = admission.with_kube(k);

@@ -8,7 +8,8 @@
 //! Only namespaced kinds appear: a RoleBinding of these roles can then never grant a
 //! cluster-scoped kind (`ports`, `servicevips`, `hostfirewalls`). The virtual verbs `export` and
 //! `peer` on `vpcs` are in the edit role; under a RoleBinding they cover only the VPCs of that
-//! namespace. `create` on `vpcs/trace` (a question, it changes nothing) is in both roles.
+//! namespace. `create` on `vpcs/trace` and on `podtraces` (questions, they change nothing) is
+//! in both roles.
 
 use std::fmt::Write as _;
 
@@ -33,9 +34,11 @@ pub const EDIT_VERBS: [&str; 8] = [
 pub const VIEW_VERBS: [&str; 3] = ["get", "list", "watch"];
 /// Virtual verbs on `vpcs` tenants hold for their own VPCs.
 pub const VIRTUAL_VERBS: [&str; 2] = ["export", "peer"];
-/// Subresources that answer a question about a VPC without changing anything (`create` is
+/// Resources and subresources that answer a question without changing anything (`create` is
 /// the verb of a POSTed question, as a SubjectAccessReview's): in the edit and the view role.
-pub const QUESTIONS: [&str; 1] = ["vpcs/trace"];
+/// `vpcs/trace` asks about a VPC's SecurityGroups, `podtraces` about the default network's
+/// policy for the namespace's pods.
+pub const QUESTIONS: [&str; 2] = ["vpcs/trace", cozyplane_apis::v1alpha1::POD_TRACE_RESOURCE];
 
 /// The kinds a tenant may be granted: the namespaced ones.
 pub fn tenant_kinds() -> Vec<&'static KindInfo> {
@@ -118,7 +121,8 @@ mod tests {
         }
         assert!(y.contains("resources: [vpcs]\n    verbs: [export, peer]"));
         assert_eq!(
-            y.matches("resources: [vpcs/trace]\n    verbs: [create]").count(),
+            y.matches("resources: [vpcs/trace, podtraces]\n    verbs: [create]")
+                .count(),
             2,
             "edit and view may ask for a trace"
         );

@@ -14,6 +14,9 @@
 //! | [`SecurityGroup`] | namespaced | `securitygroups` | `sg` | yes |
 //! | [`HostFirewall`] | cluster | `hostfirewalls` | `hfw` | yes |
 //!
+//! Two more bodies are questions, not stored kinds: [`VPCTrace`] (`vpcs/<vpc>/trace`) and
+//! [`PodTrace`] (`podtraces`), answered with their `status` and kept nowhere.
+//!
 //! `VPC` and `Port` have no short name: their singulars are already as short as a useful
 //! abbreviation, and kubectl matches singulars. `fip` is left to the `FabricIP` CRD of
 //! `local.sdn.cozystack.io`, hence `flip`. All kinds are in the [`CATEGORIES`] `sdn`, so
@@ -34,6 +37,7 @@ use crate::{ApiKind, KindInfo};
 
 mod floating_ip;
 mod host_firewall;
+mod pod_trace;
 mod port;
 mod refs;
 mod security_group;
@@ -48,6 +52,10 @@ pub use floating_ip::{FloatingIP, FloatingIPList, FloatingIPSpec, FloatingIPStat
 pub use host_firewall::{
     ALLOW_LOCKOUT_ANNOTATION, API_SERVER_PORT, HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule,
     HostFirewallList, HostFirewallPeer, HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
+};
+pub use pod_trace::{
+    POD_TRACE_KIND, POD_TRACE_RESOURCE, PodTrace, PodTraceDirection, PodTraceEndpoint, PodTraceResolved,
+    PodTraceRule, PodTraceSpec, PodTraceStatus,
 };
 pub use port::{Port, PortList, PortSpec, PortStatus};
 pub use refs::{LocalVPCRef, VPCRef};

@@ -62,7 +62,7 @@ pub const NODES: Access = Access {
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "Port GC: the Node watch and the live GET confirming a node is gone",
+    why: "Port GC: the Node watch and the live GET confirming a node is gone; pod traces: the nodes' addresses (a list per trace)",
 };
 /// SecurityGroup membership: the Pod watch (labels).
 pub const PODS: Access = Access {
@@ -72,7 +72,7 @@ pub const PODS: Access = Access {
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone",
+    why: "SecurityGroup membership: the Pod watch (pod labels); Port claimants: the live GET confirming a Port's pod is gone; pod traces: the pods (a list per trace)",
 };
 /// The Services the server reads and owns: the LoadBalancer Services the VPCGateway and
 /// FloatingIP loops own (a watch limited to `service.kubernetes.io/service-proxy-name=cozyplane`),
@@ -114,7 +114,37 @@ pub const NAMESPACES: Access = Access {
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "namespace lifecycle admission: the Namespace watch and its live GET fallback",
+    why: "namespace lifecycle admission: the Namespace watch and its live GET fallback; pod traces: the namespaces' labels (a list per trace)",
+};
+/// Pod traces: the NetworkPolicies they compile.
+pub const NETWORKPOLICIES: Access = Access {
+    group: "networking.k8s.io",
+    resource: "networkpolicies",
+    verbs: &["list"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "pod traces: the NetworkPolicies they compile (a list per trace)",
+};
+/// Pod traces: the AdminNetworkPolicies they compile (none while the CRD is absent).
+pub const ADMINNETWORKPOLICIES: Access = Access {
+    group: "policy.networking.k8s.io",
+    resource: "adminnetworkpolicies",
+    verbs: &["list"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "pod traces: the AdminNetworkPolicies they compile (a list per trace)",
+};
+/// Pod traces: the BaselineAdminNetworkPolicy they compile (none while the CRD is absent).
+pub const BASELINEADMINNETWORKPOLICIES: Access = Access {
+    group: "policy.networking.k8s.io",
+    resource: "baselineadminnetworkpolicies",
+    verbs: &["list"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "pod traces: the BaselineAdminNetworkPolicy they compile (a list per trace)",
 };
 /// Quota admission (list per namespace) and the usage reconciler (list, watch).
 pub const RESOURCEQUOTAS: Access = Access {
@@ -191,13 +221,16 @@ pub const AUTHENTICATION_CONFIGMAP: Access = Access {
 };
 
 /// Every access of the server, in the order the chart lists them.
-pub const SERVER_ACCESS: [&Access; 13] = [
+pub const SERVER_ACCESS: [&Access; 16] = [
     &NODES,
     &PODS,
     &SERVICES,
     &ENDPOINTSLICES,
     &EVENTS,
     &NAMESPACES,
+    &NETWORKPOLICIES,
+    &ADMINNETWORKPOLICIES,
+    &BASELINEADMINNETWORKPOLICIES,
     &RESOURCEQUOTAS,
     &RESOURCEQUOTAS_STATUS,
     &APISERVICES_CREATE,

@@ -50,6 +50,9 @@ pub struct AppState {
     pub max_body: usize,
     /// Set when shutdown has begun: `/readyz` fails from then on.
     pub draining: std::sync::atomic::AtomicBool,
+    /// The kube-apiserver client for plain requests (pod traces read Pods and policies with
+    /// it); set once the connection is made, never on a standalone server without one.
+    pub kube: std::sync::OnceLock<kube::Client>,
 }
 
 impl AppState {
@@ -102,6 +105,7 @@ impl AppState {
             require_authn,
             max_body,
             draining: std::sync::atomic::AtomicBool::new(false),
+            kube: std::sync::OnceLock::new(),
         })
     }
 }
@@ -287,6 +291,18 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
             }
             let body = read_body(body, st.max_body).await?;
             let answer = crate::trace::trace(&st.storage, ns, name, &body).await?;
+            let bytes = serde_json::to_vec(&answer).map_err(ApiError::internal)?;
+            return Ok(raw(StatusCode::CREATED, "application/json", bytes));
+        }
+        // The default network's policy verdict of a flow of the namespace's pods, computed on
+        // request from the kube-apiserver's objects (crate::trace::pod): a `create` of
+        // `podtraces` in the namespace, authorized as such by the authorization layer.
+        ["apis", g, v, "namespaces", ns, "podtraces"] if *g == GROUP && *v == VERSION => {
+            if method != axum::http::Method::POST {
+                return Err(ApiError::method_not_allowed(method.as_str()));
+            }
+            let body = read_body(body, st.max_body).await?;
+            let answer = crate::trace::pod::trace(st.kube.get(), ns, &body).await?;
             let bytes = serde_json::to_vec(&answer).map_err(ApiError::internal)?;
             return Ok(raw(StatusCode::CREATED, "application/json", bytes));
         }

@@ -13,8 +13,13 @@
 //! peers' only, and judged by `verdict::sg_detail`, the function the datapath tests hold the
 //! kernel to. Per request, not incrementally: a trace is an interactive question, and its
 //! cost is the objects of the VPCs involved (one storage prefix each), not the cluster's.
+//!
+//! [`pod`] is the default network's counterpart: `POST .../namespaces/<ns>/podtraces`, the
+//! AdminNetworkPolicy / NetworkPolicy / BaselineAdminNetworkPolicy verdict of a flow of the
+//! namespace's pods.
 
 pub mod answer;
+pub mod pod;
 pub mod resolve;
 pub mod world;
 

@@ -129,6 +129,78 @@ fn in_byte(v: Option<i32>, default: u8, path: FieldPath, errs: &mut FieldErrors)
     }
 }
 
+/// The protocol number and the port (TCP, UDP, SCTP) or ICMP `type << 8 | code` of a trace
+/// spec's `protocol`, `port` and `icmp` (type, code), pushing every field error under `root`;
+/// `v6` is the flow's family when an end is known (ICMP and ICMPv6 must match it). Shared by
+/// the VPC and the pod trace.
+pub fn protocol_port(
+    protocol: &str,
+    port: Option<i32>,
+    icmp: (Option<i32>, Option<i32>),
+    v6: Option<bool>,
+    root: &FieldPath,
+    errs: &mut FieldErrors,
+) -> (u8, u16) {
+    let pr = root.child("protocol");
+    match protocol {
+        p @ ("TCP" | "UDP" | "SCTP") => {
+            let number = match p {
+                "TCP" => proto::TCP,
+                "UDP" => proto::UDP,
+                _ => proto::SCTP,
+            };
+            for (v, f) in [(icmp.0, "icmpType"), (icmp.1, "icmpCode")] {
+                if v.is_some() {
+                    errs.push(FieldError::forbidden(root.child(f), "only for ICMP and ICMPv6"));
+                }
+            }
+            let port = match port {
+                None => {
+                    errs.push(FieldError::required(root.child("port"), "the destination port"));
+                    0
+                }
+                Some(n) => u16::try_from(n).ok().filter(|p| *p != 0).unwrap_or_else(|| {
+                    errs.push(FieldError::invalid_int(
+                        root.child("port"),
+                        i64::from(n),
+                        "must be between 1 and 65535",
+                    ));
+                    0
+                }),
+            };
+            (number, port)
+        }
+        p @ ("ICMP" | "ICMPv6") => {
+            let six = p == "ICMPv6";
+            if v6.is_some_and(|v6| six != v6) {
+                errs.push(FieldError::invalid(
+                    pr.clone(),
+                    p,
+                    if six {
+                        "ICMPv6 is for IPv6 addresses"
+                    } else {
+                        "ICMP is for IPv4 addresses; use ICMPv6"
+                    },
+                ));
+            }
+            if port.is_some() {
+                errs.push(FieldError::forbidden(
+                    root.child("port"),
+                    "ICMP has no port; use icmpType and icmpCode",
+                ));
+            }
+            let ty = in_byte(icmp.0, if six { 128 } else { 8 }, root.child("icmpType"), errs);
+            let code = in_byte(icmp.1, 0, root.child("icmpCode"), errs);
+            let number = if six { proto::ICMPV6 } else { proto::ICMP };
+            (number, (u16::from(ty) << 8) | u16::from(code))
+        }
+        other => {
+            errs.push(FieldError::not_supported(pr, other, &PROTOCOLS));
+            (0, 0)
+        }
+    }
+}
+
 /// The flow of `spec` in world `w`, or every field error.
 pub fn flow(w: &World, spec: &VPCTraceSpec) -> Result<Flow, FieldErrors> {
     let mut errs = FieldErrors::new();
@@ -151,70 +223,15 @@ pub fn flow(w: &World, spec: &VPCTraceSpec) -> Result<Flow, FieldErrors> {
             ));
         }
     }
-    let v6 = src.as_ref().or(dst.as_ref()).is_some_and(|e| e.ip.is_ipv6());
-    let pr = root.child("protocol");
-    let (number, port) = match spec.protocol.as_str() {
-        p @ ("TCP" | "UDP" | "SCTP") => {
-            let number = match p {
-                "TCP" => proto::TCP,
-                "UDP" => proto::UDP,
-                _ => proto::SCTP,
-            };
-            for (v, f) in [(spec.icmp_type, "icmpType"), (spec.icmp_code, "icmpCode")] {
-                if v.is_some() {
-                    errs.push(FieldError::forbidden(root.child(f), "only for ICMP and ICMPv6"));
-                }
-            }
-            let port = match spec.port {
-                None => {
-                    errs.push(FieldError::required(root.child("port"), "the destination port"));
-                    0
-                }
-                Some(n) => u16::try_from(n).ok().filter(|p| *p != 0).unwrap_or_else(|| {
-                    errs.push(FieldError::invalid_int(
-                        root.child("port"),
-                        i64::from(n),
-                        "must be between 1 and 65535",
-                    ));
-                    0
-                }),
-            };
-            (number, port)
-        }
-        p @ ("ICMP" | "ICMPv6") => {
-            let six = p == "ICMPv6";
-            if six != v6 && (src.is_some() || dst.is_some()) {
-                errs.push(FieldError::invalid(
-                    pr.clone(),
-                    p,
-                    if six {
-                        "ICMPv6 is for IPv6 addresses"
-                    } else {
-                        "ICMP is for IPv4 addresses; use ICMPv6"
-                    },
-                ));
-            }
-            if spec.port.is_some() {
-                errs.push(FieldError::forbidden(
-                    root.child("port"),
-                    "ICMP has no port; use icmpType and icmpCode",
-                ));
-            }
-            let ty = in_byte(
-                spec.icmp_type,
-                if six { 128 } else { 8 },
-                root.child("icmpType"),
-                &mut errs,
-            );
-            let code = in_byte(spec.icmp_code, 0, root.child("icmpCode"), &mut errs);
-            let number = if six { proto::ICMPV6 } else { proto::ICMP };
-            (number, (u16::from(ty) << 8) | u16::from(code))
-        }
-        other => {
-            errs.push(FieldError::not_supported(pr, other, &PROTOCOLS));
-            (0, 0)
-        }
-    };
+    let v6 = src.as_ref().or(dst.as_ref()).map(|e| e.ip.is_ipv6());
+    let (number, port) = protocol_port(
+        &spec.protocol,
+        spec.port,
+        (spec.icmp_type, spec.icmp_code),
+        v6,
+        &root,
+        &mut errs,
+    );
     match (src, dst) {
         (Some(src), Some(dst)) if errs.is_empty() => Ok(Flow {
             src,

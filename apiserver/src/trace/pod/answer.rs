@@ -1,0 +1,332 @@
+//! The `status` of a pod trace: the verdict, and what decided each direction, described
+//! without naming another tenant's objects. A NetworkPolicy rule is named only when the policy
+//! is of the request's namespace (the one the caller was authorized in); one of another
+//! namespace is `redacted` (its kind and direction only). AdminNetworkPolicies and the
+//! BaselineAdminNetworkPolicy are cluster objects of the cluster admin, named always. A pod is
+//! named only when it is of the request's namespace or the caller named it.
+
+use std::net::IpAddr;
+
+use cozyplane_apis::v1alpha1::{PodTraceDirection, PodTraceResolved, PodTraceRule, PodTraceStatus};
+use cozyplane_policy::Dir;
+use cozyplane_policy::model::{
+    ACTION_ALLOW, ACTION_DENY, ACTION_PASS, Layer, MARK_ANP, PEER_ANY, PEER_CLASS, PEER_ISOLATED, RuleVal,
+    Tables,
+};
+use cozyplane_policy::np::admin::{ordinal, translate_anp, translate_banp};
+use cozyplane_policy::np::rule_id;
+use cozyplane_policy::verdict::{self, Check, NpCheck, Tier};
+
+use super::resolve::{End, Flow, Kind};
+use super::world::PodWorld;
+
+const ALLOWED: &str = "Allowed";
+const DROPPED: &str = "Dropped";
+
+fn dir_name(d: Dir) -> &'static str {
+    match d {
+        Dir::Ingress => "ingress",
+        Dir::Egress => "egress",
+    }
+}
+
+fn tier_name(t: Tier) -> &'static str {
+    match t {
+        Tier::None => "None",
+        Tier::Anp => "AdminNetworkPolicy",
+        Tier::Np => "NetworkPolicy",
+        Tier::Banp => "BaselineAdminNetworkPolicy",
+        Tier::Default => "Default",
+    }
+}
+
+fn action_name(flags: u32) -> &'static str {
+    match flags {
+        ACTION_ALLOW => "Allow",
+        ACTION_PASS => "Pass",
+        // Deny, and what the datapath treats as one.
+        _ => "Deny",
+    }
+}
+
+/// The first matching admin rule of `layer` for subject `id` in `dir` (the lowest ordinal
+/// over the peer's identity, its CIDR class and "any"): the lookups `verdict::np_detail`
+/// makes, repeated here for the rule's ordinal, which a `Deny` or `Pass` does not return.
+fn first_admin(t: &Tables, layer: Layer, dir: Dir, id: u32, peer: IpAddr, flow: &Flow) -> Option<RuleVal> {
+    let token = t.np_idents.get(&peer).copied();
+    let class = verdict::class_of(t, 0, Layer::Np, peer).map(|c| PEER_CLASS | c);
+    token
+        .into_iter()
+        .chain(class)
+        .chain([PEER_ANY])
+        .filter_map(|p| verdict::lookup(t, layer, dir, 0, id, p, flow.proto, flow.port))
+        .min_by_key(|v| v.rule)
+}
+
+/// The admin rule of `layer` and `dir` whose ordinal is `ord`, with the action it has in the
+/// maps.
+fn admin_rule(w: &PodWorld, layer: Layer, dir: Dir, ord: u32, action: u32) -> Option<PodTraceRule> {
+    let policies: Vec<_> = if layer == Layer::Anp {
+        w.anps.iter().map(|p| translate_anp(p).0).collect()
+    } else {
+        w.banps.iter().map(|p| translate_banp(p).0).collect()
+    };
+    policies.iter().find_map(|p| {
+        let rules = p.rules(dir);
+        (0..rules.len())
+            .find(|i| ordinal(layer, p.priority, &p.name, *i) == ord)
+            .map(|i| PodTraceRule {
+                kind: tier_name(if layer == Layer::Anp {
+                    Tier::Anp
+                } else {
+                    Tier::Banp
+                })
+                .into(),
+                name: p.name.clone(),
+                direction: dir_name(dir).into(),
+                index: i32::try_from(i).ok(),
+                rule_name: rules[i].name.clone(),
+                action: action_name(action).into(),
+                ..PodTraceRule::default()
+            })
+    })
+}
+
+/// The NetworkPolicy rule `rid` of the subject's namespace, redacted unless that namespace is
+/// the request's.
+fn np_rule(ns: &str, w: &PodWorld, me: &End, dir: Dir, rid: u32) -> Option<PodTraceRule> {
+    let (pns, _) = me.pod.as_ref()?;
+    w.policies
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(pns.as_str()))
+        .find_map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let spec = p.spec.as_ref();
+            let n = match dir {
+                Dir::Ingress => spec.and_then(|s| s.ingress.as_ref()).map_or(0, Vec::len),
+                Dir::Egress => spec.and_then(|s| s.egress.as_ref()).map_or(0, Vec::len),
+            };
+            (0..n).find(|i| rule_id(pns, &name, dir, *i) == rid).map(|i| {
+                if pns == ns {
+                    PodTraceRule {
+                        kind: "NetworkPolicy".into(),
+                        namespace: pns.clone(),
+                        name,
+                        direction: dir_name(dir).into(),
+                        index: i32::try_from(i).ok(),
+                        action: "Allow".into(),
+                        ..PodTraceRule::default()
+                    }
+                } else {
+                    PodTraceRule {
+                        kind: "NetworkPolicy".into(),
+                        direction: dir_name(dir).into(),
+                        action: "Allow".into(),
+                        redacted: true,
+                        ..PodTraceRule::default()
+                    }
+                }
+            })
+        })
+}
+
+/// One direction: `me` is the subject (the source for egress, the destination for ingress),
+/// `peer` the other end.
+#[expect(clippy::too_many_arguments, reason = "one direction's context")]
+fn direction(
+    ns: &str,
+    w: &PodWorld,
+    t: &Tables,
+    flow: &Flow,
+    dir: Dir,
+    me: &End,
+    peer: &End,
+    k: NpCheck,
+) -> PodTraceDirection {
+    let id = t.np_idents.get(&me.ip).copied();
+    let layer = |tier| {
+        if tier == Tier::Anp {
+            Layer::Anp
+        } else {
+            Layer::Banp
+        }
+    };
+    let (decision, rule) = match (k.tier, k.check) {
+        (Tier::None, _) if id.is_some() => ("NotSelected", None),
+        (Tier::None, _) => ("NotSubject", None),
+        (Tier::Default, _) => ("DefaultAllow", None),
+        (Tier::Np, Check::Rule(rid)) => ("Rule", np_rule(ns, w, me, dir, rid)),
+        (Tier::Np, _) => ("DefaultDeny", None),
+        (tier @ (Tier::Anp | Tier::Banp), Check::Rule(ord)) => {
+            ("Rule", admin_rule(w, layer(tier), dir, ord, ACTION_ALLOW))
+        }
+        (tier @ (Tier::Anp | Tier::Banp), _) => {
+            let rule = id
+                .and_then(|id| first_admin(t, layer(tier), dir, id, peer.ip, flow))
+                .and_then(|v| admin_rule(w, layer(tier), dir, v.rule, ACTION_DENY));
+            ("Deny", rule)
+        }
+    };
+    // An ANP `Pass` that handed the direction down to NetworkPolicy or the BANP.
+    let passed = id
+        .filter(|_| !matches!(k.tier, Tier::Anp | Tier::None))
+        .filter(|id| {
+            verdict::lookup(t, Layer::Np, dir, 0, *id, PEER_ISOLATED, 0, 0)
+                .is_some_and(|m| m.flags & MARK_ANP != 0)
+        })
+        .and_then(|id| first_admin(t, Layer::Anp, dir, id, peer.ip, flow))
+        .filter(|v| v.flags == ACTION_PASS)
+        .and_then(|v| admin_rule(w, Layer::Anp, dir, v.rule, ACTION_PASS));
+    PodTraceDirection {
+        verdict: if k.check.allows() { ALLOWED } else { DROPPED }.into(),
+        tier: tier_name(k.tier).into(),
+        decision: decision.into(),
+        rule,
+        passed,
+        exempt: false,
+    }
+}
+
+fn rule_text(r: &PodTraceRule) -> String {
+    if r.redacted {
+        return format!("a NetworkPolicy {} rule of another namespace", r.direction);
+    }
+    let name = if r.namespace.is_empty() {
+        r.name.clone()
+    } else {
+        format!("{}/{}", r.namespace, r.name)
+    };
+    let named = if r.rule_name.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", r.rule_name)
+    };
+    format!(
+        "{} {name} spec.{}[{}]{named}",
+        r.kind,
+        r.direction,
+        r.index.unwrap_or_default()
+    )
+}
+
+fn describe(side: &str, d: &PodTraceDirection) -> String {
+    let text = match (d.decision.as_str(), &d.rule) {
+        _ if d.exempt => format!(
+            "the {side}'s ingress is not asked: the source is an address of the {side} pod's node (kubelet probes)"
+        ),
+        ("NotSubject", _) => format!("the {side} is not a default-network pod: no policy has it as subject"),
+        ("NotSelected", _) => format!("no policy selects the {side}"),
+        ("DefaultAllow", _) => format!(
+            "an admin policy selects the {side} but none of its rules decides and no NetworkPolicy isolates it (admitted by default)"
+        ),
+        ("DefaultDeny", _) => {
+            format!("NetworkPolicy isolates the {side} and no rule admits it (default deny)")
+        }
+        ("Deny", Some(r)) => format!("{} denies it at the {side}", rule_text(r)),
+        ("Deny", None) => format!("{} denies it at the {side}", d.tier),
+        (_, Some(r)) => format!("{} admits it at the {side}", rule_text(r)),
+        _ => format!("a {} rule admits it at the {side}", d.tier),
+    };
+    match &d.passed {
+        Some(p) => format!("{text}, after {} passed it on", rule_text(p)),
+        None => text,
+    }
+}
+
+fn resolved(ns: &str, e: &End) -> PodTraceResolved {
+    let shown = e.pod.as_ref().filter(|(pns, _)| pns == ns || e.named).cloned();
+    // A pod of another namespace the caller named: its address is not the caller's to learn.
+    let foreign_named = e.named && e.pod.as_ref().is_some_and(|(pns, _)| pns != ns);
+    PodTraceResolved {
+        address: if foreign_named {
+            String::new()
+        } else {
+            e.ip.to_string()
+        },
+        kind: match e.kind {
+            Kind::Pod => "Pod",
+            Kind::Node => "Node",
+            Kind::External => "External",
+        }
+        .into(),
+        namespace: shown.as_ref().map(|(n, _)| n.clone()).unwrap_or_default(),
+        pod: shown.map(|(_, p)| p).unwrap_or_default(),
+    }
+}
+
+/// Whether the datapath skips the destination's ingress: the source is an address of the
+/// node the destination pod runs on (`sdn_hf_self` there; as its Node object lists them).
+pub fn node_exempt(w: &PodWorld, flow: &Flow) -> bool {
+    let Some(node) = flow.dst.node.as_deref().filter(|_| flow.dst.kind == Kind::Pod) else {
+        return false;
+    };
+    w.nodes
+        .iter()
+        .filter(|n| n.metadata.name.as_deref() == Some(node))
+        .flat_map(|n| n.status.iter().flat_map(|s| s.addresses.iter().flatten()))
+        .any(|a| {
+            a.address
+                .parse::<IpAddr>()
+                .is_ok_and(|a| a.to_canonical() == flow.src.ip)
+        })
+}
+
+/// The answer from the compiled tables' verdict `(egress, ingress)`.
+pub fn judged(ns: &str, w: &PodWorld, t: &Tables, flow: &Flow, d: (NpCheck, NpCheck)) -> PodTraceStatus {
+    let egress = direction(ns, w, t, flow, Dir::Egress, &flow.src, &flow.dst, d.0);
+    let mut ingress = direction(ns, w, t, flow, Dir::Ingress, &flow.dst, &flow.src, d.1);
+    let exempt = node_exempt(w, flow);
+    ingress.exempt = exempt;
+    let e_ok = d.0.check.allows();
+    let i_ok = d.1.check.allows() || exempt;
+    let (layer, reason) = if !e_ok {
+        (egress.tier.clone(), egress.decision.clone())
+    } else if exempt {
+        ("NodeExemption".to_string(), "NodeExempt".to_string())
+    } else if !i_ok {
+        (ingress.tier.clone(), ingress.decision.clone())
+    } else {
+        let by = [&ingress, &egress]
+            .into_iter()
+            .find(|x| x.decision == "Rule")
+            .or_else(|| [&ingress, &egress].into_iter().find(|x| x.tier == "Default"))
+            .unwrap_or(&ingress);
+        (by.tier.clone(), by.decision.clone())
+    };
+    let allowed = e_ok && i_ok;
+    let verdict = if allowed { ALLOWED } else { DROPPED };
+    let mut notes = Vec::new();
+    if exempt {
+        notes.push(
+            "the source is an address of the destination pod's node: the datapath admits the flow whatever the destination's ingress policy says (kubelet probes)"
+                .to_string(),
+        );
+    }
+    match flow.dst.kind {
+        Kind::Node => notes.push(
+            "the destination is a node: the node's HostFirewall also applies and is not part of this answer"
+                .into(),
+        ),
+        Kind::External => notes.push(
+            "the destination is neither a pod nor a node: if it is a Service address, the datapath decides the flow at the backend pod (trace the backend's address)"
+                .into(),
+        ),
+        Kind::Pod => {}
+    }
+    PodTraceStatus {
+        verdict: verdict.into(),
+        layer,
+        reason,
+        message: format!(
+            "{verdict}: {}; {}",
+            describe("source", &egress),
+            describe("destination", &ingress)
+        ),
+        source: resolved(ns, &flow.src),
+        destination: resolved(ns, &flow.dst),
+        egress,
+        ingress,
+        node_exempt: exempt,
+        notes,
+    }
+}
