@@ -13,6 +13,13 @@
 //!    takes it out (and bumps the generation); a restart reconciles changes made while the
 //!    agent was down. After each step the maps must equal the compilers' full compile of what
 //!    the API holds.
+//! 3. **The kube-apiserver extension**: an ANP whose annotation
+//!    `policy.cozystack.io/kube-apiserver` names an egress rule (and a rule it does not have:
+//!    an Event). The control plane runs with `--endpoint-reconciler-type=none`, so the
+//!    `default/kubernetes` Service has no EndpointSlice: the first build ran on an empty list
+//!    (it must not hold the maps back), and the test writes the slice itself. The slice's
+//!    address reaches the maps as a class the named rule admits, its change (and one made
+//!    while the agent is down) is followed.
 //!
 //! The policy maps are created and pinned in a private bpffs. Needs root (fails without it);
 //! without the control-plane binaries the test says loudly that it did not run (a failure in
@@ -29,9 +36,11 @@ use cozyplane_apis::admin_policy::{AdminNetworkPolicy, BaselineAdminNetworkPolic
 use cozyplane_conformance::realkube::cozy::RELEASE_NAMESPACE;
 use cozyplane_conformance::realkube::{self, ControlPlane, audit};
 use cozyplane_lab::require_root;
+use cozyplane_policy::cidr::Prefix;
 use cozyplane_policy::model::{Layer, MARK_ANP, MARK_BANP, PEER_ISOLATED, Tables, proto};
 use cozyplane_policy::verdict;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use policy_kit::{pin_policy_maps, start_writer};
@@ -41,6 +50,13 @@ const NODE: &str = "n1";
 const NODE_IP: &str = "192.0.2.1";
 const OTHER_IP: &str = "192.0.2.2";
 const AGENT: &str = "cozyplane-agent";
+/// The kube-apiserver as the test's EndpointSlice places it (outside `192.0.2.0/24`,
+/// which the floor ANP denies).
+const API_IP: &str = "198.51.100.10";
+const API_MOVED: &str = "198.51.100.11";
+const API_AGAIN: &str = "198.51.100.12";
+/// The test's EndpointSlice of the `kubernetes` Service.
+const API_SLICE: &str = "kubernetes-test";
 
 async fn create<K>(api: &Api<K>, v: Value) -> K
 where
@@ -177,6 +193,57 @@ fn floor_anp() -> Value {
         } })
 }
 
+/// Team x may reach the kube-apiserver on 6443 (the annotation's rule; its own `nodes` peer
+/// selects no node here) and nothing else of `198.51.100.0/24`.
+fn apiserver_anp() -> Value {
+    json!({ "apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
+        "metadata": { "name": "to-apiserver",
+                      "annotations": { "policy.cozystack.io/kube-apiserver": "apiserver, no-such-rule" } },
+        "spec": {
+            "priority": 5,
+            "subject": { "namespaces": { "matchLabels": { "team": "x" } } },
+            "egress": [
+                { "name": "apiserver", "action": "Allow",
+                  "to": [{ "nodes": { "matchLabels": { "node-role.kubernetes.io/control-plane": "" } } }],
+                  "ports": [{ "portNumber": { "protocol": "TCP", "port": 6443 } }] },
+                { "name": "outside", "action": "Deny", "to": [{ "networks": ["198.51.100.0/24"] }] },
+            ],
+        } })
+}
+
+/// The test's EndpointSlice of the `kubernetes` Service, one ready endpoint at `addr`.
+fn apiserver_slice(addr: &str) -> Value {
+    json!({ "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": { "name": API_SLICE, "namespace": "default",
+                      "labels": { "kubernetes.io/service-name": "kubernetes",
+                                  "endpointslice.kubernetes.io/managed-by": "cozyplane-test" } },
+        "addressType": "IPv4",
+        "endpoints": [{ "addresses": [addr], "conditions": { "ready": true } }],
+        "ports": [{ "name": "https", "port": 6443, "protocol": "TCP" }] })
+}
+
+/// Waits for the writer's Event on the ADMIN policy `name` whose message holds `text`.
+async fn refused_event(admin: &kube::Client, kind: &str, name: &str, text: &str) {
+    let events: Api<Event> = Api::namespaced(admin.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let evs = events.list(&ListParams::default()).await.unwrap();
+        if evs.items.iter().any(|e| {
+            e.reason.as_deref() == Some("PolicyRefused")
+                && e.involved_object.kind.as_deref() == Some(kind)
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.message.as_deref().is_some_and(|m| m.contains(text))
+        }) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Event on {kind} {name} saying {text:?}: {evs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_policies_from_the_charts_crds_reach_the_maps_on_the_real_kube_apiserver() {
     require_root();
@@ -234,7 +301,14 @@ async fn admin_policies_from_the_charts_crds_reach_the_maps_on_the_real_kube_api
     )
     .await;
 
-    // 1. No CRDs: the admin kinds count as listed and empty, nothing is held back.
+    // 1. No CRDs: the admin kinds count as listed and empty, nothing is held back. Nor by
+    // the kube-apiserver's EndpointSlices: none, with this control plane's reconciler.
+    let slices: Api<EndpointSlice> = Api::namespaced(admin.clone(), "default");
+    assert!(
+        policy_kit::kube_apiserver(&admin).await.is_empty(),
+        "the control plane keeps no endpoints of its own (--endpoint-reconciler-type=none): {:?}",
+        slices.list(&ListParams::default()).await.unwrap().items
+    );
     let agent = policy_kit::agent_clients(&agent_kc, NODE, NODE_IP).await;
     let (writer, metrics) = start_writer(agent, pins.clone());
     let t = maps_match(&pins, &admin, "without the CRDs").await;
@@ -340,6 +414,45 @@ async fn admin_policies_from_the_charts_crds_reach_the_maps_on_the_real_kube_api
     let t = maps_match(&pins, &admin, "after a node relabel").await;
     assert!(tcp(&t, web, ip(OTHER_IP), 10250), "n2 is an edge node now");
 
+    // 3b. The kube-apiserver extension: the annotated rule matches nothing more while the
+    // apiserver has no endpoints; then the slice appears, and moves.
+    cp.apply(&apiserver_anp().to_string()).await;
+    let t = maps_match(&pins, &admin, "with the annotated ANP, no endpoints").await;
+    assert!(!tcp(&t, web, ip(API_IP), 6443), "no address known yet");
+    refused_event(&admin, "AdminNetworkPolicy", "to-apiserver", "no-such-rule").await;
+    let listed = Instant::now();
+    cp.apply(&apiserver_slice(API_IP).to_string()).await;
+    let t = maps_match(&pins, &admin, "after the kube-apiserver's EndpointSlice appeared").await;
+    eprintln!(
+        "the kube-apiserver's address in the maps {:?} after its EndpointSlice was written",
+        listed.elapsed()
+    );
+    assert!(
+        t.cidrs.keys().any(|k| k.prefix == Prefix::host(ip(API_IP))),
+        "a class of its own: {:#?}",
+        t.cidrs
+    );
+    assert!(
+        tcp(&t, web, ip(API_IP), 6443),
+        "the named rule admits the apiserver"
+    );
+    assert!(!tcp(&t, web, ip(API_IP), 443), "on the rule's ports only");
+    assert!(!tcp(&t, web, ip(API_MOVED), 6443), "and no other address");
+    assert!(
+        tcp(&t, client, ip(API_IP), 6443),
+        "team y is not the ANP's subject"
+    );
+    let moved = Instant::now();
+    cp.apply(&apiserver_slice(API_MOVED).to_string()).await;
+    let t = maps_match(&pins, &admin, "after the kube-apiserver moved").await;
+    eprintln!("the kube-apiserver's move followed in {:?}", moved.elapsed());
+    assert!(tcp(&t, web, ip(API_MOVED), 6443));
+    assert!(
+        !tcp(&t, web, ip(API_IP), 6443),
+        "the old address is outside again"
+    );
+    assert!(!t.cidrs.keys().any(|k| k.prefix == Prefix::host(ip(API_IP))));
+
     // 4. The ANP deleted: its entries go and established flows are re-checked.
     let g0 = generation(&pins);
     anps.delete("tenant-floor", &DeleteParams::default())
@@ -359,11 +472,20 @@ async fn admin_policies_from_the_charts_crds_reach_the_maps_on_the_real_kube_api
     let _ = writer.await;
     cp.apply(&floor_anp().to_string()).await;
     banps.delete("default", &DeleteParams::default()).await.unwrap();
+    cp.apply(&apiserver_slice(API_AGAIN).to_string()).await;
     let agent = policy_kit::agent_clients(&agent_kc, NODE, NODE_IP).await;
     let (writer, _) = start_writer(agent, pins.clone());
     let t = maps_match(&pins, &admin, "after a restart").await;
     assert!(!t.rules.keys().any(|k| k.layer == Layer::Banp), "{t:#?}");
     assert!(!tcp(&t, web, ip(OTHER_IP), 22));
+    assert!(
+        tcp(&t, web, ip(API_AGAIN), 6443) && !tcp(&t, web, ip(API_MOVED), 6443),
+        "the apiserver moved while the agent was down"
+    );
+    // Its slice deleted: the named rule is back to its own peers.
+    slices.delete(API_SLICE, &DeleteParams::default()).await.unwrap();
+    let t = maps_match(&pins, &admin, "after the kube-apiserver's slice was deleted").await;
+    assert!(!tcp(&t, web, ip(API_AGAIN), 6443));
     writer.abort();
 
     let forbidden = audit::forbidden(

@@ -8,6 +8,11 @@
 //! that shares nothing with the compiler; the compiler's answer is `verdict::np` over the
 //! compiled entries.
 //!
+//! The cozyplane extension is generated too: rules get names, about half the policies the
+//! `policy.cozystack.io/kube-apiserver` annotation naming some of their egress rules (now and
+//! then an ingress rule's name or one no rule has), and the kube-apiserver sits on a node's
+//! addresses, outside, on a pod's address or nowhere known; the incremental test moves it.
+//!
 //! Not generated: a `namedPort` in an egress rule whose peers are `nodes` or `networks`.
 //! The CRD refuses that mix (a named port is a pod's, and those peers are addresses); one
 //! that got past it is compiled closed like an unenforceable peer (an `Allow` matches
@@ -16,8 +21,9 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
-use common::admin_gen::{AdminWorld, PolicySet, policy_set};
+use common::admin_gen::{AdminWorld, PolicySet, annotate, apiserver, policy_set};
 use common::admin_oracle::{self, AEnd, Cluster, ONode};
 use common::{PROBES, proto_num};
 use cozyplane_policy::Tables;
@@ -41,12 +47,14 @@ fn nodes_of(w: &[ONode]) -> Vec<NodeInfo> {
         .collect()
 }
 
-/// A fresh compile: the NetworkPolicies at build, then the nodes and the admin policies.
-fn compile(w: &AdminWorld, nodes: &[ONode], s: &PolicySet) -> NpCompiler {
+/// A fresh compile: the NetworkPolicies at build, then the nodes, the kube-apiserver's
+/// addresses and the admin policies.
+fn compile(w: &AdminWorld, nodes: &[ONode], api: &[IpAddr], s: &PolicySet) -> NpCompiler {
     let mut c = NpCompiler::build(w.base.namespaces(), w.pod_infos(), &s.nps);
     for n in nodes_of(nodes) {
         c.set_node(n);
     }
+    c.set_kube_apiserver(api.to_vec());
     for a in &s.anps {
         c.set_anp(a);
     }
@@ -65,6 +73,10 @@ struct Tally {
     first: Option<String>,
     /// Which tier decided each direction of a pod subject, as the compiler reports it.
     tiers: BTreeMap<String, usize>,
+    /// Cases whose expected verdict the kube-apiserver extension changes (the oracle with
+    /// and without its addresses), and how many of those the compiler denied.
+    by_apiserver: usize,
+    by_apiserver_denied: usize,
 }
 
 fn tier_name(tier: Tier, check: Check) -> String {
@@ -72,8 +84,18 @@ fn tier_name(tier: Tier, check: Check) -> String {
     format!("{tier:?}-{how}")
 }
 
-/// Every probe of the world against the oracle, the verdicts read from `t`.
-fn check(w: &AdminWorld, nodes: &[ONode], s: &PolicySet, t: &Tables, label: &str, tally: &mut Tally) {
+/// Every probe of the world against the oracle, the verdicts read from `t`; the
+/// kube-apiserver is at `api`.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    w: &AdminWorld,
+    nodes: &[ONode],
+    api: &[IpAddr],
+    s: &PolicySet,
+    t: &Tables,
+    label: &str,
+    tally: &mut Tally,
+) {
     let cluster = Cluster {
         ns_labels: &w.base.ns_labels,
         nodes,
@@ -90,10 +112,14 @@ fn check(w: &AdminWorld, nodes: &[ONode], s: &PolicySet, t: &Tables, label: &str
             }
             for (pr, port) in PROBES {
                 tally.cases += 1;
-                let want = admin_oracle::allowed(&cluster, src, dst, pr, port);
+                let want = admin_oracle::allowed_with(&cluster, api, src, dst, pr, port);
                 let (e, i) = verdict::np_detail(t, src.ip(), dst.ip(), proto_num(pr), port);
                 let got = e.check.allows() && i.check.allows();
                 tally.denied += usize::from(!got);
+                if want != admin_oracle::allowed(&cluster, src, dst, pr, port) {
+                    tally.by_apiserver += 1;
+                    tally.by_apiserver_denied += usize::from(!got);
+                }
                 if matches!(src, AEnd::Pod(_)) {
                     *tally.tiers.entry(tier_name(e.tier, e.check)).or_default() += 1;
                 }
@@ -101,7 +127,7 @@ fn check(w: &AdminWorld, nodes: &[ONode], s: &PolicySet, t: &Tables, label: &str
                     *tally.tiers.entry(tier_name(i.tier, i.check)).or_default() += 1;
                 }
                 if want != got && tally.first.is_none() {
-                    tally.first = Some(dump(s));
+                    tally.first = Some(format!("kube-apiserver at {api:?}\n{}", dump(s)));
                 }
                 if want != got && tally.bad.len() < 50 {
                     tally.bad.push(format!(
@@ -157,18 +183,31 @@ fn compiled_admin_verdicts_match_the_oracle_on_generated_policy_sets() {
     let mut rng = StdRng::seed_from_u64(29);
     let mut tally = Tally::default();
     for set in 0..SETS {
-        let s = policy_set(&mut rng, &set.to_string(), 1 + (set % 3) as usize);
-        let t = compile(&w, &w.nodes, &s).tables();
-        check(&w, &w.nodes, &s, &t, &format!("set {set}"), &mut tally);
+        let mut s = policy_set(&mut rng, &set.to_string(), 1 + (set % 3) as usize);
+        annotate(&mut rng, &mut s);
+        let api = apiserver(&mut rng);
+        let t = compile(&w, &w.nodes, &api, &s).tables();
+        check(&w, &w.nodes, &api, &s, &t, &format!("set {set}"), &mut tally);
     }
     println!(
-        "admin truth table: {SETS} policy sets, {} cases, {} denied, {} mismatches; deciding tiers: {:?}",
+        "admin truth table: {SETS} policy sets, {} cases, {} denied, {} mismatches; deciding tiers: {:?}; \
+         {} cases decided otherwise by the kube-apiserver annotation ({} of them denied)",
         tally.cases,
         tally.denied,
         tally.bad.len(),
-        tally.tiers
+        tally.tiers,
+        tally.by_apiserver,
+        tally.by_apiserver_denied
     );
     assert!(tally.cases >= 5000, "only {} cases", tally.cases);
+    // The extension decides some flows both ways (an annotated Allow admits, an annotated
+    // Deny refuses what would have passed).
+    assert!(
+        tally.by_apiserver > tally.by_apiserver_denied && tally.by_apiserver_denied > 0,
+        "the kube-apiserver annotation changed {} cases, {} of them to denied",
+        tally.by_apiserver,
+        tally.by_apiserver_denied
+    );
     // Every tier decides some flows both ways, so a generator or a compiler that lost one
     // would show.
     for tier in [
@@ -200,6 +239,7 @@ enum Op {
     RemoveAnp(String),
     Banp(cozyplane_apis::admin_policy::BaselineAdminNetworkPolicy),
     RemoveBanp,
+    Apiserver(Vec<IpAddr>),
 }
 
 fn run(c: &mut NpCompiler, op: &Op) -> Diff {
@@ -212,12 +252,20 @@ fn run(c: &mut NpCompiler, op: &Op) -> Diff {
         Op::RemoveAnp(n) => c.remove_anp(n),
         Op::Banp(b) => c.set_banp(b),
         Op::RemoveBanp => c.remove_banp("default"),
+        Op::Apiserver(a) => c.set_kube_apiserver(a.clone()),
     }
 }
 
 /// Changes to the final state: an ANP deleted, one replaced (new rules and priority), a
-/// NetworkPolicy deleted, the BANP deleted or replaced, a node relabelled, one deleted.
-fn changes(r: &mut impl Rng, s: &mut PolicySet, nodes: &mut Vec<ONode>, tag: &str) -> Vec<Op> {
+/// NetworkPolicy deleted, the BANP deleted or replaced, a node relabelled, one deleted, the
+/// kube-apiserver moved (or its addresses given again).
+fn changes(
+    r: &mut impl Rng,
+    s: &mut PolicySet,
+    nodes: &mut Vec<ONode>,
+    api: &mut Vec<IpAddr>,
+    tag: &str,
+) -> Vec<Op> {
     let mut ops = Vec::new();
     if s.anps.len() > 1 {
         let a = s.anps.remove(r.random_range(0..s.anps.len()));
@@ -233,7 +281,9 @@ fn changes(r: &mut impl Rng, s: &mut PolicySet, nodes: &mut Vec<ONode>, tag: &st
             }
         };
         let i = r.random_range(0..s.anps.len());
-        s.anps[i] = common::admin_gen::anp(r, s.anps[i].metadata.name.as_deref().unwrap(), prio);
+        let mut a = common::admin_gen::anp(r, s.anps[i].metadata.name.as_deref().unwrap(), prio);
+        common::admin_gen::annotate_one(r, &mut a.metadata, &mut a.spec.ingress, &mut a.spec.egress);
+        s.anps[i] = a;
         ops.push(Op::Anp(s.anps[i].clone()));
     }
     if !s.nps.is_empty() {
@@ -249,7 +299,8 @@ fn changes(r: &mut impl Rng, s: &mut PolicySet, nodes: &mut Vec<ONode>, tag: &st
             ops.push(Op::RemoveBanp);
         }
         _ => {
-            let b = common::admin_gen::banp(r);
+            let mut b = common::admin_gen::banp(r);
+            common::admin_gen::annotate_one(r, &mut b.metadata, &mut b.spec.ingress, &mut b.spec.egress);
             s.banp = Some(b.clone());
             ops.push(Op::Banp(b));
         }
@@ -263,6 +314,8 @@ fn changes(r: &mut impl Rng, s: &mut PolicySet, nodes: &mut Vec<ONode>, tag: &st
     // Another node than the relabelled one: the ops are shuffled.
     let gone = nodes.remove((relabel + r.random_range(1..nodes.len())) % nodes.len());
     ops.push(Op::RemoveNode(gone.name));
+    *api = apiserver(r);
+    ops.push(Op::Apiserver(api.clone()));
     ops.shuffle(r);
     ops
 }
@@ -279,8 +332,11 @@ fn incremental_admin_compilation_equals_a_fresh_build() {
     for set in 0..INCREMENTAL_SETS {
         let tag = set.to_string();
         let mut s = policy_set(&mut rng, &tag, 2 + (set % 3) as usize);
+        annotate(&mut rng, &mut s);
         let mut nodes = w.nodes.clone();
+        let mut api = apiserver(&mut rng);
         let mut ops: Vec<Op> = nodes_of(&nodes).into_iter().map(Op::Node).collect();
+        ops.push(Op::Apiserver(api.clone()));
         ops.extend(s.nps.iter().cloned().map(Op::Np));
         ops.extend(s.anps.iter().cloned().map(Op::Anp));
         ops.extend(s.banp.iter().cloned().map(Op::Banp));
@@ -292,7 +348,7 @@ fn incremental_admin_compilation_equals_a_fresh_build() {
             diffs += usize::from(!d.is_empty());
             d.apply(&mut applied);
         }
-        let fresh = compile(&w, &nodes, &s).tables();
+        let fresh = compile(&w, &nodes, &api, &s).tables();
         assert!(
             applied == c.tables(),
             "set {set}: the diffs do not rebuild the maps ({ops:?})"
@@ -302,15 +358,15 @@ fn incremental_admin_compilation_equals_a_fresh_build() {
             "set {set}: incremental maps differ from a fresh compile ({ops:?})"
         );
 
-        check(&w, &nodes, &s, &applied, &format!("set {set}"), &mut tally);
+        check(&w, &nodes, &api, &s, &applied, &format!("set {set}"), &mut tally);
 
-        let more = changes(&mut rng, &mut s, &mut nodes, &tag);
+        let more = changes(&mut rng, &mut s, &mut nodes, &mut api, &tag);
         for op in &more {
             let d = run(&mut c, op);
             diffs += usize::from(!d.is_empty());
             d.apply(&mut applied);
         }
-        let fresh = compile(&w, &nodes, &s).tables();
+        let fresh = compile(&w, &nodes, &api, &s).tables();
         assert!(
             applied == c.tables(),
             "set {set}: the diffs of {more:?} do not rebuild the maps"
@@ -323,6 +379,7 @@ fn incremental_admin_compilation_equals_a_fresh_build() {
         check(
             &w,
             &nodes,
+            &api,
             &s,
             &applied,
             &format!("set {set} (changed)"),
@@ -330,10 +387,13 @@ fn incremental_admin_compilation_equals_a_fresh_build() {
         );
     }
     println!(
-        "admin incremental: {INCREMENTAL_SETS} sets, {diffs} non-empty diffs, {} cases checked, {} mismatches",
+        "admin incremental: {INCREMENTAL_SETS} sets, {diffs} non-empty diffs, {} cases checked, {} mismatches, \
+         {} cases decided otherwise by the kube-apiserver annotation",
         tally.cases,
-        tally.bad.len()
+        tally.bad.len(),
+        tally.by_apiserver
     );
+    assert!(tally.by_apiserver > 0, "the kube-apiserver never mattered");
     assert!(
         diffs > INCREMENTAL_SETS as usize * 4,
         "too few effective changes: {diffs}"
@@ -383,7 +443,7 @@ fn an_allow_rule_with_an_unenforceable_peer_matches_nothing() {
             "TCP",
             80
         ));
-        let t = compile(&w, &w.nodes, &s).tables();
+        let t = compile(&w, &w.nodes, &[], &s).tables();
         let v = verdict::np_detail(&t, src.ip, dst.ip, proto_num("TCP"), 80);
         assert_eq!(v.0.check, Check::Denied, "{bad}: {v:?}");
         assert_eq!(v.0.tier, Tier::Anp, "{bad}: {v:?}");

@@ -18,6 +18,7 @@ use cozyplane_policy::model::Tables;
 use cozyplane_policy::np::{NamespaceInfo, NpCompiler, PodInfo};
 use cozyplane_policy::sg::SgCompiler;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ListParams};
 
@@ -141,6 +142,24 @@ where
     }
 }
 
+/// The kube-apiserver's addresses as the API holds them now: the ready (or unconditioned)
+/// endpoint addresses of the `default/kubernetes` Service's IP EndpointSlices.
+pub(crate) async fn kube_apiserver(client: &kube::Client) -> Vec<IpAddr> {
+    let lp = ListParams::default().labels("kubernetes.io/service-name=kubernetes");
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .list(&lp)
+        .await
+        .unwrap();
+    slices
+        .items
+        .iter()
+        .filter(|s| s.address_type == "IPv4" || s.address_type == "IPv6")
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().is_none_or(|c| c.ready != Some(false)))
+        .flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok()))
+        .collect()
+}
+
 /// What the compilers make of everything the API holds now: `node` (with `node_ip`) is the
 /// node whose HostFirewall is compiled.
 pub(crate) async fn full_compile(client: &kube::Client, node: &str, node_ip: &str) -> Tables {
@@ -163,6 +182,7 @@ pub(crate) async fn full_compile(client: &kube::Client, node: &str, node_ip: &st
     for n in &nodes {
         np.set_node(cozyplane_policy::np::NodeInfo::from_k8s(n));
     }
+    np.set_kube_apiserver(kube_apiserver(client).await);
     for p in list_or_none(Api::<AdminNetworkPolicy>::all(client.clone())).await {
         np.set_anp(&p);
     }

@@ -398,6 +398,8 @@ impl ControlPlane {
             // The workload controllers: the upstream suite runs its servers as Deployments,
             // ReplicationControllers, DaemonSets and Jobs, and cleans up after deleted nodes' pods.
             controllers.push_str(",deployment-controller,replicaset-controller,replicationcontroller-controller,daemonset-controller,statefulset-controller,job-controller,pod-garbage-collector-controller,disruption-controller");
+            // ServiceCIDR objects' readiness (the suite adds Service ranges at run time).
+            controllers.push_str(",service-cidr-controller");
         }
         let mut cmd = Command::new(&bins.controller_manager);
         cmd.args([

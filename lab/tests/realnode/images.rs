@@ -5,7 +5,7 @@
 //! | reference | what is in it |
 //! |---|---|
 //! | [`PAUSE`] | `/pause`: a static C program compiled here with `gcc -static` that sleeps until SIGTERM or SIGINT and reaps children |
-//! | [`BUSYBOX`] | Debian's `busybox-static` as `/bin/busybox` with a link per applet in `/bin` (`sh`, `wget`, `sleep`, …) |
+//! | [`BUSYBOX`] | Debian's `busybox-static` as `/bin/busybox` with a link per applet in `/bin` (`sh`, `sleep`, …) and `wget` wrapped (its `-T` segfaults) |
 //! | [`AGNHOST`] | the e2e suite's `agnhost` (`KUBE_BIN_DIR/agnhost.xz`) as `/agnhost`, the entrypoint, with the same busybox for a shell and the machine's `curl`, OpenBSD `nc` (as `/usr/bin/nc`) and `dash` (as `/bin/sh`, which, unlike busybox's shell, looks commands up in PATH) with the shared libraries `ldd` names (the upstream suite's networking checks run `sh -c` with `curl` and `nc -u` inside agnhost pods) |
 
 use std::path::{Path, PathBuf};
@@ -82,7 +82,26 @@ pub(crate) fn build(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-/// `/bin/busybox`, `/bin/<applet>` → `busybox`, `/tmp` (1777), `/etc/passwd` and `/etc/group`
+/// `/bin/wget`: busybox's applet with `-T <s>` / `--timeout=<s>` turned into busybox's
+/// `timeout <s>` around it (positional parameters rebuilt in place: POSIX sh has no arrays).
+const WGET: &str = r#"#!/bin/sh
+t=
+n=$#
+i=0
+while [ "$i" -lt "$n" ]; do
+  a=$1; shift; i=$((i + 1))
+  case "$a" in
+    -T) t=$1; shift; i=$((i + 1)) ;;
+    -T*) t=${a#-T} ;;
+    --timeout=*) t=${a#--timeout=} ;;
+    *) set -- "$@" "$a" ;;
+  esac
+done
+if [ -n "$t" ]; then exec /bin/busybox timeout "$t" /bin/busybox wget "$@"; fi
+exec /bin/busybox wget "$@"
+"#;
+
+/// `/bin/busybox`, `/bin/<applet>` → `busybox`, `/bin/wget` ([`WGET`]), `/tmp` (1777), `/etc/passwd` and `/etc/group`
 /// with root and nobody.
 fn busybox_tree(root: &Path) {
     let bin = root.join("bin");
@@ -98,9 +117,15 @@ fn busybox_tree(root: &Path) {
             std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("applet link");
         }
     }
+    // Debian's busybox-static 1.35 `wget` segfaults whenever it is given `-T` (a timeout),
+    // which the suite's Service checks pass (`wget -q -O - -T 1 …`): the applet is wrapped to
+    // run under busybox's `timeout` instead.
+    std::fs::remove_file(bin.join("wget")).expect("the wget applet link");
+    std::fs::write(bin.join("wget"), WGET).expect("stage wget");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(bin.join("wget"), std::fs::Permissions::from_mode(0o755)).expect("chmod wget");
     let tmp = root.join("tmp");
     std::fs::create_dir_all(&tmp).expect("stage tmp");
-    use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).expect("chmod tmp");
     let etc = root.join("etc");
     std::fs::create_dir_all(&etc).expect("stage etc");

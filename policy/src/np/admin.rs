@@ -16,11 +16,19 @@
 //! on every port"; a port it cannot
 //! read is dropped from an `Allow` rule (which then matches less) and turns the others
 //! into "deny every port" of their peers.
+//!
+//! One cozyplane extension ([`KUBE_APISERVER_ANNOTATION`]): the annotation
+//! `policy.cozystack.io/kube-apiserver: "<rule name>[,<rule name>...]"` on an ANP or the BANP
+//! names egress rules that also match the kube-apiserver's addresses
+//! ([`AdminPeer::KubeApiserver`], the endpoints of the `default/kubernetes` Service), which no
+//! ANP peer can name. A name no egress rule has is a [`Warning`] and is ignored.
+
+use std::collections::BTreeSet;
 
 use cozyplane_apis::admin_policy::{
     AdminNetworkPolicy, BaselineAdminNetworkPolicy, EgressPeer, NamespacedPod, PolicyPort, Subject,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::ir::PortSpec;
 use crate::cidr::{Block, Prefix};
@@ -79,6 +87,10 @@ pub enum AdminPeer {
     Nodes(Selector),
     /// Addresses (`networks`).
     Block(Block),
+    /// The kube-apiserver's addresses (the endpoints of the `default/kubernetes` Service, as
+    /// they change): a cozyplane extension, added to the egress rules that
+    /// [`KUBE_APISERVER_ANNOTATION`] names.
+    KubeApiserver,
     /// Every peer: what a refused peer of a `Deny` or `Pass` rule becomes.
     All,
 }
@@ -113,6 +125,10 @@ pub struct AdminPolicy {
     /// Egress rules, in order.
     pub egress: Vec<AdminRule>,
 }
+
+/// The annotation of an ANP or the BANP that names (comma-separated `name`s) the egress
+/// rules that also match the kube-apiserver's addresses ([`AdminPeer::KubeApiserver`]).
+pub const KUBE_APISERVER_ANNOTATION: &str = "policy.cozystack.io/kube-apiserver";
 
 /// The highest ANP priority the API admits.
 pub const MAX_PRIORITY: u32 = 1000;
@@ -164,6 +180,11 @@ impl AdminPolicy {
     /// Does any rule name nodes?
     pub fn has_nodes(&self) -> bool {
         self.peers().any(|p| matches!(p, AdminPeer::Nodes(_)))
+    }
+
+    /// Does any rule match the kube-apiserver (the annotation's extension)?
+    pub fn has_kube_apiserver(&self) -> bool {
+        self.peers().any(|p| matches!(p, AdminPeer::KubeApiserver))
     }
 
     /// `AdminNetworkPolicy name spec.egress[i] (rule name)`, for the trace.
@@ -350,6 +371,8 @@ struct RawRule<'a> {
     action: &'a str,
     peers: Vec<EgressPeer>,
     ports: Option<&'a Vec<PolicyPort>>,
+    /// Named by [`KUBE_APISERVER_ANNOTATION`] (egress only).
+    kube_apiserver: bool,
 }
 
 fn translate_rule(r: &mut Reader, layer: Layer, dir: &str, i: usize, raw: &RawRule<'_>) -> AdminRule {
@@ -384,6 +407,10 @@ fn translate_rule(r: &mut Reader, layer: Layer, dir: &str, i: usize, raw: &RawRu
             None => peer_refused = true,
         }
     }
+    if raw.kube_apiserver {
+        // One more peer; the rule's fail closed below takes it like the others.
+        peers.push(AdminPeer::KubeApiserver);
+    }
     refused |= peer_refused;
     let mut ports = raw.ports.map(|ps| {
         let mut out = Vec::new();
@@ -396,12 +423,16 @@ fn translate_rule(r: &mut Reader, layer: Layer, dir: &str, i: usize, raw: &RawRu
         out
     });
     if dir == "egress" {
-        let to_addr = peers
-            .iter()
-            .any(|p| matches!(p, AdminPeer::Block(_) | AdminPeer::Nodes(_)));
+        let to_addr = peers.iter().any(|p| {
+            matches!(
+                p,
+                AdminPeer::Block(_) | AdminPeer::Nodes(_) | AdminPeer::KubeApiserver
+            )
+        });
         if to_addr && ports.iter().flatten().any(|s| matches!(s, PortSpec::Named(..))) {
-            // The CRD refuses this mix; one that got past it is not enforced: closed, as
-            // an unenforceable peer is.
+            // The CRD refuses this mix (and would, were the kube-apiserver a peer of its
+            // own: addresses have no container port names); one that got past it is not
+            // enforced: closed, as an unenforceable peer is.
             r.warn(
                 format!("spec.egress[{i}].ports"),
                 Reason::NamedPortToBlock(String::new()),
@@ -430,14 +461,45 @@ fn translate_rule(r: &mut Reader, layer: Layer, dir: &str, i: usize, raw: &RawRu
     }
 }
 
+/// The egress rules [`KUBE_APISERVER_ANNOTATION`] names, by index; a name no egress rule
+/// has is a warning. Every rule of that name is named (the API does not make names unique);
+/// a rule without a name cannot be.
+fn kube_apiserver_rules(r: &mut Reader, meta: &ObjectMeta, egress: &[RawRule<'_>]) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let Some(value) = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(KUBE_APISERVER_ANNOTATION))
+    else {
+        return out;
+    };
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let found: Vec<usize> = egress
+            .iter()
+            .enumerate()
+            .filter(|(_, raw)| raw.name == name)
+            .map(|(i, _)| i)
+            .collect();
+        if found.is_empty() {
+            r.warn(
+                format!("metadata.annotations[{KUBE_APISERVER_ANNOTATION}]"),
+                Reason::Peer(format!("kube-apiserver: no egress rule named {name:?}")),
+            );
+        }
+        out.extend(found);
+    }
+    out
+}
+
 fn translate(
     layer: Layer,
-    name: &str,
+    meta: &ObjectMeta,
     priority: i32,
     subject: &Subject,
     ingress: Vec<RawRule<'_>>,
-    egress: Vec<RawRule<'_>>,
+    mut egress: Vec<RawRule<'_>>,
 ) -> (AdminPolicy, Vec<Warning>) {
+    let name = meta.name.as_deref().unwrap_or_default();
     let kind = if layer == Layer::Anp {
         "AdminNetworkPolicy"
     } else {
@@ -455,6 +517,9 @@ fn translate(
         }
     };
     let subject = r.subject(subject);
+    for i in kube_apiserver_rules(&mut r, meta, &egress) {
+        egress[i].kube_apiserver = true;
+    }
     let ingress = ingress
         .into_iter()
         .enumerate()
@@ -494,6 +559,7 @@ fn ingress_raw(rules: &[cozyplane_apis::admin_policy::IngressRule]) -> Vec<RawRu
                 })
                 .collect(),
             ports: x.ports.as_ref(),
+            kube_apiserver: false,
         })
         .collect()
 }
@@ -506,16 +572,16 @@ fn egress_raw(rules: &[cozyplane_apis::admin_policy::EgressRule]) -> Vec<RawRule
             action: &x.action,
             peers: x.to.clone(),
             ports: x.ports.as_ref(),
+            kube_apiserver: false,
         })
         .collect()
 }
 
 /// Read an AdminNetworkPolicy; every refused construct is a [`Warning`].
 pub fn translate_anp(p: &AdminNetworkPolicy) -> (AdminPolicy, Vec<Warning>) {
-    let name = p.metadata.name.clone().unwrap_or_default();
     translate(
         Layer::Anp,
-        &name,
+        &p.metadata,
         p.spec.priority,
         &p.spec.subject,
         ingress_raw(&p.spec.ingress),
@@ -525,10 +591,9 @@ pub fn translate_anp(p: &AdminNetworkPolicy) -> (AdminPolicy, Vec<Warning>) {
 
 /// Read the BaselineAdminNetworkPolicy; every refused construct is a [`Warning`].
 pub fn translate_banp(p: &BaselineAdminNetworkPolicy) -> (AdminPolicy, Vec<Warning>) {
-    let name = p.metadata.name.clone().unwrap_or_default();
     translate(
         Layer::Banp,
-        &name,
+        &p.metadata,
         0,
         &p.spec.subject,
         ingress_raw(&p.spec.ingress),

@@ -46,10 +46,14 @@ pub struct NpCompiler {
     /// three tiers (NetworkPolicy, ANP, BANP): one `sdn_pol_cidrs` lookup serves them all.
     pub(super) classes: BTreeMap<Prefix, (u32, usize)>,
     /// AdminNetworkPolicies and the BaselineAdminNetworkPolicy, by (layer, name), with the
-    /// class prefixes each holds a reference to (its `networks`, its nodes' addresses).
+    /// class prefixes each holds a reference to (its `networks`, its nodes' addresses, the
+    /// kube-apiserver's).
     pub(super) admins: BTreeMap<(Layer, String), (AdminPolicy, Vec<Prefix>)>,
     /// Nodes, for `nodes` peers.
     pub(super) nodes: BTreeMap<String, NodeInfo>,
+    /// The kube-apiserver's addresses (sorted, no repeats), for the
+    /// `policy.cozystack.io/kube-apiserver` extension.
+    pub(super) kube_apiserver: Vec<IpAddr>,
     /// Output: entries per subject identity.
     rules: BTreeMap<u32, BTreeMap<RuleKey, RuleVal>>,
     /// Output: pod address → identity (and the pod that holds it).
@@ -446,6 +450,50 @@ impl NpCompiler {
         }
     }
 
+    /// Where one `ports` entry of a rule lands for subject `me` and the rule's peer
+    /// `tokens`: `out(token, proto, lo, hi)` per entry. A named port is the subject's own
+    /// container port on ingress; on egress it is the destination pod's, so it is compiled
+    /// per destination identity (towards a CIDR class it resolves to nothing: refused when
+    /// the policy was read).
+    pub(super) fn port_entries(
+        &self,
+        me: &IdentityKey,
+        dir: Dir,
+        tokens: &[u32],
+        spec: &PortSpec,
+        mut out: impl FnMut(u32, u8, u16, u16),
+    ) {
+        match (spec, dir) {
+            (PortSpec::Range(pr, lo, hi), _) => {
+                for t in tokens {
+                    out(*t, *pr, *lo, *hi);
+                }
+            }
+            (PortSpec::Named(pr, name), Dir::Ingress) => {
+                if let Some(port) = me.resolve(name, *pr) {
+                    for t in tokens {
+                        out(*t, *pr, port, port);
+                    }
+                }
+            }
+            (PortSpec::Named(pr, name), Dir::Egress) => {
+                for t in tokens {
+                    if *t == PEER_ANY {
+                        for (pid, (pk, _)) in &self.ids.by_id {
+                            if let Some(port) = pk.resolve(name, *pr) {
+                                out(*pid, *pr, port, port);
+                            }
+                        }
+                    } else if t & PEER_CLASS == 0
+                        && let Some(port) = self.ids.key(*t).and_then(|k| k.resolve(name, *pr))
+                    {
+                        out(*t, *pr, port, port);
+                    }
+                }
+            }
+        }
+    }
+
     fn compile_subject(&self, id: u32, memo: &mut HashMap<Peer, Vec<u32>>) -> BTreeMap<RuleKey, RuleVal> {
         let mut out = BTreeMap::new();
         let Some(me) = self.ids.key(id) else {
@@ -488,40 +536,7 @@ impl NpCompiler {
                         .map(|p| PortSpec::Range(*p, 0, u16::MAX))
                         .collect();
                     for spec in rule.ports.as_ref().unwrap_or(&default_ports) {
-                        match (spec, dir) {
-                            (PortSpec::Range(pr, lo, hi), _) => {
-                                for t in &tokens {
-                                    add(*t, *pr, *lo, *hi, rid);
-                                }
-                            }
-                            // Ingress: the name is the subject's own port.
-                            (PortSpec::Named(pr, name), Dir::Ingress) => {
-                                if let Some(port) = me.resolve(name, *pr) {
-                                    for t in &tokens {
-                                        add(*t, *pr, port, port, rid);
-                                    }
-                                }
-                            }
-                            // Egress: the name is the destination pod's port, so it can only
-                            // be compiled per destination identity; towards a CIDR it
-                            // resolves to nothing (refused in ir.rs).
-                            (PortSpec::Named(pr, name), Dir::Egress) => {
-                                for t in &tokens {
-                                    if *t == PEER_ANY {
-                                        for (pid, (pk, _)) in &self.ids.by_id {
-                                            if let Some(port) = pk.resolve(name, *pr) {
-                                                add(*pid, *pr, port, port, rid);
-                                            }
-                                        }
-                                    } else if t & PEER_CLASS == 0
-                                        && let Some(port) =
-                                            self.ids.key(*t).and_then(|k| k.resolve(name, *pr))
-                                    {
-                                        add(*t, *pr, port, port, rid);
-                                    }
-                                }
-                            }
-                        }
+                        self.port_entries(me, dir, &tokens, spec, |t, pr, lo, hi| add(t, pr, lo, hi, rid));
                     }
                 }
             }

@@ -13,8 +13,14 @@
 //!   `flags`. A block holds the lowest ordinal of every rule enclosing it
 //!   (`ports::union_down`), and the datapath takes the lowest of its three lookups (the
 //!   peer's identity, its class, any), which is the first rule matching the flow.
+//!
+//! Peers that stand for addresses known from elsewhere — `nodes` (the selected nodes'
+//! addresses) and the kube-apiserver extension (the `default/kubernetes` endpoints,
+//! [`NpCompiler::set_kube_apiserver`]) — hold one host class per address while their policy
+//! lives, re-resolved when those addresses change.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use cozyplane_apis::admin_policy::{AdminNetworkPolicy, BaselineAdminNetworkPolicy};
 
@@ -78,7 +84,7 @@ impl NpCompiler {
             return Diff::default();
         }
         self.nodes.insert(name, node);
-        self.refresh_node_peers()
+        self.refresh_address_peers(AdminPolicy::has_nodes)
     }
 
     /// Delete a node; absent is not an error.
@@ -86,7 +92,26 @@ impl NpCompiler {
         if self.nodes.remove(name).is_none() {
             return Diff::default();
         }
-        self.refresh_node_peers()
+        self.refresh_address_peers(AdminPolicy::has_nodes)
+    }
+
+    /// The kube-apiserver's addresses now (the ready endpoints of the `default/kubernetes`
+    /// Service's EndpointSlices, both families): what the egress rules named by the
+    /// `policy.cozystack.io/kube-apiserver` annotation match besides their own peers. Order
+    /// and repeats do not matter.
+    pub fn set_kube_apiserver(&mut self, mut ips: Vec<IpAddr>) -> Diff {
+        ips.sort_unstable();
+        ips.dedup();
+        if ips == self.kube_apiserver {
+            return Diff::default();
+        }
+        self.kube_apiserver = ips;
+        self.refresh_address_peers(AdminPolicy::has_kube_apiserver)
+    }
+
+    /// The kube-apiserver's addresses as last given ([`Self::set_kube_apiserver`]).
+    pub fn kube_apiserver(&self) -> &[IpAddr] {
+        &self.kube_apiserver
     }
 
     /// The admin policies' refusals.
@@ -144,12 +169,13 @@ impl NpCompiler {
         self.finish(&dirty, cidrs, MapDiff::default())
     }
 
-    /// Re-resolve every `nodes` peer after a node changed.
-    fn refresh_node_peers(&mut self) -> Diff {
+    /// Re-resolve the address peers of the policies `uses` picks (those with `nodes` peers
+    /// after a node changed, those with the kube-apiserver after its addresses did).
+    fn refresh_address_peers(&mut self, uses: fn(&AdminPolicy) -> bool) -> Diff {
         let keys: Vec<(Layer, String)> = self
             .admins
             .iter()
-            .filter(|(_, (p, _))| p.has_nodes())
+            .filter(|(_, (p, _))| uses(p))
             .map(|(k, _)| k.clone())
             .collect();
         let mut dirty = BTreeSet::new();
@@ -175,8 +201,8 @@ impl NpCompiler {
         self.finish(&dirty, cidrs, MapDiff::default())
     }
 
-    /// The class prefixes a policy names: its `networks`, and the addresses of the nodes
-    /// its `nodes` peers select now.
+    /// The class prefixes a policy names: its `networks`, the addresses of the nodes its
+    /// `nodes` peers select now, and the kube-apiserver's if a rule matches it.
     fn held_prefixes(&self, pol: &AdminPolicy) -> Vec<Prefix> {
         let mut out: Vec<Prefix> = pol.blocks().flat_map(|b| b.prefixes().copied()).collect();
         for p in pol.peers() {
@@ -185,6 +211,9 @@ impl NpCompiler {
                     out.extend(n.ips.iter().map(|ip| Prefix::host(*ip)));
                 }
             }
+        }
+        if pol.has_kube_apiserver() {
+            out.extend(self.kube_apiserver.iter().map(|ip| Prefix::host(*ip)));
         }
         out
     }
@@ -265,6 +294,11 @@ impl NpCompiler {
                 .filter(|n| sel.matches(&n.labels))
                 .flat_map(|n| n.ips.iter().filter_map(|ip| class(&Prefix::host(*ip))))
                 .collect(),
+            AdminPeer::KubeApiserver => self
+                .kube_apiserver
+                .iter()
+                .filter_map(|ip| class(&Prefix::host(*ip)))
+                .collect(),
             AdminPeer::Block(b) => self
                 .classes
                 .iter()
@@ -318,38 +352,7 @@ impl NpCompiler {
                         continue;
                     };
                     for spec in specs {
-                        match (spec, dir) {
-                            (PortSpec::Range(pr, lo, hi), _) => {
-                                for t in &tokens {
-                                    add(*t, *pr, *lo, *hi, v);
-                                }
-                            }
-                            (PortSpec::Named(pr, name), Dir::Ingress) => {
-                                if let Some(port) = me.resolve(name, *pr) {
-                                    for t in &tokens {
-                                        add(*t, *pr, port, port, v);
-                                    }
-                                }
-                            }
-                            // The destination pod's port: per destination identity; an
-                            // address peer has none.
-                            (PortSpec::Named(pr, name), Dir::Egress) => {
-                                for t in &tokens {
-                                    if *t == PEER_ANY {
-                                        for (pid, (pk, _)) in &self.ids.by_id {
-                                            if let Some(port) = pk.resolve(name, *pr) {
-                                                add(*pid, *pr, port, port, v);
-                                            }
-                                        }
-                                    } else if t & PEER_CLASS == 0
-                                        && let Some(port) =
-                                            self.ids.key(*t).and_then(|k| k.resolve(name, *pr))
-                                    {
-                                        add(*t, *pr, port, port, v);
-                                    }
-                                }
-                            }
-                        }
+                        self.port_entries(me, dir, &tokens, spec, |t, pr, lo, hi| add(t, pr, lo, hi, v));
                     }
                 }
             }

@@ -342,3 +342,78 @@ pub fn policy_set(r: &mut impl Rng, tag: &str, n_anp: usize) -> PolicySet {
     let banp = r.random_bool(0.7).then(|| banp(r));
     PolicySet { anps, banp, nps }
 }
+
+/// Where the kube-apiserver may be: nowhere known, on the control-plane node `n1` (a
+/// host-network apiserver: the node's addresses), behind an address outside the cluster
+/// (a load balancer), on a pod's address (a hosted control plane), on two of those.
+pub const APISERVERS: [&[&str]; 5] = [
+    &[],
+    &["10.0.0.10", "fd00::10"],
+    &["192.168.1.1"],
+    &["10.0.1.3"],
+    &["172.16.0.9", "10.0.0.10"],
+];
+
+/// One of [`APISERVERS`].
+pub fn apiserver(r: &mut impl Rng) -> Vec<IpAddr> {
+    APISERVERS
+        .choose(r)
+        .unwrap()
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect()
+}
+
+/// The kube-apiserver extension on a generated set: every rule gets a name (`e0`, `e1`, …
+/// for egress, `i0`, … for ingress; now and then two egress rules share one), and about
+/// half the policies get the `policy.cozystack.io/kube-apiserver` annotation, listing some
+/// egress rules' names, at times an ingress rule's or one no rule has (both ignored), with
+/// spaces and empty items the list may hold.
+pub fn annotate(r: &mut impl Rng, s: &mut PolicySet) {
+    for a in &mut s.anps {
+        annotate_one(r, &mut a.metadata, &mut a.spec.ingress, &mut a.spec.egress);
+    }
+    if let Some(b) = &mut s.banp {
+        annotate_one(r, &mut b.metadata, &mut b.spec.ingress, &mut b.spec.egress);
+    }
+}
+
+/// [`annotate`] for one policy.
+pub fn annotate_one(
+    r: &mut impl Rng,
+    meta: &mut ObjectMeta,
+    ingress: &mut [IngressRule],
+    egress: &mut [EgressRule],
+) {
+    for (i, rule) in ingress.iter_mut().enumerate() {
+        rule.name = format!("i{i}");
+    }
+    for (i, rule) in egress.iter_mut().enumerate() {
+        rule.name = format!("e{i}");
+    }
+    if egress.len() >= 2 && r.random_bool(0.15) {
+        egress[1].name = "e0".into();
+    }
+    if !r.random_bool(0.5) {
+        return;
+    }
+    let mut names: Vec<String> = egress
+        .iter()
+        .filter(|_| r.random_bool(0.6))
+        .map(|e| e.name.clone())
+        .collect();
+    if r.random_bool(0.15) {
+        names.push("i0".into());
+    }
+    if r.random_bool(0.15) {
+        names.push("missing".into());
+    }
+    let value = match r.random_range(0..4) {
+        0 => names.join(" , "),
+        1 => format!("{},", names.join(",")),
+        _ => names.join(","),
+    };
+    meta.annotations
+        .get_or_insert_default()
+        .insert("policy.cozystack.io/kube-apiserver".into(), value);
+}

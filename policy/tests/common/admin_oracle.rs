@@ -26,6 +26,14 @@
 //! protocol; `portNumber` and `portRange` default to TCP; `namedPort` names a container
 //! port of the destination pod (the subject for ingress, the peer for egress), of whatever
 //! protocol that port has; an address has no named ports.
+//!
+//! The cozyplane extension for the entity ANP cannot name: the annotation
+//! `policy.cozystack.io/kube-apiserver` on an ANP or the BANP lists (comma-separated) rule
+//! names; each egress rule whose `name` is listed matches, besides its own peers, every
+//! address of the kube-apiserver (given to [`allowed_with`]). The kube-apiserver is
+//! addresses, which have no container port names: a listed rule with a `namedPort` is read
+//! as the CRD reads `namedPort` with `nodes` or `networks` (refused), so it fails closed. A
+//! listed name no egress rule has changes nothing.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -34,6 +42,7 @@ use cozyplane_apis::admin_policy::{
     AdminNetworkPolicy, BaselineAdminNetworkPolicy, EgressPeer, NamespacedPod, PolicyPort, Subject,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::oracle::{self, End, OPod, in_cidr, selector_matches};
 
@@ -159,40 +168,63 @@ fn port_matches(p: &PolicyPort, dst: &AEnd, proto: &str, port: u16) -> bool {
     false
 }
 
-/// One rule against one flow; `peer` is the other end from the subject.
+/// A rule as the oracle reads it.
+struct ORule {
+    action: String,
+    peers: Vec<EgressPeer>,
+    ports: Option<Vec<PolicyPort>>,
+    /// Listed in the kube-apiserver annotation (egress only).
+    apiserver: bool,
+}
+
+/// One rule against one flow; `peer` is the other end from the subject, `apiserver` the
+/// kube-apiserver's addresses.
 #[allow(clippy::too_many_arguments)]
 fn rule(
     c: &Cluster<'_>,
-    action: &str,
-    peers: &[EgressPeer],
-    ports: Option<&Vec<PolicyPort>>,
+    apiserver: &[IpAddr],
+    r: &ORule,
     peer: &AEnd,
     dst: &AEnd,
     proto: &str,
     port: u16,
 ) -> Option<Hit> {
-    let hit = match action {
+    let (peers, ports) = (&r.peers, r.ports.as_ref());
+    let hit = match r.action.as_str() {
         "Allow" => Hit::Allow,
         "Deny" => Hit::Deny,
         "Pass" => Hit::Pass,
         _ => return Some(Hit::Deny),
     };
     let each: Vec<Option<bool>> = peers.iter().map(|p| peer_matches(c, p, peer)).collect();
-    if peers.is_empty() || each.contains(&None) {
+    let named_to_apiserver = r.apiserver && ports.into_iter().flatten().any(|p| p.named_port.is_some());
+    if peers.is_empty() || each.contains(&None) || named_to_apiserver {
         // Fail closed.
         return (hit != Hit::Allow).then_some(Hit::Deny);
     }
-    let peer_ok = each.contains(&Some(true));
+    let peer_ok = each.contains(&Some(true)) || (r.apiserver && apiserver.contains(&peer.ip()));
     let ports_ok = ports.is_none_or(|ps| ps.iter().any(|p| port_matches(p, dst, proto, port)));
     (peer_ok && ports_ok).then_some(hit)
 }
 
-/// The rules of a policy in one direction, as (action, peers, ports).
+/// The rule names the kube-apiserver annotation lists.
+fn apiserver_names(meta: &ObjectMeta) -> Vec<String> {
+    meta.annotations
+        .iter()
+        .flat_map(|a| a.get("policy.cozystack.io/kube-apiserver"))
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The rules of a policy in one direction.
 fn rules_of(
+    meta: &ObjectMeta,
     ingress: &[cozyplane_apis::admin_policy::IngressRule],
     egress: &[cozyplane_apis::admin_policy::EgressRule],
     is_ingress: bool,
-) -> Vec<(String, Vec<EgressPeer>, Option<Vec<PolicyPort>>)> {
+) -> Vec<ORule> {
     if is_ingress {
         ingress
             .iter()
@@ -206,20 +238,34 @@ fn rules_of(
                         ..EgressPeer::default()
                     })
                     .collect();
-                (r.action.clone(), peers, r.ports.clone())
+                ORule {
+                    action: r.action.clone(),
+                    peers,
+                    ports: r.ports.clone(),
+                    apiserver: false,
+                }
             })
             .collect()
     } else {
+        let listed = apiserver_names(meta);
         egress
             .iter()
-            .map(|r| (r.action.clone(), r.to.clone(), r.ports.clone()))
+            .map(|r| ORule {
+                action: r.action.clone(),
+                peers: r.to.clone(),
+                ports: r.ports.clone(),
+                apiserver: !r.name.is_empty() && listed.contains(&r.name),
+            })
             .collect()
     }
 }
 
-/// One direction for `subject`: may the flow `src` → `dst` pass?
+/// One direction for `subject`: may the flow `src` → `dst` pass? `apiserver`: the
+/// kube-apiserver's addresses.
+#[allow(clippy::too_many_arguments)]
 pub fn direction(
     c: &Cluster<'_>,
+    apiserver: &[IpAddr],
     subject: &OPod,
     ingress: bool,
     src: &AEnd,
@@ -236,8 +282,8 @@ pub fn direction(
     // Equal priorities are the implementation's choice; the worlds given here have none.
     anps.sort_by_key(|a| a.spec.priority);
     'anp: for a in anps {
-        for (action, peers, ports) in rules_of(&a.spec.ingress, &a.spec.egress, ingress) {
-            match rule(c, &action, &peers, ports.as_ref(), peer, dst, proto, port) {
+        for r in rules_of(&a.metadata, &a.spec.ingress, &a.spec.egress, ingress) {
+            match rule(c, apiserver, &r, peer, dst, proto, port) {
                 Some(Hit::Allow) => return true,
                 Some(Hit::Deny) => return false,
                 Some(Hit::Pass) => break 'anp,
@@ -258,10 +304,12 @@ pub fn direction(
         return v;
     }
     if let Some(b) = c.banp.filter(|b| subject_selects(c, &b.spec.subject, subject)) {
-        for (action, peers, ports) in rules_of(&b.spec.ingress, &b.spec.egress, ingress) {
+        for mut r in rules_of(&b.metadata, &b.spec.ingress, &b.spec.egress, ingress) {
             // BANP has no Pass: an action it does not know fails closed.
-            let action = if action == "Pass" { String::new() } else { action };
-            match rule(c, &action, &peers, ports.as_ref(), peer, dst, proto, port) {
+            if r.action == "Pass" {
+                r.action.clear();
+            }
+            match rule(c, apiserver, &r, peer, dst, proto, port) {
                 Some(Hit::Allow) => return true,
                 Some(_) => return false,
                 None => {}
@@ -271,14 +319,27 @@ pub fn direction(
     true
 }
 
-/// May `src` open a flow to `dst` on `proto` ("TCP", "UDP", "SCTP") `port`?
+/// May `src` open a flow to `dst` on `proto` ("TCP", "UDP", "SCTP") `port`? A cluster
+/// whose kube-apiserver has no known address.
 pub fn allowed(c: &Cluster<'_>, src: &AEnd, dst: &AEnd, proto: &str, port: u16) -> bool {
+    allowed_with(c, &[], src, dst, proto, port)
+}
+
+/// [`allowed`] with the kube-apiserver at `apiserver`.
+pub fn allowed_with(
+    c: &Cluster<'_>,
+    apiserver: &[IpAddr],
+    src: &AEnd,
+    dst: &AEnd,
+    proto: &str,
+    port: u16,
+) -> bool {
     let egress = match src {
-        AEnd::Pod(s) => direction(c, s, false, src, dst, proto, port),
+        AEnd::Pod(s) => direction(c, apiserver, s, false, src, dst, proto, port),
         _ => true,
     };
     let ingress = match dst {
-        AEnd::Pod(d) => direction(c, d, true, src, dst, proto, port),
+        AEnd::Pod(d) => direction(c, apiserver, d, true, src, dst, proto, port),
         _ => true,
     };
     egress && ingress

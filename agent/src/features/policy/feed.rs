@@ -7,7 +7,10 @@
 //! every change is compiled as it comes ([`Feed::step`]). A relist of one kind (after a
 //! watch expired) turns into the changes between what was listed before and now. A kind the
 //! API does not serve (the AdminNetworkPolicy CRDs not installed) counts as listed and empty
-//! ([`Listing::absent`]) until a list succeeds.
+//! ([`Listing::absent`]) until a list succeeds. The kube-apiserver's EndpointSlices are one
+//! listing like the others (an empty list is a complete one): their ready addresses are
+//! what the `policy.cozystack.io/kube-apiserver` extension of the admin tiers matches
+//! ([`NpCompiler::set_kube_apiserver`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -20,6 +23,7 @@ use cozyplane_policy::hf::{HfCompiler, NodeInfo};
 use cozyplane_policy::model::{Diff, Tables};
 use cozyplane_policy::np::{self, NamespaceInfo, NpCompiler, PodInfo};
 use cozyplane_policy::sg::SgCompiler;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::watcher::Event;
 
@@ -155,6 +159,8 @@ pub struct Listings {
     pub anps: Listing<AdminNetworkPolicy>,
     /// The BaselineAdminNetworkPolicy (spec and name only).
     pub banps: Listing<BaselineAdminNetworkPolicy>,
+    /// The `default/kubernetes` Service's EndpointSlices: their ready addresses.
+    pub apiserver: Listing<Vec<IpAddr>>,
     /// VPCs with a VNI: the net.
     pub vpcs: Listing<u32>,
     /// SecurityGroups.
@@ -166,6 +172,14 @@ pub struct Listings {
 }
 
 impl Listings {
+    /// The kube-apiserver's addresses: every ready address of its EndpointSlices, sorted.
+    pub fn kube_apiserver(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = self.apiserver.live.values().flatten().copied().collect();
+        ips.sort_unstable();
+        ips.dedup();
+        ips
+    }
+
     /// Has every kind listed once?
     pub fn synced(&self) -> bool {
         self.policies.synced
@@ -175,6 +189,7 @@ impl Listings {
             && self.nodes.synced
             && self.anps.synced
             && self.banps.synced
+            && self.apiserver.synced
             && self.vpcs.synced
             && self.groups.synced
             && self.ports.synced
@@ -199,6 +214,9 @@ pub enum Change {
     Anp(Step<AdminNetworkPolicy>),
     /// The BaselineAdminNetworkPolicy.
     Banp(Step<BaselineAdminNetworkPolicy>),
+    /// The kube-apiserver's addresses now (all of them, after any of its EndpointSlices
+    /// changed).
+    KubeApiserver(Vec<IpAddr>),
     /// A VPC's net.
     Vpc(Step<u32>),
     /// A SecurityGroup.
@@ -220,6 +238,43 @@ pub struct Feed {
     pub hf: HfCompiler,
     /// What the node is when its Node object is unknown: its name and `--node-ip`.
     bare_node: NodeInfo,
+}
+
+/// The Service whose endpoints are the kube-apiserver: `kubernetes` in `default`, the one
+/// the API server maintains for itself.
+pub const APISERVER_NAMESPACE: &str = "default";
+
+/// The label selector of the kube-apiserver's EndpointSlices.
+pub const APISERVER_SLICES: &str = "kubernetes.io/service-name=kubernetes";
+
+/// The ready addresses (both families) of an EndpointSlice of the kube-apiserver; `None`
+/// for a slice of another Service (should the API ignore the selector). An endpoint
+/// without the `ready` condition is ready, as the API documents; FQDN slices hold no
+/// address.
+pub fn apiserver_addresses(s: &EndpointSlice) -> Option<Vec<IpAddr>> {
+    let labels = s.metadata.labels.as_ref();
+    if labels
+        .and_then(|l| l.get("kubernetes.io/service-name"))
+        .map(String::as_str)
+        != Some("kubernetes")
+        || s.metadata.namespace.as_deref() != Some(APISERVER_NAMESPACE)
+    {
+        return None;
+    }
+    if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
+        return Some(Vec::new());
+    }
+    let mut ips: Vec<IpAddr> = s
+        .endpoints
+        .iter()
+        .flatten()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| &e.addresses)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    ips.sort_unstable();
+    ips.dedup();
+    Some(ips)
 }
 
 /// The node's addresses in its Node object, and the agent's own: its underlay address and the
@@ -254,6 +309,7 @@ impl Feed {
         for n in l.nodes.live.values() {
             np.set_node(n.clone());
         }
+        np.set_kube_apiserver(l.kube_apiserver());
         for p in l.anps.live.values() {
             np.set_anp(p);
         }
@@ -331,6 +387,7 @@ impl Feed {
             Change::Anp(Step::Gone((_, name))) => ("anp", self.np.remove_anp(&name)),
             Change::Banp(Step::Set(_, p)) => ("banp", self.np.set_banp(&p)),
             Change::Banp(Step::Gone((_, name))) => ("banp", self.np.remove_banp(&name)),
+            Change::KubeApiserver(ips) => ("anp", self.np.set_kube_apiserver(ips)),
             Change::Vpc(Step::Set((ns, name), net)) => ("sg", self.sg.set_vpc(&ns, &name, net)),
             Change::Vpc(Step::Gone((ns, name))) => ("sg", self.sg.remove_vpc(&ns, &name)),
             Change::Group(Step::Set(_, g)) => ("sg", self.sg.set_group(&g)),

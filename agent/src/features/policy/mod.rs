@@ -1,6 +1,7 @@
 //! The policy layers' writer (issue 14, `docs/policy.md`): watches NetworkPolicies, Pods,
 //! Namespaces and Nodes (kube API), AdminNetworkPolicies and the
-//! BaselineAdminNetworkPolicy (`policy.networking.k8s.io` CRDs, issue 29), VPCs,
+//! BaselineAdminNetworkPolicy (`policy.networking.k8s.io` CRDs, issue 29) and the
+//! kube-apiserver's EndpointSlices (their `policy.cozystack.io/kube-apiserver` extension), VPCs,
 //! SecurityGroups, Ports and HostFirewalls (our API), feeds the `cozyplane-policy` compilers
 //! and writes the entry diffs they return to the pinned policy maps (`sdn_pol_rules`,
 //! `sdn_pol_cidrs`, `sdn_sg_members`, `sdn_np_idents`, `sdn_hf_self`, `sdn_pol_state`).
@@ -218,7 +219,7 @@ pub async fn run(
         dirty: false,
     };
     tracing::info!(
-        "watching NetworkPolicies, AdminNetworkPolicies, BaselineAdminNetworkPolicies, Pods, Namespaces, Nodes, VPCs, SecurityGroups, Ports, HostFirewalls for the policy maps"
+        "watching NetworkPolicies, AdminNetworkPolicies, BaselineAdminNetworkPolicies, the kube-apiserver's EndpointSlices, Pods, Namespaces, Nodes, VPCs, SecurityGroups, Ports, HostFirewalls for the policy maps"
     );
     while let Some(ev) = events.next().await {
         let tick = matches!(ev, Ev::Tick);

@@ -10,14 +10,21 @@
 //!   (the CRD was deleted with its objects). It is logged once per disappearance, and the
 //!   watch keeps asking every [`LOOKOUT_MAX`] at most, so installing the CRDs later is picked
 //!   up without a restart.
+//! * The kube-apiserver: the EndpointSlices of the `default/kubernetes` Service (label
+//!   `kubernetes.io/service-name=kubernetes`), whose ready addresses the
+//!   `policy.cozystack.io/kube-apiserver` extension of the admin tiers matches. Listed once
+//!   before the first compile like every kind; an empty list (a cluster whose API server
+//!   keeps no endpoints) is complete, and the extension then matches no address.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use cozyplane_apis::admin_policy::{AdminNetworkPolicy, BaselineAdminNetworkPolicy};
 use cozyplane_apis::v1alpha1::{HostFirewall, Port, SecurityGroup, VPC};
+use cozyplane_policy::np::admin::KUBE_APISERVER_ANNOTATION;
 use futures::{StreamExt as _, stream::BoxStream};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
@@ -48,6 +55,8 @@ pub enum Ev {
     Anp(Box<Result<Event<AdminNetworkPolicy>, watcher::Error>>),
     /// The BaselineAdminNetworkPolicy.
     Banp(Box<Result<Event<BaselineAdminNetworkPolicy>, watcher::Error>>),
+    /// An EndpointSlice of the kube-apiserver (`default/kubernetes`).
+    Apiserver(Box<Result<Event<EndpointSlice>, watcher::Error>>),
     /// A VPC.
     Vpc(Result<Event<VPC>, watcher::Error>),
     /// A SecurityGroup.
@@ -124,10 +133,17 @@ pub fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
             .backoff(Lookout::default())
             .map(|e| Ev::Anp(Box::new(e)))
             .boxed(),
-        watcher::watcher(Api::<BaselineAdminNetworkPolicy>::all(kube), cfg.clone())
+        watcher::watcher(Api::<BaselineAdminNetworkPolicy>::all(kube.clone()), cfg.clone())
             .backoff(Lookout::default())
             .map(|e| Ev::Banp(Box::new(e)))
             .boxed(),
+        watcher::watcher(
+            Api::<EndpointSlice>::namespaced(kube, feed::APISERVER_NAMESPACE),
+            cfg.clone().labels(feed::APISERVER_SLICES),
+        )
+        .default_backoff()
+        .map(|e| Ev::Apiserver(Box::new(e)))
+        .boxed(),
         watcher::watcher(Api::<VPC>::all(sdn.clone()), cfg.clone())
             .default_backoff()
             .map(Ev::Vpc)
@@ -197,14 +213,28 @@ where
     }
 }
 
-/// What an admin policy is to the compiler: its name and spec (status and the rest of the
-/// metadata change without changing what it enforces).
+/// What an admin policy's metadata is to the compiler: its name and the kube-apiserver
+/// annotation (status and the rest of the metadata change without changing what it
+/// enforces).
+fn admin_meta(m: &ObjectMeta) -> ObjectMeta {
+    let annotations = m
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() == KUBE_APISERVER_ANNOTATION)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    ObjectMeta {
+        name: m.name.clone(),
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..ObjectMeta::default()
+    }
+}
+
+/// What an admin policy is to the compiler: its name, spec and [`admin_meta`].
 fn anp_row(o: &AdminNetworkPolicy) -> AdminNetworkPolicy {
     AdminNetworkPolicy {
-        metadata: ObjectMeta {
-            name: o.metadata.name.clone(),
-            ..ObjectMeta::default()
-        },
+        metadata: admin_meta(&o.metadata),
         spec: o.spec.clone(),
         status: None,
     }
@@ -212,10 +242,7 @@ fn anp_row(o: &AdminNetworkPolicy) -> AdminNetworkPolicy {
 
 fn banp_row(o: &BaselineAdminNetworkPolicy) -> BaselineAdminNetworkPolicy {
     BaselineAdminNetworkPolicy {
-        metadata: ObjectMeta {
-            name: o.metadata.name.clone(),
-            ..ObjectMeta::default()
-        },
+        metadata: admin_meta(&o.metadata),
         spec: o.spec.clone(),
         status: None,
     }
@@ -279,6 +306,16 @@ pub fn changes(l: &mut Listings, ev: Ev, node: &str, own: &[IpAddr]) -> Result<V
             .into_iter()
             .map(Change::Banp)
             .collect(),
+        Ev::Apiserver(r) => {
+            let steps = l
+                .apiserver
+                .event((*r)?, |o| key_of(&o.metadata), feed::apiserver_addresses);
+            if steps.is_empty() {
+                Vec::new()
+            } else {
+                vec![Change::KubeApiserver(l.kube_apiserver())]
+            }
+        }
         Ev::Vpc(r) => l
             .vpcs
             .event(
