@@ -4,7 +4,7 @@
 //!
 //! | part | how |
 //! |---|---|
-//! | containerd | Debian's 1.6 with runc; own root, state, socket, opt and runc root under the node's directory; CRI plugin with `restrict_oom_score_adj` (root here lacks CAP_SYS_RESOURCE), cgroupfs, the sandbox image [`images::PAUSE`], CNI from the node's `opt/cni/bin` and `etc/cni/net.d` (what the chart's installer put there, plus the distribution's `loopback`, which containerd runs for every sandbox's `lo`); every registry's `hosts.toml` points at `127.0.0.1:1`, which refuses, so a missing image fails at once instead of being fetched |
+//! | containerd | Debian's 1.6 with runc, in a UTS namespace named after the node; own root, state, socket, opt and runc root under the node's directory; CRI plugin with `restrict_oom_score_adj` (root here lacks CAP_SYS_RESOURCE), cgroupfs, the sandbox image [`images::PAUSE`], CNI from the node's `opt/cni/bin` and `etc/cni/net.d` (what the chart's installer put there, plus the distribution's `loopback`, which containerd runs for every sandbox's `lo`); every registry's `hosts.toml` points at `127.0.0.1:1`, which refuses, so a missing image fails at once instead of being fetched |
 //! | kubelet | own root dir, pod logs and volume plugin dir; eviction thresholds near nothing (100 MiB of disk: a build machine's disk 99 % full must not evict the test's pods as DiskPressure); client certificate `system:node:<name>` (`system:nodes`) and a serving certificate for the node's address, both of the cluster CA; webhook authentication and authorization; cgroupfs under its own cgroup root; `--node-ip` the node's underlay address |
 //! | cgroups | `cplab-<pid>-<node>` in every cgroup v1 hierarchy: the kubelet's `cgroupRoot` (it makes `kubepods` below), and `runtime/` below it holding containerd, its shims and the kubelet |
 //! | sysctls | the machine-wide ones the kubelet sets ([`KUBELET_SYSCTLS`](super::host::KUBELET_SYSCTLS)) are read before the first kubelet starts and written back when [`RealNodes`] drops |
@@ -302,6 +302,17 @@ nodeStatusReportFrequency: 10s
                 node,
                 &self.cgroup.runtime_procs(),
                 &[
+                    // A UTS namespace of its own named after the node: its host-network pods
+                    // (which share it) answer with their node's name, as on a real node; the
+                    // suite's hostNetwork checks compare hostnames with node names. `unshare`
+                    // and `sh` exec in place: the PID stays containerd's.
+                    "unshare".into(),
+                    "--uts".into(),
+                    "--".into(),
+                    "sh".into(),
+                    "-c".into(),
+                    r#"hostname "$0" && exec "$@""#.into(),
+                    node.name.clone(),
                     "containerd".into(),
                     "--config".into(),
                     d.join("containerd.toml").display().to_string(),
@@ -329,7 +340,7 @@ nodeStatusReportFrequency: 10s
     pub(crate) fn restart_containerd(&mut self, node: &Node) -> (Duration, Duration) {
         let proc = self.containerd.as_mut().expect("containerd runs");
         let pid = proc.id().expect("containerd's PID");
-        // `sh` and `nsenter` exec in place: the PID is containerd's.
+        // `sh`, `nsenter` and `unshare` exec in place: the PID is containerd's.
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         assert_eq!(comm.trim(), "containerd", "PID {pid} of {}", self.name);
         let stopping = Instant::now();
