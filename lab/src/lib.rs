@@ -778,6 +778,16 @@ impl Lab {
         lab
     }
 
+    /// Routes every node's IPv4 fabric block from the control namespace through that node,
+    /// as a control-plane host that is no node reaches pods through the nodes (the real-node
+    /// lab's kube-apiserver dials pods for its `pods/proxy` and `services/proxy`).
+    pub fn route_pods_from_ctl(&self) {
+        for n in &self.nodes {
+            self.ctl
+                .ip_ok(&["route", "replace", &n.block, "via", &n.ip.to_string()]);
+        }
+    }
+
     /// [`Lab::expose`] of the port of a server's `url` (`https://127.0.0.1:<port>`).
     pub fn expose_url(&self, url: &str) {
         let port = url.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());

@@ -579,6 +579,7 @@ impl Cluster {
         )
         .await;
         lab.expose_url(&cp.url);
+        lab.route_pods_from_ctl();
         let cozy = cp.install_cozyplane(&[]).await;
         eprintln!("control plane and cozyplane-apiserver up in {:?}", t0.elapsed());
         let kube = cp.client(&cp.admin).await;

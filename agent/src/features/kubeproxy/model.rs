@@ -355,7 +355,9 @@ impl NodePortAddresses {
 ///   `nodes.all` of a family the Service has and that `nodeport_addresses` admits (the agent's
 ///   `--nodeport-addresses`, the same on every node): a client on this node (a pod, or the node)
 ///   reaching any node's NodePort is balanced here, over every endpoint (kube-proxy's treatment
-///   of cluster-internal traffic to a NodePort, whatever its `externalTrafficPolicy`);
+///   of cluster-internal traffic to a NodePort); under `externalTrafficPolicy: Local` only this
+///   node's own addresses, another node's NodePort being that node's to answer with its own
+///   endpoints;
 /// * the frontends traffic from outside the cluster meets at this node's uplink, in the
 ///   external net ([`EXTERNAL_NET`]): the NodePorts on the admitted addresses of `nodes.mine`, the external IPs and the
 ///   LoadBalancer IPs. Under `externalTrafficPolicy: Local` they are balanced over this node's
@@ -446,7 +448,12 @@ pub fn frontends_with(
         for ip in nodes.mine.iter().filter(serves) {
             front(*ip, node_port, EXTERNAL_NET, false);
         }
-        for ip in nodes.all.iter().filter(serves) {
+        // Another node's NodePort of an `externalTrafficPolicy: Local` Service is that
+        // node's to answer (with its own endpoints, or refused): not balanced here. The
+        // upstream suite holds kube-proxy to this (`should fallback to local terminating
+        // endpoints …`: a pod reaching a node without endpoints is refused).
+        let reached_here = |ip: &&IpAddr| !external_local || nodes.mine.contains(*ip);
+        for ip in nodes.all.iter().filter(serves).filter(reached_here) {
             front(*ip, node_port, 0, false);
         }
     }

@@ -230,7 +230,7 @@ fn client_ip_affinity_takes_its_timeout_or_the_default() {
 }
 
 #[test]
-fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
+fn a_node_port_is_a_frontend_on_the_node_addresses_of_the_services_families() {
     let eps = slice("IPv4", 8080, &[("10.244.2.2", "n2", true, true, false)]);
     let s = svc(
         json!({"spec": {"type": "NodePort", "externalTrafficPolicy": "Local",
@@ -254,8 +254,22 @@ fn a_node_port_is_a_frontend_on_every_node_address_of_the_services_families() {
         .collect();
     assert_eq!(
         vips,
+        ["10.96.0.10:80", "192.168.10.1:30080"],
+        "no IPv6 node address: the Service is IPv4 only; another node's NodePort of an \
+         externalTrafficPolicy: Local Service is that node's to answer"
+    );
+    let cluster = svc(json!({"spec": {"type": "NodePort",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]}}));
+    let (out_cluster, _) = frontends_with(&cluster, &[&eps], &me(), &nodes, &NodePortAddresses::All);
+    let vips_cluster: Vec<String> = out_cluster
+        .keys()
+        .filter(|f| f.net == 0)
+        .map(|f| format!("{}:{}", f.vip, f.port))
+        .collect();
+    assert_eq!(
+        vips_cluster,
         ["10.96.0.10:80", "192.168.10.1:30080", "192.168.10.2:30080"],
-        "no IPv6 node address: the Service is IPv4 only"
+        "externalTrafficPolicy: Cluster: every node's NodePort is balanced here"
     );
     let outside: Vec<(String, usize)> = out
         .iter()
