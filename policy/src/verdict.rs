@@ -206,6 +206,23 @@ fn first_admin(
         .min_by_key(|v| v.rule)
 }
 
+/// [`first_admin`] for a peer given by its address (its identity and class looked up as the
+/// datapath does): the first matching rule of admin tier `layer` for subject identity
+/// `subject` in `dir`, whatever its action. The trace names a `Deny` or `Pass` rule with it.
+pub fn first_admin_rule(
+    t: &Tables,
+    layer: Layer,
+    dir: Dir,
+    subject: u32,
+    peer: IpAddr,
+    proto: u8,
+    port: u16,
+) -> Option<RuleVal> {
+    let token = t.np_idents.get(&peer).copied();
+    let class = class_of(t, 0, Layer::Np, peer);
+    first_admin(t, layer, dir, subject, token, class, proto, port)
+}
+
 fn admin_check(v: RuleVal, tier: Tier) -> Option<NpCheck> {
     let check = match v.flags {
         ACTION_ALLOW => Check::Rule(v.rule),

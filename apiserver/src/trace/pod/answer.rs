@@ -10,8 +10,7 @@ use std::net::IpAddr;
 use cozyplane_apis::v1alpha1::{PodTraceDirection, PodTraceResolved, PodTraceRule, PodTraceStatus};
 use cozyplane_policy::Dir;
 use cozyplane_policy::model::{
-    ACTION_ALLOW, ACTION_DENY, ACTION_PASS, Layer, MARK_ANP, PEER_ANY, PEER_CLASS, PEER_ISOLATED, RuleVal,
-    Tables,
+    ACTION_ALLOW, ACTION_DENY, ACTION_PASS, Layer, MARK_ANP, PEER_ISOLATED, RuleVal, Tables,
 };
 use cozyplane_policy::np::admin::{ordinal, translate_anp, translate_banp};
 use cozyplane_policy::np::rule_id;
@@ -49,18 +48,10 @@ fn action_name(flags: u32) -> &'static str {
     }
 }
 
-/// The first matching admin rule of `layer` for subject `id` in `dir` (the lowest ordinal
-/// over the peer's identity, its CIDR class and "any"): the lookups `verdict::np_detail`
-/// makes, repeated here for the rule's ordinal, which a `Deny` or `Pass` does not return.
+/// The first matching admin rule of `layer` for subject `id` in `dir`: the ordinal a `Deny`
+/// or `Pass` does not return in the verdict, found by the same lookups.
 fn first_admin(t: &Tables, layer: Layer, dir: Dir, id: u32, peer: IpAddr, flow: &Flow) -> Option<RuleVal> {
-    let token = t.np_idents.get(&peer).copied();
-    let class = verdict::class_of(t, 0, Layer::Np, peer).map(|c| PEER_CLASS | c);
-    token
-        .into_iter()
-        .chain(class)
-        .chain([PEER_ANY])
-        .filter_map(|p| verdict::lookup(t, layer, dir, 0, id, p, flow.proto, flow.port))
-        .min_by_key(|v| v.rule)
+    verdict::first_admin_rule(t, layer, dir, id, peer, flow.proto, flow.port)
 }
 
 /// The admin rule of `layer` and `dir` whose ordinal is `ord`, with the action it has in the
