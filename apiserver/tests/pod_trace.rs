@@ -471,8 +471,109 @@ async fn scenario(cp: &ControlPlane) {
         answers[3]
     );
 
+    host_firewall(cp, &alice, &t).await;
     tenancy(cp, &alice).await;
     bad_input(&alice, &admin).await;
+}
+
+/// A flow into a node meets the node's HostFirewall after the pod's egress; a node's flow to a
+/// pod of another node meets its egress firewall first. Both nodes are `role: worker`; the
+/// firewall admits web's SSH into the nodes and the nodes' 8080 out to db only. Each answer's
+/// verdict is `verdict::np`'s and the firewall's as written, its layer the first that drops.
+async fn host_firewall(cp: &ControlPlane, alice: &kube::Client, t: &Tables) {
+    apply(cp, &json!({"apiVersion": API, "kind": "HostFirewall", "metadata": {"name": "workers"},
+        "spec": {"nodeSelector": {"matchLabels": {"role": "worker"}}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"from": [{"cidr": format!("{WEB}/32")}], "ports": [{"protocol": "TCP", "port": 22}]}],
+                 "egress": [{"to": [{"cidr": format!("{DB}/32")}], "ports": [{"protocol": "TCP", "port": 8080}]}]}})
+        .to_string())
+    .await;
+    let hf = |dir: &str, node: &str, verdict: &str, decision: &str, rule: Value| json!({"node": node, "direction": dir, "verdict": verdict, "decision": decision, "rule": rule});
+    let cases = [
+        (
+            "web -> n1 22: the firewall's rule admits it into the node",
+            (pod("web"), WEB),
+            (addr(N1), N1),
+            22,
+            json!({"verdict": "Allowed", "layer": "HostFirewall", "reason": "Rule",
+                   "hostFirewall": hf("ingress", "n1", "Allowed", "Rule",
+                json!({"hostFirewall": "workers", "direction": "ingress", "index": 0}))}),
+        ),
+        (
+            "db -> n1 22: no rule admits db into the node",
+            (pod("db"), DB),
+            (addr(N1), N1),
+            22,
+            json!({"verdict": "Dropped", "layer": "HostFirewall", "reason": "DefaultDeny",
+                   "hostFirewall": hf("ingress", "n1", "Dropped", "DefaultDeny", Value::Null)}),
+        ),
+        (
+            "db -> n2 6443: the failsafe keeps the API server's port",
+            (pod("db"), DB),
+            (addr(N2), N2),
+            6443,
+            json!({"verdict": "Allowed", "layer": "HostFirewall", "reason": "Failsafe",
+                   "hostFirewall": hf("ingress", "n2", "Allowed", "Failsafe",
+                json!({"direction": "ingress", "hostFirewall": null, "index": null}))}),
+        ),
+        (
+            "n2 -> db 8080: the egress rule lets n2 out to db",
+            (addr(N2), N2),
+            (pod("db"), DB),
+            8080,
+            json!({"hostFirewall": hf("egress", "n2", "Allowed", "Rule",
+                json!({"hostFirewall": "workers", "direction": "egress", "index": 0}))}),
+        ),
+        (
+            "n2 -> free 8080: n2's egress firewall refuses before free's policy is asked",
+            (addr(N2), N2),
+            (pod("free"), FREE),
+            8080,
+            json!({"verdict": "Dropped", "layer": "HostFirewall", "reason": "DefaultDeny",
+                   "hostFirewall": hf("egress", "n2", "Dropped", "DefaultDeny", Value::Null)}),
+        ),
+        (
+            "n1 -> db 8080: a node to its own pod passes no firewall",
+            (addr(N1), N1),
+            (pod("db"), DB),
+            8080,
+            json!({"verdict": "Allowed", "layer": "NodeExemption", "hostFirewall": null}),
+        ),
+    ];
+    for (what, src, dst, port, want) in cases {
+        let q = question(&src.0, &dst.0, "TCP", Some(port)).to_string();
+        // Until the server's storage has the firewall (it was written through the aggregator).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let a = loop {
+            let a = ask(alice, "POST", "t1", &q)
+                .await
+                .unwrap_or_else(|s| panic!("{what}: refused: {s:?}"));
+            if a["status"]["hostFirewall"]["decision"] != "NotArmed" || std::time::Instant::now() > deadline {
+                break a;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let st = &a["status"];
+        let (s_ip, d_ip): (IpAddr, IpAddr) = (src.1.parse().unwrap(), dst.1.parse().unwrap());
+        let np = verdict::np(t, s_ip, d_ip, proto::TCP, port);
+        let exempt = st["nodeExempt"] == true;
+        let hf_ok = st["hostFirewall"]["verdict"] != "Dropped";
+        let want_verdict = if (np.egress.allows() && (np.ingress.allows() || exempt)) && hf_ok {
+            "Allowed"
+        } else {
+            "Dropped"
+        };
+        assert_eq!(
+            st["verdict"], want_verdict,
+            "{what}: trace != verdict::np + firewall\n{a:#}"
+        );
+        assert_subset(st, &want, what, &a);
+        eprintln!(
+            "{what:<72} {} by {} ({})",
+            st["verdict"].as_str().unwrap_or_default(),
+            st["layer"].as_str().unwrap_or_default(),
+            st["reason"].as_str().unwrap_or_default()
+        );
+    }
 }
 
 /// Who may ask: a `create` of `podtraces` in the namespace, decided by kube-apiserver's RBAC

@@ -10,6 +10,7 @@
 
 #[path = "../../policy/tests/sgkit/mod.rs"]
 mod sgkit;
+mod trace_kit;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,8 +19,6 @@ use axum::body::Body;
 use axum::http::Request;
 use cozyplane_apis::net::claim::port_name;
 use cozyplane_apis::v1alpha1::{Port, SecurityGroup};
-use cozyplane_apiserver::registry::hooks::Requester;
-use cozyplane_apiserver::server::router::{AppState, MAX_BODY, router};
 use cozyplane_policy::model::proto;
 use cozyplane_policy::sg::SgCompiler;
 use cozyplane_policy::verdict::{self, Check, Endpoint};
@@ -30,60 +29,7 @@ use serde_json::{Value, json};
 use sgkit::{EPS, NS, PROBES, VPCS};
 use tower::ServiceExt as _;
 
-const API: &str = "/apis/sdn.cozystack.io/v1alpha1";
-
-struct Server {
-    app: axum::Router,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start() -> Self {
-        let (dir, storage) = cozyplane_storage::testing::embedded().await;
-        let kinds = cozyplane_apiserver::registry::kinds(&storage);
-        let app = router(AppState::new(kinds, storage, false, MAX_BODY));
-        Self { app, _dir: dir }
-    }
-
-    /// `(code, body)` of a request made as the server itself.
-    async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json")
-            .body(Body::from(body.map(Value::to_string).unwrap_or_default()))
-            .unwrap();
-        req.extensions_mut().insert(Requester::Server);
-        let r = self.app.clone().oneshot(req).await.unwrap();
-        let code = r.status().as_u16();
-        let bytes = axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap();
-        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-    }
-
-    async fn ok(&self, method: &str, path: &str, body: &Value) -> Value {
-        let (code, v) = self.call(method, path, Some(body)).await;
-        assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
-        v
-    }
-
-    async fn trace(&self, vpc: &str, spec: &Value) -> (u16, Value) {
-        let body = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCTrace", "spec": spec});
-        self.call(
-            "POST",
-            &format!("{API}/namespaces/{NS}/vpcs/{vpc}/trace"),
-            Some(&body),
-        )
-        .await
-    }
-}
-
-fn typed(kind: &str, v: Value) -> Value {
-    let mut v = v;
-    v["apiVersion"] = json!("sdn.cozystack.io/v1alpha1");
-    v["kind"] = json!(kind);
-    v.as_object_mut().unwrap().remove("status");
-    v
-}
+use trace_kit::{API, Server, typed};
 
 /// A world as the server holds it: the VNIs, the group ids it allocated, the Ports' names.
 struct Held {
@@ -227,7 +173,7 @@ async fn trace_all(s: &Server, held: &Held, label: &str, bad: &mut Vec<String>) 
                     spec["protocol"] = json!(if pr == proto::TCP { "TCP" } else { "UDP" });
                     spec["port"] = json!(port);
                 }
-                let (code, v) = s.trace(sv, &spec).await;
+                let (code, v) = s.trace_in(NS, sv, &spec).await;
                 let st = &v["status"];
                 let got = (
                     code,
@@ -387,10 +333,11 @@ async fn bad_input_is_a_422_with_field_causes() {
         ports: BTreeMap::new(),
     };
     put_port(&s, &mut held, EPS[0], &[], sgkit::random_name).await;
+    put_port(&s, &mut held, EPS[1], &[], sgkit::random_name).await;
     let web = port_name(held.vni["va"], "10.1.0.2".parse().unwrap());
     let vb_port = port_name(held.vni["vb"], "10.2.0.2".parse().unwrap());
     let ok = json!({"source": {"port": web}, "destination": {"address": "10.1.0.3"}, "protocol": "TCP", "port": 80});
-    let (code, v) = s.trace("va", &ok).await;
+    let (code, v) = s.trace_in(NS, "va", &ok).await;
     assert_eq!(code, 201, "{v}");
     assert_eq!(v["status"]["verdict"], "Allowed");
     assert_eq!(v["status"]["reason"], "Ungrouped");
@@ -407,9 +354,14 @@ async fn bad_input_is_a_422_with_field_causes() {
             json!({"source": {"port": vb_port}, "destination": {"address": "10.1.0.3"}, "protocol": "TCP", "port": 80}),
             vec![("spec.source.port", "FieldValueInvalid")],
         ),
+        // Two outside ends, or an outside end and a peer's: not a question about this VPC.
         (
-            json!({"source": {"port": web}, "destination": {"address": "192.0.2.1"}, "protocol": "TCP", "port": 80}),
-            vec![("spec.destination.address", "FieldValueInvalid")],
+            json!({"source": {"address": "192.0.2.1"}, "destination": {"address": "198.51.100.1"}, "protocol": "TCP", "port": 80}),
+            vec![("spec.source", "FieldValueInvalid")],
+        ),
+        (
+            json!({"source": {"address": "10.2.0.2"}, "destination": {"address": "192.0.2.1"}, "protocol": "TCP", "port": 80}),
+            vec![("spec.source", "FieldValueInvalid")],
         ),
         (
             json!({"source": {"port": web}, "destination": {"address": "not-an-ip"}, "protocol": "TCP", "port": 80}),
@@ -456,7 +408,7 @@ async fn bad_input_is_a_422_with_field_causes() {
         ),
     ];
     for (spec, want) in cases {
-        let (code, v) = s.trace("va", &spec).await;
+        let (code, v) = s.trace_in(NS, "va", &spec).await;
         assert_eq!(code, 422, "{spec}: {v}");
         assert_eq!(v["kind"], "Status", "{v}");
         assert_eq!(v["reason"], "Invalid", "{v}");
@@ -485,7 +437,7 @@ async fn bad_input_is_a_422_with_field_causes() {
         .call("GET", &format!("{API}/namespaces/{NS}/vpcs/va/trace"), None)
         .await;
     assert_eq!(code, 405);
-    let (code, v) = s.trace("nope", &ok).await;
+    let (code, v) = s.trace_in(NS, "nope", &ok).await;
     assert_eq!(code, 404, "{v}");
     assert_eq!(v["details"]["kind"], "vpcs", "{v}");
 }

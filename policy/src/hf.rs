@@ -117,6 +117,34 @@ impl HfCompiler {
         self.refresh()
     }
 
+    /// The rule a verdict's id names: `(firewall, direction, index)` of a HostFirewall that
+    /// selects the node, or `("", direction, 0)` for the lockout failsafe. `None` for an id no
+    /// rule of this compile has (the trace API's explanation of [`crate::verdict::hf`]).
+    pub fn rule_of(&self, rid: u32) -> Option<(String, Dir, usize)> {
+        for dir in [Dir::Ingress, Dir::Egress] {
+            if rule_id(FAILSAFE, dir, 0) == rid {
+                return Some((String::new(), dir, 0));
+            }
+        }
+        self.firewalls.iter().find_map(|(name, hf)| {
+            let selected =
+                Selector::parse(&hf.spec.node_selector).is_ok_and(|s| s.matches(&self.node.labels));
+            let lists = [
+                (Dir::Ingress, hf.spec.ingress.len()),
+                (Dir::Egress, hf.spec.egress.len()),
+            ];
+            selected
+                .then(|| {
+                    lists.into_iter().find_map(|(dir, n)| {
+                        (0..n)
+                            .find(|i| rule_id(name, dir, *i) == rid)
+                            .map(|i| (name.clone(), dir, i))
+                    })
+                })
+                .flatten()
+        })
+    }
+
     fn refresh(&mut self) -> Diff {
         let new = self.compile();
         let d = Diff::between(&self.out, &new);

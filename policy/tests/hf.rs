@@ -310,3 +310,43 @@ fn restricted_directions_keep_the_api_server_port_unless_overridden() {
     assert_eq!(c.tables().state_flags, POL_F_HF_INGRESS);
     assert!(inbound(&c, "10.10.0.1", "192.0.2.7", proto::UDP, 53));
 }
+
+/// The trace API names the rule a verdict's id stands for: each admitting rule by firewall,
+/// direction and index, the failsafe by the empty name, nothing for an unknown id.
+#[test]
+fn a_verdicts_rule_id_names_its_rule() {
+    use cozyplane_policy::Dir;
+    use cozyplane_policy::verdict::Check;
+    let c = compiler("worker");
+    let rid = |src: &str, dst: &str, pr: u8, port: u16| {
+        let v = verdict::hf(c.tables(), ip(src), ip(dst), pr, port);
+        match (v.ingress, v.egress) {
+            (Check::Rule(r), _) | (_, Check::Rule(r)) => r,
+            other => panic!("{src} -> {dst}:{port}: no rule admitted it: {other:?}"),
+        }
+    };
+    let node = "10.10.0.1";
+    assert_eq!(
+        c.rule_of(rid("10.1.1.1", node, proto::TCP, 31000)),
+        Some(("ssh".into(), Dir::Ingress, 1))
+    );
+    assert_eq!(
+        c.rule_of(rid("2001:db8::1", "fd00::1", proto::UDP, 123)),
+        Some(("ssh".into(), Dir::Ingress, 3))
+    );
+    assert_eq!(
+        c.rule_of(rid(node, "10.20.1.1", proto::TCP, 443)),
+        Some(("out".into(), Dir::Egress, 0))
+    );
+    // 6443 from anywhere: api-guard's rule and the failsafe share the entry; either names a
+    // rule that admits it.
+    let r = c.rule_of(rid("1.2.3.4", node, proto::TCP, 6443)).unwrap();
+    assert!(
+        r == ("api-guard".into(), Dir::Ingress, 0) || r == (String::new(), Dir::Ingress, 0),
+        "{r:?}"
+    );
+    assert_eq!(c.rule_of(0xdead_beef), None);
+    // A node the firewalls do not select has none of their rules.
+    let other = compiler("control-plane");
+    assert_eq!(other.rule_of(rid("10.1.1.1", node, proto::TCP, 31000)), None);
+}

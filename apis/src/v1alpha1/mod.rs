@@ -54,8 +54,8 @@ pub use host_firewall::{
     HostFirewallList, HostFirewallPeer, HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
 };
 pub use pod_trace::{
-    POD_TRACE_KIND, POD_TRACE_RESOURCE, PodTrace, PodTraceDirection, PodTraceEndpoint, PodTraceResolved,
-    PodTraceRule, PodTraceSpec, PodTraceStatus,
+    POD_TRACE_KIND, POD_TRACE_RESOURCE, PodTrace, PodTraceDirection, PodTraceEndpoint, PodTraceHostFirewall,
+    PodTraceHostFirewallRule, PodTraceResolved, PodTraceRule, PodTraceSpec, PodTraceStatus,
 };
 pub use port::{Port, PortList, PortSpec, PortStatus};
 pub use refs::{LocalVPCRef, VPCRef};
@@ -74,8 +74,8 @@ pub use vpc_gateway::{
 };
 pub use vpc_peering::{VPCPeering, VPCPeeringList, VPCPeeringSpec, VPCPeeringStatus};
 pub use vpc_trace::{
-    TRACE_KIND, VPCTrace, VPCTraceDirection, VPCTraceEndpoint, VPCTraceResolved, VPCTraceRule, VPCTraceSpec,
-    VPCTraceStatus,
+    TRACE_KIND, VPCTrace, VPCTraceDirection, VPCTraceDoor, VPCTraceEndpoint, VPCTraceResolved, VPCTraceRule,
+    VPCTraceSpec, VPCTraceStatus,
 };
 
 /// Condition types and reasons written by the controllers, per kind.

@@ -112,6 +112,43 @@ pub struct PodTraceDirection {
     pub exempt: bool,
 }
 
+/// A HostFirewall rule that admitted a flow into or out of a node. HostFirewalls are cluster
+/// objects of the platform's admins: always named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTraceHostFirewallRule {
+    /// The HostFirewall's name; empty for the lockout failsafe (TCP to the API server's port,
+    /// kept on every armed direction unless a firewall allows the lockout).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_firewall: String,
+    /// `ingress` or `egress`: the list of the firewall's spec the rule is in.
+    pub direction: String,
+    /// The rule's index in that list (absent for the failsafe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<i32>,
+}
+
+/// The node's own firewall on the flow: the destination node's ingress (a pod to a node's
+/// address), or the source node's egress (a node or hostNetwork pod to a pod of another node).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTraceHostFirewall {
+    /// The node whose HostFirewall is asked.
+    pub node: String,
+    /// `ingress` (into the node) or `egress` (out of it).
+    pub direction: String,
+    /// `Allowed` or `Dropped`.
+    pub verdict: String,
+    /// `Rule` (`rule` admits it), `Failsafe` (the API server's port), `DefaultDeny` (the
+    /// direction is armed and no rule admits it), `NotArmed` (no HostFirewall selecting the node
+    /// restricts the direction) or `Exempt` (IPv6 neighbour and router discovery, which no rule
+    /// can cut).
+    pub decision: String,
+    /// The admitting rule, for `Rule` and `Failsafe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<PodTraceHostFirewallRule>,
+}
+
 /// An end of the flow as the server resolved it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,12 +174,15 @@ pub struct PodTraceResolved {
 pub struct PodTraceStatus {
     /// `Allowed` or `Dropped`: what the datapath does with the flow's first packet.
     pub verdict: String,
-    /// The layer that decided: the tier that dropped the flow (the source's egress is asked
-    /// first), `NodeExemption`, or for an admitted flow the tier of the destination's
-    /// ingress, else of the source's egress (`Default`, `None` when no policy applies).
+    /// The layer that decided: the tier or `HostFirewall` that dropped the flow (in the
+    /// datapath's order: the source's egress, the node's firewall, the destination's
+    /// ingress), `NodeExemption`, or for an admitted flow the tier of the destination's
+    /// ingress, else of the source's egress, else `HostFirewall` when a firewall rule
+    /// admitted it (`Default`, `None` when no policy applies).
     pub layer: String,
     /// The decision of that direction (`Rule`, `Deny`, `DefaultDeny`, `DefaultAllow`,
-    /// `NotSelected`, `NotSubject`) or `NodeExempt`.
+    /// `NotSelected`, `NotSubject`), the firewall's (`Rule`, `Failsafe`, `DefaultDeny`) or
+    /// `NodeExempt`.
     pub reason: String,
     /// One sentence saying the same.
     pub message: String,
@@ -158,6 +198,10 @@ pub struct PodTraceStatus {
     /// whatever the destination's ingress policy says (kubelet probes).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_exempt: bool,
+    /// The node's HostFirewall, when one end of the flow is a node (absent otherwise, and
+    /// for a node to its own pods, which no firewall judges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_firewall: Option<PodTraceHostFirewall>,
     /// What the answer does not cover (a node destination's HostFirewall, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,

@@ -18,6 +18,13 @@ pub struct VPCRef {
     pub name: String,
 }
 
+impl VPCRef {
+    /// Neither field set.
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_empty() && self.name.is_empty()
+    }
+}
+
 /// A VPC in the referring object's own namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

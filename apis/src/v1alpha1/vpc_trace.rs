@@ -10,15 +10,17 @@ use super::VPCRef;
 /// The kind name of a trace request and its answer.
 pub const TRACE_KIND: &str = "VPCTrace";
 
-/// One end of the traced flow: a Port of the VPC by name, or an address (of the VPC, or of
-/// a VPC it is peered with). Exactly one of the two.
+/// One end of the traced flow: a Port of the VPC by name, or an address (of the VPC, of a VPC
+/// it is peered with, or outside every VPC: a north-south flow, whose other end must be the
+/// traced VPC's). Exactly one of the two.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VPCTraceEndpoint {
     /// The name of a Port of the traced VPC (`v<VNI>.<address>`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub port: String,
-    /// An address; its VPC is the traced one, or the peer whose range holds it.
+    /// An address; its VPC is the traced one, or the peer whose range holds it; an address
+    /// in neither is outside (the flow crosses a door of the traced VPC).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub address: String,
 }
@@ -82,14 +84,37 @@ pub struct VPCTraceDirection {
     pub rule: Option<VPCTraceRule>,
 }
 
+/// The door of the traced VPC a north-south flow crosses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VPCTraceDoor {
+    /// `FloatingIP` (in or out, 1:1) or `VPCGateway` (out, NATed).
+    pub kind: String,
+    /// The FloatingIP's or VPCGateway's name (in the VPC's namespace).
+    pub name: String,
+    /// `in` (from outside) or `out` (to outside).
+    pub direction: String,
+    /// The public address the flow wears outside (the FloatingIP's, the gateway's NAT
+    /// address of the flow's family).
+    pub address: String,
+}
+
 /// An end of the flow as the server resolved it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VPCTraceResolved {
     /// The address.
     pub address: String,
-    /// Its VPC.
+    /// Its VPC (absent for an address outside every VPC).
+    #[serde(default, skip_serializing_if = "VPCRef::is_empty")]
     pub vpc: VPCRef,
+    /// The address is outside every VPC the trace knows: the flow is north-south.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external: bool,
+    /// The Port holding the address is being deleted and its node has severed it: nothing
+    /// passes from or to it in its VPC any more (its fabric address still answers probes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub severed: bool,
     /// The groups it is in (names; for endpoints of the request's namespace only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
@@ -101,10 +126,14 @@ pub struct VPCTraceResolved {
 pub struct VPCTraceStatus {
     /// `Allowed` or `Dropped`.
     pub verdict: String,
-    /// The layer that decided: `SecurityGroup`, or `Isolation` (the two VPCs are not
-    /// connected: different VPCs without a Ready peering).
+    /// The layer that decided: `SecurityGroup`; `Isolation` (the two VPCs are not connected:
+    /// different VPCs without a Ready peering; an address of a VPC no Port or ServiceVIP holds;
+    /// or an outside end that is the cluster's own, which no door serves); `NorthSouth` (the door an outside flow crosses, or that there is
+    /// none); `Severed` (an end's Port was revoked).
     pub layer: String,
-    /// `Rule`, `Ungrouped`, `DefaultDeny` or `NotConnected`.
+    /// `Rule`, `Ungrouped`, `DefaultDeny`, `NotConnected`, `NoPort`, `ClusterInternal`, `FloatingIP`,
+    /// `Gateway`, `NoGateway` (out: the VPC has no NAT gateway with an address of the flow's
+    /// family), `NoDoor` (in: no FloatingIP of the destination) or `Severed`.
     pub reason: String,
     /// One sentence saying the same.
     pub message: String,
@@ -118,6 +147,12 @@ pub struct VPCTraceStatus {
     /// The destination's ingress (absent when not connected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress: Option<VPCTraceDirection>,
+    /// The door a north-south flow crosses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<VPCTraceDoor>,
+    /// What the answer does not cover.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A trace request (`spec`) and its answer (`status`).

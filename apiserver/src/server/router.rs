@@ -290,7 +290,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
             let body = read_body(body, st.max_body).await?;
-            let answer = crate::trace::trace(&st.storage, ns, name, &body).await?;
+            let answer = crate::trace::trace(&st.storage, st.kube.get(), ns, name, &body).await?;
             let bytes = serde_json::to_vec(&answer).map_err(ApiError::internal)?;
             return Ok(raw(StatusCode::CREATED, "application/json", bytes));
         }
@@ -302,7 +302,7 @@ async fn route(st: &Arc<AppState>, req: Request) -> Result<Response> {
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
             let body = read_body(body, st.max_body).await?;
-            let answer = crate::trace::pod::trace(st.kube.get(), ns, &body).await?;
+            let answer = crate::trace::pod::trace(&st.storage, st.kube.get(), ns, &body).await?;
             let bytes = serde_json::to_vec(&answer).map_err(ApiError::internal)?;
             return Ok(raw(StatusCode::CREATED, "application/json", bytes));
         }

@@ -15,14 +15,14 @@ use cozyplane_policy::verdict::{Check, SgCheck, SgDetail};
 use super::resolve::{End, Flow};
 use super::world::World;
 
-const ALLOWED: &str = "Allowed";
-const DROPPED: &str = "Dropped";
+pub(super) const ALLOWED: &str = "Allowed";
+pub(super) const DROPPED: &str = "Dropped";
 
 fn visible(ns: &str, vpc: &VPCRef) -> bool {
     vpc.namespace == ns
 }
 
-fn resolved(ns: &str, w: &World, t: Option<&Tables>, e: &End) -> VPCTraceResolved {
+pub(super) fn resolved(ns: &str, w: &World, t: Option<&Tables>, e: &End) -> VPCTraceResolved {
     let bits = t
         .and_then(|t| t.sg_members.get(&(e.vni, e.ip)).copied())
         .unwrap_or(0);
@@ -45,8 +45,85 @@ fn resolved(ns: &str, w: &World, t: Option<&Tables>, e: &End) -> VPCTraceResolve
     VPCTraceResolved {
         address: e.ip.to_string(),
         vpc: e.vpc.clone(),
+        external: e.external,
+        severed: severed_port(w, e),
         groups,
     }
+}
+
+/// The end's address is held by a Port being deleted: its node has severed it (the agent
+/// severs before it lets the delete finish, `agent/src/features/sever`).
+pub fn severed_port(w: &World, e: &End) -> bool {
+    !e.external
+        && w.ports.iter().any(|p| {
+            p.spec.vpc_ref == e.vpc
+                && p.metadata.deletion_timestamp.is_some()
+                && p.spec
+                    .ip
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.to_canonical() == e.ip)
+        })
+}
+
+/// The end's address is held by no Port (nor a ServiceVIP) of its VPC: nothing delivers to it
+/// (the sender has no endpoint or remote for it) and nothing may send from it (the source
+/// check).
+pub fn unheld(w: &World, e: &End) -> bool {
+    !e.external
+        && !w.ports.iter().any(|p| {
+            p.spec.vpc_ref == e.vpc
+                && p.spec
+                    .ip
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.to_canonical() == e.ip)
+        })
+        && !w.vips.iter().any(|(vpc, ip)| *vpc == e.vpc && *ip == e.ip)
+}
+
+/// The answer when an end's address is held by nothing ([`unheld`]).
+pub fn no_port(ns: &str, w: &World, flow: &Flow) -> Option<VPCTraceStatus> {
+    let (side, e) = if unheld(w, &flow.src) {
+        ("source", &flow.src)
+    } else if unheld(w, &flow.dst) {
+        ("destination", &flow.dst)
+    } else {
+        return None;
+    };
+    Some(VPCTraceStatus {
+        verdict: DROPPED.into(),
+        layer: "Isolation".into(),
+        reason: "NoPort".into(),
+        message: format!(
+            "Dropped: no Port of VPC {}/{} holds the {side} address {} (nothing is attached there, or its Port is gone)",
+            e.vpc.namespace, e.vpc.name, e.ip
+        ),
+        source: resolved(ns, w, None, &flow.src),
+        destination: resolved(ns, w, None, &flow.dst),
+        ..VPCTraceStatus::default()
+    })
+}
+
+/// The answer when an end is severed: the datapath drops the flow at the source's veth
+/// (`sdn_sever_from_pod`) or at delivery, before any SecurityGroup.
+pub fn severed(ns: &str, w: &World, flow: &Flow) -> Option<VPCTraceStatus> {
+    let side = if severed_port(w, &flow.src) {
+        "source"
+    } else if severed_port(w, &flow.dst) {
+        "destination"
+    } else {
+        return None;
+    };
+    Some(VPCTraceStatus {
+        verdict: DROPPED.into(),
+        layer: "Severed".into(),
+        reason: "Severed".into(),
+        message: format!(
+            "Dropped: the {side}'s Port is being deleted (its VPCBinding was revoked or the Port removed) and its node has severed it from the VPC"
+        ),
+        source: resolved(ns, w, None, &flow.src),
+        destination: resolved(ns, w, None, &flow.dst),
+        ..VPCTraceStatus::default()
+    })
 }
 
 fn in_vpc(g: &SecurityGroup, vpc: &VPCRef) -> bool {
@@ -167,6 +244,7 @@ pub fn judged(ns: &str, w: &World, c: &SgCompiler, t: &Tables, flow: &Flow, d: &
         destination: resolved(ns, w, Some(t), &flow.dst),
         egress: Some(egress),
         ingress: Some(ingress),
+        ..VPCTraceStatus::default()
     }
 }
 
@@ -183,7 +261,6 @@ pub fn not_connected(ns: &str, w: &World, flow: &Flow) -> VPCTraceStatus {
         ),
         source: resolved(ns, w, None, &flow.src),
         destination: resolved(ns, w, None, &flow.dst),
-        egress: None,
-        ingress: None,
+        ..VPCTraceStatus::default()
     }
 }

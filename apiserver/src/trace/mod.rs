@@ -11,7 +11,9 @@
 //! read from storage at one revision ([`world`]), compiled by `cozyplane-policy`'s
 //! `SgCompiler` (the agents' compiler) for the traced VPC's partition and its connected
 //! peers' only, and judged by `verdict::sg_detail`, the function the datapath tests hold the
-//! kernel to. Per request, not incrementally: a trace is an interactive question, and its
+//! kernel to. A Port being deleted is severed ([`answer::severed`]), an address no Port holds gets
+//! nothing ([`answer::no_port`]); an end outside every VPC
+//! makes the flow north-south, through the VPC's doors or none ([`doors`]). Per request, not incrementally: a trace is an interactive question, and its
 //! cost is the objects of the VPCs involved (one storage prefix each), not the cluster's.
 //!
 //! [`pod`] is the default network's counterpart: `POST .../namespaces/<ns>/podtraces`, the
@@ -19,6 +21,7 @@
 //! namespace's pods.
 
 pub mod answer;
+pub mod doors;
 pub mod pod;
 pub mod resolve;
 pub mod world;
@@ -36,7 +39,13 @@ use cozyplane_storage::Storage;
 use crate::errors::{ApiError, Result};
 
 /// Answers a trace of VPC `ns/name`: the request with its `status`.
-pub async fn trace(storage: &Arc<dyn Storage>, ns: &str, name: &str, body: &Bytes) -> Result<VPCTrace> {
+pub async fn trace(
+    storage: &Arc<dyn Storage>,
+    kube: Option<&kube::Client>,
+    ns: &str,
+    name: &str,
+    body: &Bytes,
+) -> Result<VPCTrace> {
     let mut req: VPCTrace = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a VPCTrace: {e}")))?;
     if req.api_version != API_VERSION || req.kind != TRACE_KIND {
@@ -45,13 +54,22 @@ pub async fn trace(storage: &Arc<dyn Storage>, ns: &str, name: &str, body: &Byte
             req.api_version, req.kind
         )));
     }
-    let Some(w) = world::read(storage, ns, name).await? else {
+    let Some(mut w) = world::read(storage, ns, name).await? else {
         return Err(ApiError::not_found(&VPC::INFO, name));
     };
     let flow =
         resolve::flow(&w, &req.spec).map_err(|errs| ApiError::invalid(TRACE_KIND, GROUP, name, &errs))?;
+    if (flow.src.external || flow.dst.external)
+        && let Some(k) = kube
+    {
+        w.internal = world::cluster_ranges(k).await?;
+    }
     let connected = flow.src.connected && flow.dst.connected;
-    let status = if connected {
+    let status = if let Some(st) = answer::severed(ns, &w, &flow) {
+        st
+    } else if let Some(st) = connected.then(|| answer::no_port(ns, &w, &flow)).flatten() {
+        st
+    } else if connected {
         let vpcs = w
             .nets
             .iter()
@@ -61,7 +79,11 @@ pub async fn trace(storage: &Arc<dyn Storage>, ns: &str, name: &str, body: &Byte
         let t = c.tables();
         let ep = |e: &resolve::End| Endpoint { net: e.vni, ip: e.ip };
         let d = verdict::sg_detail(&t, ep(&flow.src), ep(&flow.dst), flow.proto, flow.port);
-        answer::judged(ns, &w, &c, &t, &flow, &d)
+        if flow.src.external || flow.dst.external {
+            doors::judged(ns, &w, &c, &t, &flow, &d)
+        } else {
+            answer::judged(ns, &w, &c, &t, &flow, &d)
+        }
     } else {
         answer::not_connected(ns, &w, &flow)
     };

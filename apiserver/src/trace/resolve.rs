@@ -1,6 +1,7 @@
 //! A trace request's spec turned into the flow the verdict judges, or every field error at
-//! once (a 422 with one cause each): a Port that is not the VPC's, an address outside the
-//! VPC and its peers, a protocol or port out of range.
+//! once (a 422 with one cause each): a Port that is not the VPC's, no end in the traced VPC,
+//! ends of two families, a protocol or port out of range. An address outside the VPC and its
+//! peers is an outside end: the flow is north-south.
 
 use std::net::IpAddr;
 
@@ -23,6 +24,8 @@ pub struct End {
     pub connected: bool,
     /// The traced VPC itself.
     pub local: bool,
+    /// Outside every VPC of the trace (a north-south end).
+    pub external: bool,
 }
 
 /// The flow to judge.
@@ -96,15 +99,16 @@ fn end(w: &World, e: &VPCTraceEndpoint, path: &FieldPath, errs: &mut FieldErrors
         .enumerate()
         .find(|(_, n)| n.cidrs.iter().any(|c| c.contains(&ip)))
     else {
-        errs.push(FieldError::invalid(
-            path.child("address"),
-            &ip.to_string(),
-            format!(
-                "outside the ranges of VPC {}/{} and of the VPCs it is peered with",
-                me.vpc.namespace, me.vpc.name
-            ),
-        ));
-        return None;
+        // Outside every VPC the trace knows: a north-south end, judged with the traced VPC's
+        // net and no groups (as the datapath's SecurityGroups see an outside peer).
+        return Some(End {
+            ip,
+            vpc: VPCRef::default(),
+            vni: me.vni,
+            connected: true,
+            local: false,
+            external: true,
+        });
     };
     Some(End {
         ip,
@@ -112,6 +116,7 @@ fn end(w: &World, e: &VPCTraceEndpoint, path: &FieldPath, errs: &mut FieldErrors
         vni: n.vni,
         connected: n.connected,
         local: i == 0,
+        external: false,
     })
 }
 

@@ -1,6 +1,6 @@
 //! What a trace reads: the traced VPC, the VPCs its peering halves name (and whether each
-//! pair is connected), their SecurityGroups and Ports, all read from storage at one
-//! revision. Only the namespaces and VPCs involved are read: Port keys begin with their
+//! pair is connected), their SecurityGroups and Ports, and the traced VPC's doors (its
+//! FloatingIPs and VPCGateways), all read from storage at one revision. Only the namespaces and VPCs involved are read: Port keys begin with their
 //! VPC's VNI (`v<vni>.`), so a VPC's Ports are one prefix; groups and peerings are listed
 //! per namespace.
 
@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use cozyplane_apis::ApiKind;
 use cozyplane_apis::net::{IpNet, parse_cidr};
-use cozyplane_apis::v1alpha1::{Port, SecurityGroup, VPC, VPCPeering, VPCRef};
+use cozyplane_apis::v1alpha1::{
+    FloatingIP, Port, SecurityGroup, ServiceVIP, VPC, VPCGateway, VPCPeering, VPCRef,
+};
 use cozyplane_storage::{ListOptions, Revision, Storage};
 use serde::de::DeserializeOwned;
 
@@ -39,6 +41,17 @@ pub struct World {
     pub groups: Vec<SecurityGroup>,
     /// The Ports of the connected VPCs.
     pub ports: Vec<Port>,
+    /// The addresses of the connected VPCs' ServiceVIPs (`(vpc, address)`): held, though by
+    /// no Port.
+    pub vips: Vec<(VPCRef, std::net::IpAddr)>,
+    /// The traced VPC's FloatingIPs.
+    pub fips: Vec<FloatingIP>,
+    /// The traced VPC's VPCGateways.
+    pub gateways: Vec<VPCGateway>,
+    /// The cluster's own ranges as the agents count them at net 0 (every Node's fabric blocks
+    /// and addresses): an outside end in one is isolated, never let out by a door. Read from
+    /// the kube-apiserver's Nodes ([`cluster_ranges`]); empty without a connection to it.
+    pub internal: Vec<IpNet>,
 }
 
 struct Reader<'a> {
@@ -140,6 +153,7 @@ pub async fn read(storage: &Arc<dyn Storage>, ns: &str, name: &str) -> Result<Op
     }
     let mut groups = Vec::new();
     let mut ports = Vec::new();
+    let mut vips = Vec::new();
     let mut listed_ns: BTreeMap<String, Vec<SecurityGroup>> = BTreeMap::new();
     for n in nets.iter().filter(|n| n.connected && n.vni != 0) {
         if !listed_ns.contains_key(&n.vpc.namespace) {
@@ -147,6 +161,22 @@ pub async fn read(storage: &Arc<dyn Storage>, ns: &str, name: &str) -> Result<Op
                 .list(&keys::prefix(&SecurityGroup::INFO, Some(&n.vpc.namespace)))
                 .await?;
             listed_ns.insert(n.vpc.namespace.clone(), gs);
+            let vs: Vec<ServiceVIP> = r
+                .list(&keys::prefix(&ServiceVIP::INFO, Some(&n.vpc.namespace)))
+                .await?;
+            for v in vs {
+                let vpc = VPCRef {
+                    namespace: if v.spec.vpc_ref.namespace.is_empty() {
+                        n.vpc.namespace.clone()
+                    } else {
+                        v.spec.vpc_ref.namespace.clone()
+                    },
+                    name: v.spec.vpc_ref.name.clone(),
+                };
+                if let Ok(ip) = v.spec.ip.parse::<std::net::IpAddr>() {
+                    vips.push((vpc, ip.to_canonical()));
+                }
+            }
         }
         groups.extend(
             listed_ns[&n.vpc.namespace]
@@ -158,5 +188,67 @@ pub async fn read(storage: &Arc<dyn Storage>, ns: &str, name: &str) -> Result<Op
         let mine: Vec<Port> = r.list(&prefix).await?;
         ports.extend(mine.into_iter().filter(|p| p.spec.vpc_ref == n.vpc));
     }
-    Ok(Some(World { nets, groups, ports }))
+    let fips: Vec<FloatingIP> = r.list(&keys::prefix(&FloatingIP::INFO, Some(ns))).await?;
+    let gateways: Vec<VPCGateway> = r.list(&keys::prefix(&VPCGateway::INFO, Some(ns))).await?;
+    Ok(Some(World {
+        fips: fips.into_iter().filter(|f| f.spec.vpc_ref.name == name).collect(),
+        gateways: gateways
+            .into_iter()
+            .filter(|g| g.spec.vpc_ref.name == name)
+            .collect(),
+        nets,
+        groups,
+        ports,
+        vips,
+        internal: Vec::new(),
+    }))
+}
+
+/// The fabric-block annotations a node's agent announces its blocks in (the agent's
+/// `core::api::nodes`); without them, a Node's `spec.podCIDRs` are its blocks.
+const FABRIC_BLOCK_ANNOTATIONS: [&str; 2] =
+    ["sdn.cozystack.io/fabric-block", "sdn.cozystack.io/fabric-block6"];
+
+/// The cluster's own ranges of every Node: fabric blocks (announced, else `spec.podCIDRs`) and
+/// the addresses of its status.
+pub async fn cluster_ranges(kube: &kube::Client) -> Result<Vec<IpNet>> {
+    use k8s_openapi::api::core::v1::Node;
+    let api = crate::rbac::server::NODES
+        .uses("list")
+        .api_all::<Node>(kube.clone());
+    let nodes = api.list(&kube::api::ListParams::default()).await.map_err(|e| {
+        ApiError::unavailable(format!(
+            "the trace could not read the Nodes from the kube-apiserver: {e}"
+        ))
+    })?;
+    let mut out = Vec::new();
+    for n in &nodes.items {
+        let announced: Vec<IpNet> = n
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| FABRIC_BLOCK_ANNOTATIONS.contains(&k.as_str()))
+            .filter_map(|(_, v)| parse_cidr(v).ok())
+            .collect();
+        if announced.is_empty() {
+            let spec = n.spec.as_ref();
+            out.extend(
+                spec.and_then(|s| s.pod_cidrs.clone())
+                    .unwrap_or_default()
+                    .iter()
+                    .chain(spec.and_then(|s| s.pod_cidr.as_ref()))
+                    .filter_map(|c| parse_cidr(c).ok()),
+            );
+        }
+        out.extend(announced);
+        out.extend(
+            n.status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .filter_map(|a| a.address.parse::<std::net::IpAddr>().ok())
+                .map(|a| IpNet::from(a.to_canonical())),
+        );
+    }
+    Ok(out)
 }

@@ -7,7 +7,9 @@
 
 use std::net::IpAddr;
 
-use cozyplane_apis::v1alpha1::{PodTraceDirection, PodTraceResolved, PodTraceRule, PodTraceStatus};
+use cozyplane_apis::v1alpha1::{
+    PodTraceDirection, PodTraceHostFirewall, PodTraceResolved, PodTraceRule, PodTraceStatus,
+};
 use cozyplane_policy::Dir;
 use cozyplane_policy::model::{
     ACTION_ALLOW, ACTION_DENY, ACTION_PASS, Layer, MARK_ANP, PEER_ISOLATED, RuleVal, Tables,
@@ -262,29 +264,67 @@ pub fn node_exempt(w: &PodWorld, flow: &Flow) -> bool {
         })
 }
 
-/// The answer from the compiled tables' verdict `(egress, ingress)`.
-pub fn judged(ns: &str, w: &PodWorld, t: &Tables, flow: &Flow, d: (NpCheck, NpCheck)) -> PodTraceStatus {
+fn describe_hf(h: &PodTraceHostFirewall) -> String {
+    let side = if h.direction == "ingress" {
+        format!("into node {}", h.node)
+    } else {
+        format!("out of node {}", h.node)
+    };
+    match (h.decision.as_str(), &h.rule) {
+        ("NotArmed", _) => format!("no HostFirewall restricts traffic {side}"),
+        ("Exempt", _) => format!("the HostFirewall exempts it {side} (neighbour discovery, control ports)"),
+        ("Failsafe", _) => format!("the HostFirewall's failsafe (the API server's port) admits it {side}"),
+        ("DefaultDeny", _) => format!("the HostFirewall restricts traffic {side} and no rule admits it"),
+        (_, Some(r)) => format!(
+            "HostFirewall {} spec.{}[{}] admits it {side}",
+            r.host_firewall,
+            r.direction,
+            r.index.unwrap_or_default()
+        ),
+        _ => format!("a HostFirewall rule admits it {side}"),
+    }
+}
+
+/// The answer from the compiled tables' verdict `(egress, ingress)` and the node firewall's
+/// answer `hf` (when the flow meets one).
+pub fn judged(
+    ns: &str,
+    w: &PodWorld,
+    t: &Tables,
+    flow: &Flow,
+    d: (NpCheck, NpCheck),
+    hf: Option<PodTraceHostFirewall>,
+) -> PodTraceStatus {
     let egress = direction(ns, w, t, flow, Dir::Egress, &flow.src, &flow.dst, d.0);
     let mut ingress = direction(ns, w, t, flow, Dir::Ingress, &flow.dst, &flow.src, d.1);
     let exempt = node_exempt(w, flow);
     ingress.exempt = exempt;
     let e_ok = d.0.check.allows();
     let i_ok = d.1.check.allows() || exempt;
-    let (layer, reason) = if !e_ok {
-        (egress.tier.clone(), egress.decision.clone())
-    } else if exempt {
-        ("NodeExemption".to_string(), "NodeExempt".to_string())
-    } else if !i_ok {
-        (ingress.tier.clone(), ingress.decision.clone())
-    } else {
-        let by = [&ingress, &egress]
-            .into_iter()
-            .find(|x| x.decision == "Rule")
-            .or_else(|| [&ingress, &egress].into_iter().find(|x| x.tier == "Default"))
-            .unwrap_or(&ingress);
-        (by.tier.clone(), by.decision.clone())
+    // The datapath's order: a node's egress firewall (host_out) before everything else, the
+    // source pod's egress before the destination node's ingress firewall (sdn_hf_in).
+    let hf_ok = hf.as_ref().is_none_or(|h| h.verdict == ALLOWED);
+    let hf_first = hf.as_ref().is_some_and(|h| h.direction == "egress");
+    let hf_layer = |h: &PodTraceHostFirewall| ("HostFirewall".to_string(), h.decision.clone());
+    let (layer, reason) = match &hf {
+        Some(h) if hf_first && !hf_ok => hf_layer(h),
+        _ if !e_ok => (egress.tier.clone(), egress.decision.clone()),
+        Some(h) if !hf_ok => hf_layer(h),
+        _ if exempt => ("NodeExemption".to_string(), "NodeExempt".to_string()),
+        _ if !i_ok => (ingress.tier.clone(), ingress.decision.clone()),
+        _ => {
+            // The most specific admission: a policy's rule, the firewall's rule, a default.
+            let rule = [&ingress, &egress].into_iter().find(|x| x.decision == "Rule");
+            let default = [&ingress, &egress].into_iter().find(|x| x.tier == "Default");
+            match (rule, &hf, default) {
+                (Some(by), _, _) => (by.tier.clone(), by.decision.clone()),
+                (None, Some(h), _) if matches!(h.decision.as_str(), "Rule" | "Failsafe") => hf_layer(h),
+                (None, _, Some(by)) => (by.tier.clone(), by.decision.clone()),
+                (None, _, None) => (ingress.tier.clone(), ingress.decision.clone()),
+            }
+        }
     };
-    let allowed = e_ok && i_ok;
+    let allowed = e_ok && i_ok && hf_ok;
     let verdict = if allowed { ALLOWED } else { DROPPED };
     let mut notes = Vec::new();
     if exempt {
@@ -295,7 +335,7 @@ pub fn judged(ns: &str, w: &PodWorld, t: &Tables, flow: &Flow, d: (NpCheck, NpCh
     }
     match flow.dst.kind {
         Kind::Node => notes.push(
-            "the destination is a node: the node's HostFirewall also applies and is not part of this answer"
+            "the destination is a node as its Node object lists its addresses; an address the node's agent adds from its uplink is judged the same way by the node's HostFirewall"
                 .into(),
         ),
         Kind::External => notes.push(
@@ -304,20 +344,25 @@ pub fn judged(ns: &str, w: &PodWorld, t: &Tables, flow: &Flow, d: (NpCheck, NpCh
         ),
         Kind::Pod => {}
     }
+    let mut message = format!(
+        "{verdict}: {}; {}",
+        describe("source", &egress),
+        describe("destination", &ingress)
+    );
+    if let Some(h) = &hf {
+        message = format!("{message}; {}", describe_hf(h));
+    }
     PodTraceStatus {
         verdict: verdict.into(),
         layer,
         reason,
-        message: format!(
-            "{verdict}: {}; {}",
-            describe("source", &egress),
-            describe("destination", &ingress)
-        ),
+        message,
         source: resolved(ns, &flow.src),
         destination: resolved(ns, &flow.dst),
         egress,
         ingress,
         node_exempt: exempt,
+        host_firewall: hf,
         notes,
     }
 }

@@ -13,24 +13,34 @@
 //! NetworkPolicies, AdminNetworkPolicies, the BaselineAdminNetworkPolicy and the Nodes are
 //! listed from the kube-apiserver ([`world`]), compiled by `cozyplane-policy`'s `NpCompiler`
 //! (the agents' compiler, fed the same way) and judged by `verdict::np_detail`, the function
-//! the datapath tests hold the kernel to. Per request: a trace is an interactive question; its
+//! the datapath tests hold the kernel to. A flow into or out of a node also meets that node's
+//! HostFirewall ([`hostfw`]), compiled and judged the same way. Per request: a trace is an interactive question; its
 //! cost is one list of each kind and one compile of the default network.
 
 pub mod answer;
+pub mod hostfw;
 pub mod resolve;
 pub mod world;
+
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use cozyplane_apis::GROUP;
 use cozyplane_apis::v1alpha1::{API_VERSION, POD_TRACE_KIND, PodTrace};
 use cozyplane_policy::verdict;
+use cozyplane_storage::Storage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::errors::{ApiError, Result};
 
 /// Answers a pod trace asked in namespace `ns`: the request with its `status`. `kube` is the
 /// server's kube-apiserver client; without one (standalone) the answer is 503.
-pub async fn trace(kube: Option<&kube::Client>, ns: &str, body: &Bytes) -> Result<PodTrace> {
+pub async fn trace(
+    storage: &Arc<dyn Storage>,
+    kube: Option<&kube::Client>,
+    ns: &str,
+    body: &Bytes,
+) -> Result<PodTrace> {
     let mut req: PodTrace = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a {POD_TRACE_KIND}: {e}")))?;
     if req.api_version != API_VERSION || req.kind != POD_TRACE_KIND {
@@ -50,7 +60,8 @@ pub async fn trace(kube: Option<&kube::Client>, ns: &str, body: &Bytes) -> Resul
         .map_err(|errs| ApiError::invalid(POD_TRACE_KIND, GROUP, &name, &errs))?;
     let t = w.compile().tables();
     let d = verdict::np_detail(&t, flow.src.ip, flow.dst.ip, flow.proto, flow.port);
-    let status = answer::judged(ns, &w, &t, &flow, d);
+    let hf = hostfw::judge(&w, &hostfw::read(storage).await?, &flow);
+    let status = answer::judged(ns, &w, &t, &flow, d, hf);
     req.metadata = ObjectMeta {
         name: req.metadata.name.take(),
         namespace: Some(ns.to_string()),

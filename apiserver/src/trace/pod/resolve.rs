@@ -34,7 +34,7 @@ pub struct End {
     pub pod: Option<(String, String)>,
     /// The caller named the pod (its existence is then no secret to the caller).
     pub named: bool,
-    /// The pod's node (`spec.nodeName`).
+    /// The pod's node (`spec.nodeName`), or the node a `Node` end is (or runs on).
     pub node: Option<String>,
 }
 
@@ -141,26 +141,30 @@ fn given<'a>(
     }
 }
 
-/// What holds `ip`: a live pod of the default network, else a node (or hostNetwork pod).
-fn classify(w: &PodWorld, ip: IpAddr) -> (Kind, Option<&Pod>) {
-    let mut host = false;
+/// What holds `ip`: a live pod of the default network, else a node (or hostNetwork pod), with
+/// the node it is (or runs on).
+fn classify(w: &PodWorld, ip: IpAddr) -> (Kind, Option<&Pod>, Option<String>) {
+    let mut host = None;
     for p in w.live_pods().filter(|p| ips(p).contains(&ip)) {
         let host_network = p.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
         if !host_network {
-            return (Kind::Pod, Some(p));
+            return (Kind::Pod, Some(p), node_of(p));
         }
-        host = true;
+        host = host.or_else(|| node_of(p));
     }
-    let node = w.nodes.iter().any(|n| {
-        n.status
-            .iter()
-            .flat_map(|s| s.addresses.iter().flatten())
-            .any(|a| a.address.parse::<IpAddr>().is_ok_and(|a| a.to_canonical() == ip))
-    });
-    if host || node {
-        (Kind::Node, None)
-    } else {
-        (Kind::External, None)
+    let node = w
+        .nodes
+        .iter()
+        .find(|n| {
+            n.status
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten())
+                .any(|a| a.address.parse::<IpAddr>().is_ok_and(|a| a.to_canonical() == ip))
+        })
+        .and_then(|n| n.metadata.name.clone());
+    match node.or(host) {
+        Some(n) => (Kind::Node, None, Some(n)),
+        None => (Kind::External, None, None),
     }
 }
 
@@ -171,13 +175,13 @@ fn node_of(p: &Pod) -> Option<String> {
 fn end(w: &PodWorld, g: &Given<'_>, v6: bool, path: &FieldPath, errs: &mut FieldErrors) -> Option<End> {
     match g {
         Given::Address(ip) => {
-            let (kind, pod) = classify(w, *ip);
+            let (kind, pod, node) = classify(w, *ip);
             Some(End {
                 ip: *ip,
                 kind,
                 pod: pod.map(key),
                 named: false,
-                node: pod.and_then(node_of),
+                node,
             })
         }
         Given::Pod(p, addrs) => {
