@@ -7,8 +7,10 @@
  *
  *   net 0: an address of another node's pod block (sdn_net0_remote_lookup)
  *          must be the sender's; a node's tunnel address (sdn_nodes) must be
- *          the sender's own; this node's own addresses (sdn_hf_self) and its
- *          own pods' (sdn_endpoints) are never another node's to send.
+ *          the sender's own; this node's own addresses (sdn_hf_self), its own
+ *          block (CONFIG(own_block), CONFIG(own_block6): its pods and its free
+ *          addresses) and its own pods' (sdn_endpoints) are never another
+ *          node's to send.
  *   VPC:   {net, src} held by a node (sdn_remotes) must be held by the sender;
  *          one of this node's endpoints, or an address inside the VPC's own
  *          ranges that no node holds, is forged (a wrong VNI lands here too:
@@ -65,6 +67,36 @@ static __always_inline int sdn_trust_in_vpc(__u32 net,
 	return bpf_map_lookup_elem(&sdn_internal, &k) != NULL;
 }
 
+/* Whether addr is inside base/len (the 128-bit form); len 0 is no block. */
+static __always_inline int sdn_trust_in_block(const struct sdn_addr *addr,
+					      const struct sdn_addr *base,
+					      __u32 len)
+{
+	__u32 i, bits, mask;
+
+	if (!len || len > 128)
+		return 0;
+#pragma unroll
+	for (i = 0; i < 4; i++) {
+		if (len <= i * 32)
+			break;
+		bits = len - i * 32;
+		mask = bits >= 32 ? 0xffffffff : ~(0xffffffffU >> bits);
+		if ((addr->w[i] ^ base->w[i]) & bpf_htonl(mask))
+			return 0;
+	}
+	return 1;
+}
+
+/* Whether addr is in this node's own fabric block, either family. */
+static __always_inline int sdn_trust_own_block(const struct sdn_addr *addr)
+{
+	struct sdn_addr b4 = CONFIG(own_block), b6 = CONFIG(own_block6);
+
+	return sdn_trust_in_block(addr, &b4, CONFIG(own_block_len)) ||
+	       sdn_trust_in_block(addr, &b6, CONFIG(own_block6_len));
+}
+
 static __always_inline int sdn_trust_src(__u32 net, const struct sdn_addr *src,
 					 const struct sdn_addr *outer)
 {
@@ -77,6 +109,11 @@ static __always_inline int sdn_trust_src(__u32 net, const struct sdn_addr *src,
 		if (bpf_map_lookup_elem(&sdn_nodes, src))
 			return sdn_addr_eq(src, outer);
 		if (bpf_map_lookup_elem(&sdn_hf_self, src))
+			return 0;
+		/* A free address of this node's block is no other node's either:
+		 * its own pods are in sdn_endpoints, the rest in nobody's map.
+		 */
+		if (sdn_trust_own_block(src))
 			return 0;
 		return !sdn_endpoint_lookup(0, src);
 	}

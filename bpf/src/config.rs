@@ -5,11 +5,11 @@
 //! of silently keeping the C default.
 
 use std::mem::size_of;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use aya::EbpfLoader;
 
-use crate::abi::Mac;
+use crate::abi::{Addr, Mac};
 
 /// Prefix of the C globals (`DECLARE_CONFIG` in `include/sdn/config.h`).
 pub const GLOBAL_PREFIX: &str = "__config_";
@@ -36,6 +36,12 @@ pub struct DatapathConfig {
     /// UDP port of the overlay (the agent's --tunnel-port), host byte order: HostFirewall
     /// exempts it between known nodes.
     pub tunnel_port: u32,
+    /// This node's IPv4 fabric block and its prefix length: no other node may send from it
+    /// over the overlay (`own_block`, `own_block_len`).
+    pub own_block: Option<(Ipv4Addr, u8)>,
+    /// This node's IPv6 fabric block: no other node may send from it over the overlay
+    /// (`own_block6`, `own_block6_len`).
+    pub own_block6: Option<(Ipv6Addr, u8)>,
 }
 
 impl Default for DatapathConfig {
@@ -50,6 +56,8 @@ impl Default for DatapathConfig {
             dnat_mark: 0x0010_0000,
             tunnel_groups: 0,
             tunnel_port: 4789,
+            own_block: None,
+            own_block6: None,
         }
     }
 }
@@ -65,11 +73,15 @@ pub struct ConfigValues {
     dnat_mark: u32,
     tunnel_groups: u32,
     tunnel_port: u32,
+    own_block: Addr,
+    own_block_len: u32,
+    own_block6: Addr,
+    own_block6_len: u32,
 }
 
 /// Every knob's name (without [`GLOBAL_PREFIX`]) and the size of its C global, which
 /// aya compares with the value it patches in.
-pub const GLOBALS: [(&str, usize); 8] = [
+pub const GLOBALS: [(&str, usize); 12] = [
     ("tunnel_ifindex", size_of::<u32>()),
     ("net0_vni", size_of::<u32>()),
     ("gw_ipv4", size_of::<[u8; 4]>()),
@@ -78,6 +90,10 @@ pub const GLOBALS: [(&str, usize); 8] = [
     ("dnat_mark", size_of::<u32>()),
     ("tunnel_groups", size_of::<u32>()),
     ("tunnel_port", size_of::<u32>()),
+    ("own_block", size_of::<Addr>()),
+    ("own_block_len", size_of::<u32>()),
+    ("own_block6", size_of::<Addr>()),
+    ("own_block6_len", size_of::<u32>()),
 ];
 
 impl DatapathConfig {
@@ -95,6 +111,13 @@ impl DatapathConfig {
             dnat_mark: self.dnat_mark,
             tunnel_groups: self.tunnel_groups,
             tunnel_port: self.tunnel_port,
+            // The IPv4 block in the 128-bit form: 96 bits of 64:ff9b::/96 first.
+            own_block: self.own_block.map_or(Addr { b: [0; 16] }, |(a, _)| Addr::from(a)),
+            own_block_len: self.own_block.map_or(0, |(_, len)| 96 + u32::from(len.min(32))),
+            own_block6: self
+                .own_block6
+                .map_or(Addr { b: [0; 16] }, |(a, _)| Addr::from(a)),
+            own_block6_len: self.own_block6.map_or(0, |(_, len)| u32::from(len.min(128))),
         }
     }
 }
@@ -110,7 +133,11 @@ impl ConfigValues {
             .override_global("__config_tunnel_mac", &self.tunnel_mac, true)
             .override_global("__config_dnat_mark", &self.dnat_mark, true)
             .override_global("__config_tunnel_groups", &self.tunnel_groups, true)
-            .override_global("__config_tunnel_port", &self.tunnel_port, true);
+            .override_global("__config_tunnel_port", &self.tunnel_port, true)
+            .override_global("__config_own_block", &self.own_block, true)
+            .override_global("__config_own_block_len", &self.own_block_len, true)
+            .override_global("__config_own_block6", &self.own_block6, true)
+            .override_global("__config_own_block6_len", &self.own_block6_len, true);
     }
 }
 

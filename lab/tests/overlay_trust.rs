@@ -548,15 +548,24 @@ async fn body(lab: &mut Lab) {
             &lp2,
             src,
         ),
-        // Documented (docs/datapath.md, "Overlay trust"): a free address of the receiver's
-        // own block is no pod's, and the receiver's own block is in none of the maps the
-        // check reads (its pods are).
+        // A free address of the receiver's own block: no pod's, no other node's (the
+        // receiver's block is a load-time knob of its datapath, `own_block`).
         c(
-            "documented: a free address of n2's block",
+            "(b) net0: a free address of n2's block",
             me,
             NET0_VNI,
             None,
             (Ipv4Addr::new(10, 244, 2, 200), p2.fabric),
+            &lp2,
+            src,
+        ),
+        // Documented (docs/datapath.md, "Overlay trust"): an outside source passes in net 0.
+        c(
+            "documented: an outside address in net 0",
+            me,
+            NET0_VNI,
+            None,
+            (Ipv4Addr::new(198, 51, 100, 9), p2.fabric),
             &lp2,
             Want::Delivered,
         ),

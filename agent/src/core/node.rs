@@ -46,6 +46,9 @@ pub async fn bring_up(
         dnat_mark: cfg.dnat_mark,
         tunnel_groups: cfg.tunnel.groups_knob(cfg.tunnel_groups),
         tunnel_port: u32::from(port),
+        // Overlay trust: another node sending from this node's block is forging it.
+        own_block: Some((block.base(), block.prefix())),
+        own_block6: block6.map(|b| (b.base(), b.prefix())),
         ..DatapathConfig::default()
     };
     // The device MAC is per node (from the node IP) when known: frames the host stack

@@ -13,6 +13,8 @@
 
 #include <linux/types.h>
 
+#include "addr.h"
+
 /* The default comes last so that brace initialisers survive the preprocessor. */
 #define DECLARE_CONFIG(type, name, desc, ...) \
 	volatile const type __config_##name = __VA_ARGS__
@@ -50,6 +52,18 @@ DECLARE_CONFIG(__u32, tunnel_groups,
 DECLARE_CONFIG(__u32, tunnel_port,
 	       "UDP port of the overlay (the agent's --tunnel-port), host byte order: HostFirewall exempts it between known nodes",
 	       4789);
+DECLARE_CONFIG(struct sdn_addr, own_block,
+	       "This node's IPv4 fabric block (64:ff9b::/96 form): no other node may send from it over the overlay",
+	       { { { 0 } } });
+DECLARE_CONFIG(__u32, own_block_len,
+	       "Prefix length of own_block in the 128-bit form (96 + the IPv4 length); 0 = none",
+	       0);
+DECLARE_CONFIG(struct sdn_addr, own_block6,
+	       "This node's IPv6 fabric block: no other node may send from it over the overlay",
+	       { { { 0 } } });
+DECLARE_CONFIG(__u32, own_block6_len,
+	       "Prefix length of own_block6; 0 = none",
+	       0);
 #endif
 
 #define SDN_NET_MAX		0x00ffffff	/* a net is a 24-bit VNI */
