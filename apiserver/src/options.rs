@@ -51,6 +51,11 @@ pub struct Options {
     /// Key of the etcd client certificate.
     #[arg(long)]
     pub etcd_keyfile: Option<PathBuf>,
+    /// Learn etcd's members from etcd (its member list, re-read every 30 s), with
+    /// `--etcd-servers` only the seed. `false` when the members' advertised client URLs cannot
+    /// be reached from the server: then exactly `--etcd-servers` are used.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub etcd_discover_members: bool,
     /// Data directory of the embedded store.
     #[arg(long, default_value = "/var/lib/cozyplane")]
     pub data_dir: PathBuf,
@@ -181,6 +186,7 @@ impl Options {
             c.ca_file = self.etcd_cafile.clone();
             c.cert_file = self.etcd_certfile.clone();
             c.key_file = self.etcd_keyfile.clone();
+            c.discover_members = self.etcd_discover_members;
             c.request_timeout = Duration::from_secs(10);
             Config::Etcd(c)
         }

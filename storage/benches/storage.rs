@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cozyplane_storage::embedded::{Config as EmbeddedConfig, EmbeddedStore};
 use cozyplane_storage::etcd::EtcdStore;
-use cozyplane_storage::testing::{EtcdServer, next_change, runtime};
+use cozyplane_storage::testing::{EtcdCluster, EtcdServer, next_change, runtime};
 use cozyplane_storage::{ListOptions, Storage, Txn, WatchOptions};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use etcd_client::{Compare, CompareOp, Txn as EtcdTxn, TxnOp};
@@ -409,8 +409,107 @@ fn interleaved_ratio(rt: &tokio::runtime::Runtime, b: &Backends) {
     );
 }
 
+/// Issue #39: create and LIST rates on one etcd member and on a three-member cluster, through
+/// the backend (with its failover) and through raw `etcd-client` on the same etcd, in
+/// interleaved rounds; the medians. `-- --ha`.
+fn ha(rt: &tokio::runtime::Runtime) {
+    const ROUNDS: usize = 7;
+    const CREATES: u64 = 2000;
+    const LISTS: u64 = 200;
+    const LISTED: u64 = 1000;
+    let single = EtcdServer::start();
+    let cluster = EtcdCluster::start(3);
+    let targets = rt.block_on(async {
+        let mut t = Vec::new();
+        for (name, endpoints) in [
+            ("1 member", vec![single.client_url.clone()]),
+            ("3 members", cluster.endpoints()),
+        ] {
+            let ours = EtcdStore::connect(cozyplane_storage::etcd::Config::new(endpoints.clone()))
+                .await
+                .unwrap();
+            let raw = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+            for i in 0..LISTED {
+                ours.create(&format!("/ha/list/{i:05}"), Bytes::from_static(VALUE))
+                    .await
+                    .unwrap();
+            }
+            t.push((name, Arc::new(ours), raw));
+        }
+        t
+    });
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (name, ours, raw) in &targets {
+        let (mut oc, mut rc, mut ol, mut rl) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            rt.block_on(async {
+                let t = concurrently(CREATES, |i| {
+                    let ours = ours.clone();
+                    async move {
+                        ours.create(&format!("/ha/ours/{round}/{i}"), Bytes::from_static(VALUE))
+                            .await
+                            .unwrap();
+                    }
+                })
+                .await;
+                oc.push(CREATES as f64 / t.as_secs_f64());
+                let kv = raw.kv_client();
+                let t = concurrently(CREATES, |i| {
+                    let mut kv = kv.clone();
+                    async move {
+                        let key = format!("/ha/raw/{round}/{i}");
+                        let txn = EtcdTxn::new()
+                            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                            .and_then([TxnOp::put(key.as_str(), VALUE, None)]);
+                        assert!(kv.txn(txn).await.unwrap().succeeded());
+                    }
+                })
+                .await;
+                rc.push(CREATES as f64 / t.as_secs_f64());
+                let t = concurrently(LISTS, |_| {
+                    let ours = ours.clone();
+                    async move {
+                        let page = ours.list("/ha/list/", &ListOptions::default()).await.unwrap();
+                        assert_eq!(page.items.len() as u64, LISTED);
+                    }
+                })
+                .await;
+                ol.push(LISTS as f64 / t.as_secs_f64());
+                let t = concurrently(LISTS, |_| {
+                    let mut kv = kv.clone();
+                    async move {
+                        let opts = etcd_client::GetOptions::new().with_prefix();
+                        let r = kv.get("/ha/list/", Some(opts)).await.unwrap();
+                        assert_eq!(r.kvs().len() as u64, LISTED);
+                    }
+                })
+                .await;
+                rl.push(LISTS as f64 / t.as_secs_f64());
+            });
+        }
+        let (oc, rc, ol, rl) = (median(oc), median(rc), median(ol), median(rl));
+        println!(
+            "{name}: create {oc:.0}/s (raw etcd-client {rc:.0}/s, ours/raw {:.1}%), \
+             LIST of {LISTED} keys {ol:.1}/s (raw {rl:.1}/s, ours/raw {:.1}%); \
+             medians of {ROUNDS} interleaved rounds, {CONCURRENCY} creates / {CONCURRENCY} LISTs in flight",
+            100.0 * oc / rc,
+            100.0 * ol / rl
+        );
+    }
+    drop(targets);
+    drop(cluster);
+    drop(single);
+}
+
 fn main() {
     let rt = runtime();
+    if std::env::args().any(|a| a == "--ha") {
+        ha(&rt);
+        return;
+    }
     let server = EtcdServer::start();
     let dir = tempfile::tempdir().unwrap();
     let backends = rt.block_on(async {

@@ -4,20 +4,31 @@
 //! compare-and-swap kube-apiserver does on etcd), lists are range reads, and a watch is one etcd
 //! watch kept alive by a task that reconnects after etcd restarts and resumes from the last
 //! revision it delivered.
+//!
+//! Every request goes through the failover of [`members`]: one connection per etcd member, the
+//! members learned from etcd, health-checked in the background, a request sent again on another
+//! member when that is safe. A write whose outcome is unknown (sent, then its member died) is
+//! settled by `outcome.rs`: sent again under its own compare, and if the compare then fails,
+//! the write is recognised as ours from etcd's history.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
     Certificate, Client, CompactionOptions, Compare as EtcdCompare, CompareOp, ConnectOptions, DeleteOptions,
-    EventType, GetOptions, Identity, KvClient, PutOptions, SortOrder, SortTarget, TlsOptions, Txn as EtcdTxn,
-    TxnOp, TxnOpResponse, WatchClient, WatchOptions as EtcdWatchOptions,
+    EventType, GetOptions, Identity, PutOptions, SortOrder, SortTarget, TlsOptions, Txn as EtcdTxn, TxnOp,
+    TxnOpResponse, WatchOptions as EtcdWatchOptions,
 };
 use tokio::sync::mpsc;
 
 mod lease;
+mod members;
+mod outcome;
+
+use members::{Failure, Kind, Members};
 
 use crate::progress::ProgressTicker;
 use crate::{
@@ -45,6 +56,10 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Deadline of establishing a connection.
     pub dial_timeout: Duration,
+    /// Learn the cluster's members from etcd (`MemberList`, re-read every 30 s) and use their
+    /// advertised client URLs; `endpoints` are then only the seed. Turn it off when the
+    /// advertised URLs cannot be reached from the server (then exactly `endpoints` are used).
+    pub discover_members: bool,
 }
 
 impl Config {
@@ -59,6 +74,7 @@ impl Config {
             password: None,
             request_timeout: Duration::from_secs(10),
             dial_timeout: Duration::from_secs(5),
+            discover_members: true,
         }
     }
 }
@@ -66,9 +82,7 @@ impl Config {
 /// The etcd backend; see the [module documentation](self).
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: Client,
-    kv: KvClient,
-    watch: WatchClient,
+    members: Arc<Members>,
     holds: lease::Holds,
 }
 
@@ -78,6 +92,9 @@ const MAX_RESPONSE_BYTES: usize = 2 << 30;
 
 impl EtcdStore {
     /// Connect to etcd. Fails if no endpoint answers within the dial timeout.
+    ///
+    /// The store checks every member in the background from then on: drop every clone of it
+    /// (and every watch stream) to stop that.
     pub async fn connect(config: Config) -> Result<Self> {
         let mut opts = ConnectOptions::new()
             .with_timeout(config.request_timeout)
@@ -105,26 +122,117 @@ impl EtcdStore {
             }
             opts = opts.with_tls(tls);
         }
-        let client = Client::connect(&config.endpoints, Some(opts))
-            .await
-            .map_err(Error::unavailable)?;
-        let kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
-        let watch = client
-            .watch_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let members = Members::connect(
+            &config.endpoints,
+            opts,
+            config.request_timeout,
+            config.dial_timeout,
+            config.discover_members,
+            MAX_RESPONSE_BYTES,
+        )
+        .await?;
         Ok(Self {
-            client,
-            kv,
-            watch,
+            members,
             holds: lease::Holds::default(),
         })
     }
 
-    /// The underlying client, for callers that need etcd features beyond the trait (leases
-    /// for leader election).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// A client of a member that answers, for callers that need etcd features beyond the
+    /// trait; `None` while no member does. It has no failover of its own.
+    pub fn client(&self) -> Option<Client> {
+        self.members.pick(&[]).map(|(_, c)| c.client.clone())
     }
+
+    /// The client URLs of the members in use (learned from etcd unless discovery is off).
+    pub fn members(&self) -> Vec<String> {
+        self.members.all().iter().map(|m| m.url.clone()).collect()
+    }
+
+    /// One etcd transaction of `txn`, with its failover; [`Failure::Unknown`] if it was sent
+    /// and its outcome is unknown.
+    async fn txn_once(&self, txn: &Txn) -> Result<TxnResponse, Failure> {
+        let etcd = etcd_txn(txn);
+        let resp = self
+            .members
+            .call(Kind::Write, |c| {
+                let etcd = etcd.clone();
+                async move { c.kv.clone().txn(etcd).await }
+            })
+            .await?;
+        txn_response(txn, &resp).map_err(|e| Failure::Unavailable(e.to_string()))
+    }
+
+    /// A read with failover, its error mapped by [`read_error`].
+    async fn range(
+        &self,
+        key: String,
+        opts: Option<GetOptions>,
+        kind: Kind,
+    ) -> Result<etcd_client::GetResponse> {
+        self.members
+            .call(kind, |c| {
+                let (key, opts) = (key.clone(), opts.clone());
+                async move { c.kv.clone().get(key, opts).await }
+            })
+            .await
+            .map_err(|f| match f {
+                Failure::Answered(e) => read_error(&e, 0, false),
+                other => other.into_error(),
+            })
+    }
+}
+
+/// The etcd transaction of `txn`: its puts and deletes return the items they replace, and when
+/// a compare fails, every compared key is read.
+fn etcd_txn(txn: &Txn) -> EtcdTxn {
+    let compares: Vec<EtcdCompare> = txn
+        .compares
+        .iter()
+        .map(|c| match c {
+            Compare::Exists(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Greater, 0),
+            Compare::Absent(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Equal, 0),
+            Compare::ModRevision(k, r) => EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64),
+        })
+        .collect();
+    let ops: Vec<TxnOp> = txn
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Put { key, value } => TxnOp::put(
+                key.as_str(),
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key()),
+            ),
+            Op::Delete { key } => TxnOp::delete(key.as_str(), Some(DeleteOptions::new().with_prev_key())),
+        })
+        .collect();
+    let reads: Vec<TxnOp> = txn.compares.iter().map(|c| TxnOp::get(c.key(), None)).collect();
+    EtcdTxn::new().when(compares).and_then(ops).or_else(reads)
+}
+
+/// etcd's answer to [`etcd_txn`] as a [`TxnResponse`].
+fn txn_response(txn: &Txn, resp: &etcd_client::TxnResponse) -> Result<TxnResponse> {
+    let mut out = TxnResponse {
+        succeeded: resp.succeeded(),
+        revision: header_revision(resp.header()),
+        current: Vec::new(),
+        prev: Vec::new(),
+    };
+    for (i, r) in resp.op_responses().into_iter().enumerate() {
+        match r {
+            TxnOpResponse::Put(mut p) => out.prev.push(p.take_prev_key().map(to_kv).transpose()?),
+            TxnOpResponse::Delete(mut d) => {
+                out.prev
+                    .push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
+            }
+            TxnOpResponse::Get(mut g) => {
+                let item = g.take_kvs().into_iter().next().map(to_kv).transpose()?;
+                out.current.push((txn.compares[i].key().to_string(), item));
+            }
+            TxnOpResponse::Txn(_) => return Err(Error::internal("etcd answered a nested transaction")),
+        }
+    }
+    Ok(out)
 }
 
 fn to_kv(kv: etcd_client::KeyValue) -> Result<KeyValue> {
@@ -172,12 +280,7 @@ fn read_error(e: &etcd_client::Error, requested: Revision, from_token: bool) -> 
 #[async_trait]
 impl Storage for EtcdStore {
     async fn get(&self, key: &str) -> Result<KeyValue> {
-        let mut resp = self
-            .client
-            .kv_client()
-            .get(key, None)
-            .await
-            .map_err(Error::unavailable)?;
+        let mut resp = self.range(key.to_string(), None, Kind::Read).await?;
         match resp.take_kvs().into_iter().next() {
             Some(kv) => to_kv(kv),
             None => Err(Error::NotFound { key: key.into() }),
@@ -199,15 +302,23 @@ impl Storage for EtcdStore {
         if let Some(limit) = opts.limit.filter(|l| *l > 0) {
             get = get.with_limit(limit as i64);
         }
-        let mut resp = match self.kv.clone().get(start, Some(get)).await {
+        let read = self
+            .members
+            .call(Kind::List, |c| {
+                let (start, get) = (start.clone(), get.clone());
+                async move { c.kv.clone().get(start, Some(get)).await }
+            })
+            .await;
+        let mut resp = match read {
             Ok(r) => r,
-            Err(e) => {
+            Err(Failure::Answered(e)) => {
                 let mut err = read_error(&e, revision.unwrap_or(0), from_token);
                 if let Error::FutureRevision { current, .. } = &mut err {
                     *current = self.current_revision().await.unwrap_or(0);
                 }
                 return Err(err);
             }
+            Err(f) => return Err(f.into_error()),
         };
         let revision = revision.unwrap_or_else(|| header_revision(resp.header()));
         let (more, count) = (resp.more(), resp.count() as u64);
@@ -241,15 +352,23 @@ impl Storage for EtcdStore {
             .with_sort(SortTarget::Mod, SortOrder::Descend)
             .with_limit(1)
             .with_keys_only();
-        let resp = match self.kv.clone().get(prefix, Some(get)).await {
+        let read = self
+            .members
+            .call(Kind::List, |c| {
+                let get = get.clone();
+                async move { c.kv.clone().get(prefix, Some(get)).await }
+            })
+            .await;
+        let resp = match read {
             Ok(r) => r,
-            Err(e) => {
+            Err(Failure::Answered(e)) => {
                 let mut err = read_error(&e, revision, false);
                 if let Error::FutureRevision { current, .. } = &mut err {
                     *current = self.current_revision().await.unwrap_or(0);
                 }
                 return Err(err);
             }
+            Err(f) => return Err(f.into_error()),
         };
         Ok(Summary {
             count: resp.count() as u64,
@@ -263,11 +382,27 @@ impl Storage for EtcdStore {
         let txn = EtcdTxn::new()
             .when([EtcdCompare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, value.to_vec(), None)]);
-        let resp = self.kv.clone().txn(txn).await.map_err(Error::unavailable)?;
-        if !resp.succeeded() {
+        let sent = self
+            .members
+            .call(Kind::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv.clone().txn(txn).await }
+            })
+            .await;
+        let (succeeded, rev) = match sent {
+            Ok(resp) => (resp.succeeded(), header_revision(resp.header())),
+            Err(Failure::Unknown(why)) => {
+                let txn = Txn::new()
+                    .when(Compare::Absent(key.into()))
+                    .put(key, value.clone());
+                let r = self.settle(&txn, why).await?;
+                (r.succeeded, r.revision)
+            }
+            Err(f) => return Err(f.into_error()),
+        };
+        if !succeeded {
             return Err(Error::AlreadyExists { key: key.into() });
         }
-        let rev = header_revision(resp.header());
         Ok(KeyValue {
             key: key.into(),
             value,
@@ -288,7 +423,31 @@ impl Storage for EtcdStore {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
-        let resp = self.kv.clone().txn(txn).await.map_err(Error::unavailable)?;
+        let sent = self
+            .members
+            .call(Kind::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv.clone().txn(txn).await }
+            })
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(Failure::Unknown(why)) => {
+                let txn = Txn::new()
+                    .when(Compare::ModRevision(key.into(), expected))
+                    .put(key, value.clone());
+                let r = self.settle(&txn, why).await?;
+                let revision = r.revision;
+                let prev = crate::guarded_outcome(key, expected, r.succeeded, r.current, r.prev)?;
+                return Ok(KeyValue {
+                    key: key.into(),
+                    value,
+                    create_revision: prev.create_revision,
+                    mod_revision: revision,
+                });
+            }
+            Err(f) => return Err(f.into_error()),
+        };
         let rev = header_revision(resp.header());
         let first = resp.op_responses().into_iter().next();
         match (resp.succeeded(), first) {
@@ -317,58 +476,11 @@ impl Storage for EtcdStore {
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         txn.check()?;
-        let compares: Vec<EtcdCompare> = txn
-            .compares
-            .iter()
-            .map(|c| match c {
-                Compare::Exists(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Greater, 0),
-                Compare::Absent(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Equal, 0),
-                Compare::ModRevision(k, r) => {
-                    EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64)
-                }
-            })
-            .collect();
-        let ops: Vec<TxnOp> = txn
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Put { key, value } => TxnOp::put(
-                    key.as_str(),
-                    value.to_vec(),
-                    Some(PutOptions::new().with_prev_key()),
-                ),
-                Op::Delete { key } => TxnOp::delete(key.as_str(), Some(DeleteOptions::new().with_prev_key())),
-            })
-            .collect();
-        let reads: Vec<TxnOp> = txn.compares.iter().map(|c| TxnOp::get(c.key(), None)).collect();
-        let resp = self
-            .client
-            .kv_client()
-            .txn(EtcdTxn::new().when(compares).and_then(ops).or_else(reads))
-            .await
-            .map_err(Error::unavailable)?;
-        let revision = header_revision(resp.header());
-        let mut out = TxnResponse {
-            succeeded: resp.succeeded(),
-            revision,
-            current: Vec::new(),
-            prev: Vec::new(),
-        };
-        for (i, r) in resp.op_responses().into_iter().enumerate() {
-            match r {
-                TxnOpResponse::Put(mut p) => out.prev.push(p.take_prev_key().map(to_kv).transpose()?),
-                TxnOpResponse::Delete(mut d) => {
-                    out.prev
-                        .push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
-                }
-                TxnOpResponse::Get(mut g) => {
-                    let item = g.take_kvs().into_iter().next().map(to_kv).transpose()?;
-                    out.current.push((txn.compares[i].key().to_string(), item));
-                }
-                TxnOpResponse::Txn(_) => return Err(Error::internal("etcd answered a nested transaction")),
-            }
+        match self.txn_once(&txn).await {
+            Ok(r) => Ok(r),
+            Err(Failure::Unknown(why)) => self.settle(&txn, why).await,
+            Err(f) => Err(f.into_error()),
         }
-        Ok(out)
     }
 
     async fn watch(&self, key: &str, opts: WatchOptions) -> Result<WatchStream> {
@@ -378,7 +490,7 @@ impl Storage for EtcdStore {
         };
         let (tx, rx) = mpsc::channel(1024);
         let w = Watcher {
-            client: self.watch.clone(),
+            members: self.members.clone(),
             key: key.to_string(),
             opts,
             last: from,
@@ -390,9 +502,17 @@ impl Storage for EtcdStore {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let opts = CompactionOptions::new().with_physical();
-        match self.kv.clone().compact(revision as i64, Some(opts)).await {
+        // Compacting twice at one revision is harmless: a retry is safe.
+        let sent = self
+            .members
+            .call(Kind::List, |c| {
+                let opts = opts.clone();
+                async move { c.kv.clone().compact(revision as i64, Some(opts)).await }
+            })
+            .await;
+        match sent {
             Ok(_) => Ok(()),
-            Err(e) => match read_error(&e, revision, false) {
+            Err(Failure::Answered(e)) => match read_error(&e, revision, false) {
                 // Compacting where history already starts later is a no-op, as in the embedded store.
                 Error::Gone { .. } => Ok(()),
                 Error::FutureRevision { requested, .. } => Err(Error::FutureRevision {
@@ -401,26 +521,29 @@ impl Storage for EtcdStore {
                 }),
                 other => Err(other),
             },
+            Err(f) => Err(f.into_error()),
         }
     }
 
     async fn current_revision(&self) -> Result<Revision> {
         let resp = self
-            .client
-            .kv_client()
-            .get("/", Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(Error::unavailable)?;
+            .range("/".into(), Some(GetOptions::new().with_count_only()), Kind::Read)
+            .await?;
         Ok(header_revision(resp.header()))
     }
 
+    /// A linearizable read, which only a member in the quorum can serve (members without a
+    /// leader refuse it): `Ok` while a quorum serves, within [`HEALTH_TIMEOUT`].
     async fn health(&self) -> Result<()> {
-        self.client
-            .maintenance_client()
-            .status()
+        self.members
+            .call_within(Kind::Read, HEALTH_TIMEOUT, |c| async move {
+                c.kv.clone()
+                    .get("/", Some(GetOptions::new().with_count_only()))
+                    .await
+            })
             .await
-            .map_err(Error::unavailable)?;
-        Ok(())
+            .map(|_| ())
+            .map_err(Failure::into_error)
     }
 
     async fn hold(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool> {
@@ -432,9 +555,12 @@ impl Storage for EtcdStore {
     }
 }
 
+/// How long [`Storage::health`] waits for a member of the quorum to answer.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The task behind one watch stream.
 struct Watcher {
-    client: WatchClient,
+    members: Arc<Members>,
     key: String,
     opts: WatchOptions,
     /// Every event up to here has been delivered.
@@ -446,8 +572,10 @@ struct Watcher {
 enum End {
     /// The consumer is gone, or was sent its final error.
     Done,
-    /// The connection broke: watch again from `last`.
+    /// The connection broke: watch again from `last`, after a pause.
     Reconnect,
+    /// The member went down: watch again from `last` on another member, at once.
+    Switch,
 }
 
 impl Watcher {
@@ -456,6 +584,10 @@ impl Watcher {
         loop {
             match self.connection().await {
                 End::Done => return,
+                End::Switch => {
+                    tracing::debug!(key = %self.key, last = self.last, "etcd watch moving to another member");
+                    backoff = Duration::from_millis(50);
+                }
                 End::Reconnect => {
                     if self.tx.is_closed() {
                         return;
@@ -478,17 +610,26 @@ impl Watcher {
         if self.opts.prefix {
             wopts = wopts.with_range(prefix_end(self.key.as_bytes()));
         }
-        let mut wc = self.client.clone();
+        let Some((member, conn)) = self.members.pick(&[]) else {
+            return End::Reconnect;
+        };
+        // A frozen member sends no RST: the health check marking it down ends this connection.
+        let down = member.went_down();
+        tokio::pin!(down);
+        let mut wc = conn.watch.clone();
         let mut stream = tokio::select! {
             s = wc.watch(self.key.as_str(), Some(wopts)) => match s {
                 Ok(s) => s,
                 Err(_) => return End::Reconnect,
             },
+            _ = &mut down => return End::Switch,
+            _ = tokio::time::sleep(members::ATTEMPT_TIMEOUT) => return End::Reconnect,
             _ = self.tx.closed() => return End::Done,
         };
         let mut tick = ProgressTicker::new(self.opts.progress_interval);
         loop {
             tokio::select! {
+                _ = &mut down => return End::Switch,
                 msg = stream.message() => {
                     let Ok(Some(resp)) = msg else { return End::Reconnect };
                     if resp.canceled() {

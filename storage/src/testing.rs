@@ -2,7 +2,8 @@
 //!
 //! [`cases`] lists the behaviours of the crate documentation as test cases; a backend's test
 //! binary (`storage/tests/<backend>.rs`) runs each against a fresh store. [`EtcdServer`] starts
-//! Debian's `etcd` on free loopback ports with a temporary data directory and stops it by PID.
+//! Debian's `etcd` on free loopback ports with a temporary data directory and stops it by PID;
+//! [`EtcdCluster`] starts several members of it, for the failover tests (`tests/etcd_ha.rs`).
 //!
 //! Only for tests: enabled by the `test-util` feature.
 
@@ -21,6 +22,10 @@ use futures::{FutureExt, StreamExt};
 use crate::{
     Compare, Error, Event, ListOptions, Revision, Storage, Summary, Txn, WatchOptions, WatchStream, etcd,
 };
+
+mod cluster;
+
+pub use cluster::{ClusterMember, EtcdCluster};
 
 /// What a case gets: a store, and a key prefix no other case uses in it.
 pub struct Ctx {

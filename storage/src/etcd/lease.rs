@@ -13,7 +13,8 @@ use etcd_client::{Compare as EtcdCompare, CompareOp, PutOptions, Txn as EtcdTxn,
 use tokio::sync::Mutex;
 
 use super::EtcdStore;
-use crate::{Error, Result, hold};
+use super::members::{Failure, Kind};
+use crate::{Result, hold};
 
 /// The lease this process holds a key with.
 #[derive(Clone, Debug)]
@@ -55,18 +56,20 @@ impl EtcdStore {
     async fn renew(&self, key: &str, holder: &str, lease: i64) -> Result<bool> {
         // `keep_alive` sends one keep-alive and reads its answer: that is the renewal. A lease
         // etcd no longer knows (it lapsed) comes back as `LeaseKeepAliveError`.
-        match self.client.lease_client().keep_alive(lease).await {
-            Ok(_) => {}
-            Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(false),
-            Err(e) => return Err(Error::unavailable(e)),
+        // A keep-alive is safe to send again: it is retried like a read.
+        let kept = self
+            .members
+            .call(Kind::Read, |c| async move {
+                c.client.lease_client().keep_alive(lease).await.map(|_| ())
+            })
+            .await;
+        match kept {
+            Ok(()) => {}
+            Err(Failure::Answered(etcd_client::Error::LeaseKeepAliveError(_))) => return Ok(false),
+            Err(f) => return Err(f.into_error()),
         }
         // A range read, not a write: is the key still the one this lease made?
-        let resp = self
-            .client
-            .kv_client()
-            .get(key, None)
-            .await
-            .map_err(Error::unavailable)?;
+        let resp = self.range(key.to_string(), None, Kind::Read).await?;
         Ok(resp
             .kvs()
             .first()
@@ -76,13 +79,11 @@ impl EtcdStore {
     /// Takes `key` for `holder` with a new lease of `ttl` if nobody holds it; the lease, or
     /// `None` if somebody does.
     async fn campaign(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<i64>> {
-        let resp = self
-            .client
-            .kv_client()
-            .get(key, None)
-            .await
-            .map_err(Error::unavailable)?;
+        let resp = self.range(key.to_string(), None, Kind::Read).await?;
         let guard = match resp.kvs().first() {
+            // Our own campaign whose answer was lost (its member died): the holder is this
+            // process's alone, so the lease is ours to keep alive.
+            Some(kv) if kv.lease() != 0 && kv.value() == holder.as_bytes() => return Ok(Some(kv.lease())),
             // Bound to a live lease (ours lapsed, or another holder's): it goes when that does.
             Some(kv) if kv.lease() != 0 => return Ok(None),
             Some(kv) => {
@@ -94,23 +95,36 @@ impl EtcdStore {
             }
             None => EtcdCompare::create_revision(key, CompareOp::Equal, 0),
         };
-        let mut leases = self.client.lease_client();
-        // etcd counts lease TTLs in whole seconds.
+        // etcd counts lease TTLs in whole seconds. A grant sent twice leaves a lease that
+        // binds nothing and expires after `ttl`: it is retried like a read.
         let secs = ttl.as_secs().max(1) as i64;
-        let lease = leases.grant(secs, None).await.map_err(Error::unavailable)?.id();
-        let put = TxnOp::put(key, holder, Some(PutOptions::new().with_lease(lease)));
-        let won = self
-            .client
-            .kv_client()
-            .txn(EtcdTxn::new().when([guard]).and_then([put]))
+        let lease = self
+            .members
+            .call(Kind::Read, |c| async move {
+                c.client.lease_client().grant(secs, None).await
+            })
             .await
-            .map_err(Error::unavailable)?
+            .map_err(Failure::into_error)?
+            .id();
+        let put = TxnOp::put(key, holder, Some(PutOptions::new().with_lease(lease)));
+        let txn = EtcdTxn::new().when([guard]).and_then([put]);
+        // An unknown outcome fails this round; the next one finds the key (above) if it applied.
+        let won = self
+            .members
+            .call(Kind::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv.clone().txn(txn).await }
+            })
+            .await
+            .map_err(Failure::into_error)?
             .succeeded();
         if won {
             Ok(Some(lease))
         } else {
             // Best effort: an unrevoked lease binds nothing and expires after `ttl` anyway.
-            let _ = leases.revoke(lease).await;
+            if let Some((_, c)) = self.members.pick(&[]) {
+                let _ = c.client.lease_client().revoke(lease).await;
+            }
             Ok(None)
         }
     }
