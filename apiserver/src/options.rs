@@ -102,7 +102,8 @@ pub struct Options {
     /// How often quota usage of our resources is recounted for every namespace.
     #[arg(long, default_value = "5m", value_parser = cozyplane_authz::parse_duration)]
     pub quota_resync_period: Duration,
-    /// Port GC: how old a Port on a node never seen must be before it is deleted (see
+    /// Port GC: how old a Port on a node never seen must be before it is deleted, and how long
+    /// a persistent Port's workload must be gone before the Port is released (see
     /// `controllers::kube_loops`; needs a kube-apiserver connection).
     #[arg(long, default_value = "30s", value_parser = cozyplane_authz::parse_duration)]
     pub port_gc_grace: Duration,

@@ -148,7 +148,10 @@ async fn body(lab: &mut Lab) {
     let shards = NAT_SHARDS.to_string();
     let cp = Cp::start_with_args(
         lab,
-        CpOptions { doors: true },
+        CpOptions {
+            doors: true,
+            ..CpOptions::default()
+        },
         &["--masquerade-ports", &masq, "--nat-shards", &shards],
     )
     .await;

@@ -201,6 +201,9 @@ pub struct VpcAttachment {
     /// A dual-stack VPC's address of the other family, held by a Port of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub other: Option<VpcAddress>,
+    /// The Ports are a workload's (issue 27): DEL leaves them to it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub persistent: bool,
 }
 
 /// One more VPC address of an attachment and the Port that holds it.

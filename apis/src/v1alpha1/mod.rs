@@ -57,7 +57,10 @@ pub use pod_trace::{
     POD_TRACE_KIND, POD_TRACE_RESOURCE, PodTrace, PodTraceDirection, PodTraceEndpoint, PodTraceHostFirewall,
     PodTraceHostFirewallRule, PodTraceResolved, PodTraceRule, PodTraceSpec, PodTraceStatus,
 };
-pub use port::{Port, PortList, PortSpec, PortStatus};
+pub use port::{
+    KUBEVIRT_VM_LABEL, PERSISTENT_PORT_ANNOTATION, PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortList,
+    PortSpec, PortStatus, WorkloadRef, workload_of,
+};
 pub use refs::{LocalVPCRef, VPCRef};
 pub use security_group::{
     SecurityGroup, SecurityGroupEgressRule, SecurityGroupIngressRule, SecurityGroupList, SecurityGroupPeer,

@@ -83,3 +83,100 @@ crate::object::impl_kind!(Port {
 
 /// A list of [`Port`]s.
 pub type PortList = List<Port>;
+
+/// Label of a persistent Port (issue 27): the workload identity it belongs to instead of one
+/// pod. A Port carrying it outlives its pods: DEL keeps it, the next pod of the identity (on
+/// any node) takes it with its address and MAC, and the server releases it once the identity
+/// is gone ([`WorkloadRef`]).
+pub const PORT_WORKLOAD_LABEL: &str = "sdn.cozystack.io/vm-name";
+
+/// Label of a persistent Port: the pod interface (`CNI_IFNAME`) it is attached as, so a workload
+/// with several interfaces keeps one Port per interface.
+pub const PORT_INTERFACE_LABEL: &str = "sdn.cozystack.io/interface";
+
+/// The label KubeVirt puts on a virt-launcher pod: the name of the VirtualMachineInstance it
+/// runs (and of its VirtualMachine, which names its VMIs after itself).
+pub const KUBEVIRT_VM_LABEL: &str = "vm.kubevirt.io/name";
+
+/// Pod annotation naming a persistent identity for any pod (not a KubeVirt launcher): pods of
+/// one namespace carrying the same value share a persistent Port, one at a time.
+pub const PERSISTENT_PORT_ANNOTATION: &str = "sdn.cozystack.io/persistent-port";
+
+/// A pod's persistent identity: the explicit annotation, else the KubeVirt VM label; `None`
+/// for an ordinary pod. A value that is no label value (over 63 characters, other characters)
+/// is no identity: the Port's label could not carry it.
+pub fn workload_of(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<String> {
+    let explicit = annotations.and_then(|a| a.get(PERSISTENT_PORT_ANNOTATION));
+    let vm = labels.and_then(|l| l.get(KUBEVIRT_VM_LABEL));
+    explicit.or(vm).filter(|v| is_label_value(v)).cloned()
+}
+
+fn is_label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    !v.is_empty()
+        && v.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// What a persistent Port belongs to: its pods' namespace and the identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadRef {
+    /// The namespace of the pods (`spec.podNamespace`).
+    pub namespace: String,
+    /// The identity ([`PORT_WORKLOAD_LABEL`]).
+    pub name: String,
+}
+
+impl Port {
+    /// The workload of a persistent Port; `None` for a Port of one pod.
+    pub fn workload(&self) -> Option<WorkloadRef> {
+        let name = self.metadata.labels.as_ref()?.get(PORT_WORKLOAD_LABEL)?;
+        Some(WorkloadRef {
+            namespace: self.spec.pod_namespace.clone(),
+            name: name.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn map(k: &str, v: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(k.to_string(), v.to_string())])
+    }
+
+    #[test]
+    fn the_annotation_wins_over_the_vm_label_and_bad_values_are_no_identity() {
+        let vm = map(KUBEVIRT_VM_LABEL, "web-vm");
+        let ann = map(PERSISTENT_PORT_ANNOTATION, "db-0");
+        assert_eq!(workload_of(Some(&vm), None).as_deref(), Some("web-vm"));
+        assert_eq!(workload_of(Some(&vm), Some(&ann)).as_deref(), Some("db-0"));
+        assert_eq!(workload_of(None, None), None);
+        let long = "a".repeat(64);
+        assert_eq!(
+            workload_of(None, Some(&map(PERSISTENT_PORT_ANNOTATION, &long))),
+            None
+        );
+        assert_eq!(
+            workload_of(None, Some(&map(PERSISTENT_PORT_ANNOTATION, "-x"))),
+            None
+        );
+        assert_eq!(
+            workload_of(None, Some(&map(PERSISTENT_PORT_ANNOTATION, "a b"))),
+            None
+        );
+        assert_eq!(
+            workload_of(None, Some(&map(PERSISTENT_PORT_ANNOTATION, ""))),
+            None
+        );
+    }
+}

@@ -20,7 +20,10 @@
 //!   `spec.podName`) whose pod does not exist, or exists with another uid than the Port's
 //!   `sdn.cozystack.io/pod-uid` label, is deleted. That closes the leak of a pod deleted while
 //!   its node's agent was down (its DEL never deleted the Port). The Port is then terminating:
-//!   the agent, back, severs and releases it; a node that never comes back is Port GC's.
+//!   the agent, back, severs and releases it; a node that never comes back is Port GC's. A
+//!   persistent Port (`sdn.cozystack.io/vm-name`, issue 27) is its workload's: deleted once no
+//!   pod of the workload, VirtualMachineInstance or VirtualMachine has existed for the grace
+//!   period; Port GC leaves it alone while it is live (its node may die with the VM moving).
 //!
 //! * **Doors** ([`nat_gateway`], [`floating_ip`]; shared parts in [`doors`] and [`owned`]): the
 //!   LoadBalancer Services and EndpointSlices a VPC's effective NAT gateway and its exclusive
@@ -132,6 +135,8 @@ struct Shared {
     nodes_ready: AtomicBool,
     pods_ready: AtomicBool,
     seen_nodes: Mutex<HashSet<String>>,
+    /// Persistent Ports whose workload was found gone, and since when ([`claimant`]).
+    orphaned: Mutex<HashMap<String, std::time::Instant>>,
     grace: Duration,
     ports: Arc<Mirror<Port>>,
     groups: Arc<Mirror<SecurityGroup>>,
@@ -317,6 +322,12 @@ impl Reconciler {
             return Ok(());
         }
         let deleting = p.metadata.deletion_timestamp.is_some();
+        // A workload's Port outlives its node: the workload's next pod takes it elsewhere
+        // (its release is the claimant's, by the workload). Terminating, it is released here
+        // like any Port whose agent is gone.
+        if !deleting && p.workload().is_some() {
+            return Ok(());
+        }
         if !deleting {
             let seen = sh
                 .seen_nodes
@@ -475,6 +486,7 @@ impl KubeLoops {
             nodes_ready: AtomicBool::new(false),
             pods_ready: AtomicBool::new(false),
             seen_nodes: Mutex::default(),
+            orphaned: Mutex::default(),
             grace: cfg.port_gc_grace,
             ports: Arc::default(),
             groups: Arc::default(),

@@ -221,7 +221,7 @@ pub const AUTHENTICATION_CONFIGMAP: Access = Access {
 };
 
 /// Every access of the server, in the order the chart lists them.
-pub const SERVER_ACCESS: [&Access; 16] = [
+pub const SERVER_ACCESS: [&Access; 18] = [
     &NODES,
     &PODS,
     &SERVICES,
@@ -238,7 +238,31 @@ pub const SERVER_ACCESS: [&Access; 16] = [
     &TOKENREVIEWS,
     &SUBJECTACCESSREVIEWS,
     &AUTHENTICATION_CONFIGMAP,
+    &VIRTUALMACHINEINSTANCES,
+    &VIRTUALMACHINES,
 ];
+
+/// Persistent Ports (issue 27): a KubeVirt VM's Ports live while its VirtualMachineInstance
+/// does. A cluster without KubeVirt answers 404, which is "no such VM".
+pub const VIRTUALMACHINEINSTANCES: Access = Access {
+    group: "kubevirt.io",
+    resource: "virtualmachineinstances",
+    verbs: &["get"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "Port claimants: a persistent Port's VM instance, looked up before its Ports are released",
+};
+/// Persistent Ports: a stopped VM (a VirtualMachine without an instance) keeps its Ports.
+pub const VIRTUALMACHINES: Access = Access {
+    group: "kubevirt.io",
+    resource: "virtualmachines",
+    verbs: &["get"],
+    names: &[],
+    via: Via::ServerRole,
+    when: When::Always,
+    why: "Port claimants: a stopped VM keeps its persistent Ports while its VirtualMachine exists",
+};
 
 /// The ServiceAccount (and the ClusterRole) name.
 pub const SERVER_ACCOUNT: &str = "cozyplane-apiserver";
@@ -273,6 +297,23 @@ impl Access {
     pub fn api_all<K: kube::Resource<DynamicType = ()>>(&'static self, client: kube::Client) -> kube::Api<K> {
         self.check::<K>();
         kube::Api::all(client)
+    }
+
+    /// A namespaced `Api` of this row's resource for a kind without Rust types (`ar`: its
+    /// group and plural must be the row's).
+    pub fn api_dynamic(
+        &'static self,
+        client: kube::Client,
+        ns: &str,
+        ar: &kube::api::ApiResource,
+    ) -> kube::Api<kube::api::DynamicObject> {
+        debug_assert!(
+            ar.group == self.group && self.resource.split('/').next() == Some(ar.plural.as_str()),
+            "a {} API built from the RBAC row of {}",
+            ar.plural,
+            self.resource
+        );
+        kube::Api::namespaced_with(client, ns, ar)
     }
 
     /// A namespaced `Api` of this row's resource.

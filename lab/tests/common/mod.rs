@@ -33,6 +33,8 @@ pub(crate) struct CpOptions {
     /// stand-in, so its kube loops (VPCGateway NAT Services, FloatingIPs, ServiceVIPs, Port
     /// GC) run. Namespaces are then the stand-in's only ([`tenant`] creates them there).
     pub(crate) doors: bool,
+    /// More flags for cozyplane-apiserver (with `doors`).
+    pub(crate) server_args: &'static [&'static str],
 }
 
 impl Cp {
@@ -55,7 +57,10 @@ impl Cp {
             )
             .await;
             let kc = format!("--kubeconfig={}", s.admin_kubeconfig().display());
-            let server = TestServer::start_bare(Backend::Embedded, &[&kc]).await;
+            let args: Vec<&str> = std::iter::once(kc.as_str())
+                .chain(opts.server_args.iter().copied())
+                .collect();
+            let server = TestServer::start_bare(Backend::Embedded, &args).await;
             (s, server)
         } else {
             (
@@ -124,6 +129,42 @@ pub(crate) async fn pod_with(
         .metadata
         .uid
         .unwrap_or_default();
+    attach(cp, lab, (node, ns, name, &uid), runtime).await
+}
+
+/// [`pod`] with labels on the Pod object (a KubeVirt launcher's `vm.kubevirt.io/name`, say).
+pub(crate) async fn pod_labelled(
+    cp: &Cp,
+    lab: &Lab,
+    (node, ns, name, vpc): (usize, &str, &str, Option<&str>),
+    labels: &[(&str, &str)],
+) -> LabPod {
+    let mut obj = cozyplane_lab::kubelet::pod_object(&lab.nodes[node].name, ns, name, vpc);
+    obj.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let uid = Api::<Pod>::namespaced(cp.kube.clone(), ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap_or_default();
+    attach(cp, lab, (node, ns, name, &uid), &json!({})).await
+}
+
+/// The sandbox of a created Pod object: netns, CNI ADD of the node's conflist, status (as
+/// kubelet). Panics if ADD fails.
+async fn attach(
+    cp: &Cp,
+    lab: &Lab,
+    (node, ns, name, uid): (usize, &str, &str, &str),
+    runtime: &serde_json::Value,
+) -> LabPod {
+    let uid = uid.to_string();
     let pns = Netns::new("p");
     let cid = format!("{ns}-{name}");
     let n = &lab.nodes[node];

@@ -34,7 +34,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use cozyplane_apis::v1alpha1::{Port, PortSpec, VPC, VPCBinding, VPCRef};
+use cozyplane_apis::v1alpha1::{
+    PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortSpec, VPC, VPCBinding, VPCRef,
+};
 use cozyplane_cni::spec::{CniError, ErrorCode};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -65,6 +67,40 @@ pub const CALLS_IN_FLIGHT: usize = 4;
 pub struct PodFacts {
     /// The `sdn.cozystack.io/vpc` annotation, if any.
     pub vpc: Option<String>,
+    /// Its persistent identity (a KubeVirt launcher's VM, or the explicit annotation): its
+    /// VPC Ports outlive it (`cozyplane_apis::v1alpha1::workload_of`).
+    pub workload: Option<String>,
+}
+
+impl PodFacts {
+    /// What the agent reads of a pod.
+    pub fn of(p: &Pod) -> Self {
+        Self {
+            vpc: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(VPC_ANNOTATION))
+                .filter(|v| !v.is_empty())
+                .cloned(),
+            workload: cozyplane_apis::v1alpha1::workload_of(
+                p.metadata.labels.as_ref(),
+                p.metadata.annotations.as_ref(),
+            ),
+        }
+    }
+}
+
+/// The label KubeVirt puts on a live migration's target launcher pod.
+pub const MIGRATION_TARGET_LABEL: &str = "kubevirt.io/migrationJobUID";
+
+/// A persistent attachment: the workload identity and the pod interface its Ports belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Persistent {
+    /// The identity (`PORT_WORKLOAD_LABEL`).
+    pub workload: String,
+    /// The interface (`CNI_IFNAME`).
+    pub ifname: String,
 }
 
 /// A VPC the pod may join.
@@ -220,15 +256,15 @@ pub fn parse_vpc_request(pod_ns: &str, req: &str) -> Result<(String, String), Cn
 }
 
 impl ApiClients {
-    /// The VPC the pod asks for, from the watch cache or (on a miss) the kube API.
-    pub async fn requested_vpc(&self, ns: &str, name: &str) -> Result<Option<String>, CniError> {
+    /// What the agent reads of pod `ns/name`, from the watch cache or (on a miss) the kube API.
+    pub async fn pod_facts(&self, ns: &str, name: &str) -> Result<PodFacts, CniError> {
         let cached = self
             .pods
             .read()
             .ok()
             .and_then(|m| m.get(&(ns.to_string(), name.to_string())).cloned());
         if let Some(f) = cached {
-            return Ok(f.vpc);
+            return Ok(f);
         }
         let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         let pod = queued(
@@ -244,13 +280,12 @@ impl ApiClients {
                 "the pod's annotations decide its network; retry once the pod is visible",
             )
         })?;
-        Ok(pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(VPC_ANNOTATION))
-            .filter(|v| !v.is_empty())
-            .cloned())
+        Ok(PodFacts::of(&pod))
+    }
+
+    /// The VPC the pod asks for, from the watch cache or (on a miss) the kube API.
+    pub async fn requested_vpc(&self, ns: &str, name: &str) -> Result<Option<String>, CniError> {
+        Ok(self.pod_facts(ns, name).await?.vpc)
     }
 
     /// Checks that a VPCBinding in `pod_ns` grants the VPC and reads its VNI and MTU.
@@ -367,8 +402,9 @@ impl ApiClients {
         pod_ns: &str,
         pod: &str,
         family: Option<IpAddr>,
+        persistent: Option<&Persistent>,
     ) -> Result<Port, CniError> {
-        let labels = BTreeMap::from([
+        let mut labels = BTreeMap::from([
             (
                 "sdn.cozystack.io/vpc-namespace".to_string(),
                 vpc.namespace.clone(),
@@ -376,6 +412,10 @@ impl ApiClients {
             ("sdn.cozystack.io/vpc".to_string(), vpc.name.clone()),
             ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
         ]);
+        if let Some(w) = persistent {
+            labels.insert(PORT_WORKLOAD_LABEL.to_string(), w.workload.clone());
+            labels.insert(PORT_INTERFACE_LABEL.to_string(), w.ifname.clone());
+        }
         let port = Port {
             metadata: ObjectMeta {
                 labels: Some(labels),
@@ -408,6 +448,101 @@ impl ApiClients {
     pub async fn get_port(&self, name: &str) -> Result<Option<Port>, CniError> {
         let ports: Api<Port> = Api::all(self.sdn.clone());
         queued("reading the Port failed", &self.sdn_turns, ports.get_opt(name)).await
+    }
+
+    /// The live Ports of `w` in VPC `vpc` (one per family), taken for pod `pod_ns/pod` of this
+    /// node: each is re-pointed here (`spec.node`, `spec.nodeIP`, the pod) with the
+    /// resourceVersion it was read at, its address and MAC kept. Oldest first (the Port of
+    /// the VPC's first family was made first). Empty: the workload has none yet.
+    pub async fn bind_persistent(
+        &self,
+        vpc: &ResolvedVpc,
+        pod_ns: &str,
+        pod: &str,
+        w: &Persistent,
+    ) -> Result<Vec<Port>, CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        let selector = format!(
+            "sdn.cozystack.io/vpc-namespace={},sdn.cozystack.io/vpc={},sdn.cozystack.io/pod-namespace={pod_ns},{PORT_WORKLOAD_LABEL}={},{PORT_INTERFACE_LABEL}={}",
+            vpc.namespace, vpc.name, w.workload, w.ifname
+        );
+        let mut found = queued(
+            "listing the workload's Ports failed",
+            &self.sdn_turns,
+            ports.list(&kube::api::ListParams::default().labels(&selector)),
+        )
+        .await?
+        .items;
+        // A Port being deleted is revoked, not reused (a new one is made).
+        found.retain(|p| p.metadata.deletion_timestamp.is_none());
+        found.sort_by(|a, b| {
+            (&a.metadata.creation_timestamp, &a.metadata.name)
+                .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
+        });
+        // One live holder at a time: a Port still held by another running pod of the workload
+        // is refused (a retry succeeds once that pod is gone, as when a VM restarts). Live
+        // migration, where two launchers hold it on purpose, is not built yet (issue 27).
+        for p in &found {
+            let holder = (p.spec.pod_namespace.as_str(), p.spec.pod_name.as_str());
+            if holder.1.is_empty() || holder == (pod_ns, pod) {
+                continue;
+            }
+            let pods: Api<Pod> = Api::namespaced(self.kube.clone(), holder.0);
+            let live = queued(
+                "reading the workload's current pod failed",
+                &self.kube_turns,
+                pods.get_opt(holder.1),
+            )
+            .await?
+            .filter(|h| {
+                h.metadata.deletion_timestamp.is_none()
+                    && !matches!(
+                        h.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    )
+            });
+            if live.is_some() {
+                // The requester is a migration's target: KubeVirt labels it so.
+                let me: Api<Pod> = Api::namespaced(self.kube.clone(), pod_ns);
+                let migrating = matches!(
+                    me.get_opt(pod).await,
+                    Ok(Some(m)) if m.metadata.labels.as_ref().is_some_and(|l| l.contains_key(MIGRATION_TARGET_LABEL))
+                );
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    format!(
+                        "workload {} already has a live pod {}/{} holding its Port {}",
+                        w.workload,
+                        holder.0,
+                        holder.1,
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    if migrating {
+                        "a live migration: two launchers holding one Port is not supported yet (issue 27, item 2)"
+                    } else {
+                        "a persistent Port has one live holder; retry once that pod is gone"
+                    },
+                ));
+            }
+        }
+        let mut bound = Vec::new();
+        for p in found {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let patch = serde_json::json!({
+                "metadata": { "resourceVersion": p.metadata.resource_version },
+                "spec": { "node": self.node, "nodeIP": self.node_ip.to_string(),
+                          "podNamespace": pod_ns, "podName": pod } });
+            let p = queued(
+                "taking the workload's Port failed",
+                &self.sdn_turns,
+                ports.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?;
+            tracing::info!(port = %name, pod = %format!("{pod_ns}/{pod}"), workload = %w.workload,
+                "persistent Port taken: its address and MAC move here");
+            bound.push(p);
+        }
+        Ok(bound)
     }
 
     /// Deletes a Port; gone already is fine.

@@ -27,7 +27,7 @@ use cozyplane_apis::v1alpha1::Port;
 use cozyplane_cni::spec::CniError;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::core::api::{ApiClients, ResolvedVpc, VPC_ANNOTATION, VPC_IP_ANNOTATION};
+use crate::core::api::{ApiClients, Persistent, ResolvedVpc, VPC_ANNOTATION, VPC_IP_ANNOTATION};
 
 type Key = (String, String);
 type Made = Result<Port, CniError>;
@@ -76,6 +76,9 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
         .filter(|v| !v.is_empty())
 }
+
+/// The interface a runtime attaches a pod's network as: the one Ports are made ahead for.
+pub const PRIMARY_IFNAME: &str = "eth0";
 
 /// Two uids name different pods only when both are known.
 fn other_pod(a: Option<&str>, b: Option<&str>) -> bool {
@@ -133,6 +136,11 @@ impl ApiClients {
             cell
         };
         let stamped: Option<IpAddr> = annotation(pod, VPC_IP_ANNOTATION).and_then(|v| v.parse().ok());
+        // Made ahead for the pod's first interface, the one runtimes call `eth0`.
+        let persistent = super::PodFacts::of(pod).workload.map(|workload| Persistent {
+            workload,
+            ifname: PRIMARY_IFNAME.to_string(),
+        });
         let this = self.clone();
         tokio::spawn(async move {
             let (ns, name) = (&key.0, &key.1);
@@ -145,7 +153,7 @@ impl ApiClients {
                     {
                         return Ok(port);
                     }
-                    this.create_and_stamp(&v, ns, name).await
+                    this.create_and_stamp(&v, ns, name, persistent.as_ref()).await
                 })
                 .await;
             if let Err(e) = made {
@@ -207,7 +215,13 @@ impl ApiClients {
 
     /// ADD: the Port to attach pod `ns/name` (uid from the CNI args) to VPC `v` with — the
     /// one made ahead, else one made now. The caller owns it from here on.
-    pub async fn take_port(&self, v: &ResolvedVpc, ns: &str, name: &str, uid: Option<&str>) -> Made {
+    pub async fn take_port(
+        &self,
+        v: &ResolvedVpc,
+        (ns, name): (&str, &str),
+        uid: Option<&str>,
+        persistent: Option<&Persistent>,
+    ) -> Made {
         let key = (ns.to_string(), name.to_string());
         let cell = {
             let mut slots = self.prepared.slots();
@@ -234,7 +248,10 @@ impl ApiClients {
             }
         };
         if let Some(cell) = cell {
-            match cell.get_or_init(|| self.create_and_stamp(v, ns, name)).await {
+            match cell
+                .get_or_init(|| self.create_and_stamp(v, ns, name, persistent))
+                .await
+            {
                 Ok(port) if fits(port, v, (ns, name), &self.node) => return Ok(port.clone()),
                 Ok(port) => {
                     let stale = port.metadata.name.clone().unwrap_or_default();
@@ -246,12 +263,26 @@ impl ApiClients {
                 Err(_) => {}
             }
         }
-        self.create_and_stamp(v, ns, name).await
+        self.create_and_stamp(v, ns, name, persistent).await
     }
 
-    /// Creates the Port and stamps the pod with its address and MAC.
-    async fn create_and_stamp(&self, v: &ResolvedVpc, ns: &str, name: &str) -> Made {
-        let port = self.create_port(v, ns, name, None).await?;
+    /// Creates the Port (for a persistent attachment: takes the workload's, made if it has
+    /// none) and stamps the pod with its address and MAC.
+    async fn create_and_stamp(
+        &self,
+        v: &ResolvedVpc,
+        ns: &str,
+        name: &str,
+        persistent: Option<&Persistent>,
+    ) -> Made {
+        let taken = match persistent {
+            Some(w) => self.bind_persistent(v, ns, name, w).await?.into_iter().next(),
+            None => None,
+        };
+        let port = match taken {
+            Some(p) => p,
+            None => self.create_port(v, ns, name, None, persistent).await?,
+        };
         let ip: IpAddr = port.spec.ip.parse().map_err(|_| {
             CniError::new(
                 cozyplane_cni::spec::ErrorCode::Internal,

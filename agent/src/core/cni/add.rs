@@ -9,6 +9,7 @@ use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, R
 use serde_json::Value;
 
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
+use crate::core::api::Persistent;
 use crate::core::cni::attachment::{self, Attachment};
 use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, format_mac, parse_mac};
 use crate::core::datapath::netns_cookie;
@@ -104,9 +105,22 @@ impl AgentState {
                     _ => None,
                 };
                 let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
+                // A workload's pod (a KubeVirt launcher, an annotated pod) takes the
+                // workload's Ports, wherever they were (issue 27).
+                let persistent = api
+                    .pod_facts(&p.namespace, &p.name)
+                    .await?
+                    .workload
+                    .map(|workload| Persistent {
+                        workload,
+                        ifname: env.ifname.clone(),
+                    });
                 let port = match existing {
                     Some(port) => port,
-                    None => api.take_port(v, &p.namespace, &p.name, uid).await?,
+                    None => {
+                        api.take_port(v, (&p.namespace, &p.name), uid, persistent.as_ref())
+                            .await?
+                    }
                 };
                 let name = port.metadata.name.clone().unwrap_or_default();
                 let vip: IpAddr = port.spec.ip.parse().map_err(|_| {
@@ -120,6 +134,7 @@ impl AgentState {
                     port: name,
                     vpc: format!("{}/{}", v.namespace, v.name),
                     other: None,
+                    persistent: persistent.is_some(),
                 };
                 // A dual-stack VPC: one more Port, for the other family (docs/design.md,
                 // "Dual-stack Ports"). Both or none: a failure deletes the first one too.
@@ -135,9 +150,25 @@ impl AgentState {
                     } else {
                         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
                     };
-                    let second = match reused {
+                    let kept = match (&reused, &persistent) {
+                        (None, Some(w)) => api
+                            .bind_persistent(v, &p.namespace, &p.name, w)
+                            .await?
+                            .into_iter()
+                            .find(|o| {
+                                o.spec
+                                    .ip
+                                    .parse::<IpAddr>()
+                                    .is_ok_and(|ip| ip.is_ipv4() != vip.is_ipv4())
+                            }),
+                        _ => None,
+                    };
+                    let second = match reused.or(kept) {
                         Some(p) => Ok(p),
-                        None => api.create_port(v, &p.namespace, &p.name, Some(family)).await,
+                        None => {
+                            api.create_port(v, &p.namespace, &p.name, Some(family), persistent.as_ref())
+                                .await
+                        }
                     };
                     let other = second.and_then(|s| {
                         let n = s.metadata.name.clone().unwrap_or_default();
@@ -149,7 +180,10 @@ impl AgentState {
                     match other {
                         Ok(o) => va.other = Some(o),
                         Err(e) => {
-                            let _ = api.discard_port(&va.port).await;
+                            // A workload's Port stays the workload's.
+                            if !va.persistent {
+                                let _ = api.discard_port(&va.port).await;
+                            }
                             return Err(e);
                         }
                     }
@@ -251,7 +285,9 @@ impl AgentState {
                 let _ = self.netdev.delete(&host).await;
                 self.ipam().release(&env.container_id, &env.ifname);
                 let _ = self.persist().await;
-                if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc) {
+                if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc)
+                    && !va.persistent
+                {
                     for port in va.ports() {
                         let _ = api.discard_port(port).await;
                     }

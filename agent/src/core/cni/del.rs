@@ -21,7 +21,12 @@ impl AgentState {
             .map_err(|e| internal("looking up the pod veth failed", e))?;
         // The Port first: if our API is unreachable the DEL fails and is retried, with the
         // local state (and the record naming the Port) still in place.
-        if let Some(v) = alloc.as_ref().and_then(|a| a.vpc.as_ref()) {
+        // A workload's Ports stay (issue 27): its next pod takes them, on any node.
+        if let Some(v) = alloc
+            .as_ref()
+            .and_then(|a| a.vpc.as_ref())
+            .filter(|v| !v.persistent)
+        {
             for port in v.ports() {
                 match &self.api {
                     Some(api) => api.delete_port(port).await?,
@@ -64,7 +69,13 @@ impl AgentState {
             .map_err(|e| internal("deleting the pod veth failed", e))?;
         // Nothing here uses the address any more: the server may release it. Before the record
         // goes, so a failure is retried by the runtime's next DEL.
-        if let (Some(v), Some(api)) = (alloc.as_ref().and_then(|a| a.vpc.as_ref()), &self.api) {
+        if let (Some(v), Some(api)) = (
+            alloc
+                .as_ref()
+                .and_then(|a| a.vpc.as_ref())
+                .filter(|v| !v.persistent),
+            &self.api,
+        ) {
             for port in v.ports() {
                 api.release_port(port).await?;
             }

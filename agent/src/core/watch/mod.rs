@@ -50,9 +50,7 @@ pub(crate) use self::kit::{Cache, changes_live, name_of, pinned, plan};
 
 use cozyplane_apis::net::IpNet;
 
-use crate::core::api::{
-    ApiClients, Grants, PodFacts, VPC_ANNOTATION, binding_grant, node_address, node_pod_block,
-};
+use crate::core::api::{ApiClients, Grants, PodFacts, binding_grant, node_address, node_pod_block};
 use crate::core::metrics::NodeNames;
 
 type Key = (u32, IpAddr);
@@ -93,18 +91,7 @@ struct PortRow {
 }
 
 fn pod_row(p: &Pod) -> Option<((String, String), PodFacts)> {
-    Some((
-        name_of(&p.metadata),
-        PodFacts {
-            vpc: p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(VPC_ANNOTATION))
-                .filter(|v| !v.is_empty())
-                .cloned(),
-        },
-    ))
+    Some((name_of(&p.metadata), PodFacts::of(p)))
 }
 
 fn node_row(n: &Node) -> Option<(String, NodeRow)> {

@@ -10,6 +10,9 @@
 //! * A terminating Port (`deletionTimestamp`, the finalizer still on) is severed and released.
 //!   One without a record here (made ahead and never taken, or already torn down) is only
 //!   released.
+//! * A persistent Port (issue 27) taken by its workload's pod on another node leaves this
+//!   node's selection: what is left of it here is severed too, but it is not revoked (its
+//!   uid is not noted), so the workload may come back here.
 //! * A Port gone without this agent seeing it terminate (the finalizer removed by hand, or
 //!   while the agent was down): its attachments are severed at the delete event, and after a
 //!   complete list (start, relist) every record naming a Port the list lacks is severed once a
@@ -77,6 +80,14 @@ async fn terminating(api: &ApiClients, state: &AgentState, p: &Port) {
     }
 }
 
+/// Whether Port `name` lives on, re-pointed at another node (a persistent Port taken there).
+async fn moved_away(api: &ApiClients, name: &str) -> bool {
+    match api.get_port(name).await {
+        Ok(Some(p)) => p.metadata.deletion_timestamp.is_none() && p.spec.node != api.node,
+        _ => false,
+    }
+}
+
 /// After a complete list: records naming a Port the list lacks.
 async fn orphans(api: &ApiClients, state: &AgentState, listed: &HashSet<String>) {
     for name in state.recorded_ports() {
@@ -117,7 +128,16 @@ pub async fn run(api: ApiClients, state: Arc<AgentState>) {
             }
             Ok(Event::Delete(p)) => {
                 if let Some(name) = p.metadata.name.as_deref() {
-                    sever(&api, &state, name, p.metadata.uid.as_deref());
+                    // A workload's Port taken by its pod on another node left this node's
+                    // selection without being deleted: what is left of it here is severed
+                    // (never two live holders), but the Port is not revoked, so it may come
+                    // back here with the workload's next pod.
+                    let uid = if moved_away(&api, name).await {
+                        None
+                    } else {
+                        p.metadata.uid.as_deref()
+                    };
+                    sever(&api, &state, name, uid);
                 }
             }
             Err(e) => tracing::warn!("port watch: {e}"),

@@ -1,0 +1,160 @@
+//! `make e2e`, two nodes: a VM's Port outlives its launcher pod (issue 27, item 1). A KubeVirt
+//! virt-launcher pod is played by a pod labelled `vm.kubevirt.io/name: vm1` in VPC t1/va: its
+//! Port carries the workload (`sdn.cozystack.io/vm-name`, `sdn.cozystack.io/interface`). A
+//! second live launcher of the same VM is refused; the first deleted (DEL, Pod gone) leaves the
+//! Port live; the next launcher, on the other node, gets the same address and MAC (read in its
+//! netns and captured on the wire as the source of its replies), reachable from both nodes.
+//! With no launcher left (and no KubeVirt objects: the stand-in serves none) the server releases
+//! the Port after its grace. Needs root and the agent and CNI binaries built.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use cozyplane_apis::net::claim::port_name;
+use cozyplane_apis::v1alpha1::Port;
+use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture, del_network};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+mod common;
+use common::{Cp, CpOptions, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
+
+const VM: (&str, &str) = ("vm.kubevirt.io/name", "vm1");
+/// The server's grace for releasing a workload's Port (and for Port GC), short for the lab.
+const GRACE: &str = "--port-gc-grace=3s";
+
+#[test]
+fn lab_persistent_port() {
+    Lab::run(2, body);
+}
+
+fn mac_of(p: &LabPod) -> String {
+    let o = p.ns.exec(&["cat", "/sys/class/net/eth0/address"]);
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+async fn gone(cp: &Cp, lab: &Lab, p: &LabPod) {
+    let n = &lab.nodes[p.node];
+    let (code, out) = del_network(
+        n,
+        &p.cid,
+        &p.ns.path(),
+        (&p.namespace, &p.name, &p.uid),
+        (&json!({}), Some(&p.result)),
+    );
+    assert_eq!(code, 0, "DEL {}: {out}", p.name);
+    Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
+        .delete(&p.name, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+}
+
+async fn body(lab: &mut Lab) {
+    let cp = Cp::start_with(
+        lab,
+        CpOptions {
+            doors: true,
+            server_args: &[GRACE],
+        },
+    )
+    .await;
+    let lab = &*lab;
+    tenant(&cp, "t1", "va", "10.60.0.0/24").await;
+    let ports = Api::<Port>::all(cp.sdn.clone());
+    let q = pod(&cp, lab, 1, "t1", "q", Some("va")).await;
+    let r = pod(&cp, lab, 0, "t1", "r", Some("va")).await;
+
+    // 1. The first launcher, on n1: a Port of the workload, the pod's MAC its MAC.
+    let a = pod_labelled(&cp, lab, (0, "t1", "virt-launcher-vm1-a", Some("va")), &[VM]).await;
+    let ip = vpc_ip(&cp, &a).await;
+    let mac = mac_of(&a);
+    let vni = vni(&cp, "t1", "va").await;
+    let name = port_name(vni, IpAddr::V4(ip));
+    let p = ports.get(&name).await.unwrap();
+    let labels = p.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("sdn.cozystack.io/vm-name").map(String::as_str),
+        Some("vm1")
+    );
+    assert_eq!(
+        labels.get("sdn.cozystack.io/interface").map(String::as_str),
+        Some("eth0")
+    );
+    assert_eq!(p.spec.mac, mac, "the pod's MAC is its Port's");
+    assert_eq!(p.spec.node, lab.nodes[0].name);
+    wait("q (n2) reaches the VM on n1", || q.ns.ping(ip, 1, 1));
+    eprintln!("PASS launcher a on n1: {ip} {mac} (Port {name})");
+
+    // 2. A second live launcher of vm1 is refused: one live holder per Port.
+    let dup = "virt-launcher-vm1-dup";
+    let mut obj = cozyplane_lab::kubelet::pod_object(&lab.nodes[1].name, "t1", dup, Some("va"));
+    obj.metadata.labels = Some([(VM.0.to_string(), VM.1.to_string())].into());
+    let dup_uid = Api::<Pod>::namespaced(cp.kube.clone(), "t1")
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let dns = Netns::new("p");
+    let (code, out) = add_network(
+        &lab.nodes[1],
+        "t1-dup",
+        &dns.path(),
+        ("t1", dup, &dup_uid),
+        &json!({}),
+    );
+    assert_ne!(code, 0, "a second live launcher took the Port: {out}");
+    assert!(
+        out.to_string().contains("already has a live pod"),
+        "refused for its reason: {out}"
+    );
+    let p = ports.get(&name).await.unwrap();
+    assert_eq!(p.spec.node, lab.nodes[0].name, "the Port stayed with a");
+    assert!(q.ns.ping(ip, 1, 1), "a still answers");
+    Api::<Pod>::namespaced(cp.kube.clone(), "t1")
+        .delete(dup, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    eprintln!("PASS a second live launcher refused: {}", out["msg"]);
+
+    // 3. The launcher goes (DEL, Pod deleted): the Port stays the workload's.
+    gone(&cp, lab, &a).await;
+    drop(a);
+    let p = ports.get(&name).await.unwrap();
+    assert!(
+        p.metadata.deletion_timestamp.is_none(),
+        "DEL kept the workload's Port"
+    );
+    eprintln!("PASS launcher a gone, Port {name} kept");
+
+    // 4. The next launcher, on n2: the same address and MAC.
+    let b = pod_labelled(&cp, lab, (1, "t1", "virt-launcher-vm1-b", Some("va")), &[VM]).await;
+    assert_eq!(vpc_ip(&cp, &b).await, ip, "the same address");
+    assert_eq!(mac_of(&b), mac, "the same MAC");
+    let p = ports.get(&name).await.unwrap();
+    assert_eq!(p.spec.node, lab.nodes[1].name, "the Port points at n2");
+    assert_eq!(p.spec.pod_name, "virt-launcher-vm1-b");
+    wait("r (n1) reaches the VM on n2", || r.ns.ping(ip, 1, 1));
+    let mut ok = false;
+    let seen = capture(&b.ns, "eth0", &format!("ether src {mac} and icmp[0] = 0"), || {
+        ok = q.ns.ping(ip, 3, 3);
+    });
+    assert!(ok, "q (same node now) reaches the VM");
+    assert!(seen >= 3, "the VM's replies leave with its MAC ({seen} captured)");
+    eprintln!("PASS launcher b on n2: {ip} {mac}, {seen} replies captured from {mac}");
+
+    // 5. No launcher left (and no VirtualMachine or instance): released after the grace.
+    gone(&cp, lab, &b).await;
+    let t = Instant::now();
+    until("the workload's Port is released", || async {
+        ports.get_opt(&name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    eprintln!(
+        "PASS no launcher left: Port {name} released {:.1} s after the last DEL (grace {GRACE})",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(t.elapsed() >= Duration::from_secs(2), "released before the grace");
+}
