@@ -63,7 +63,7 @@ async fn alloc_01_vni_and_port_ipam_basics() {
     );
     let mac: cozyplane_apis::net::MacAddr = p1.spec.mac.parse().unwrap();
     assert!(mac.is_local_unicast(), "{mac}");
-    // An exact address, then the same again: 409.
+    // An exact address, then the same again: 422 on spec.ip (as a Service's taken clusterIP).
     let p6 = ports
         .create(&PostParams::default(), &port("a", "10.0.0.6"))
         .await
@@ -76,7 +76,11 @@ async fn alloc_01_vni_and_port_ipam_basics() {
         .create(&PostParams::default(), &port("a", "10.0.0.6"))
         .await
         .unwrap_err();
-    assert_eq!(code(&e), 409, "{e:?}");
+    assert_eq!(code(&e), 422, "{e:?}");
+    assert!(
+        e.to_string().contains("spec.ip") && e.to_string().contains("already allocated to Port"),
+        "{e}"
+    );
     // Fill the /29 (.2-.6): .3 .4 .5, then exhaustion is 507.
     for want in ["10.0.0.3", "10.0.0.4", "10.0.0.5"] {
         let p = ports
@@ -116,11 +120,12 @@ async fn alloc_01_vni_and_port_ipam_basics() {
         .await
         .unwrap();
     assert_eq!(p.spec.ip, "10.0.0.2");
-    // A duplicate explicit MAC is a 409.
+    // A duplicate explicit MAC is a 422 on spec.mac.
     let mut dup = port("b", "");
     dup.spec.mac = p1.spec.mac.clone();
     let e = ports.create(&PostParams::default(), &dup).await.unwrap_err();
-    assert_eq!(code(&e), 409, "{e:?}");
+    assert_eq!(code(&e), 422, "{e:?}");
+    assert!(e.to_string().contains("spec.mac"), "{e}");
     // A ServiceVIP walks down from the top and conflicts with a Port on the same address.
     let (code_vip, _, body) = s
         .raw(
@@ -137,7 +142,8 @@ async fn alloc_01_vni_and_port_ipam_basics() {
         .create(&PostParams::default(), &port("b", "10.0.0.254"))
         .await
         .unwrap_err();
-    assert_eq!(code(&e), 409, "{e:?}");
+    assert_eq!(code(&e), 422, "{e:?}");
+    assert!(e.to_string().contains("ServiceVIP"), "the holder is named: {e}");
     // The projection shows used and free addresses.
     let (c2, _, body) = s
         .raw(

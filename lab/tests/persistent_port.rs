@@ -4,8 +4,10 @@
 //! second live launcher of the same VM is refused; the first deleted (DEL, Pod gone) leaves the
 //! Port live; the next launcher, on the other node, gets the same address and MAC (read in its
 //! netns and captured on the wire as the source of its replies), reachable from both nodes.
-//! With no launcher left (and no KubeVirt objects: the stand-in serves none) the server releases
-//! the Port after its grace. Needs root and the agent and CNI binaries built.
+//! A VM pinning its address and MAC gets them; pins outside the VPC's ranges or held by another
+//! Port are refused with the server's 422 on the field, and nothing is left behind. With no
+//! launcher left (and no KubeVirt objects: the stand-in serves none) the server releases the
+//! Port after its grace. Needs root and the agent and CNI binaries built.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -14,11 +16,11 @@ use cozyplane_apis::net::claim::port_name;
 use cozyplane_apis::v1alpha1::Port;
 use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture, del_network};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, CpOptions, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
+use common::{Cp, CpOptions, create_pod_with, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
 
 const VM: (&str, &str) = ("vm.kubevirt.io/name", "vm1");
 /// The server's grace for releasing a workload's Port (and for Port GC), short for the lab.
@@ -50,6 +52,85 @@ async fn gone(cp: &Cp, lab: &Lab, p: &LabPod) {
         .unwrap();
 }
 
+/// Pod object and ADD on n2 of a launcher the agent must refuse; its exit code and output.
+async fn refused_add(cp: &Cp, lab: &Lab, name: &str, meta: common::Meta<'_>) -> (i32, serde_json::Value) {
+    let uid = create_pod_with(cp, lab, (1, "t1", name, Some("va")), meta).await;
+    let ns = Netns::new("p");
+    add_network(
+        &lab.nodes[1],
+        &format!("t1-{name}"),
+        &ns.path(),
+        ("t1", name, &uid),
+        &json!({}),
+    )
+}
+
+/// Pinned address and MAC: made with them; outside the ranges or taken, refused with the
+/// server's 422 on the field, nothing made.
+async fn pins(cp: &Cp, lab: &Lab, ports: &Api<Port>, vni: u32) {
+    let vm2 = ("vm.kubevirt.io/name", "vm2");
+    let pinned = [
+        ("sdn.cozystack.io/ip", "10.60.0.77"),
+        ("sdn.cozystack.io/mac", "02:aa:bb:cc:dd:ee"),
+    ];
+    let c = pod_labelled(
+        cp,
+        lab,
+        (0, "t1", "virt-launcher-vm2-a", Some("va")),
+        (&[vm2], &pinned),
+    )
+    .await;
+    assert_eq!(
+        vpc_ip(cp, &c).await.to_string(),
+        "10.60.0.77",
+        "the pinned address"
+    );
+    assert_eq!(mac_of(&c), "02:aa:bb:cc:dd:ee", "the pinned MAC");
+    let p = ports
+        .get(&port_name(vni, "10.60.0.77".parse().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(p.spec.mac, "02:aa:bb:cc:dd:ee");
+    eprintln!("PASS vm2 made with its pins: 10.60.0.77 02:aa:bb:cc:dd:ee");
+    for (vm, ip, mac, want) in [
+        ("vm3", "10.99.0.5", "02:aa:bb:cc:dd:01", "not in the VPC's CIDRs"),
+        (
+            "vm4",
+            "10.60.0.77",
+            "02:aa:bb:cc:dd:02",
+            "already allocated to Port",
+        ),
+        (
+            "vm5",
+            "10.60.0.78",
+            "02:aa:bb:cc:dd:ee",
+            "already allocated to Port",
+        ),
+    ] {
+        let name = format!("virt-launcher-{vm}-a");
+        let (code, out) = refused_add(
+            cp,
+            lab,
+            &name,
+            (
+                &[("vm.kubevirt.io/name", vm)],
+                &[("sdn.cozystack.io/ip", ip), ("sdn.cozystack.io/mac", mac)],
+            ),
+        )
+        .await;
+        let text = out.to_string();
+        assert_ne!(code, 0, "{vm}: {text}");
+        assert_eq!(out["code"], 7, "{vm}: a refusal no retry passes: {text}");
+        assert!(text.contains(want), "{vm}: {text}");
+        let made = ports
+            .list(&kube::api::ListParams::default().labels(&format!("sdn.cozystack.io/vm-name={vm}")))
+            .await
+            .unwrap();
+        assert!(made.items.is_empty(), "{vm}: a Port was left: {:?}", made.items);
+        eprintln!("PASS {vm} ({ip}, {mac}) refused: {text}");
+    }
+}
+
 async fn body(lab: &mut Lab) {
     let cp = Cp::start_with(
         lab,
@@ -66,7 +147,13 @@ async fn body(lab: &mut Lab) {
     let r = pod(&cp, lab, 0, "t1", "r", Some("va")).await;
 
     // 1. The first launcher, on n1: a Port of the workload, the pod's MAC its MAC.
-    let a = pod_labelled(&cp, lab, (0, "t1", "virt-launcher-vm1-a", Some("va")), &[VM]).await;
+    let a = pod_labelled(
+        &cp,
+        lab,
+        (0, "t1", "virt-launcher-vm1-a", Some("va")),
+        (&[VM], &[]),
+    )
+    .await;
     let ip = vpc_ip(&cp, &a).await;
     let mac = mac_of(&a);
     let vni = vni(&cp, "t1", "va").await;
@@ -88,23 +175,7 @@ async fn body(lab: &mut Lab) {
 
     // 2. A second live launcher of vm1 is refused: one live holder per Port.
     let dup = "virt-launcher-vm1-dup";
-    let mut obj = cozyplane_lab::kubelet::pod_object(&lab.nodes[1].name, "t1", dup, Some("va"));
-    obj.metadata.labels = Some([(VM.0.to_string(), VM.1.to_string())].into());
-    let dup_uid = Api::<Pod>::namespaced(cp.kube.clone(), "t1")
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap_or_default();
-    let dns = Netns::new("p");
-    let (code, out) = add_network(
-        &lab.nodes[1],
-        "t1-dup",
-        &dns.path(),
-        ("t1", dup, &dup_uid),
-        &json!({}),
-    );
+    let (code, out) = refused_add(&cp, lab, dup, (&[VM], &[])).await;
     assert_ne!(code, 0, "a second live launcher took the Port: {out}");
     assert!(
         out.to_string().contains("already has a live pod"),
@@ -130,7 +201,13 @@ async fn body(lab: &mut Lab) {
     eprintln!("PASS launcher a gone, Port {name} kept");
 
     // 4. The next launcher, on n2: the same address and MAC.
-    let b = pod_labelled(&cp, lab, (1, "t1", "virt-launcher-vm1-b", Some("va")), &[VM]).await;
+    let b = pod_labelled(
+        &cp,
+        lab,
+        (1, "t1", "virt-launcher-vm1-b", Some("va")),
+        (&[VM], &[]),
+    )
+    .await;
     assert_eq!(vpc_ip(&cp, &b).await, ip, "the same address");
     assert_eq!(mac_of(&b), mac, "the same MAC");
     let p = ports.get(&name).await.unwrap();
@@ -144,6 +221,8 @@ async fn body(lab: &mut Lab) {
     assert!(ok, "q (same node now) reaches the VM");
     assert!(seen >= 3, "the VM's replies leave with its MAC ({seen} captured)");
     eprintln!("PASS launcher b on n2: {ip} {mac}, {seen} replies captured from {mac}");
+
+    pins(&cp, lab, &ports, vni).await;
 
     // 5. No launcher left (and no VirtualMachine or instance): released after the grace.
     gone(&cp, lab, &b).await;

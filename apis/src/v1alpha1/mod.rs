@@ -58,8 +58,9 @@ pub use pod_trace::{
     PodTraceHostFirewallRule, PodTraceResolved, PodTraceRule, PodTraceSpec, PodTraceStatus,
 };
 pub use port::{
-    KUBEVIRT_VM_LABEL, PERSISTENT_PORT_ANNOTATION, PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortList,
-    PortSpec, PortStatus, WorkloadRef, workload_of,
+    KUBEVIRT_VM_LABEL, PERSISTENT_PORT_ANNOTATION, PIN_IP_ANNOTATION, PIN_MAC_ANNOTATION,
+    PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortList, PortSpec, PortStatus, WorkloadRef,
+    workload_of,
 };
 pub use refs::{LocalVPCRef, VPCRef};
 pub use security_group::{

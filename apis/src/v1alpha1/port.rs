@@ -102,6 +102,16 @@ pub const KUBEVIRT_VM_LABEL: &str = "vm.kubevirt.io/name";
 /// one namespace carrying the same value share a persistent Port, one at a time.
 pub const PERSISTENT_PORT_ANNOTATION: &str = "sdn.cozystack.io/persistent-port";
 
+/// Pod annotation pinning the address a persistent Port is made with (the first pod of the
+/// workload; later pods take the Port as it is). The server refuses an address outside the
+/// VPC's ranges or held by another object (422 on `spec.ip`). One address per family may be
+/// given, comma-separated, for a dual-stack VPC.
+pub const PIN_IP_ANNOTATION: &str = "sdn.cozystack.io/ip";
+
+/// Pod annotation pinning the MAC a persistent Port is made with (a unicast MAC, locally
+/// administered or not; the server refuses one held by another Port: 422 on `spec.mac`).
+pub const PIN_MAC_ANNOTATION: &str = "sdn.cozystack.io/mac";
+
 /// A pod's persistent identity: the explicit annotation, else the KubeVirt VM label; `None`
 /// for an ordinary pod. A value that is no label value (over 63 characters, other characters)
 /// is no identity: the Port's label could not carry it.

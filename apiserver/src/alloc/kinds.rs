@@ -179,6 +179,7 @@ impl Allocator<VPC> for VpcAllocator {
             expect,
             chosen: true,
             what: format!("VNI {vni}"),
+            field: None,
         });
         vpc.status = Some(VPCStatus {
             vni: i32::try_from(vni).unwrap_or_default(),
@@ -352,6 +353,7 @@ async fn allocate_address(
                     expect: None,
                     chosen: true,
                     what: format!("VNI {vni}"),
+                    field: None,
                 });
             }
             Err(e) => return Err(storage_error(&e)),
@@ -398,6 +400,7 @@ async fn allocate_address(
             expect: None,
             chosen: false,
             what: format!("address {ip} of VNI {vni}"),
+            field: Some(("spec.ip", ip.to_string())),
         });
         ip
     } else {
@@ -437,6 +440,7 @@ async fn allocate_address(
             expect: None,
             chosen: true,
             what: format!("address {ip} of VNI {vni}"),
+            field: None,
         });
         ip
     };
@@ -508,6 +512,7 @@ impl Allocator<Port> for PortAllocator {
                 expect: None,
                 chosen: true,
                 what: format!("MAC {mac}"),
+                field: None,
             });
         } else if let Ok(mac) = p.spec.mac.parse::<MacAddr>()
             && mac.to_string() == p.spec.mac
@@ -518,6 +523,7 @@ impl Allocator<Port> for PortAllocator {
                 expect: None,
                 chosen: false,
                 what: format!("MAC {mac}"),
+                field: Some(("spec.mac", mac.to_string())),
             });
         }
         Ok(a)
@@ -595,6 +601,7 @@ impl Allocator<SecurityGroup> for SecurityGroupAllocator {
             expect: None,
             chosen: true,
             what: format!("group id {id}"),
+            field: None,
         });
         sg.status = Some(SecurityGroupStatus {
             id: i32::try_from(id).unwrap_or_default(),

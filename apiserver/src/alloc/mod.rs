@@ -93,10 +93,13 @@ pub struct ClaimKey {
     /// released tombstone).
     pub expect: Option<Revision>,
     /// The server chose the value: losing the key means "try another". Otherwise the user
-    /// asked for it and losing it is a 409.
+    /// asked for it and losing it is a 422 on [`ClaimKey::field`] (a 409 without one).
     pub chosen: bool,
     /// The field and value, for messages (`spec.ip 10.0.0.5`).
     pub what: String,
+    /// The user's field this claim pins (`spec.ip`, `spec.mac`) and its value: another
+    /// holder of it is a `422` on that field (as a Service's taken `clusterIP` is), not a 409.
+    pub field: Option<(&'static str, String)>,
 }
 
 /// What a create must claim and check, and the hints to settle once it is decided.
@@ -159,6 +162,25 @@ impl Allocation {
     /// Decides what a failed transaction means. `failed` are the compared keys whose condition
     /// did not hold, with their current items.
     pub fn resolve(&self, obj_key: &str, failed: &[(String, Option<KeyValue>)]) -> Outcome {
+        // A value the user pinned is held by another object: the field is invalid (before the
+        // name, which for an address's object is the same claim).
+        for (key, current) in failed {
+            if let Some(c) = self.claims.iter().find(|c| &c.key == key && !c.chosen)
+                && let Some((field, value)) = &c.field
+            {
+                let (kind, name) = describe_owner(obj_key)
+                    .split_once(' ')
+                    .map(|(k, n)| (k.to_string(), n.to_string()))
+                    .unwrap_or_default();
+                return Outcome::Fail(invalid(
+                    &kind,
+                    &name,
+                    field,
+                    value,
+                    format!("already allocated to {}", holder_of(current.as_ref())),
+                ));
+            }
+        }
         let mut retry = false;
         for (key, current) in failed {
             if key == obj_key {
@@ -173,15 +195,13 @@ impl Allocation {
                     retry = true;
                     continue;
                 }
-                let holder = current
-                    .as_ref()
-                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
-                    .filter(|h| !h.is_empty())
-                    .map(|h| describe_owner(&h))
-                    .unwrap_or_else(|| "another object".into());
                 return Outcome::Fail(ApiError::conflict_of(
                     ConflictKind::Allocated,
-                    format!("{} is already allocated to {holder}", c.what),
+                    format!(
+                        "{} is already allocated to {}",
+                        c.what,
+                        holder_of(current.as_ref())
+                    ),
                     None,
                 ));
             }
@@ -195,6 +215,15 @@ impl Allocation {
             Outcome::Retry
         }
     }
+}
+
+/// Who holds a claim key, from its current item (`another object` when unknown).
+fn holder_of(current: Option<&KeyValue>) -> String {
+    current
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+        .filter(|h| !h.is_empty())
+        .map(|h| describe_owner(&h))
+        .unwrap_or_else(|| "another object".into())
 }
 
 /// `Port v100.10-0-0-5` from `/registry/sdn.cozystack.io/ports/v100.10-0-0-5`.

@@ -132,13 +132,16 @@ pub(crate) async fn pod_with(
     attach(cp, lab, (node, ns, name, &uid), runtime).await
 }
 
-/// [`pod`] with labels on the Pod object (a KubeVirt launcher's `vm.kubevirt.io/name`, say).
-pub(crate) async fn pod_labelled(
+/// Labels and annotations of a Pod object: `(key, value)` pairs.
+pub(crate) type Meta<'a> = (&'a [(&'a str, &'a str)], &'a [(&'a str, &'a str)]);
+
+/// The Pod object of [`create_pod`] with more labels and annotations; returns its uid.
+pub(crate) async fn create_pod_with(
     cp: &Cp,
     lab: &Lab,
     (node, ns, name, vpc): (usize, &str, &str, Option<&str>),
-    labels: &[(&str, &str)],
-) -> LabPod {
+    (labels, annotations): Meta<'_>,
+) -> String {
     let mut obj = cozyplane_lab::kubelet::pod_object(&lab.nodes[node].name, ns, name, vpc);
     obj.metadata.labels = Some(
         labels
@@ -146,14 +149,27 @@ pub(crate) async fn pod_labelled(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
     );
-    let uid = Api::<Pod>::namespaced(cp.kube.clone(), ns)
+    let ann = obj.metadata.annotations.get_or_insert_with(Default::default);
+    ann.extend(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Api::<Pod>::namespaced(cp.kube.clone(), ns)
         .create(&PostParams::default(), &obj)
         .await
         .unwrap()
         .metadata
         .uid
-        .unwrap_or_default();
-    attach(cp, lab, (node, ns, name, &uid), &json!({})).await
+        .unwrap_or_default()
+}
+
+/// [`pod`] with labels and annotations on the Pod object (a KubeVirt launcher's
+/// `vm.kubevirt.io/name`, say).
+pub(crate) async fn pod_labelled(
+    cp: &Cp,
+    lab: &Lab,
+    at: (usize, &str, &str, Option<&str>),
+    meta: Meta<'_>,
+) -> LabPod {
+    let uid = create_pod_with(cp, lab, at, meta).await;
+    attach(cp, lab, (at.0, at.1, at.2, &uid), &json!({})).await
 }
 
 /// The sandbox of a created Pod object: netns, CNI ADD of the node's conflist, status (as

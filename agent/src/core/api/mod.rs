@@ -70,6 +70,9 @@ pub struct PodFacts {
     /// Its persistent identity (a KubeVirt launcher's VM, or the explicit annotation): its
     /// VPC Ports outlive it (`cozyplane_apis::v1alpha1::workload_of`).
     pub workload: Option<String>,
+    /// The addresses and MAC a persistent Port is to be made with
+    /// (`sdn.cozystack.io/ip`, `sdn.cozystack.io/mac`), as written.
+    pub pins: (Option<String>, Option<String>),
 }
 
 impl PodFacts {
@@ -87,6 +90,13 @@ impl PodFacts {
                 p.metadata.labels.as_ref(),
                 p.metadata.annotations.as_ref(),
             ),
+            pins: {
+                let get = |k: &str| p.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+                (
+                    get(cozyplane_apis::v1alpha1::PIN_IP_ANNOTATION),
+                    get(cozyplane_apis::v1alpha1::PIN_MAC_ANNOTATION),
+                )
+            },
         }
     }
 }
@@ -101,6 +111,44 @@ pub struct Persistent {
     pub workload: String,
     /// The interface (`CNI_IFNAME`).
     pub ifname: String,
+    /// Pinned addresses (one per family at most) and MAC, for the Ports made for it.
+    pub pins: (Vec<String>, Option<String>),
+}
+
+impl Persistent {
+    /// The attachment of `facts`' workload as `ifname`, with its pins; `None` for an ordinary
+    /// pod.
+    pub fn of(facts: &PodFacts, ifname: &str) -> Option<Self> {
+        let workload = facts.workload.clone()?;
+        let ips = facts
+            .pins
+            .0
+            .iter()
+            .flat_map(|v| v.split(','))
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        Some(Self {
+            workload,
+            ifname: ifname.to_string(),
+            pins: (ips, facts.pins.1.clone().filter(|m| !m.is_empty())),
+        })
+    }
+
+    /// The pinned address of the family of `family` (an unspecified address), or the first
+    /// pinned one when no family is asked.
+    fn ip_for(&self, family: Option<IpAddr>) -> Option<String> {
+        self.pins
+            .0
+            .iter()
+            .find_map(|a| match (a.parse::<IpAddr>(), family) {
+                (Ok(ip), Some(f)) if ip.is_ipv4() == f.is_ipv4() => Some(a.clone()),
+                (Ok(_), None) => Some(a.clone()),
+                // Not an address: given as is, for the server's 422 to name it.
+                (Err(_), _) => Some(a.clone()),
+                _ => None,
+            })
+    }
 }
 
 /// A VPC the pod may join.
@@ -412,9 +460,19 @@ impl ApiClients {
             ("sdn.cozystack.io/vpc".to_string(), vpc.name.clone()),
             ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
         ]);
+        let mut pinned = (None, String::new());
         if let Some(w) = persistent {
             labels.insert(PORT_WORKLOAD_LABEL.to_string(), w.workload.clone());
             labels.insert(PORT_INTERFACE_LABEL.to_string(), w.ifname.clone());
+            // The MAC is the pod's: pinned on the Port of its first family only.
+            pinned = (
+                w.ip_for(family),
+                if family.is_none() {
+                    w.pins.1.clone().unwrap_or_default()
+                } else {
+                    String::new()
+                },
+            );
         }
         let port = Port {
             metadata: ObjectMeta {
@@ -430,18 +488,30 @@ impl ApiClients {
                 node_ip: self.node_ip.to_string(),
                 pod_namespace: pod_ns.to_string(),
                 pod_name: pod.to_string(),
-                ip: family.map(|f| f.to_string()).unwrap_or_default(),
+                ip: pinned
+                    .0
+                    .unwrap_or_else(|| family.map(|f| f.to_string()).unwrap_or_default()),
+                mac: pinned.1,
                 ..Default::default()
             },
             status: None,
         };
         let ports: Api<Port> = Api::all(self.sdn.clone());
-        queued(
-            "creating the Port failed",
-            &self.sdn_turns,
-            ports.create(&PostParams::default(), &port),
-        )
-        .await
+        let made = queued("creating the Port failed", &self.sdn_turns, async {
+            Ok::<_, std::convert::Infallible>(ports.create(&PostParams::default(), &port).await)
+        })
+        .await?;
+        match made {
+            Ok(p) => Ok(p),
+            // The server refused what the pod asks for (a pinned address or MAC outside the
+            // VPC or held by another object): no retry makes it pass.
+            Err(kube::Error::Api(s)) if s.code == 422 => Err(CniError::new(
+                ErrorCode::InvalidConfig,
+                "the server refused the pod's Port",
+                s.message,
+            )),
+            Err(e) => Err(api_error("creating the Port failed", e)),
+        }
     }
 
     /// Reads a Port (`None`: gone).

@@ -137,10 +137,7 @@ impl ApiClients {
         };
         let stamped: Option<IpAddr> = annotation(pod, VPC_IP_ANNOTATION).and_then(|v| v.parse().ok());
         // Made ahead for the pod's first interface, the one runtimes call `eth0`.
-        let persistent = super::PodFacts::of(pod).workload.map(|workload| Persistent {
-            workload,
-            ifname: PRIMARY_IFNAME.to_string(),
-        });
+        let persistent = Persistent::of(&super::PodFacts::of(pod), PRIMARY_IFNAME);
         let this = self.clone();
         tokio::spawn(async move {
             let (ns, name) = (&key.0, &key.1);

@@ -107,14 +107,7 @@ impl AgentState {
                 let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
                 // A workload's pod (a KubeVirt launcher, an annotated pod) takes the
                 // workload's Ports, wherever they were (issue 27).
-                let persistent = api
-                    .pod_facts(&p.namespace, &p.name)
-                    .await?
-                    .workload
-                    .map(|workload| Persistent {
-                        workload,
-                        ifname: env.ifname.clone(),
-                    });
+                let persistent = Persistent::of(&api.pod_facts(&p.namespace, &p.name).await?, &env.ifname);
                 let port = match existing {
                     Some(port) => port,
                     None => {
