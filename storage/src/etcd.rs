@@ -2,8 +2,8 @@
 //!
 //! Every call is one etcd request: writes are etcd transactions that compare revisions (the
 //! compare-and-swap kube-apiserver does on etcd), lists are range reads, and a watch is one etcd
-//! watch kept alive by a task that reconnects after etcd restarts and resumes from the last
-//! revision it delivered.
+//! watch kept alive by a task (`watch.rs`) that reconnects after etcd restarts and resumes from
+//! the last revision it delivered. `convert.rs` translates between the store's types and etcd's.
 //!
 //! Every request goes through the failover of [`members`]: one connection per etcd member, the
 //! members learned from etcd, health-checked in the background, a request sent again on another
@@ -18,22 +18,24 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Certificate, Client, CompactionOptions, Compare as EtcdCompare, CompareOp, ConnectOptions, DeleteOptions,
-    EventType, GetOptions, Identity, PutOptions, SortOrder, SortTarget, TlsOptions, Txn as EtcdTxn, TxnOp,
-    TxnOpResponse, WatchOptions as EtcdWatchOptions,
+    Certificate, Client, CompactionOptions, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions,
+    Identity, PutOptions, SortOrder, SortTarget, TlsOptions, Txn as EtcdTxn, TxnOp, TxnOpResponse,
 };
 use tokio::sync::mpsc;
 
+mod convert;
 mod lease;
 mod members;
 mod outcome;
+mod watch;
 
+use convert::{etcd_txn, header_revision, read_error, to_kv, txn_response};
 use members::{Failure, Kind, Members};
+use watch::Watcher;
 
-use crate::progress::ProgressTicker;
 use crate::{
-    Compare, Error, Event, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, Summary, Txn,
-    TxnResponse, WatchOptions, WatchStream, prefix_end, token,
+    Compare, Error, KeyValue, ListOptions, ListResult, Result, Revision, Storage, Summary, Txn, TxnResponse,
+    WatchOptions, WatchStream, prefix_end, token,
 };
 
 /// How to reach etcd.
@@ -179,101 +181,6 @@ impl EtcdStore {
                 Failure::Answered(e) => read_error(&e, 0, false),
                 other => other.into_error(),
             })
-    }
-}
-
-/// The etcd transaction of `txn`: its puts and deletes return the items they replace, and when
-/// a compare fails, every compared key is read.
-fn etcd_txn(txn: &Txn) -> EtcdTxn {
-    let compares: Vec<EtcdCompare> = txn
-        .compares
-        .iter()
-        .map(|c| match c {
-            Compare::Exists(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Greater, 0),
-            Compare::Absent(k) => EtcdCompare::create_revision(k.as_str(), CompareOp::Equal, 0),
-            Compare::ModRevision(k, r) => EtcdCompare::mod_revision(k.as_str(), CompareOp::Equal, *r as i64),
-        })
-        .collect();
-    let ops: Vec<TxnOp> = txn
-        .ops
-        .iter()
-        .map(|op| match op {
-            Op::Put { key, value } => TxnOp::put(
-                key.as_str(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            ),
-            Op::Delete { key } => TxnOp::delete(key.as_str(), Some(DeleteOptions::new().with_prev_key())),
-        })
-        .collect();
-    let reads: Vec<TxnOp> = txn.compares.iter().map(|c| TxnOp::get(c.key(), None)).collect();
-    EtcdTxn::new().when(compares).and_then(ops).or_else(reads)
-}
-
-/// etcd's answer to [`etcd_txn`] as a [`TxnResponse`].
-fn txn_response(txn: &Txn, resp: &etcd_client::TxnResponse) -> Result<TxnResponse> {
-    let mut out = TxnResponse {
-        succeeded: resp.succeeded(),
-        revision: header_revision(resp.header()),
-        current: Vec::new(),
-        prev: Vec::new(),
-    };
-    for (i, r) in resp.op_responses().into_iter().enumerate() {
-        match r {
-            TxnOpResponse::Put(mut p) => out.prev.push(p.take_prev_key().map(to_kv).transpose()?),
-            TxnOpResponse::Delete(mut d) => {
-                out.prev
-                    .push(d.take_prev_kvs().into_iter().next().map(to_kv).transpose()?);
-            }
-            TxnOpResponse::Get(mut g) => {
-                let item = g.take_kvs().into_iter().next().map(to_kv).transpose()?;
-                out.current.push((txn.compares[i].key().to_string(), item));
-            }
-            TxnOpResponse::Txn(_) => return Err(Error::internal("etcd answered a nested transaction")),
-        }
-    }
-    Ok(out)
-}
-
-fn to_kv(kv: etcd_client::KeyValue) -> Result<KeyValue> {
-    let (create_revision, mod_revision) = (kv.create_revision() as Revision, kv.mod_revision() as Revision);
-    let (key, value) = kv.into_key_value();
-    let key = String::from_utf8(key).map_err(|_| Error::internal("etcd returned a non-UTF-8 key"))?;
-    Ok(KeyValue {
-        key,
-        value: Bytes::from(value),
-        create_revision,
-        mod_revision,
-    })
-}
-
-fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
-    h.map_or(0, |h| h.revision() as Revision)
-}
-
-/// Map an etcd read error; `requested` is the revision the read asked for.
-fn read_error(e: &etcd_client::Error, requested: Revision, from_token: bool) -> Error {
-    let msg = e.to_string();
-    if msg.contains("required revision has been compacted") {
-        // etcd does not say where history starts; 0 marks "unknown".
-        if from_token {
-            Error::Expired {
-                requested,
-                compacted: 0,
-            }
-        } else {
-            Error::Gone {
-                requested,
-                compacted: 0,
-            }
-        }
-    } else if msg.contains("required revision is a future revision") {
-        Error::FutureRevision {
-            requested,
-            current: 0,
-        }
-    } else {
-        Error::unavailable(msg)
     }
 }
 
@@ -557,152 +464,3 @@ impl Storage for EtcdStore {
 
 /// How long [`Storage::health`] waits for a member of the quorum to answer.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The task behind one watch stream.
-struct Watcher {
-    members: Arc<Members>,
-    key: String,
-    opts: WatchOptions,
-    /// Every event up to here has been delivered.
-    last: Revision,
-    tx: mpsc::Sender<Result<Event>>,
-}
-
-/// How a connection to etcd's watch ended.
-enum End {
-    /// The consumer is gone, or was sent its final error.
-    Done,
-    /// The connection broke: watch again from `last`, after a pause.
-    Reconnect,
-    /// The member went down: watch again from `last` on another member, at once.
-    Switch,
-}
-
-impl Watcher {
-    async fn run(mut self) {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            match self.connection().await {
-                End::Done => return,
-                End::Switch => {
-                    tracing::debug!(key = %self.key, last = self.last, "etcd watch moving to another member");
-                    backoff = Duration::from_millis(50);
-                }
-                End::Reconnect => {
-                    if self.tx.is_closed() {
-                        return;
-                    }
-                    tracing::debug!(key = %self.key, last = self.last, "etcd watch reconnecting");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.tx.closed() => return,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-    }
-
-    async fn connection(&mut self) -> End {
-        let mut wopts = EtcdWatchOptions::new()
-            .with_start_revision(self.last as i64 + 1)
-            .with_prev_key();
-        if self.opts.prefix {
-            wopts = wopts.with_range(prefix_end(self.key.as_bytes()));
-        }
-        let Some((member, conn)) = self.members.pick(&[]) else {
-            return End::Reconnect;
-        };
-        // A frozen member sends no RST: the health check marking it down ends this connection.
-        let down = member.went_down();
-        tokio::pin!(down);
-        let mut wc = conn.watch.clone();
-        let mut stream = tokio::select! {
-            s = wc.watch(self.key.as_str(), Some(wopts)) => match s {
-                Ok(s) => s,
-                Err(_) => return End::Reconnect,
-            },
-            _ = &mut down => return End::Switch,
-            _ = tokio::time::sleep(members::ATTEMPT_TIMEOUT) => return End::Reconnect,
-            _ = self.tx.closed() => return End::Done,
-        };
-        let mut tick = ProgressTicker::new(self.opts.progress_interval);
-        loop {
-            tokio::select! {
-                _ = &mut down => return End::Switch,
-                msg = stream.message() => {
-                    let Ok(Some(resp)) = msg else { return End::Reconnect };
-                    if resp.canceled() {
-                        // etcd 3.4 answers a compacted start revision with a cancel and then
-                        // leaves the stream open: this is the end of the watch, not a pause.
-                        if resp.compact_revision() > 0 {
-                            let gone = Error::Gone { requested: self.last, compacted: resp.compact_revision() as Revision };
-                            let _ = self.tx.send(Err(gone)).await;
-                            return End::Done;
-                        }
-                        return End::Reconnect;
-                    }
-                    if resp.created() {
-                        continue;
-                    }
-                    if resp.events().is_empty() {
-                        // A progress notification. etcd before 3.4.25 / 3.5.8 can send one
-                        // while a watcher that fell behind still has events to deliver
-                        // (etcd-io/etcd#15220; Debian ships 3.4.23), so the resume point stays
-                        // at the last delivered event: after a reconnect the stream re-reads
-                        // from there, which costs nothing if the notification was true and
-                        // loses nothing if it was early. Consumers get the revision as reported.
-                        let rev = header_revision(resp.header()).max(self.last);
-                        if self.opts.progress_interval.is_some()
-                            && self.tx.send(Ok(Event::Progress { revision: rev })).await.is_err()
-                        {
-                            return End::Done;
-                        }
-                        continue;
-                    }
-                    let mut newest = self.last;
-                    for ev in resp.events() {
-                        let item = match convert(ev) {
-                            Ok(e) => e,
-                            Err(e) => {
-                                let _ = self.tx.send(Err(e)).await;
-                                return End::Done;
-                            }
-                        };
-                        newest = newest.max(item.revision());
-                        if item.revision() <= self.last {
-                            continue;
-                        }
-                        if self.tx.send(Ok(item)).await.is_err() {
-                            return End::Done;
-                        }
-                    }
-                    self.last = newest;
-                }
-                _ = tick.tick() => {
-                    if stream.request_progress().await.is_err() {
-                        return End::Reconnect;
-                    }
-                }
-                _ = self.tx.closed() => return End::Done,
-            }
-        }
-    }
-}
-
-fn convert(ev: &etcd_client::Event) -> Result<Event> {
-    let kv = ev
-        .kv()
-        .cloned()
-        .ok_or_else(|| Error::internal("etcd watch event without a key"))?;
-    let prev = ev.prev_kv().cloned().map(to_kv).transpose()?;
-    let kv = to_kv(kv)?;
-    Ok(match ev.event_type() {
-        EventType::Put => Event::Put { kv, prev },
-        EventType::Delete => Event::Delete {
-            revision: kv.mod_revision,
-            key: kv.key,
-            prev,
-        },
-    })
-}

@@ -57,9 +57,18 @@ pub fn start(
         let (leading, leader) = watch::channel(false);
         let elector = leader::Elector::new(storage.clone());
         let _lease = AbortOnDrop(tokio::spawn(async move {
+            let mut lapses = elector.lapses().await;
             loop {
-                leading.send_replace(elector.try_lead().await);
-                tokio::time::sleep(leader::RENEW).await;
+                let held = elector.try_lead().await;
+                leading.send_replace(held);
+                if held {
+                    tokio::time::sleep(leader::RENEW).await;
+                } else {
+                    // A candidate campaigns again when the holder's lease lapses (etcd deletes
+                    // the key), not at its next tick: the hand-over then takes what is left of
+                    // the dead holder's lease, not that plus up to one renew period.
+                    elector.until_lapse(&mut lapses).await;
+                }
             }
         }));
         let _own = AbortOnDrop(tokio::spawn(loops::run(

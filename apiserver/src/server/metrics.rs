@@ -1,4 +1,5 @@
-//! `/metrics`: Prometheus text exposition of request counters and of the kube-apiserver
+//! `/metrics`: Prometheus text exposition of request counters, of whether this replica leads
+//! the controllers ([`crate::controllers::leader::LEADING`]) and of the kube-apiserver
 //! informers ([`crate::informer`]).
 
 use std::sync::Mutex;
@@ -32,6 +33,11 @@ impl Default for Metrics {
             "apiserver_request",
             "Requests served, by verb and code",
             requests.clone(),
+        );
+        registry.register(
+            "cozyplane_controller_leader",
+            "1 while this replica holds the controller leader lease (its control loops work), else 0",
+            crate::controllers::leader::LEADING.clone(),
         );
         Self {
             registry: Mutex::new(registry),

@@ -13,38 +13,37 @@
 //!   etcd gave up waiting for its leader) is retried only when it is a read ([`Kind::Read`],
 //!   [`Kind::List`]); a write returns [`Failure::Unknown`] and the caller decides (the store
 //!   re-runs its compare-guarded transaction and checks whether the first attempt applied:
-//!   `outcome.rs`).
-//! * **Members are health-checked** every [`CHECK_INTERVAL`] with etcd's `Status` call (local to
-//!   the member, no consensus). A member that does not answer within [`CHECK_TIMEOUT`] is marked
-//!   down, which also abandons the requests in flight on it (a frozen member sends no RST, so
-//!   nothing else would end them); it is used again once it answers.
-//! * **The members are learned from etcd**: `MemberList`, re-read every [`SYNC_INTERVAL`] and
-//!   soon after a member goes down, as etcd's Go client does with auto-sync. The configured
-//!   endpoints are only the seed, unless discovery is turned off.
+//!   `outcome.rs`). Which failure is which is `classify.rs`'s job.
+//! * **Members are health-checked** every [`CHECK_INTERVAL`](check::CHECK_INTERVAL) with etcd's
+//!   `Status` call (local to the member, no consensus). A member that does not answer within
+//!   [`CHECK_TIMEOUT`](check::CHECK_TIMEOUT) is marked down, which also abandons the requests in
+//!   flight on it (a frozen member sends no RST, so nothing else would end them); it is used
+//!   again once it answers. The checks and the member list syncs are `check.rs`.
+//! * **The members are learned from etcd**: `MemberList`, re-read every
+//!   [`SYNC_INTERVAL`](check::SYNC_INTERVAL) and soon after a member goes down, as etcd's Go
+//!   client does with auto-sync. The configured endpoints are only the seed, unless discovery is
+//!   turned off.
 //!
 //! Every connection asks etcd to require a leader (`hasleader` metadata): a member cut off from
 //! the quorum refuses requests at once, and cancels its watches, instead of serving them stale
 //! or hanging.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, KvClient, WatchClient};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tonic::Code;
+
+mod check;
+mod classify;
+
+use check::maintain;
+use classify::{Class, classify, is_connect_error, short};
 
 use crate::{Error, Result};
 
-/// How often every member is health-checked.
-pub(super) const CHECK_INTERVAL: Duration = Duration::from_millis(500);
-/// How long a health check waits for a member's answer.
-pub(super) const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
-/// How often the member list is re-read from etcd.
-pub(super) const SYNC_INTERVAL: Duration = Duration::from_secs(30);
-/// The soonest the member list is re-read again after a member went down.
-const SYNC_AFTER_FAILURE: Duration = Duration::from_secs(5);
 /// How long a unary read or write waits for one member before it is tried elsewhere (a read) or
 /// its outcome is checked (a write). An etcd whose leader died can hold a proposal for several
 /// seconds before it says so.
@@ -162,64 +161,6 @@ impl Failure {
             Failure::Unknown(m) => Error::unavailable(format!("the write's outcome is unknown: {m}")),
             Failure::Unavailable(m) => Error::unavailable(m),
         }
-    }
-}
-
-/// How a failed attempt is treated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
-    /// Nothing reached etcd, or etcd refused before acting: safe to send again elsewhere.
-    NotSent,
-    /// The member has no leader: try another, and wait out an election.
-    NoLeader,
-    /// Sent; the outcome is unknown.
-    Unknown,
-    /// An answer: retrying changes nothing.
-    Final,
-}
-
-fn classify(e: &etcd_client::Error) -> Class {
-    use etcd_client::Error as E;
-    let status = match e {
-        E::GRpcStatus(s) => s,
-        E::TransportError(_) | E::IoError(_) | E::InvalidUri(_) | E::EndpointError(_) => {
-            return Class::NotSent;
-        }
-        E::WatchError(_) => return Class::Unknown,
-        _ => return Class::Final,
-    };
-    let msg = status.message();
-    if msg.contains("etcdserver: no leader") {
-        return Class::NoLeader;
-    }
-    if msg.contains("etcdserver: too many requests")
-        || msg.contains("not supported for learner")
-        || msg.contains("not capable")
-    {
-        return Class::NotSent;
-    }
-    // tonic maps a connection that could not be made to Unavailable with the connector's
-    // message (hyper's "tcp connect error", a DNS or TLS failure).
-    let not_connected = [
-        "tcp connect error",
-        "tcp open error",
-        "dns error",
-        "error trying to connect",
-    ]
-    .iter()
-    .any(|m| msg.contains(m))
-        || msg.to_ascii_lowercase().contains("connection refused");
-    match status.code() {
-        Code::Unavailable if not_connected => Class::NotSent,
-        // A transport or a consensus failure.
-        Code::Cancelled
-        | Code::Unknown
-        | Code::DeadlineExceeded
-        | Code::ResourceExhausted
-        | Code::Aborted
-        | Code::Internal
-        | Code::Unavailable => Class::Unknown,
-        _ => Class::Final,
     }
 }
 
@@ -442,108 +383,6 @@ impl Members {
             }
         }
     }
-
-    /// Health-checks every member at once; the errors of those that did not answer.
-    async fn check(&self) -> Vec<String> {
-        let members = self.all();
-        let checks = members.iter().map(|m| self.check_one(m));
-        futures::future::join_all(checks)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
-    }
-
-    /// Checks one member, connecting it first if needed; its error if it did not answer.
-    async fn check_one(&self, m: &Arc<Member>) -> Option<String> {
-        let conn = match m.conn() {
-            Some(c) => c,
-            None => match self.open(&m.url).await {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    *m.conn.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c.clone());
-                    c
-                }
-                Err(e) => {
-                    m.set_health(Health::Down);
-                    return Some(format!("{}: {e}", m.url));
-                }
-            },
-        };
-        let mut maintenance = conn.client.maintenance_client();
-        let (health, err) = match tokio::time::timeout(CHECK_TIMEOUT, maintenance.status()).await {
-            Ok(Ok(s)) if s.leader() == 0 => (Health::Leaderless, None),
-            Ok(Ok(_)) => (Health::Up, None),
-            Ok(Err(e)) if classify(&e) == Class::NoLeader => (Health::Leaderless, None),
-            Ok(Err(e)) => (Health::Down, Some(format!("{}: {e}", m.url))),
-            Err(_) => (
-                Health::Down,
-                Some(format!("{}: no answer in {CHECK_TIMEOUT:?}", m.url)),
-            ),
-        };
-        m.set_health(health);
-        err
-    }
-
-    /// A connection to one member. With authentication this authenticates, so it needs the
-    /// member to answer; without, it connects on first use.
-    async fn open(&self, url: &str) -> Result<Conn> {
-        let connect = Client::connect([url], Some(self.opts.clone()));
-        let client = tokio::time::timeout(self.dial_timeout, connect)
-            .await
-            .map_err(|_| Error::unavailable(format!("no answer in {:?}", self.dial_timeout)))?
-            .map_err(Error::unavailable)?;
-        Ok(Conn {
-            kv: client.kv_client().max_decoding_message_size(self.max_response),
-            watch: client.watch_client().max_decoding_message_size(self.max_response),
-            client,
-        })
-    }
-
-    /// Re-reads the member list and makes it the member set. Members that are kept keep their
-    /// connection and health; a list without a started voting member changes nothing.
-    async fn sync(&self) -> Result<()> {
-        let resp = self
-            .call(Kind::Read, |c| async move {
-                c.client.cluster_client().member_list().await
-            })
-            .await
-            .map_err(Failure::into_error)?;
-        let urls: Vec<String> = resp
-            .members()
-            .iter()
-            .filter(|m| !m.is_learner())
-            .filter_map(|m| m.client_urls().first().cloned())
-            .collect();
-        if urls.is_empty() {
-            return Ok(());
-        }
-        let old = self.all();
-        let same = old.len() == urls.len() && old.iter().all(|m| urls.iter().any(|u| same_url(u, &m.url)));
-        if same {
-            return Ok(());
-        }
-        let new: Arc<[Arc<Member>]> = urls
-            .into_iter()
-            .map(|u| {
-                old.iter()
-                    .find(|m| same_url(&m.url, &u))
-                    .cloned()
-                    .unwrap_or_else(|| Member::new(u))
-            })
-            .collect();
-        tracing::info!(
-            members = ?new.iter().map(|m| m.url.as_str()).collect::<Vec<_>>(),
-            "etcd member list changed"
-        );
-        *self
-            .set
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
-        // New members get a connection and a health at once.
-        self.check().await;
-        Ok(())
-    }
 }
 
 /// Notes `why` as the last failure of the member at `url`.
@@ -551,104 +390,5 @@ fn note(failures: &mut Vec<(String, String)>, url: &str, why: String) {
     match failures.iter_mut().find(|(u, _)| u == url) {
         Some(f) => f.1 = why,
         None => failures.push((url.to_string(), why)),
-    }
-}
-
-/// etcd's or the transport's message, without the source chain tonic prints.
-fn short(e: &etcd_client::Error) -> String {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => s.message().to_string(),
-        other => other.to_string(),
-    }
-}
-
-/// Whether `e` says the connection could not be made (as opposed to etcd refusing).
-fn is_connect_error(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => {
-            s.code() == Code::Unavailable && !s.message().contains("etcdserver:")
-        }
-        _ => true,
-    }
-}
-
-/// Two client URLs name the same member (a seed may be written without its scheme).
-fn same_url(a: &str, b: &str) -> bool {
-    let strip = |u: &str| {
-        let u = u.trim_end_matches('/');
-        u.split_once("://").map_or(u, |(_, rest)| rest).to_string()
-    };
-    strip(a) == strip(b)
-}
-
-/// The background health checks and member list syncs; ends when the store is dropped.
-async fn maintain(members: Weak<Members>) {
-    let mut synced = Instant::now();
-    loop {
-        tokio::time::sleep(CHECK_INTERVAL).await;
-        let Some(m) = members.upgrade() else { return };
-        let before: Vec<Health> = m.all().iter().map(|m| m.health()).collect();
-        m.check().await;
-        let went_down = m
-            .all()
-            .iter()
-            .zip(before)
-            .any(|(m, h)| h != Health::Down && m.health() == Health::Down);
-        let due = synced.elapsed() >= SYNC_INTERVAL || (went_down && synced.elapsed() >= SYNC_AFTER_FAILURE);
-        if m.discover && due {
-            if let Err(e) = m.sync().await {
-                tracing::debug!(error = %e, "reading etcd's member list failed");
-            }
-            synced = Instant::now();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(code: i32, msg: &str) -> etcd_client::Error {
-        etcd_client::Error::GRpcStatus(tonic::Status::new(code.into(), msg))
-    }
-
-    #[test]
-    fn a_refused_connection_was_not_sent() {
-        assert_eq!(classify(&status(14, "tcp connect error")), Class::NotSent);
-        assert_eq!(classify(&status(14, "etcdserver: no leader")), Class::NoLeader);
-    }
-
-    #[test]
-    fn a_broken_connection_or_an_etcd_timeout_is_an_unknown_outcome() {
-        assert_eq!(
-            classify(&status(14, "error reading a body from connection")),
-            Class::Unknown
-        );
-        assert_eq!(
-            classify(&status(14, "etcdserver: request timed out")),
-            Class::Unknown
-        );
-        assert_eq!(classify(&status(2, "h2 protocol error")), Class::Unknown);
-    }
-
-    #[test]
-    fn an_answer_is_final() {
-        assert_eq!(
-            classify(&status(
-                11,
-                "etcdserver: mvcc: required revision has been compacted"
-            )),
-            Class::Final
-        );
-        assert_eq!(
-            classify(&status(7, "etcdserver: permission denied")),
-            Class::Final
-        );
-    }
-
-    #[test]
-    fn urls_match_with_or_without_their_scheme() {
-        assert!(same_url("http://127.0.0.1:2379", "127.0.0.1:2379/"));
-        assert!(!same_url("http://127.0.0.1:2379", "http://127.0.0.1:2380"));
     }
 }
