@@ -230,7 +230,14 @@ fn print_table(title: &str, cols: (&str, &str), rows: &[Row<'_>]) {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(lab, CpOptions { doors: true, ..CpOptions::default() }).await;
+    let cp = Cp::start_with(
+        lab,
+        CpOptions {
+            doors: true,
+            ..CpOptions::default()
+        },
+    )
+    .await;
     let lab = &*lab;
     let n1 = &lab.nodes[0];
     let outside = Outside::new(lab, 1500);
