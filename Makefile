@@ -20,7 +20,8 @@ DEPS := etcd:etcd-server protoc:protobuf-compiler clang-19:clang-19 llvm-strip-1
         /usr/include/bpf/bpf_helpers.h:libbpf-dev \
         /usr/lib/cni/portmap:containernetworking-plugins /usr/bin/kubectl:kubectl prlimit:util-linux xz:xz-utils nft:nftables \
         /usr/sbin/dnsmasq:dnsmasq-base unzip:unzip npm:npm \
-        containerd:containerd runc:runc /bin/busybox:busybox-static objcopy:binutils /usr/bin/curl:curl /usr/bin/nc.openbsd:netcat-openbsd
+        containerd:containerd runc:runc /bin/busybox:busybox-static objcopy:binutils /usr/bin/curl:curl /usr/bin/nc.openbsd:netcat-openbsd \
+        /usr/sbin/dhclient:isc-dhcp-client /usr/bin/rdisc6:ndisc6
 
 .PHONY: all deps build run test test-unit e2e e2e-upstream lint fmt bench bpf verify-bpf clean help images
 

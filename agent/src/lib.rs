@@ -33,6 +33,9 @@ pub struct AgentConfig {
     /// The Service proxy's.
     #[command(flatten)]
     pub kube_proxy: features::kubeproxy::Args,
+    /// Guest autoconfiguration's (DHCPv4, DHCPv6, router advertisements).
+    #[command(flatten)]
+    pub autoconf: features::autoconf::AutoconfFlags,
 }
 
 /// The features, in start order (each hook runs over the list in this order):
@@ -47,6 +50,8 @@ pub struct AgentConfig {
 ///    watches, each writing its own maps (services and kubeproxy feed the core's one load
 ///    balancer writer, each its own frontends); the order is the one they always started in.
 ///    **trust** with them: it only reads `sdn_forged` on each scrape (overlay trust's counters).
+///    **autoconf** with them: it watches nothing, it answers the pods' DHCP and router
+///    solicitations from the attachments' records.
 /// 4. **policy** last: it writes nothing until every one of its eight watches has listed,
 ///    and its first compile is the largest start-up cost, so it queues behind the rest.
 pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
@@ -60,6 +65,7 @@ pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
         Box::new(features::services::Services),
         Box::new(features::kubeproxy::KubeProxy::new(cfg.kube_proxy.clone())),
         Box::new(features::trust::Trust),
+        Box::new(features::autoconf::Autoconf::new(cfg.autoconf.clone())),
         Box::new(features::policy::Policy::new(cfg.policy.clone())),
     ]
 }

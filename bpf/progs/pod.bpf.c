@@ -5,6 +5,7 @@
  */
 #include "../lib/common.h"
 #include "../lib/arp.h"
+#include "../lib/autoconf.h"
 #include "../lib/bridge.h"
 #include "../lib/bridge_sg.h"
 #include "../lib/crossnet.h"
@@ -201,6 +202,13 @@ int sdn_from_pod(struct __sk_buff *skb)
 	if (!p.family)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
 
+	/* DHCPv4, DHCPv6 and router solicitations: the agent's, on this link
+	 * only, before the source check a DISCOVER from 0.0.0.0 would fail
+	 * (lib/autoconf.h).
+	 */
+	if (sdn_autoconf_from_pod(skb, &p))
+		return TC_ACT_OK;
+
 	/* The gateway's neighbour solicitation is answered here, like its ARP.
 	 * Other NDP and MLD is link-scoped and sourced from the pod's fe80::
 	 * address (or ::), which is no endpoint: it stays on the link, i.e. goes
@@ -365,6 +373,9 @@ int sdn_to_pod(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	if (!p.family)
 		return net ? sdn_drop(skb, DROP_UNKNOWN_L3) : TC_ACT_OK;
+	/* The agent's DHCP and router advertisements (lib/autoconf.h). */
+	if (sdn_autoconf_to_pod(skb, &p, net))
+		return TC_ACT_OK;
 	if (net)
 		return to_pod_vpc(skb, port, &p, net);
 

@@ -2,6 +2,7 @@
 //! never on another feature (`docs/architecture.md`, "How to add a feature"). Which ones run,
 //! and in which order, is the composition root's list (`assemble` in `lib.rs`).
 
+pub mod autoconf;
 pub mod dns;
 pub mod doors;
 pub mod egress;

@@ -209,6 +209,25 @@ impl AgentState {
         self.mtu
     }
 
+    /// The attachment whose host veth has index `ifindex`, as its record holds it now (a
+    /// copy): what a feature answering on the pod's link (`features/autoconf`) knows of the
+    /// pod.
+    pub fn attachment_by_ifindex(&self, ifindex: u32) -> Option<crate::core::ipam::Allocation> {
+        self.ipam()
+            .all()
+            .find(|a| a.host_ifindex == Some(ifindex))
+            .cloned()
+    }
+
+    /// Every attachment of this node with a host veth (copies of the records).
+    pub fn attachments(&self) -> Vec<crate::core::ipam::Allocation> {
+        self.ipam()
+            .all()
+            .filter(|a| a.host_ifindex.is_some())
+            .cloned()
+            .collect()
+    }
+
     /// Install the metrics handle (once).
     pub fn set_metrics(&self, m: Metrics) {
         let _ = self.metrics.set(m);
