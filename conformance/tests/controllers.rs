@@ -262,7 +262,7 @@ async fn controllers_02_binding_reap() {
             .await
             .expect_err("the address is re-issued");
         assert!(
-            matches!(&err, kube::Error::Api(s) if s.code == 409),
+            matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("already allocated")),
             "{name}: {err}"
         );
         // What the agent does once it severed the pod.

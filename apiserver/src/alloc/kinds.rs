@@ -452,6 +452,7 @@ async fn allocate_address(
     .name();
     if cx.name_generated || given.is_empty() || name_claim.is_some() {
         a.name_chosen = exact.is_none();
+        a.name_derived = exact.is_some() && (cx.name_generated || given.is_empty());
         *name = Some(claim_name.clone());
     }
     let key = object_key(k.info, None, name.as_deref().unwrap_or_default());

@@ -111,6 +111,9 @@ pub struct Allocation {
     pub guards: Vec<Compare>,
     /// Whether the server filled `metadata.name` (then a taken name means "retry").
     pub name_chosen: bool,
+    /// Whether `metadata.name` was derived from a value the user pinned (a Port's `spec.ip`
+    /// without a name): then a taken name is that field's conflict, not the name's.
+    pub name_derived: bool,
     reservations: Vec<pool::Reservation>,
 }
 
@@ -162,8 +165,12 @@ impl Allocation {
     /// Decides what a failed transaction means. `failed` are the compared keys whose condition
     /// did not hold, with their current items.
     pub fn resolve(&self, obj_key: &str, failed: &[(String, Option<KeyValue>)]) -> Outcome {
-        // A value the user pinned is held by another object: the field is invalid (before the
-        // name, which for an address's object is the same claim).
+        // A name the user gave is taken: AlreadyExists, as for any kind.
+        if !self.name_chosen && !self.name_derived && failed.iter().any(|(k, _)| k == obj_key) {
+            return Outcome::NameTaken;
+        }
+        // A value the user pinned is held by another object: the field is invalid (before a
+        // name derived from it, which is the same claim).
         for (key, current) in failed {
             if let Some(c) = self.claims.iter().find(|c| &c.key == key && !c.chosen)
                 && let Some((field, value)) = &c.field
