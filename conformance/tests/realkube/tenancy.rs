@@ -341,8 +341,10 @@ pub(crate) fn trace(env: &Arc<Env>) {
             .await;
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let answer: Value = serde_json::from_slice(&out.stdout).expect("the answer is JSON");
-        assert_eq!(answer["status"]["verdict"], "Allowed", "{answer}");
-        assert_eq!(answer["status"]["reason"], "Ungrouped", "{answer}");
+        // No Port holds either address: nothing is attached there, the trace says so.
+        assert_eq!(answer["status"]["verdict"], "Dropped", "{answer}");
+        assert_eq!(answer["status"]["layer"], "Isolation", "{answer}");
+        assert_eq!(answer["status"]["reason"], "NoPort", "{answer}");
         let out = cp
             .kubectl_stdin(&kc, &["create", "--raw", &uri(&other)], &question.to_string())
             .await;
@@ -350,7 +352,7 @@ pub(crate) fn trace(env: &Arc<Env>) {
         assert!(!out.status.success() && err.contains("Forbidden"), "{err}");
         // Bad input through the aggregator: the 422 and its cause reach kubectl.
         let bad = json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPCTrace", "spec": {
-            "source": {"address": "192.0.2.1"}, "destination": {"address": "10.1.0.3"},
+            "source": {"address": "10.1.0.999"}, "destination": {"address": "10.1.0.3"},
             "protocol": "TCP", "port": 80}});
         let out = cp
             .kubectl_stdin(&kc, &["create", "--raw", &uri(&ns)], &bad.to_string())
