@@ -59,6 +59,19 @@ pub fn port(vpc: &str, ip: &str) -> Port {
     p
 }
 
+/// A Port of VPC `vpc_ns/vpc` attached, by the labels the CNI writes, to a pod in `pod_ns`
+/// (its address and name left to the server).
+pub fn attached_port(vpc_ns: &str, vpc: &str, pod_ns: &str) -> Port {
+    let mut p = port(vpc, "");
+    p.spec.vpc_ref.namespace = vpc_ns.into();
+    p.metadata.labels = Some(std::collections::BTreeMap::from([
+        ("sdn.cozystack.io/vpc-namespace".to_string(), vpc_ns.to_string()),
+        ("sdn.cozystack.io/vpc".to_string(), vpc.to_string()),
+        ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
+    ]));
+    p
+}
+
 /// The half of a peering that `ns` owns: its VPC `local` towards `peer_ns/peer`, named
 /// `<local>-to-<peer>`.
 pub fn peering(ns: &str, local: &str, peer_ns: &str, peer: &str) -> VPCPeering {

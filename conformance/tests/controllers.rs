@@ -2,13 +2,11 @@
 //! (`kube::runtime::wait::await_condition`) on the object, never a sleep. The deadline around
 //! each wait only turns a hang into a failure.
 
-use std::collections::BTreeMap;
-
 use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, VPC, VPCBinding, VPCBindingSpec, VPCGateway, VPCGatewaySpec, VPCPeering,
-    VPCRef, VPCSpec,
+    LocalVPCRef, Port, VPC, VPCBinding, VPCBindingSpec, VPCGateway, VPCGatewaySpec, VPCPeering, VPCRef,
+    VPCSpec,
 };
-use cozyplane_conformance::objects::{peering, wait_for, wait_gone};
+use cozyplane_conformance::objects::{attached_port, peering, wait_for, wait_gone};
 use cozyplane_conformance::{Backend, TestServer};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -157,30 +155,6 @@ fn binding(ns: &str, name: &str, vpc_ns: &str, vpc: &str) -> VPCBinding {
     );
     b.metadata.namespace = Some(ns.into());
     b
-}
-
-/// A Port attached (by the CNI's labels) to `vpc_ns/vpc` for a pod in `pod_ns`.
-fn attached_port(vpc_ns: &str, vpc: &str, pod_ns: &str) -> Port {
-    let mut p = Port::new(
-        "",
-        PortSpec {
-            vpc_ref: VPCRef {
-                namespace: vpc_ns.into(),
-                name: vpc.into(),
-            },
-            node: "n1".into(),
-            node_ip: "192.168.0.1".into(),
-            ..Default::default()
-        },
-    );
-    p.metadata.name = None;
-    p.metadata.generate_name = Some("p-".into());
-    p.metadata.labels = Some(BTreeMap::from([
-        ("sdn.cozystack.io/vpc-namespace".to_string(), vpc_ns.to_string()),
-        ("sdn.cozystack.io/vpc".to_string(), vpc.to_string()),
-        ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
-    ]));
-    p
 }
 
 const REAP: &str = "sdn.cozystack.io/reap-ports";

@@ -20,16 +20,15 @@
 //! The binary is found as in `alloc_procs.rs` (`COZYPLANE_APISERVER`, or next to the test
 //! executable: `cargo build --bin cozyplane-apiserver`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{
-    LocalVPCRef, Port, PortSpec, VPC, VPCBinding, VPCBindingSpec, VPCGateway, VPCGatewaySpec, VPCRef, VPCSpec,
+    LocalVPCRef, Port, VPC, VPCBinding, VPCBindingSpec, VPCGateway, VPCGatewaySpec, VPCRef, VPCSpec,
 };
 use cozyplane_apiserver::controllers::leader::{LEASE, RENEW};
-use cozyplane_conformance::objects::{wait_for, wait_gone};
+use cozyplane_conformance::objects::{attached_port, wait_for, wait_gone};
 use cozyplane_storage::testing::EtcdCluster;
 use cozyplane_storage::{Config, Storage};
 use futures::StreamExt;
@@ -187,33 +186,6 @@ fn gateway(name: &str, vpc: &str) -> VPCGateway {
     g
 }
 
-/// A Port attached (by the CNI's labels) to `default/<vpc>` for a pod in `pod_ns`.
-fn attached_port(vpc: &str, pod_ns: &str) -> Port {
-    let mut p = Port::new(
-        "",
-        PortSpec {
-            vpc_ref: VPCRef {
-                namespace: "default".into(),
-                name: vpc.into(),
-            },
-            node: "n1".into(),
-            node_ip: "192.168.0.1".into(),
-            ..Default::default()
-        },
-    );
-    p.metadata.name = None;
-    p.metadata.generate_name = Some("p-".into());
-    p.metadata.labels = Some(BTreeMap::from([
-        (
-            "sdn.cozystack.io/vpc-namespace".to_string(),
-            "default".to_string(),
-        ),
-        ("sdn.cozystack.io/vpc".to_string(), vpc.to_string()),
-        ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
-    ]));
-    p
-}
-
 fn finalizers<K: kube::Resource>(o: &K) -> Vec<String> {
     o.meta().finalizers.clone().unwrap_or_default()
 }
@@ -312,9 +284,17 @@ async fn ha_replicas_01_the_next_replica_leads_within_the_lease_and_finalizes_on
     );
     let mut ours = Vec::new();
     for _ in 0..3 {
-        ours.push(ports.create(&pp, &attached_port("x", "default")).await.unwrap());
+        ours.push(
+            ports
+                .create(&pp, &attached_port("default", "x", "default"))
+                .await
+                .unwrap(),
+        );
     }
-    let theirs = ports.create(&pp, &attached_port("x", "elsewhere")).await.unwrap();
+    let theirs = ports
+        .create(&pp, &attached_port("default", "x", "elsewhere"))
+        .await
+        .unwrap();
     let gw = gateways.create(&pp, &gateway("gw", "x")).await.unwrap();
     assert!(
         gw.status.is_none(),

@@ -9,7 +9,7 @@
 //! A two-node dual-stack lab with the outside world of `cozyplane_lab::outside` (border
 //! router, internet host behind it, 1500 everywhere) and the whole control-plane chain of the
 //! lab's tests
-//! (`Cp::start_with(.., CpOptions { doors: true, ..CpOptions::default() })`): the server's gateway and FloatingIP loops
+//! (`Cp::start_with(.., CpOptions::doors())`): the server's gateway and FloatingIP loops
 //! own LoadBalancer Services, the kube stand-in assigns their addresses from the pool the
 //! router attracts to n1, and the agents program the maps from the status. The bench writes no
 //! status by hand. Same node n1, same router, same internet host for every path:
@@ -230,14 +230,7 @@ fn print_table(title: &str, cols: (&str, &str), rows: &[Row<'_>]) {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(
-        lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
-    )
-    .await;
+    let cp = Cp::start_with(lab, CpOptions::doors()).await;
     let lab = &*lab;
     let n1 = &lab.nodes[0];
     let outside = Outside::new(lab, 1500);

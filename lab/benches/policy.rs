@@ -288,14 +288,7 @@ impl Pairs<'_> {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(
-        lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
-    )
-    .await;
+    let cp = Cp::start_with(lab, CpOptions::doors()).await;
     let lab = &*lab;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}})).unwrap();
     Api::<Namespace>::all(cp.kube.clone())

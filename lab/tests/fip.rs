@@ -172,14 +172,7 @@ fn admitted(n: &Node, vni: u32) -> bool {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(
-        lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
-    )
-    .await;
+    let cp = Cp::start_with(lab, CpOptions::doors()).await;
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
     let outside = Outside::new(lab, 1500);

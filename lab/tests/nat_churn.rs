@@ -148,10 +148,7 @@ async fn body(lab: &mut Lab) {
     let shards = NAT_SHARDS.to_string();
     let cp = Cp::start_with_args(
         lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
+        CpOptions::doors(),
         &["--masquerade-ports", &masq, "--nat-shards", &shards],
     )
     .await;

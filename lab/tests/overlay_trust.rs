@@ -337,14 +337,7 @@ async fn ghost(cp: &Cp) {
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(
-        lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
-    )
-    .await;
+    let cp = Cp::start_with(lab, CpOptions::doors()).await;
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
     for n in &lab.nodes {

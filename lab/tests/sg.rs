@@ -152,14 +152,7 @@ async fn floating_ip(cp: &Cp, lab: &Lab, name: &str, target: Ipv4Addr) -> IpAddr
 }
 
 async fn body(lab: &mut Lab) {
-    let cp = Cp::start_with(
-        lab,
-        CpOptions {
-            doors: true,
-            ..CpOptions::default()
-        },
-    )
-    .await;
+    let cp = Cp::start_with(lab, CpOptions::doors()).await;
     let lab = &*lab;
     let outside = Outside::new(lab, 1500);
 

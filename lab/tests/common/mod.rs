@@ -37,6 +37,16 @@ pub(crate) struct CpOptions {
     pub(crate) server_args: &'static [&'static str],
 }
 
+impl CpOptions {
+    /// The door loops for real (`doors`), nothing else.
+    pub(crate) fn doors() -> Self {
+        Self {
+            doors: true,
+            ..Self::default()
+        }
+    }
+}
+
 impl Cp {
     /// Starts both servers, exposes them to the lab's nodes, registers every node and starts
     /// its agent. The API server has no kube connection (its kube loops do not run).
