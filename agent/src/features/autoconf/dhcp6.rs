@@ -3,7 +3,8 @@
 //! REQUEST, RENEW, REBIND and CONFIRM a REPLY naming that address in the client's IA_NA,
 //! INFORMATION-REQUEST a REPLY with the resolvers only, RELEASE and DECLINE a REPLY with
 //! status Success (nothing to free: the address is the Port's). A message for another server
-//! is not ours to answer. Every answer carries the resolvers (option 23) and the domain list
+//! is not ours to answer. An ADVERTISE has preference 255 (the client need not wait for
+//! others). Every answer carries the resolvers (option 23) and the domain list
 //! (24). The server's DUID is a DUID-LL of the gateway's MAC.
 
 use dhcproto::v6::{DhcpOption, IAAddr, IANA, Message, MessageType, OptionCode, Status, StatusCode};
@@ -80,6 +81,11 @@ pub fn answer(f: &[u8], g: &Guest, s: &Settings) -> Outcome {
     o.insert(DhcpOption::ServerId(ours));
     if t == MessageType::Reply && req.msg_type() == MessageType::Solicit {
         o.insert(DhcpOption::RapidCommit);
+    }
+    // The only server on the link: preference 255 lets the client request at once instead of
+    // collecting advertisements for its first retransmission time, 1 s (RFC 8415 18.2.1).
+    if t == MessageType::Advertise {
+        o.insert(DhcpOption::Preference(255));
     }
     if with_addr {
         // The client's IA_NA (its IAID), else one of ours: always exactly the Port's /128.

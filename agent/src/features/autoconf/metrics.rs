@@ -1,8 +1,9 @@
 //! Guest autoconfiguration's families: `cozyplane_autoconf_answers_total{kind}` (offer, ack,
 //! nak, advertise, reply, release, decline, ra, ra_periodic, other_server),
 //! `cozyplane_autoconf_drops_total{reason}` (malformed, no_port, mac, no_address,
-//! unsupported) and `cozyplane_autoconf_answer_seconds` (from the request read to the answer
-//! sent).
+//! unsupported), `cozyplane_autoconf_ignored_total{reason}` (no_ipv6: requests that are normal
+//! traffic with no answer here, apart from the drops so that `rate(drops) > 0` can page) and
+//! `cozyplane_autoconf_answer_seconds` (from the request read to the answer sent).
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::core::metrics::Labels;
 pub struct AutoconfMetrics {
     answers: Family<Labels, Counter>,
     drops: Family<Labels, Counter>,
+    ignored: Family<Labels, Counter>,
     seconds: Histogram,
 }
 
@@ -28,6 +30,7 @@ impl AutoconfMetrics {
         let m = Self {
             answers: Family::default(),
             drops: Family::default(),
+            ignored: Family::default(),
             // 10 µs .. ~80 ms.
             seconds: Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
                 1e-5, 2.0, 14,
@@ -42,6 +45,12 @@ impl AutoconfMetrics {
             "cozyplane_autoconf_drops",
             "Guest autoconfiguration requests dropped without an answer, by reason",
             m.drops.clone(),
+        );
+        r.register(
+            "cozyplane_autoconf_ignored",
+            "Guest autoconfiguration requests left unanswered as normal traffic (a router \
+             solicitation from a Port without IPv6), by reason",
+            m.ignored.clone(),
         );
         r.register(
             "cozyplane_autoconf_answer_seconds",
@@ -65,6 +74,13 @@ impl AutoconfMetrics {
     pub fn drop(&self, d: Drop) {
         self.drops
             .get_or_create(&vec![("reason", d.label().to_string())])
+            .inc();
+    }
+
+    /// One request left unanswered as normal traffic ([`super::Outcome::Ignored`]).
+    pub fn ignored(&self, reason: &'static str) {
+        self.ignored
+            .get_or_create(&vec![("reason", reason.to_string())])
             .inc();
     }
 }

@@ -14,8 +14,9 @@
 //! dropped; no answer ever names another Port's address. Why userspace and not eBPF:
 //! `docs/datapath.md`, "Guest autoconfiguration".
 //!
-//! Counters: `cozyplane_autoconf_answers_total{kind}`, `cozyplane_autoconf_drops_total{reason}`
-//! and `cozyplane_autoconf_answer_seconds` ([`metrics`]).
+//! Counters: `cozyplane_autoconf_answers_total{kind}`, `cozyplane_autoconf_drops_total{reason}`,
+//! `cozyplane_autoconf_ignored_total{reason}` and `cozyplane_autoconf_answer_seconds`
+//! ([`metrics`]).
 
 pub mod dhcp4;
 pub mod dhcp6;
@@ -129,6 +130,11 @@ pub enum Outcome {
     Quiet(&'static str),
     /// Nothing: counted as a drop.
     Drop(Drop),
+    /// Nothing, and nothing wrong: a request that is normal traffic for this guest but has
+    /// no answer here (`reason`: `no_ipv6`, a router solicitation from a Port without an
+    /// IPv6 address, which every IPv4-only guest's kernel sends when its link comes up).
+    /// Counted apart from drops, so that an alert on drops means a fault.
+    Ignored(&'static str),
 }
 
 /// The guest of attachment `a`: its Port's addresses (net 0: its fabric ones) and MAC, the
@@ -283,7 +289,16 @@ fn serve(
         let g = att.and_then(|a| guest(&a, mtu(ifindex)?, flags));
         let out = match g {
             Some(g) => answer(&buf[..n], v6, &g, s),
-            None => Outcome::Drop(Drop::NoPort),
+            None => {
+                // Rare once only the pods' links are read: say which link it was.
+                tracing::info!(
+                    ifindex,
+                    v6,
+                    len = n,
+                    "autoconf: a request from no attachment of this node"
+                );
+                Outcome::Drop(Drop::NoPort)
+            }
         };
         match out {
             Outcome::Answer(kind, frame) => match sock.send(ifindex, &frame) {
@@ -295,6 +310,7 @@ fn serve(
             },
             Outcome::Quiet(kind) => m.answer(kind, started.elapsed()),
             Outcome::Drop(d) => m.drop(d),
+            Outcome::Ignored(reason) => m.ignored(reason),
         }
     }
 }

@@ -35,8 +35,10 @@ pub fn answer(f: &[u8], g: &Guest, s: &Settings) -> Outcome {
     if p.src_mac != g.mac {
         return Outcome::Drop(Drop::Mac);
     }
+    // A v4-only guest's kernel solicits routers on every link it brings up: normal traffic,
+    // not a fault, so not a drop (`cozyplane_autoconf_ignored_total{reason="no_ipv6"}`).
     if g.v6.is_none() {
-        return Outcome::Drop(Drop::NoAddress);
+        return Outcome::Ignored("no_ipv6");
     }
     // To the soliciting address when it has one, else to all nodes.
     let dst = if p.src.is_unspecified() { ALL_NODES } else { p.src };

@@ -1,7 +1,9 @@
 //! The responder's packet sockets: `AF_PACKET`/`SOCK_RAW` of one Ethernet type, unbound (all
-//! interfaces), with a classic BPF filter that lets only the guests' requests through, so the
-//! agent is woken for nothing else the node receives. A packet socket of one type sees what
-//! the host receives after tc ingress, i.e. what the datapath passed (`bpf/lib/autoconf.h`);
+//! interfaces), with a classic BPF filter that lets only the guests' requests through (the
+//! frames the datapath marked `PACKET_OTHERHOST`, of the protocols answered), so the agent is
+//! woken for nothing else the node receives, an uplink's broadcasts included. A packet
+//! socket of one type sees what the host receives after tc ingress, i.e. what the datapath
+//! passed (`bpf/lib/autoconf.h`);
 //! the sender's veth is `sll_ifindex`. Answers are whole Ethernet frames sent out of that
 //! veth (through its tc egress, `sdn_to_pod`, which lets the gateway's answers in).
 
@@ -22,14 +24,33 @@ const LDXB_MSH: u16 = 0xb1;
 const JEQ_K: u16 = 0x15;
 const JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
+const LDW_ABS: u16 = 0x20;
+/// `SKF_AD_OFF + SKF_AD_PKTTYPE`: the ancillary load of the skb's packet type.
+const AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+/// `PACKET_OTHERHOST`: what the datapath marks a guest's request with.
+const OTHERHOST: u32 = 3;
 
 fn op(code: u16, jt: u8, jf: u8, k: u32) -> SockFilter {
     SockFilter::new(code, jt, jf, k)
 }
 
-/// IPv4, UDP, not a later fragment, 68 -> 67.
+/// Only what the datapath kept on a pod's link (`bpf/lib/autoconf.h` marks it
+/// `PACKET_OTHERHOST`), then `rest`: a DHCP broadcast or router solicitation of another host
+/// on the node's uplink is none of the responder's business (it was counted as a `no_port`
+/// drop, and woke the agent, for every such frame on the segment).
+fn kept(rest: Vec<SockFilter>) -> Vec<SockFilter> {
+    let mut v = vec![
+        op(LDW_ABS, 0, 0, AD_PKTTYPE),
+        op(JEQ_K, 1, 0, OTHERHOST),
+        op(RET_K, 0, 0, 0),
+    ];
+    v.extend(rest);
+    v
+}
+
+/// Kept on a pod's link; IPv4, UDP, not a later fragment, 68 -> 67.
 pub fn filter4() -> Vec<SockFilter> {
-    vec![
+    kept(vec![
         op(LDH_ABS, 0, 0, 12),
         op(JEQ_K, 0, 10, u32::from(ETH_P_IP)),
         op(LDB_ABS, 0, 0, 23),
@@ -43,12 +64,13 @@ pub fn filter4() -> Vec<SockFilter> {
         op(JEQ_K, 0, 1, 67),
         op(RET_K, 0, 0, 0xffff),
         op(RET_K, 0, 0, 0),
-    ]
+    ])
 }
 
-/// IPv6 without extension headers: UDP 546 -> 547, or an ICMPv6 router solicitation.
+/// Kept on a pod's link; IPv6 without extension headers: UDP 546 -> 547, or an ICMPv6 router
+/// solicitation.
 pub fn filter6() -> Vec<SockFilter> {
-    vec![
+    kept(vec![
         op(LDH_ABS, 0, 0, 12),
         op(JEQ_K, 0, 10, u32::from(ETH_P_IPV6)),
         op(LDB_ABS, 0, 0, 20),
@@ -62,7 +84,7 @@ pub fn filter6() -> Vec<SockFilter> {
         op(JEQ_K, 0, 1, 133),
         op(RET_K, 0, 0, 0xffff),
         op(RET_K, 0, 0, 0),
-    ]
+    ])
 }
 
 /// One family's packet socket.
@@ -85,6 +107,15 @@ impl Socket {
             Some(Protocol::from(i32::from(ty.to_be()))),
         )?;
         s.attach_filter(&if v6 { filter6() } else { filter4() })?;
+        // What the socket queued between its creation and the filter passed no filter (a
+        // busy node's loopback TCP, the uplink's broadcasts): read and discarded, else each
+        // was a `no_port` drop at start. (Binding only after the filter would avoid it, but a
+        // `sockaddr_ll` for `bind` needs `unsafe`, which this workspace forbids.) A guest's
+        // request lost here is retransmitted.
+        s.set_nonblocking(true)?;
+        let mut junk = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        while s.recv(&mut junk).is_ok() {}
+        s.set_nonblocking(false)?;
         Ok(Self {
             fd: OwnedFd::from(s),
             links: Mutex::new(HashMap::new()),

@@ -271,6 +271,11 @@ fn dhcpv6_gives_exactly_the_ports_128_with_rapid_commit() {
         &s,
     ));
     assert_eq!((kind, addresses(&m)), ("advertise", vec![g.v6.unwrap()]));
+    assert_eq!(
+        m.opts().get(v6::OptionCode::Preference),
+        Some(&v6::DhcpOption::Preference(255)),
+        "the only server: the client requests at once"
+    );
     let ours = dhcp6::server_duid(GW_MAC);
     for t in [v6::MessageType::Request, v6::MessageType::Renew] {
         let (_, m) = reply6(answer(&dhcp6(t, false, Some(ours.clone())), true, &g, &s));
@@ -347,6 +352,35 @@ fn a_solicitation_gets_a_managed_advertisement_without_prefixes() {
         answer(&rs(OTHER_MAC, 255), true, &g, &s),
         Outcome::Drop(Drop::Mac)
     );
+}
+
+/// An IPv4-only guest's kernel solicits routers whenever its link comes up: no answer, and
+/// counted as ignored (`cozyplane_autoconf_ignored_total{reason="no_ipv6"}`), never as a drop,
+/// so that a drop alert means a fault. A solicitation with another MAC stays a drop.
+#[test]
+fn a_solicitation_from_a_v4_only_guest_is_ignored_not_dropped() {
+    let s = settings();
+    let g = Guest {
+        v6: None,
+        dns6: vec![],
+        ..guest()
+    };
+    assert_eq!(answer(&rs(MAC, 255), true, &g, &s), Outcome::Ignored("no_ipv6"));
+    assert_eq!(
+        answer(&rs(OTHER_MAC, 255), true, &g, &s),
+        Outcome::Drop(Drop::Mac)
+    );
+    // As exposed: in the ignored family, none in the drops.
+    let mut r = prometheus_client::registry::Registry::default();
+    let m = metrics::AutoconfMetrics::register(&mut r);
+    m.ignored("no_ipv6");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+    assert!(
+        text.contains("cozyplane_autoconf_ignored_total{reason=\"no_ipv6\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("cozyplane_autoconf_drops_total{"), "{text}");
 }
 
 #[test]
