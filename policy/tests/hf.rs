@@ -350,3 +350,26 @@ fn a_verdicts_rule_id_names_its_rule() {
     let other = compiler("control-plane");
     assert_eq!(other.rule_of(rid("10.1.1.1", node, proto::TCP, 31000)), None);
 }
+
+/// With no rule of its own on the API server's port, a verdict admitting it names the
+/// lockout failsafe (the empty name).
+#[test]
+fn the_failsafe_is_named_by_the_empty_name() {
+    use cozyplane_policy::Dir;
+    use cozyplane_policy::verdict::Check;
+    let mut c = HfCompiler::new(node("worker"));
+    c.set_firewall(&fw(
+        "ssh-only",
+        &[],
+        vec![HostFirewallIngressRule {
+            from: vec![],
+            ports: vec![port("TCP", 22, 0)],
+        }],
+        vec![],
+    ));
+    let v = verdict::hf(c.tables(), ip("1.2.3.4"), ip("10.10.0.1"), proto::TCP, 6443);
+    let Check::Rule(r) = v.ingress else {
+        panic!("the API server's port is not admitted: {v:?}");
+    };
+    assert_eq!(c.rule_of(r), Some((String::new(), Dir::Ingress, 0)));
+}
