@@ -72,6 +72,7 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
         VPCSpec {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("default".into());

@@ -217,6 +217,7 @@ fn serialization_always_carries_api_version_and_kind() {
         VPCSpec {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     assert_eq!(

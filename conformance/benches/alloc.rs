@@ -154,6 +154,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
             VPCSpec {
                 cidrs: vec![cidr.into()],
                 mtu: 0,
+                dhcp: None,
             },
         );
         v.metadata.namespace = Some("bench".into());
@@ -225,6 +226,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
                     VPCSpec {
                         cidrs: vec!["10.9.0.0/24".into()],
                         mtu: 0,
+                        dhcp: None,
                     },
                 );
                 v.metadata.name = None;

@@ -17,6 +17,7 @@ fn vpc(name: &str, cidrs: &[&str]) -> VPC {
         VPCSpec {
             cidrs: cidrs.iter().map(ToString::to_string).collect(),
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("default".into());

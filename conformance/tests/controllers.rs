@@ -22,6 +22,7 @@ fn vpc(ns: &str, name: &str, cidr: &str) -> VPC {
         VPCSpec {
             cidrs: vec![cidr.into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some(ns.into());

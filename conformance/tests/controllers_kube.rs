@@ -68,6 +68,7 @@ async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane,
         VPCSpec {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("t1".into());

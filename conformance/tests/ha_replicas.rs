@@ -154,6 +154,7 @@ fn vpc(name: &str, cidr: &str) -> VPC {
         VPCSpec {
             cidrs: vec![cidr.into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("default".into());

@@ -12,6 +12,7 @@ fn vpc(name: &str) -> VPC {
         VPCSpec {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("default".into());

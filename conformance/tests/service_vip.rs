@@ -34,6 +34,7 @@ async fn setup() -> (StandIn, Cozyplane, kube::Client) {
         VPCSpec {
             cidrs: vec!["10.0.0.0/24".into(), "fd00:1::/64".into()],
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some("t1".into());

@@ -16,6 +16,7 @@ fn vpc(ns: &str, name: &str, cidrs: &[&str]) -> VPC {
         VPCSpec {
             cidrs: cidrs.iter().map(ToString::to_string).collect(),
             mtu: 0,
+            dhcp: None,
         },
     );
     v.metadata.namespace = Some(ns.into());

@@ -17,6 +17,11 @@
 //! - An IPv4-only guest's router solicitation gets nothing and counts as
 //!   `cozyplane_autoconf_ignored_total{reason="no_ipv6"}`, not as a drop.
 //!
+//! - `spec.dhcp` ([`lab_guest_options_from_the_vpc_and_a_port_override`], one guest): the VPC's
+//!   resolver, search domain, routes (option 121, RA route information), MTU and lease reach
+//!   `dhclient` and `rdisc6`, the flags' IPv6 resolver staying where the VPC lists none; then
+//!   the Port's own resolver and route replace the VPC's and its search domain stays.
+//!
 //! Scale: [`GUESTS`] dual-stack guests (half on each node, each its own thread) × [`CYCLES`]
 //! cycles of both families: 47–50 s of cycles, about 60 s for the whole test, on a 2 vCPU
 //! Xeon (debug build); 100 boots of each family, 100 RS→RA. During the cycles every node's
@@ -448,5 +453,125 @@ fn lab_guests_configure_themselves_by_dhcp() {
                 why.join("\n")
             );
         }
+    });
+}
+
+/// Runs `dhclient -4` on a bare link until its resolv.conf has `needle` (the agent's watch
+/// of `spec.dhcp` is eventually consistent), then returns the guest's IPv4 routes.
+fn bound_with(g: &LabPod, d: &Dhclient, needle: &str) -> String {
+    let t = Instant::now();
+    loop {
+        bare4(g);
+        let o = d.run(g, 4, &[]);
+        assert!(o.status.success(), "dhclient: {}", out(&o));
+        if d.resolv().contains(needle) {
+            return g.ns.ip_ok(&["-4", "route", "show", "dev", "eth0"]);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no {needle} in {}",
+            d.resolv()
+        );
+        let o = d.run(g, 4, &["-r"]);
+        assert!(o.status.success(), "release: {}", out(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn lab_guest_options_from_the_vpc_and_a_port_override() {
+    use cozyplane_apis::v1alpha1::{Port, VPC};
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
+
+    Lab::run_on(Lab::dual_stack(1), async |lab: &mut Lab| {
+        let dns = format!("{CLUSTER_DNS},{CLUSTER_DNS6}");
+        let args = [
+            "--autoconf",
+            "--autoconf-dns",
+            &dns,
+            "--autoconf-domain",
+            "cozy.local",
+        ];
+        let cp = Cp::start_with_args(lab, Default::default(), &args).await;
+        tenant_ranges(&cp, "t1", "blue", &["10.46.0.0/24", "fd00:46::/64"]).await;
+        let pp = PatchParams::default();
+        let vpc = json!({"spec": {"dhcp": {
+            "dnsServers": ["10.46.0.53"], "searchDomains": ["corp.example"], "mtu": 1300,
+            "routes": [{"destination": "192.168.50.0/24"}, {"destination": "fd50::/48"}],
+            "leaseSeconds": 600}}});
+        Api::<VPC>::namespaced(cp.sdn.clone(), "t1")
+            .patch("blue", &pp, &Patch::Merge(&vpc))
+            .await
+            .unwrap();
+        let g = pod(&cp, lab, 0, "t1", "vm0", Some("t1/blue")).await;
+        let ip = vpc_ip(&cp, &g).await;
+        let port = cozyplane_apis::net::port_name(common::vni(&cp, "t1", "blue").await, ip.into());
+        guest_sysctls(&g);
+        g.ns.sysctl("net.ipv6.conf.eth0.accept_ra_rt_info_max_plen=64");
+        let d = Dhclient::new(&g);
+
+        // --- The VPC's options.
+        let routes = bound_with(&g, &d, "nameserver 10.46.0.53");
+        let resolv = d.resolv();
+        assert!(resolv.contains("search corp.example"), "{resolv}");
+        assert!(
+            !resolv.contains(CLUSTER_DNS),
+            "the VPC's resolver replaces the flags': {resolv}"
+        );
+        assert!(routes.contains("192.168.50.0/24 via 169.254.1.1"), "{routes}");
+        assert!(routes.contains("default via 169.254.1.1"), "{routes}");
+        assert_eq!(link_mtu(&g), "1300");
+        let lease = std::fs::read_to_string(d.lease(4)).unwrap();
+        assert!(lease.contains("option dhcp-lease-time 600;"), "{lease}");
+        bare6(&g);
+        // DAD is on: rdisc6 cannot send from a link-local address still tentative.
+        g.ns.wait_v6_settled();
+        let o = g.ns.exec(&["rdisc6", "-1", "eth0"]);
+        let ra = out(&o);
+        assert!(o.status.success(), "rdisc6: {ra}");
+        assert!(
+            ra.lines().any(|l| l.contains("Route") && l.contains("fd50::/48")),
+            "route information: {ra}"
+        );
+        assert!(
+            ra.lines()
+                .any(|l| l.contains("Recursive DNS server") && l.contains(CLUSTER_DNS6)),
+            "no IPv6 resolver in spec.dhcp: the flags' stays: {ra}"
+        );
+        assert!(
+            ra.lines()
+                .any(|l| l.trim_start().starts_with("MTU") && l.contains(" 1300 bytes")),
+            "{ra}"
+        );
+        common::wait("the RA's route in the guest's table", || {
+            let r = g.ns.ip_ok(&["-6", "route", "show", "fd50::/48"]);
+            r.contains("via fe80::1") && r.contains("proto ra")
+        });
+        let o = d.run(&g, 4, &["-r"]);
+        assert!(o.status.success(), "release: {}", out(&o));
+
+        // --- The Port overrides the resolver and the routes; the VPC's search domain stays.
+        let over = json!({"spec": {"dhcp": {
+            "dnsServers": ["10.46.0.54"], "routes": [{"destination": "192.168.60.0/24"}]}}});
+        Api::<Port>::all(cp.sdn.clone())
+            .patch(&port, &pp, &Patch::Merge(&over))
+            .await
+            .unwrap();
+        let routes = bound_with(&g, &d, "nameserver 10.46.0.54");
+        let resolv = d.resolv();
+        assert!(
+            resolv.contains("search corp.example") && !resolv.contains("10.46.0.53"),
+            "{resolv}"
+        );
+        assert!(routes.contains("192.168.60.0/24 via 169.254.1.1"), "{routes}");
+        assert!(
+            !routes.contains("192.168.50.0/24"),
+            "the Port's routes replace the VPC's: {routes}"
+        );
+        let o = d.run(&g, 4, &["-r"]);
+        assert!(o.status.success(), "release: {}", out(&o));
+        assert_eq!(d.daemon(4), None, "dhclient still running after its release");
+        drop(d);
     });
 }

@@ -22,6 +22,12 @@ pub struct VPCSpec {
     /// MTU of interfaces attached to the VPC; 0 means the node default.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub mtu: i32,
+    /// Options for the VPC's guests that configure themselves from the network (agent
+    /// `--autoconf`): defaults for every Port of the VPC, each field overridden by a Port's
+    /// own `spec.dhcp` (see [`GuestConfig`](super::GuestConfig)).
+    // Boxed: most objects set none, and agents' watch caches and events hold them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhcp: Option<Box<super::GuestConfig>>,
 }
 
 /// Observed state of a [`VPC`], written by the controller.

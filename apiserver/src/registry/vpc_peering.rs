@@ -190,6 +190,7 @@ mod tests {
             cozyplane_apis::v1alpha1::VPCSpec {
                 cidrs: vec![cidr.into()],
                 mtu: 0,
+                dhcp: None,
             },
         );
         v.metadata.namespace = Some(ns.into());

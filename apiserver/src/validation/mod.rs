@@ -54,6 +54,7 @@ pub mod status;
 #[cfg(test)]
 mod test_util;
 
+pub mod dhcp;
 pub mod floating_ip;
 pub mod host_firewall;
 pub mod port;
@@ -64,6 +65,7 @@ pub mod vpc_binding;
 pub mod vpc_gateway;
 pub mod vpc_peering;
 
+pub use dhcp::validate_guest_config;
 pub use field::{ErrorType, FieldError, FieldErrors, FieldPath};
 pub use floating_ip::{validate_floating_ip, validate_floating_ip_update};
 pub use host_firewall::{

@@ -14,7 +14,8 @@
 //! - on update, a range that still holds allocated addresses (Ports, ServiceVIPs) may not be
 //!   removed or shrunk so that they fall outside every range: [`validate_vpc_ranges_in_use`],
 //!   fed by the server with the VPC's address claims;
-//! - `spec.mtu` is 0 (the node's default) or between [`MIN_MTU`] and [`MAX_MTU`].
+//! - `spec.mtu` is 0 (the node's default) or between [`MIN_MTU`] and [`MAX_MTU`];
+//! - `spec.dhcp`, when set, follows [`super::dhcp`].
 //!
 //! The spec stays mutable, as in the Go server. Nothing is defaulted: `mtu: 0` means "the node
 //! default" and is resolved per node by the agent, so storing a number would be wrong.
@@ -127,6 +128,9 @@ pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
             format!("must be 0 (the node default) or between {MIN_MTU} and {MAX_MTU}, inclusive"),
         ));
     }
+    if let Some(dhcp) = &spec.dhcp {
+        errs.extend(super::dhcp::validate_guest_config(dhcp, &path.child("dhcp")));
+    }
     errs
 }
 
@@ -185,10 +189,23 @@ mod tests {
             VPCSpec {
                 cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
                 mtu,
+                dhcp: None,
             },
         );
         v.metadata.namespace = Some("tenant-a".into());
         v
+    }
+
+    #[test]
+    fn dhcp_is_checked_at_its_path() {
+        let mut v = vpc(&["10.0.0.0/24"], 0);
+        v.spec.dhcp = Some(Box::new(cozyplane_apis::v1alpha1::GuestConfig {
+            mtu: 100,
+            ..Default::default()
+        }));
+        assert_errors(&validate_vpc(&v), &[("spec.dhcp.mtu", ErrorType::Invalid)]);
+        v.spec.dhcp = Some(Default::default());
+        assert_errors(&validate_vpc(&v), &[]);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! What the guest gets is what CNI ADD configures in a pod (`netdev::create_pod_veth`): the
 //! address as a /32, a classless static route (option 121) to the gateway `169.254.1.1` on
 //! the link and the default route through it (and the same as option 3 for clients that
-//! ignore 121), the MTU of the link, the resolvers and search domains, a lease time.
+//! ignore 121), the MTU of the link, the resolvers and search domains, a lease time; and what
+//! `spec.dhcp` adds or changes ([`super::options`]): its routes in option 121, its MTU
+//! (26), resolvers (6), search domains (15, 119) and lease (51).
 
 use std::net::Ipv4Addr;
 
@@ -54,7 +56,7 @@ pub fn answer(f: &[u8], g: &Guest, s: &Settings) -> Outcome {
         _ => None,
     };
     let (kind, reply) = match req.opts().msg_type() {
-        Some(MessageType::Discover) => ("offer", reply(&req, MessageType::Offer, Some(ip), g, s)),
+        Some(MessageType::Discover) => ("offer", reply(&req, MessageType::Offer, Some(ip), g)),
         Some(MessageType::Request) => {
             // Another server was selected: not ours to answer.
             if server_id.is_some_and(|id| id != GATEWAY) {
@@ -62,12 +64,12 @@ pub fn answer(f: &[u8], g: &Guest, s: &Settings) -> Outcome {
             }
             let asked = requested.unwrap_or(req.ciaddr());
             if asked == ip {
-                ("ack", reply(&req, MessageType::Ack, Some(ip), g, s))
+                ("ack", reply(&req, MessageType::Ack, Some(ip), g))
             } else {
                 ("nak", nak(&req))
             }
         }
-        Some(MessageType::Inform) => ("ack", reply(&req, MessageType::Ack, None, g, s)),
+        Some(MessageType::Inform) => ("ack", reply(&req, MessageType::Ack, None, g)),
         Some(MessageType::Decline) => return Outcome::Quiet("decline"),
         Some(MessageType::Release) => return Outcome::Quiet("release"),
         _ => return Outcome::Drop(Drop::Unsupported),
@@ -115,26 +117,27 @@ fn nak(req: &Message) -> Message {
     base(req, MessageType::Nak)
 }
 
-fn reply(req: &Message, t: MessageType, yiaddr: Option<Ipv4Addr>, g: &Guest, s: &Settings) -> Message {
+fn reply(req: &Message, t: MessageType, yiaddr: Option<Ipv4Addr>, g: &Guest) -> Message {
     let mut m = base(req, t);
     if let Some(ip) = yiaddr {
         m.set_yiaddr(ip);
         let o = m.opts_mut();
-        o.insert(DhcpOption::AddressLeaseTime(s.lease_secs));
-        o.insert(DhcpOption::Renewal(s.lease_secs / 2));
-        o.insert(DhcpOption::Rebinding(s.lease_secs / 8 * 7));
+        o.insert(DhcpOption::AddressLeaseTime(g.lease_secs));
+        o.insert(DhcpOption::Renewal(g.lease_secs / 2));
+        o.insert(DhcpOption::Rebinding(g.lease_secs / 8 * 7));
     } else {
         m.set_ciaddr(req.ciaddr());
     }
     let o = m.opts_mut();
     o.insert(DhcpOption::SubnetMask(Ipv4Addr::BROADCAST));
     o.insert(DhcpOption::Router(vec![GATEWAY]));
-    // The gateway on the link (a /32 route without a next hop), then the default via it.
+    // The gateway on the link (a /32 route without a next hop) first, as the routes through
+    // it need it; then `spec.dhcp`'s routes and the default.
     let gw = Ipv4Net::new(GATEWAY, 32).unwrap_or_default();
-    o.insert(DhcpOption::ClasslessStaticRoute(vec![
-        (gw, Ipv4Addr::UNSPECIFIED),
-        (Ipv4Net::default(), GATEWAY),
-    ]));
+    let mut routes = vec![(gw, Ipv4Addr::UNSPECIFIED)];
+    routes.extend(g.routes4.iter().copied());
+    routes.push((Ipv4Net::default(), GATEWAY));
+    o.insert(DhcpOption::ClasslessStaticRoute(routes));
     if let Ok(mtu) = u16::try_from(g.mtu) {
         o.insert(DhcpOption::InterfaceMtu(mtu));
     }

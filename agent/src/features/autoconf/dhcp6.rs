@@ -5,7 +5,8 @@
 //! status Success (nothing to free: the address is the Port's). A message for another server
 //! is not ours to answer. An ADVERTISE has preference 255 (the client need not wait for
 //! others). Every answer carries the resolvers (option 23) and the domain list
-//! (24). The server's DUID is a DUID-LL of the gateway's MAC.
+//! (24), `spec.dhcp`'s where it sets them ([`super::options`]), and the lifetimes are its
+//! lease. The server's DUID is a DUID-LL of the gateway's MAC.
 
 use dhcproto::v6::{DhcpOption, IAAddr, IANA, Message, MessageType, OptionCode, Status, StatusCode};
 use dhcproto::{Decodable as _, Encodable as _, Name};
@@ -95,14 +96,14 @@ pub fn answer(f: &[u8], g: &Guest, s: &Settings) -> Outcome {
         };
         let mut ia = IANA {
             id,
-            t1: s.lease_secs / 2,
-            t2: s.lease_secs / 5 * 4,
+            t1: g.lease_secs / 2,
+            t2: g.lease_secs / 5 * 4,
             opts: Default::default(),
         };
         ia.opts.insert(DhcpOption::IAAddr(IAAddr {
             addr: ip,
-            preferred_life: s.lease_secs,
-            valid_life: s.lease_secs,
+            preferred_life: g.lease_secs,
+            valid_life: g.lease_secs,
             opts: Default::default(),
         }));
         o.insert(DhcpOption::IANA(ia));

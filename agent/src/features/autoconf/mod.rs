@@ -14,6 +14,10 @@
 //! dropped; no answer ever names another Port's address. Why userspace and not eBPF:
 //! `docs/datapath.md`, "Guest autoconfiguration".
 //!
+//! What a guest gets beyond its address is merged per field from its Port's `spec.dhcp`, its
+//! VPC's and the flags ([`options`]), from a watch of this node's Ports and the VPCs
+//! ([`watch`]).
+//!
 //! Counters: `cozyplane_autoconf_answers_total{kind}`, `cozyplane_autoconf_drops_total{reason}`,
 //! `cozyplane_autoconf_ignored_total{reason}` and `cozyplane_autoconf_answer_seconds`
 //! ([`metrics`]).
@@ -22,18 +26,23 @@ pub mod dhcp4;
 pub mod dhcp6;
 pub mod frame;
 pub mod metrics;
+pub mod options;
 pub mod ra;
 pub mod socket;
+pub mod watch;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
 use futures::TryStreamExt as _;
+use ipnet::{Ipv4Net, Ipv6Net};
 use netlink_packet_route::link::LinkAttribute;
 
+use self::options::{Clamps, Level, Table};
+use crate::core::api::ApiClients;
 use crate::core::cni::AgentState;
 use crate::core::datapath::netdev::parse_mac;
 use crate::core::feature::{Core, Feature, FeatureError};
@@ -47,13 +56,14 @@ pub struct AutoconfFlags {
     #[arg(long, env = "COZYPLANE_AUTOCONF")]
     pub autoconf: bool,
     /// The resolvers handed to guests (comma-separated; normally the cluster DNS Service's
-    /// addresses, which the DNS feature steers to the VPC's view).
+    /// addresses, which the DNS feature steers to the VPC's view), unless `spec.dhcp` of the
+    /// Port or its VPC lists some of that family.
     #[arg(long, env = "COZYPLANE_AUTOCONF_DNS", value_delimiter = ',')]
     pub autoconf_dns: Vec<IpAddr>,
     /// The cluster domain of the search list (`<ns>.svc.<domain> svc.<domain> <domain>`).
     #[arg(long, env = "COZYPLANE_AUTOCONF_DOMAIN", default_value = cozyplane_resolver::DEFAULT_DOMAIN)]
     pub autoconf_domain: String,
-    /// DHCP lease (and DHCPv6 lifetime) in seconds.
+    /// DHCP lease (and DHCPv6 lifetime) in seconds, unless `spec.dhcp.leaseSeconds` says.
     #[arg(long, default_value_t = 3600)]
     pub autoconf_lease: u32,
     /// Seconds between unsolicited router advertisements on each IPv6 link.
@@ -70,7 +80,8 @@ pub struct Guest {
     pub v4: Option<Ipv4Addr>,
     /// Its IPv6 address, if it has one.
     pub v6: Option<Ipv6Addr>,
-    /// The link MTU (the host veth's, which CNI ADD set to the pod's).
+    /// The MTU: the link's (the host veth's, which CNI ADD set to the pod's), or a smaller one
+    /// of `spec.dhcp`.
     pub mtu: u32,
     /// IPv4 resolvers.
     pub dns4: Vec<Ipv4Addr>,
@@ -78,6 +89,12 @@ pub struct Guest {
     pub dns6: Vec<Ipv6Addr>,
     /// Search domains, most specific first.
     pub search: Vec<String>,
+    /// Extra IPv4 routes and their next hops (`spec.dhcp.routes`).
+    pub routes4: Vec<(Ipv4Net, Ipv4Addr)>,
+    /// Extra IPv6 routes, through the link gateway.
+    pub routes6: Vec<Ipv6Net>,
+    /// Lease and lifetimes, seconds.
+    pub lease_secs: u32,
 }
 
 /// The node-wide part of every answer.
@@ -85,8 +102,6 @@ pub struct Guest {
 pub struct Settings {
     /// The gateway's MAC (the datapath's ARP/NDP answers give the same).
     pub gw_mac: [u8; 6],
-    /// Lease and lifetimes, seconds.
-    pub lease_secs: u32,
     /// Unsolicited RA interval, seconds.
     pub ra_interval_secs: u32,
 }
@@ -137,10 +152,12 @@ pub enum Outcome {
     Ignored(&'static str),
 }
 
-/// The guest of attachment `a`: its Port's addresses (net 0: its fabric ones) and MAC, the
-/// MTU of its host veth (`mtu`, which CNI ADD made the pod interface's), the resolvers of
-/// `flags` and the search list of its namespace.
-pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags) -> Option<Guest> {
+/// The guest of attachment `a`: its Port's addresses (net 0: its fabric ones) and MAC; the
+/// options of `opts` (its Ports' and VPC's `spec.dhcp`, merged), and where those set nothing,
+/// the MTU of its host veth (`mtu`, which CNI ADD made the pod interface's; also the most
+/// `opts` may ask for), the resolvers and lease of `flags` and the search list of its
+/// namespace.
+pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> Option<Guest> {
     let mac = parse_mac(a.mac.as_deref()?)?;
     let ips: Vec<IpAddr> = match &a.vpc {
         Some(v) => v.ips().collect(),
@@ -156,25 +173,55 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags) -> Option<Guest> {
             IpAddr::V6(v) => Some(*v),
             IpAddr::V4(_) => None,
         }),
-        mtu,
-        dns4: flags
-            .autoconf_dns
-            .iter()
-            .filter_map(|i| match i {
-                IpAddr::V4(v) => Some(*v),
-                IpAddr::V6(_) => None,
-            })
-            .collect(),
-        dns6: flags
-            .autoconf_dns
-            .iter()
-            .filter_map(|i| match i {
-                IpAddr::V6(v) => Some(*v),
-                IpAddr::V4(_) => None,
-            })
-            .collect(),
-        search: search_list(&a.pod, &flags.autoconf_domain),
+        mtu: options::mtu(opts.mtu, mtu),
+        dns4: opts.dns4.clone().unwrap_or_else(|| {
+            flags
+                .autoconf_dns
+                .iter()
+                .filter_map(|i| match i {
+                    IpAddr::V4(v) => Some(*v),
+                    IpAddr::V6(_) => None,
+                })
+                .collect()
+        }),
+        dns6: opts.dns6.clone().unwrap_or_else(|| {
+            flags
+                .autoconf_dns
+                .iter()
+                .filter_map(|i| match i {
+                    IpAddr::V6(v) => Some(*v),
+                    IpAddr::V4(_) => None,
+                })
+                .collect()
+        }),
+        search: opts
+            .search
+            .clone()
+            .unwrap_or_else(|| search_list(&a.pod, &flags.autoconf_domain)),
+        routes4: opts.routes.as_ref().map(|r| r.v4.clone()).unwrap_or_default(),
+        routes6: opts.routes.as_ref().map(|r| r.v6.clone()).unwrap_or_default(),
+        lease_secs: opts.lease_secs.unwrap_or(flags.autoconf_lease).max(60),
     })
+}
+
+/// What a guest is built from besides its attachment: the flags, the options the watch keeps
+/// and the record of MTUs already reported as lowered.
+#[derive(Clone)]
+struct Inputs {
+    flags: AutoconfFlags,
+    table: Arc<RwLock<Table>>,
+    clamps: Arc<Clamps>,
+}
+
+impl Inputs {
+    /// The guest of attachment `a` on a link of MTU `link` ([`guest`]).
+    fn guest(&self, a: &Allocation, link: u32) -> Option<Guest> {
+        let opts = self.table.read().map(|t| t.level_of(a)).unwrap_or_default();
+        if let Some(v) = &a.vpc {
+            self.clamps.note(&v.port, opts.mtu, link);
+        }
+        guest(a, link, &self.flags, &opts)
+    }
 }
 
 /// The search list kubelet writes for a pod of namespace `ns` (`pod` is `ns/name`).
@@ -204,17 +251,23 @@ pub fn answer(f: &[u8], v6: bool, g: &Guest, s: &Settings) -> Outcome {
 }
 
 /// The responder: one task per family reading its packet socket, one sending the periodic
-/// router advertisements.
+/// router advertisements, one watching the options ([`watch`]).
 pub async fn run(
     pods: Arc<AgentState>,
+    api: ApiClients,
     flags: AutoconfFlags,
     m: metrics::AutoconfMetrics,
 ) -> Result<(), FeatureError> {
     let s = Settings {
         gw_mac: cozyplane_bpf::DatapathConfig::default().gw_mac,
-        lease_secs: flags.autoconf_lease.max(60),
         ra_interval_secs: flags.autoconf_ra_interval.max(4),
     };
+    let inputs = Inputs {
+        flags,
+        table: Arc::default(),
+        clamps: Arc::default(),
+    };
+    tokio::spawn(watch::run(api, inputs.table.clone()));
     // The link MTU, asked of the kernel (sysfs shows the mounting namespace's links, which
     // need not be the agent's).
     let (conn, nl, _) = rtnetlink::new_connection()?;
@@ -223,12 +276,12 @@ pub async fn run(
     let sock4 = Arc::new(socket::Socket::open(false)?);
     let sock6 = Arc::new(socket::Socket::open(true)?);
     for (sock, v6) in [(sock4, false), (sock6.clone(), true)] {
-        let (pods, flags, s, m) = (pods.clone(), flags.clone(), s.clone(), m.clone());
+        let (pods, inputs, s, m) = (pods.clone(), inputs.clone(), s.clone(), m.clone());
         let (nl, rt) = (nl.clone(), rt.clone());
         let mtu = move |ifindex| rt.block_on(link_mtu(&nl, ifindex));
         std::thread::Builder::new()
             .name(if v6 { "autoconf6" } else { "autoconf4" }.into())
-            .spawn(move || serve(&sock, v6, &pods, &flags, &s, &m, &mtu))?;
+            .spawn(move || serve(&sock, v6, &pods, &inputs, &s, &m, &mtu))?;
     }
     let interval = Duration::from_secs(u64::from(s.ra_interval_secs));
     tokio::spawn(async move {
@@ -237,7 +290,7 @@ pub async fn run(
             tick.tick().await;
             for a in pods.attachments() {
                 let Some(ifindex) = a.host_ifindex else { continue };
-                let Some(g) = guest(&a, link_mtu(&nl, ifindex).await.unwrap_or(1500), &flags) else {
+                let Some(g) = inputs.guest(&a, link_mtu(&nl, ifindex).await.unwrap_or(1500)) else {
                     continue;
                 };
                 if g.v6.is_some()
@@ -269,7 +322,7 @@ fn serve(
     sock: &socket::Socket,
     v6: bool,
     pods: &AgentState,
-    flags: &AutoconfFlags,
+    inputs: &Inputs,
     s: &Settings,
     m: &metrics::AutoconfMetrics,
     mtu: &dyn Fn(u32) -> Option<u32>,
@@ -286,7 +339,7 @@ fn serve(
         };
         let started = Instant::now();
         let att = pods.attachment_by_ifindex(ifindex);
-        let g = att.and_then(|a| guest(&a, mtu(ifindex)?, flags));
+        let g = att.and_then(|a| inputs.guest(&a, mtu(ifindex)?));
         let out = match g {
             Some(g) => answer(&buf[..n], v6, &g, s),
             None => {
@@ -346,7 +399,7 @@ impl Feature for Autoconf {
             let m = self.metrics.unwrap_or_else(|| {
                 metrics::AutoconfMetrics::register(&mut prometheus_client::registry::Registry::default())
             });
-            run(core.pods, self.flags, m).await
+            run(core.pods, core.api, self.flags, m).await
         })
     }
 }

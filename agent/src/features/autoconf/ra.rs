@@ -2,8 +2,10 @@
 //! solicitation, and one every `--autoconf-ra-interval` on each link with an IPv6 Port.
 //! From `fe80::1` (the gateway the datapath answers neighbour solicitations for), hop limit
 //! 255, router lifetime 1800 s (the default route), M and O set (the address and the
-//! resolvers come from DHCPv6), the link MTU, RDNSS (RFC 8106) and DNSSL. No prefix
-//! information: a guest doing SLAAC forms no address, its one address is the Port's /128.
+//! resolvers come from DHCPv6), the link MTU, RDNSS (RFC 8106) and DNSSL, and one route
+//! information option (RFC 4191) per IPv6 route of `spec.dhcp` (a Linux guest takes them
+//! with `accept_ra_rt_info_max_plen` at least their prefix length). No prefix information:
+//! a guest doing SLAAC forms no address, its one address is the Port's /128.
 
 use std::net::Ipv6Addr;
 
@@ -77,6 +79,9 @@ pub fn advertisement(g: &Guest, s: &Settings, dst: Ipv6Addr) -> Vec<u8> {
             m.extend_from_slice(&d.octets());
         }
     }
+    for r in &g.routes6 {
+        route_information(&mut m, r);
+    }
     let names = dnssl(&g.search);
     if !names.is_empty() {
         let padded = names.len().div_ceil(8) * 8;
@@ -97,6 +102,20 @@ pub fn advertisement(g: &Guest, s: &Settings, dst: Ipv6Addr) -> Vec<u8> {
         dst,
     };
     frame::build_ip6(ends, frame::ICMPV6, 255, m)
+}
+
+/// Route information (RFC 4191 2.3) for `r` through this router: medium preference, the
+/// router's lifetime, the prefix in as few 8-byte units as its length needs.
+fn route_information(m: &mut Vec<u8>, r: &ipnet::Ipv6Net) {
+    let len = r.prefix_len();
+    let units: u8 = match len {
+        0 => 1,
+        1..=64 => 2,
+        _ => 3,
+    };
+    m.extend_from_slice(&[24, units, len, 0]);
+    m.extend_from_slice(&u32::from(ROUTER_LIFETIME).to_be_bytes());
+    m.extend_from_slice(&r.network().octets()[..usize::from(units - 1) * 8]);
 }
 
 /// The domains in DNS wire form (labels, uncompressed), the ones that are no valid name left

@@ -25,13 +25,15 @@ fn guest() -> Guest {
         dns4: vec![Ipv4Addr::new(10, 96, 0, 10)],
         dns6: vec!["fd96::a".parse().unwrap()],
         search: search_list("tenant-a/vm", "cozy.local"),
+        routes4: vec![],
+        routes6: vec![],
+        lease_secs: 3600,
     }
 }
 
 fn settings() -> Settings {
     Settings {
         gw_mac: GW_MAC,
-        lease_secs: 3600,
         ra_interval_secs: 200,
     }
 }
@@ -480,3 +482,6 @@ fn answering_takes_microseconds() {
     }
     let _ = v4::Opcode::BootReply;
 }
+
+// `spec.dhcp` in the answers.
+mod options;
