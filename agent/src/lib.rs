@@ -46,7 +46,7 @@ pub struct AgentConfig {
 ///    HostFirewall).
 /// 2. **dns** next: it binds the resolver's sockets, and a failure there stops the agent
 ///    before any other feature's watch starts or the node is announced.
-/// 3. **peering**, **sever**, **doors**, **egress**, **services**, **kubeproxy**: independent
+/// 3. **peering**, **sever**, **migrate**, **doors**, **egress**, **services**, **kubeproxy**: independent
 ///    watches, each writing its own maps (services and kubeproxy feed the core's one load
 ///    balancer writer, each its own frontends); the order is the one they always started in.
 ///    **trust** with them: it only reads `sdn_forged` on each scrape (overlay trust's counters).
@@ -60,6 +60,7 @@ pub fn assemble(cfg: &AgentConfig) -> Vec<Box<dyn Feature>> {
         Box::new(features::dns::Dns::new(cfg.dns.clone())),
         Box::new(features::peering::Peering),
         Box::new(features::sever::Sever),
+        Box::new(features::migrate::Migrate),
         Box::new(features::doors::Doors),
         Box::new(features::egress::Egress),
         Box::new(features::services::Services),

@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "parse.h"
+#include "migrate.h"
 #include "sever.h"
 #include "stats.h"
 
@@ -77,8 +78,15 @@ static __always_inline int sdn_deliver_local(struct __sk_buff *skb, __u32 net,
 					     const struct sdn_endpoint *ep)
 {
 	__u8 gw_mac[6];
-	int ret = sdn_sever_to_pod(ep);
+	int ret;
 
+	/* A migrating VM: a copy to its other launcher's node, before the
+	 * severed check (the source left behind relays until it goes).
+	 */
+	ret = sdn_mig_deliver(skb, net, ep);
+	if (ret)
+		return ret;
+	ret = sdn_sever_to_pod(ep);
 	if (ret)
 		return ret;
 	sdn_gw_mac(gw_mac);

@@ -42,21 +42,15 @@ static __sdn_noinline int sdn_gbp_none(struct __sk_buff *skb)
 	return bpf_skb_set_tunnel_opt(skb, &none, sizeof(none));
 }
 
-/* Sets the tunnel key and redirects to the tunnel device; returns the tc
- * verdict, or a DROP_* reason (negative). With VXLAN-GBP the packet carries
- * the tag 0; a VPC pod's packet has its source's groups written over it
- * afterwards (sdn_sg_tag).
+/* Sets the tunnel key towards r (VNI of net), the VXLAN-GBP tag 0, and the
+ * MACs the receiver's tunnel device expects; 0 or a DROP_* reason.
  */
-static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
-				     const struct sdn_remote *r)
+static __always_inline int sdn_encap_key(struct __sk_buff *skb, __u32 net,
+					 const struct sdn_remote *r)
 {
 	struct bpf_tunnel_key key = {};
-	__u32 ifindex = CONFIG(tunnel_ifindex);
 	__u64 flags = 0;
 	__u8 tmac[6], gmac[6];
-
-	if (!ifindex)
-		return DROP_ENCAP;
 
 	key.tunnel_id = sdn_net_to_vni(net);
 	key.tunnel_ttl = SDN_TUNNEL_TTL;
@@ -84,5 +78,46 @@ static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
 	sdn_gw_mac(gmac);
 	if (sdn_set_macs(skb, tmac, gmac) < 0)
 		return DROP_REWRITE;
+	return 0;
+}
+
+/* Sets the tunnel key and redirects to the tunnel device; returns the tc
+ * verdict, or a DROP_* reason (negative). With VXLAN-GBP the packet carries
+ * the tag 0; a VPC pod's packet has its source's groups written over it
+ * afterwards (sdn_sg_tag).
+ */
+static __always_inline int sdn_encap(struct __sk_buff *skb, __u32 net,
+				     const struct sdn_remote *r)
+{
+	__u32 ifindex = CONFIG(tunnel_ifindex);
+	int ret;
+
+	if (!ifindex)
+		return DROP_ENCAP;
+	ret = sdn_encap_key(skb, net, r);
+	if (ret)
+		return ret;
 	return bpf_redirect(ifindex, 0);
+}
+
+/* Reads the tunnel key of a decapsulated packet and its outer source as an
+ * sdn_addr; < 0 without a key (a packet that came through no tunnel).
+ */
+static __always_inline int sdn_tunnel_src(struct __sk_buff *skb,
+					  struct bpf_tunnel_key *key,
+					  struct sdn_addr *src)
+{
+	/* The caller names the underlay family. Asking for IPv6 fails on an IPv4
+	 * tunnel, but asking for IPv4 "succeeds" on an IPv6 one (with the first
+	 * bytes of the v6 source as remote_ipv4), so IPv6 is asked first.
+	 */
+	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6)) {
+		__builtin_memcpy(src->b, key->remote_ipv6, 16);
+		return 0;
+	}
+	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0))
+		return -1;
+	/* remote_ipv4 is in host byte order. */
+	sdn_addr_from_v4(src, bpf_htonl(key->remote_ipv4));
+	return 0;
 }

@@ -17,6 +17,8 @@
  *          the VNI names the source's net). Addresses outside the VPC's ranges
  *          pass: the doors (Floating IP, LoadBalancer, the gateway's NAT)
  *          carry outside sources to the pod's node.
+ *          A live migration's other launcher (lib/migrate.h) holds its
+ *          VM's address too, and relays copies with any inner source.
  *   tag:   an exact group tag (VXLAN-GBP or Geneve, lib/policy.h) must be the
  *          inner source's groups as this node has them (sdn_sg_members; none
  *          for an address no Port holds, and for net 0).
@@ -100,6 +102,7 @@ static __always_inline int sdn_trust_own_block(const struct sdn_addr *addr)
 static __always_inline int sdn_trust_src(__u32 net, const struct sdn_addr *src,
 					 const struct sdn_addr *outer)
 {
+	struct sdn_endpoint *ep;
 	struct sdn_remote *r;
 
 	if (!net) {
@@ -119,9 +122,11 @@ static __always_inline int sdn_trust_src(__u32 net, const struct sdn_addr *src,
 	}
 	r = sdn_remote_lookup(net, src);
 	if (r)
-		return sdn_addr_eq(&r->node, outer);
-	if (sdn_endpoint_lookup(net, src))
-		return 0;
+		return sdn_addr_eq(&r->node, outer) ||
+		       sdn_mig_holds(net, src, NULL, outer);
+	ep = sdn_endpoint_lookup(net, src);
+	if (ep)
+		return sdn_mig_holds(net, src, ep, outer);
 	return !sdn_trust_in_vpc(net, src);
 }
 
@@ -149,7 +154,11 @@ static __always_inline int sdn_overlay_trust(struct __sk_buff *skb,
 					     const struct sdn_addr *outer,
 					     __u64 tag)
 {
-	if (!sdn_trust_src(net, &p->src, outer))
+	/* A migrating VM's relayed copy carries its sender's source: the relay
+	 * (its other launcher's node) vouches for it (lib/migrate.h).
+	 */
+	if (!sdn_trust_src(net, &p->src, outer) &&
+	    !(net && sdn_mig_relayed(net, &p->dst, outer)))
 		return sdn_forged_count(skb->len, outer,
 					DROP_OVERLAY_FORGED_SRC);
 	if (!sdn_trust_tag(net, &p->src, tag))

@@ -12,26 +12,6 @@
 #include "../lib/parse.h"
 #include "../lib/policy.h"
 
-/* Reads the tunnel key and the outer source as an sdn_addr; < 0 without a key. */
-static __always_inline int get_tunnel_key(struct __sk_buff *skb,
-					  struct bpf_tunnel_key *key,
-					  struct sdn_addr *src)
-{
-	/* The caller names the underlay family. Asking for IPv6 fails on an IPv4
-	 * tunnel, but asking for IPv4 "succeeds" on an IPv6 one (with the first
-	 * bytes of the v6 source as remote_ipv4), so IPv6 is asked first.
-	 */
-	if (!bpf_skb_get_tunnel_key(skb, key, sizeof(*key), BPF_F_TUNINFO_IPV6)) {
-		__builtin_memcpy(src->b, key->remote_ipv6, 16);
-		return 0;
-	}
-	if (bpf_skb_get_tunnel_key(skb, key, sizeof(*key), 0))
-		return -1;
-	/* remote_ipv4 is in host byte order. */
-	sdn_addr_from_v4(src, bpf_htonl(key->remote_ipv4));
-	return 0;
-}
-
 /*
  * Attached at tc ingress (a TCX link) of the overlay device (VXLAN or Geneve in
  * external/collect_md mode): it sees decapsulated frames with the tunnel key
@@ -54,7 +34,7 @@ int sdn_from_overlay(struct __sk_buff *skb)
 	__u64 tag;
 	int ret;
 
-	if (get_tunnel_key(skb, &key, &outer) < 0)
+	if (sdn_tunnel_src(skb, &key, &outer) < 0)
 		return sdn_drop(skb, DROP_NO_TUNNEL_KEY);
 	/* Only the other nodes (the agent writes their tunnel addresses) may
 	 * inject into a net: a VNI is no credential.

@@ -190,6 +190,11 @@ int sdn_from_pod(struct __sk_buff *skb)
 	if (ret)
 		return sdn_drop(skb, ret);
 
+	/* A migrated VM announcing itself: QEMU's RARP or a gratuitous ARP
+	 * (lib/migrate.h); then handled as before (RARP is no IP: dropped).
+	 */
+	if (p.eth_proto == ETH_P_ARP || p.eth_proto == SDN_ETH_P_RARP)
+		sdn_mig_announce(skb, &p);
 	if (p.eth_proto == ETH_P_ARP) {
 		ret = sdn_arp_gateway_reply(skb, &p);
 		if (ret < 0)

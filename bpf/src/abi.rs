@@ -115,7 +115,7 @@ abi_struct! {
         pub ifindex: u32,
         /// MAC of the pod's interface (anti-spoofing and delivery).
         pub mac: [u8; 6],
-        /// `SDN_EP_F_*`: [`Endpoint::F_SEVERED`], set by the agent; the CNI writes 0.
+        /// `SDN_EP_F_*`: [`Endpoint::F_SEVERED`], [`Endpoint::F_MIGRATING`], set by the agent.
         pub flags: u16,
     }
 }
@@ -124,6 +124,9 @@ impl Endpoint {
     /// `SDN_EP_F_SEVERED`: the pod's Port is being deleted; its VPC traffic is dropped both
     /// ways (`DROP_SEVERED`), the fabric bridge keeps working.
     pub const F_SEVERED: u16 = 1 << 0;
+    /// `SDN_EP_F_MIGRATING`: a live migration holds the Port on this node and another
+    /// (`sdn_migrations`); delivery relays a copy there.
+    pub const F_MIGRATING: u16 = 1 << 1;
 }
 
 abi_struct! {

@@ -109,6 +109,9 @@ pub enum DropReason {
     /// `DROP_OVERLAY_FORGED_TAG`: an overlay packet whose group tag is not its inner
     /// source's groups as this node knows them.
     OverlayForgedTag = -55,
+    /// `DROP_MIG_STANDBY`: to a live migration's target launcher before its VM announced
+    /// itself there (the copy relayed to the source is the one delivered).
+    MigStandby = -56,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -162,6 +165,7 @@ impl DropReason {
         Self::PolBanp,
         Self::OverlayForgedSrc,
         Self::OverlayForgedTag,
+        Self::MigStandby,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -212,6 +216,7 @@ impl DropReason {
             Self::PolBanp => "DROP_POL_BANP",
             Self::OverlayForgedSrc => "DROP_OVERLAY_FORGED_SRC",
             Self::OverlayForgedTag => "DROP_OVERLAY_FORGED_TAG",
+            Self::MigStandby => "DROP_MIG_STANDBY",
         }
     }
 

@@ -118,6 +118,18 @@ fn generated_asserts() -> String {
         cozyplane_bpf::abi::Endpoint::F_SEVERED
     )
     .unwrap();
+    writeln!(
+        c,
+        "_Static_assert(SDN_EP_F_MIGRATING == {}, \"SDN_EP_F_MIGRATING\");",
+        cozyplane_bpf::abi::Endpoint::F_MIGRATING
+    )
+    .unwrap();
+    writeln!(
+        c,
+        "_Static_assert(SDN_MIG_F_STANDBY == {}, \"SDN_MIG_F_STANDBY\");",
+        cozyplane_bpf::maps::migrations::F_STANDBY
+    )
+    .unwrap();
     {
         use cozyplane_bpf::abi::{SnatRev, SnatRkey};
         writeln!(

@@ -884,7 +884,7 @@ async fn datapath(lab: &mut Lab, rounds: usize) -> Datapath3 {
     let outside = lab.outside(1500);
     let inet = &outside.internet;
     let n2 = lab.nodes[1].ip;
-    let kube_kc = cp.standin.admin_kubeconfig();
+    let kube_kc = cp.kube_kubeconfig();
     let sdn_kc = cp.server.kubeconfig.clone();
     let switch = |mode: Mode| match mode {
         Mode::Ours => {

@@ -288,7 +288,7 @@ async fn body(lab: &mut Lab) {
     ]);
     let _cluster_dns = cluster_dns(n1);
     n1.start_agent_with(
-        &cp.standin.admin_kubeconfig(),
+        &cp.kube_kubeconfig(),
         &cp.server.kubeconfig,
         &[
             "--dns-resolver",

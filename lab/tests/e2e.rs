@@ -133,7 +133,7 @@ fn lab_e2e() {
 
 async fn body(lab: &mut Lab) {
     let cp = Cp::start(lab).await;
-    let kube_kc = cp.standin.admin_kubeconfig();
+    let kube_kc = cp.kube_kubeconfig();
     let sdn_kc = cp.server.kubeconfig.clone();
     let lab = &*lab;
     let (n1, n2) = (&lab.nodes[0], &lab.nodes[1]);
@@ -488,7 +488,10 @@ async fn body(lab: &mut Lab) {
     // its CNI-path calls share a connection per API server. At most one per request that raced
     // the first handshake at start-up (three); over HTTP/1.1 this agent held 8 and 6 here.
     {
-        for (what, url) in [("our API", &cp.server.url), ("the kube API", &cp.standin.url)] {
+        for (what, url) in [
+            ("our API", cp.server.url.as_str()),
+            ("the kube API", cp.kube_url()),
+        ] {
             let p = url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
             let out = n1
                 .ns

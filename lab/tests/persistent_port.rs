@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use cozyplane_apis::net::claim::port_name;
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture, del_network};
+use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
 mod common;
-use common::{Cp, CpOptions, create_pod_with, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
+use common::{Cp, CpOptions, create_pod_with, gone, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
 
 const VM: (&str, &str) = ("vm.kubevirt.io/name", "vm1");
 /// The server's grace for releasing a workload's Port (and for Port GC), short for the lab.
@@ -34,22 +34,6 @@ fn lab_persistent_port() {
 fn mac_of(p: &LabPod) -> String {
     let o = p.ns.exec(&["cat", "/sys/class/net/eth0/address"]);
     String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-async fn gone(cp: &Cp, lab: &Lab, p: &LabPod) {
-    let n = &lab.nodes[p.node];
-    let (code, out) = del_network(
-        n,
-        &p.cid,
-        &p.ns.path(),
-        (&p.namespace, &p.name, &p.uid),
-        (&json!({}), Some(&p.result)),
-    );
-    assert_eq!(code, 0, "DEL {}: {out}", p.name);
-    Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
-        .delete(&p.name, &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
 }
 
 /// Pod object and ADD on n2 of a launcher the agent must refuse; its exit code and output.

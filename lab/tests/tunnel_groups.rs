@@ -55,7 +55,7 @@ async fn body(lab: &mut Lab) {
     }
     assert!(ok, "a1 (n1) -> a2 (n2) with the groups on the wire");
 
-    let kube = cp.standin.admin_kubeconfig();
+    let kube = cp.kube_kubeconfig();
     for (flag, want) in [("--tunnel-groups=off", false), ("--tunnel-groups=on", true)] {
         for n in &lab.nodes {
             n.stop_agent();

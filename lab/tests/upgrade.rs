@@ -86,7 +86,7 @@ async fn body(lab: &mut Lab) {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    n1.start_agent(&cp.standin.admin_kubeconfig(), &cp.server.kubeconfig);
+    n1.start_agent(&cp.kube_kubeconfig(), &cp.server.kubeconfig);
     let out = flow.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let got = received(&text);

@@ -204,6 +204,10 @@ pub struct VpcAttachment {
     /// The Ports are a workload's (issue 27): DEL leaves them to it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub persistent: bool,
+    /// While a live migration holds the Ports on this node and another: that node's
+    /// underlay address, which the endpoint relays to (`sdn_migrations`, issue 27).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_peer: Option<IpAddr>,
 }
 
 /// One more VPC address of an attachment and the Port that holds it.
@@ -429,6 +433,21 @@ impl Ipam {
             && a.netns_cookie != Some(cookie)
         {
             a.netns_cookie = Some(cookie);
+            self.generation += 1;
+        }
+    }
+
+    /// Record where the attachment's endpoint relays during a live migration (`None`: it no
+    /// longer does); persisted with the next write.
+    pub fn set_migration_peer(&mut self, container_id: &str, ifname: &str, peer: Option<IpAddr>) {
+        if let Some(v) = self
+            .by_ip
+            .values_mut()
+            .find(|a| a.container_id == container_id && a.ifname == ifname)
+            .and_then(|a| a.vpc.as_mut())
+            && v.migration_peer != peer
+        {
+            v.migration_peer = peer;
             self.generation += 1;
         }
     }

@@ -7,6 +7,7 @@ pub mod dns;
 pub mod doors;
 pub mod egress;
 pub mod kubeproxy;
+pub mod migrate;
 pub mod peering;
 pub mod policy;
 pub mod services;

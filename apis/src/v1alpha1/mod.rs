@@ -35,8 +35,10 @@
 
 use crate::{ApiKind, KindInfo};
 
+mod dhcp;
 mod floating_ip;
 mod host_firewall;
+mod migration;
 mod pod_trace;
 mod port;
 mod refs;
@@ -48,11 +50,13 @@ mod vpc_gateway;
 mod vpc_peering;
 mod vpc_trace;
 
+pub use dhcp::{GuestConfig, GuestRoute};
 pub use floating_ip::{FloatingIP, FloatingIPList, FloatingIPSpec, FloatingIPStatus};
 pub use host_firewall::{
     ALLOW_LOCKOUT_ANNOTATION, API_SERVER_PORT, HostFirewall, HostFirewallEgressRule, HostFirewallIngressRule,
     HostFirewallList, HostFirewallPeer, HostFirewallPort, HostFirewallSpec, HostFirewallStatus,
 };
+pub use migration::{MIGRATION_JOB_LABEL, PortMigrationTarget};
 pub use pod_trace::{
     POD_TRACE_KIND, POD_TRACE_RESOURCE, PodTrace, PodTraceDirection, PodTraceEndpoint, PodTraceHostFirewall,
     PodTraceHostFirewallRule, PodTraceResolved, PodTraceRule, PodTraceSpec, PodTraceStatus,

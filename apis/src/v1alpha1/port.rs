@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::VPCRef;
+use super::{PortMigrationTarget, VPCRef};
 use crate::List;
 use crate::serde_util::is_false;
 
@@ -44,6 +44,15 @@ pub struct PortSpec {
     /// Marks the leg of the VPC's gateway pod (the VPC's `.1` address).
     #[serde(default, skip_serializing_if = "is_false")]
     pub gateway: bool,
+    /// Options for a guest configuring itself on this Port's link (agent `--autoconf`): each
+    /// field set here overrides the VPC's `spec.dhcp` (see [`GuestConfig`](super::GuestConfig)).
+    // Boxed: most objects set none, and agents' watch caches and events hold them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhcp: Option<Box<super::GuestConfig>>,
+    /// While a live migration runs: the target launcher pod the Port is prepared on besides
+    /// `node` (see [`PortMigrationTarget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_target: Option<PortMigrationTarget>,
 }
 
 /// Observed state of a [`Port`], written by the controller.

@@ -32,6 +32,8 @@
 //!   gateways and FloatingIPs, this loop's Port mirror, and Service/EndpointSlice informers
 //!   limited by label to the objects they own.
 //! * **ServiceVIPs** ([`service_vip`]): Services annotated for a VPC get their ServiceVIPs.
+//! * **Live migration** ([`migration`]): a VM's Ports move to the migration's target when
+//!   KubeVirt reports the domain there, or stay with the source when it fails.
 //!
 //! All are work-queue controllers like [`super::loops`]: Ports and SecurityGroups come from
 //! typed mirrors of the watch caches, Nodes and Pods from [informers](crate::informer) (see
@@ -99,6 +101,7 @@ enum Work {
 mod claimant;
 mod doors;
 mod floating_ip;
+pub mod migration;
 mod nat_gateway;
 mod owned;
 pub mod service_vip;
@@ -533,6 +536,13 @@ impl KubeLoops {
             move |ev| sh.on_pod(ev),
         ));
         tasks.extend(service_vip::start(&cfg.kube, kinds, caches, leader.clone()));
+        tasks.push(migration::start(
+            cfg.kube.client.clone(),
+            cfg.kube.watch_client.clone(),
+            ports.clone(),
+            shared.ports.clone(),
+            leader.clone(),
+        ));
         let r = Reconciler {
             shared,
             ports: ports.clone(),

@@ -104,7 +104,7 @@ pub const EVENTS: Access = Access {
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "ServiceVIPs: an Event on a Service annotated for a VPC its namespace has no VPCBinding for",
+    why: "ServiceVIPs: an Event on a Service annotated for a VPC its namespace has no VPCBinding for; live migration: an Event on a VMI whose target has no prepared Port",
 };
 /// Namespace lifecycle admission.
 pub const NAMESPACES: Access = Access {
@@ -247,11 +247,11 @@ pub const SERVER_ACCESS: [&Access; 18] = [
 pub const VIRTUALMACHINEINSTANCES: Access = Access {
     group: "kubevirt.io",
     resource: "virtualmachineinstances",
-    verbs: &["get"],
+    verbs: &["get", "list", "watch"],
     names: &[],
     via: Via::ServerRole,
     when: When::Always,
-    why: "Port claimants: a persistent Port's VM instance, looked up before its Ports are released",
+    why: "Port claimants: a persistent Port's VM instance, looked up before its Ports are released; live migration: the VMIs' migrationState moves their Ports to the target at cutover",
 };
 /// Persistent Ports: a stopped VM (a VirtualMachine without an instance) keeps its Ports.
 pub const VIRTUALMACHINES: Access = Access {
@@ -314,6 +314,21 @@ impl Access {
             self.resource
         );
         kube::Api::namespaced_with(client, ns, ar)
+    }
+
+    /// [`Self::api_dynamic`] across all namespaces (a watch of every object of the row).
+    pub fn api_dynamic_all(
+        &'static self,
+        client: kube::Client,
+        ar: &kube::api::ApiResource,
+    ) -> kube::Api<kube::api::DynamicObject> {
+        debug_assert!(
+            ar.group == self.group && self.resource.split('/').next() == Some(ar.plural.as_str()),
+            "a {} API built from the RBAC row of {}",
+            ar.plural,
+            self.resource
+        );
+        kube::Api::all_with(client, ar)
     }
 
     /// A namespaced `Api` of this row's resource.

@@ -39,6 +39,11 @@ impl Default for Metrics {
             "1 while this replica holds the controller leader lease (its control loops work), else 0",
             crate::controllers::leader::LEADING.clone(),
         );
+        registry.register(
+            "cozyplane_port_migrations",
+            "Live migrations of VMs whose Ports this replica moved (cutover), left with the source (rolled_back), or found without a prepared target (not_prepared)",
+            crate::controllers::kube_loops::migration::MIGRATIONS.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,

@@ -14,9 +14,13 @@
 //! - `spec.node` is a required DNS-1123 subdomain (a Node name);
 //! - `spec.nodeIP` is a required canonical host address;
 //! - `spec.podNamespace` (DNS-1123 label) and `spec.podName` (DNS-1123 subdomain) are set
-//!   together or not at all.
+//!   together or not at all;
+//! - `spec.dhcp`, when set, follows [`super::dhcp`];
+//! - `spec.migrationTarget`, when set, names a pod (of `spec.podNamespace`) on another node
+//!   than `spec.node`, with that node's address.
 //!
-//! On update `spec.ip` and `spec.vpcRef` are immutable; the rest follows the workload.
+//! On update `spec.ip` and `spec.vpcRef` are immutable; the rest follows the workload (and
+//! `spec.dhcp` may change at any time: the agent answers the next request with it).
 
 use cozyplane_apis::net::{ClaimKind, MacAddr};
 use cozyplane_apis::v1alpha1::Port;
@@ -68,7 +72,50 @@ pub fn validate_port(port: &Port) -> FieldErrors {
         )),
         _ => {}
     }
+    if let Some(dhcp) = &spec.dhcp {
+        errs.extend(super::dhcp::validate_guest_config(dhcp, &path.child("dhcp")));
+    }
+    if let Some(t) = &spec.migration_target {
+        validate_migration_target(&mut errs, &path.child("migrationTarget"), t, spec);
+    }
     errs
+}
+
+/// A live migration's target: a pod of the Port's namespace on another node.
+fn validate_migration_target(
+    errs: &mut FieldErrors,
+    path: &FieldPath,
+    t: &cozyplane_apis::v1alpha1::PortMigrationTarget,
+    spec: &cozyplane_apis::v1alpha1::PortSpec,
+) {
+    common::required_str(errs, path.child("node"), &t.node, format::dns1123_subdomain);
+    common::host_ip(errs, path.child("nodeIP"), &t.node_ip);
+    common::required_str(
+        errs,
+        path.child("podNamespace"),
+        &t.pod_namespace,
+        format::dns1123_label,
+    );
+    common::required_str(
+        errs,
+        path.child("podName"),
+        &t.pod_name,
+        format::dns1123_subdomain,
+    );
+    if !t.node.is_empty() && t.node == spec.node {
+        errs.push(FieldError::invalid(
+            path.child("node"),
+            &t.node,
+            "must differ from spec.node: a migration's target is on another node",
+        ));
+    }
+    if !t.pod_namespace.is_empty() && t.pod_namespace != spec.pod_namespace {
+        errs.push(FieldError::invalid(
+            path.child("podNamespace"),
+            &t.pod_namespace,
+            "must be spec.podNamespace: the workload's pods share one namespace",
+        ));
+    }
 }
 
 /// Validates an update of a Port: the create rules, the metadata update rules, and unchanged
@@ -128,6 +175,7 @@ mod tests {
                 pod_namespace: "tenant-a".into(),
                 pod_name: "web-0".into(),
                 gateway: false,
+                ..Default::default()
             },
         )
     }
@@ -144,6 +192,37 @@ mod tests {
         // A vendor MAC (a VM's own) is unicast and allowed.
         bare.spec.mac = "00:1b:21:00:00:01".into();
         assert_errors(&validate_port(&bare), &[]);
+    }
+
+    #[test]
+    fn a_migration_target_is_a_pod_of_the_namespace_on_another_node() {
+        let mut p = port("v100.10-0-0-2", "10.0.0.2");
+        let target = |node: &str, ip: &str, ns: &str, pod: &str| {
+            Some(cozyplane_apis::v1alpha1::PortMigrationTarget {
+                node: node.into(),
+                node_ip: ip.into(),
+                pod_namespace: ns.into(),
+                pod_name: pod.into(),
+                migration_uid: String::new(),
+            })
+        };
+        p.spec.migration_target = target("node-2", "192.168.1.11", "tenant-a", "web-1");
+        assert_errors(&validate_port(&p), &[]);
+        p.spec.migration_target = target("node-1", "192.168.1.11", "tenant-a", "web-1");
+        assert_errors(
+            &validate_port(&p),
+            &[("spec.migrationTarget.node", ErrorType::Invalid)],
+        );
+        p.spec.migration_target = target("", "0.0.0.0", "tenant-b", "");
+        assert_errors(
+            &validate_port(&p),
+            &[
+                ("spec.migrationTarget.node", ErrorType::Required),
+                ("spec.migrationTarget.nodeIP", ErrorType::Invalid),
+                ("spec.migrationTarget.podName", ErrorType::Required),
+                ("spec.migrationTarget.podNamespace", ErrorType::Invalid),
+            ],
+        );
     }
 
     #[test]
@@ -279,6 +358,24 @@ mod tests {
                 ("spec.vpcRef.namespace", ErrorType::Invalid),
                 ("spec.vpcRef.name", ErrorType::Invalid),
             ],
+        );
+    }
+
+    #[test]
+    fn dhcp_is_checked_at_its_path_and_may_change_on_update() {
+        let old = port("v100.10-0-0-2", "10.0.0.2");
+        let mut new = old.clone();
+        new.spec.dhcp = Some(Box::new(cozyplane_apis::v1alpha1::GuestConfig {
+            dns_servers: vec!["10.0.0.53".into()],
+            lease_seconds: 600,
+            ..Default::default()
+        }));
+        assert_errors(&validate_port_update(&new, &old), &[]);
+        assert_errors(&validate_port_update(&old, &new), &[]);
+        new.spec.dhcp.as_mut().unwrap().dns_servers.push("bad".into());
+        assert_errors(
+            &validate_port(&new),
+            &[("spec.dhcp.dnsServers[1]", ErrorType::Invalid)],
         );
     }
 

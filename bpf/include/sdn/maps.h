@@ -60,6 +60,12 @@ _Static_assert(sizeof(struct sdn_endpoint) == 12, "ABI: sdn_endpoint");
  */
 #define SDN_EP_F_SEVERED	(1u << 0)
 
+/* Set by the agent while a live migration holds the endpoint's Port on two
+ * nodes (issue 27): this node's launcher and the other one, whose node is
+ * sdn_migrations[ifindex]. Delivery relays a copy there (lib/migrate.h).
+ */
+#define SDN_EP_F_MIGRATING	(1u << 1)
+
 /* sdn_remotes: {net, ip} -> node hosting that endpoint. Written by the agent
  * from other nodes' Ports (VPCs); net 0 goes by sdn_node_blocks below.
  */
@@ -416,3 +422,5 @@ struct {
 #include <sdn/trust_maps.h>
 /* The socket-level load balancer of the default network's Services. */
 #include <sdn/sock_maps.h>
+/* Live migration: the relays between a VM's two launchers (issue 27). */
+#include <sdn/migrate_maps.h>

@@ -41,15 +41,19 @@ impl<T: Borrow<MapData>> EndpointsMap<T> {
 impl<T: BorrowMut<MapData>> EndpointsMap<T> {
     /// Insert or replace: `ip` in `net` is the pod behind veth `ifindex` with MAC `mac`.
     pub fn upsert(&mut self, net: u32, ip: IpAddr, ifindex: u32, mac: [u8; 6]) -> Result<(), MapError> {
-        self.0.insert(
-            key(net, ip),
-            Endpoint {
-                ifindex,
-                mac,
-                flags: 0,
-            },
-            0,
-        )
+        self.upsert_flagged(net, ip, ifindex, mac, 0)
+    }
+
+    /// [`Self::upsert`] with `flags` (`Endpoint::F_*`) from the start.
+    pub fn upsert_flagged(
+        &mut self,
+        net: u32,
+        ip: IpAddr,
+        ifindex: u32,
+        mac: [u8; 6],
+        flags: u16,
+    ) -> Result<(), MapError> {
+        self.0.insert(key(net, ip), Endpoint { ifindex, mac, flags }, 0)
     }
 
     /// Marks the endpoint `ip` of `net` severed ([`Endpoint::F_SEVERED`]) if it is still the
@@ -57,6 +61,19 @@ impl<T: BorrowMut<MapData>> EndpointsMap<T> {
     /// endpoint (gone, or the address belongs to another veth now). The update only replaces
     /// an existing entry (`BPF_EXIST`), so an endpoint removed meanwhile is not brought back.
     pub fn sever(&mut self, net: u32, ip: IpAddr, ifindex: u32) -> Result<bool, MapError> {
+        self.flag(net, ip, ifindex, Endpoint::F_SEVERED, true)
+    }
+
+    /// Sets (`on`) or clears `flag` on the endpoint `ip` of `net` if it is still the pod
+    /// behind veth `ifindex`; `Ok(false)` without such an endpoint (as [`Self::sever`]).
+    pub fn flag(
+        &mut self,
+        net: u32,
+        ip: IpAddr,
+        ifindex: u32,
+        flag: u16,
+        on: bool,
+    ) -> Result<bool, MapError> {
         let k = key(net, ip);
         let Some(mut ep) = optional(self.0.get(&k, 0))? else {
             return Ok(false);
@@ -64,10 +81,11 @@ impl<T: BorrowMut<MapData>> EndpointsMap<T> {
         if ep.ifindex != ifindex {
             return Ok(false);
         }
-        if ep.flags & Endpoint::F_SEVERED != 0 {
+        let want = if on { ep.flags | flag } else { ep.flags & !flag };
+        if ep.flags == want {
             return Ok(true);
         }
-        ep.flags |= Endpoint::F_SEVERED;
+        ep.flags = want;
         match self.0.insert(k, ep, BPF_EXIST) {
             Ok(()) => Ok(true),
             // Removed between the lookup and the update.

@@ -35,6 +35,8 @@ pub mod lb_work;
 pub mod lbg_front;
 pub mod lbg_ingress;
 pub mod lbg_rev;
+pub mod mig_peers;
+pub mod migrations;
 pub mod net_stats;
 pub mod node_blocks;
 pub mod nodes;
@@ -119,6 +121,8 @@ pub const ALL: &[&str] = &[
     sock_netns::NAME,
     sock_rev::NAME,
     sock_stats::NAME,
+    migrations::NAME,
+    mig_peers::NAME,
 ];
 
 /// The policy layers' maps (`include/sdn/policy_maps.h`), a part of [`ALL`] that

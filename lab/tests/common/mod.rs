@@ -16,12 +16,81 @@ use serde_json::json;
 
 /// Clients of the two API servers, and the servers themselves (stopped when dropped).
 pub(crate) struct Cp {
-    /// The kube stand-in (Nodes, Pods, namespaces).
+    /// The kube API (Nodes, Pods, namespaces): the stand-in's or the real one's.
     pub(crate) kube: kube::Client,
     /// cozyplane-apiserver.
     pub(crate) sdn: kube::Client,
-    pub(crate) standin: StandIn,
+    pub(crate) kube_cp: KubeCp,
     pub(crate) server: TestServer,
+}
+
+/// What serves the kube API of the lab.
+pub(crate) enum KubeCp {
+    /// The project's stand-in (it plays kubelet-side parts: the LoadBalancer pool).
+    StandIn(StandIn),
+    /// The real kube-apiserver and kube-controller-manager (`KUBE_BIN_DIR`).
+    Real(Box<cozyplane_conformance::realkube::ControlPlane>),
+}
+
+impl Cp {
+    /// The kube API's admin kubeconfig (what the agents are given).
+    pub(crate) fn kube_kubeconfig(&self) -> std::path::PathBuf {
+        match &self.kube_cp {
+            KubeCp::StandIn(s) => s.admin_kubeconfig(),
+            KubeCp::Real(c) => c.admin.clone(),
+        }
+    }
+
+    /// The kube API's URL.
+    pub(crate) fn kube_url(&self) -> &str {
+        match &self.kube_cp {
+            KubeCp::StandIn(s) => &s.url,
+            KubeCp::Real(c) => &c.url,
+        }
+    }
+
+    /// The real kube-apiserver and kube-controller-manager instead of the stand-in, with
+    /// cozyplane-apiserver connected to it (`--kubeconfig`: its kube loops run, the
+    /// live-migration loop among them) and `server_args`; every node registered and its
+    /// agent started. Fails the test when the binaries are missing in CI.
+    pub(crate) async fn start_real(lab: &mut Lab, server_args: &[&str]) -> Self {
+        use cozyplane_conformance::realkube;
+        let bins = match realkube::bins() {
+            Ok(b) => b,
+            Err(why) => {
+                realkube::not_run(&why);
+                panic!("the real kube-apiserver is needed: {why}");
+            }
+        };
+        let kcp = realkube::ControlPlane::start(&bins).await;
+        let kc = format!("--kubeconfig={}", kcp.admin.display());
+        let args: Vec<&str> = std::iter::once(kc.as_str())
+            .chain(server_args.iter().copied())
+            .collect();
+        let server = TestServer::start_bare(Backend::Embedded, &args).await;
+        lab.expose_url(&kcp.url);
+        lab.expose_url(&server.url);
+        let kube = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::read_from(&kcp.admin).unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap(),
+        )
+        .unwrap();
+        let sdn = server.client().await;
+        for n in &lab.nodes {
+            n.register(&kube).await;
+            n.start_agent_with(&kcp.admin, &server.kubeconfig, &[]);
+        }
+        Self {
+            kube,
+            sdn,
+            kube_cp: KubeCp::Real(Box::new(kcp)),
+            server,
+        }
+    }
 }
 
 /// What the lab's control plane plays besides the API servers ([`Cp::start_with`]).
@@ -98,7 +167,7 @@ impl Cp {
         Self {
             kube,
             sdn,
-            standin,
+            kube_cp: KubeCp::StandIn(standin),
             server,
         }
     }
@@ -180,6 +249,24 @@ pub(crate) async fn pod_labelled(
 ) -> LabPod {
     let uid = create_pod_with(cp, lab, at, meta).await;
     attach(cp, lab, (at.0, at.1, at.2, &uid), &json!({})).await
+}
+
+/// The pod goes as kubelet and the API see it: CNI DEL of its sandbox, then the Pod object
+/// deleted at once.
+pub(crate) async fn gone(cp: &Cp, lab: &Lab, p: &LabPod) {
+    let n = &lab.nodes[p.node];
+    let (code, out) = cozyplane_lab::del_network(
+        n,
+        &p.cid,
+        &p.ns.path(),
+        (&p.namespace, &p.name, &p.uid),
+        (&json!({}), Some(&p.result)),
+    );
+    assert_eq!(code, 0, "DEL {}: {out}", p.name);
+    Api::<Pod>::namespaced(cp.kube.clone(), &p.namespace)
+        .delete(&p.name, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
 }
 
 /// The sandbox of a created Pod object: netns, CNI ADD of the node's conflist, status (as

@@ -35,7 +35,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use cozyplane_apis::v1alpha1::{
-    PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortSpec, VPC, VPCBinding, VPCRef,
+    MIGRATION_JOB_LABEL, PORT_INTERFACE_LABEL, PORT_WORKLOAD_LABEL, Port, PortMigrationTarget, PortSpec, VPC,
+    VPCBinding, VPCRef,
 };
 use cozyplane_cni::spec::{CniError, ErrorCode};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -73,6 +74,9 @@ pub struct PodFacts {
     /// The addresses and MAC a persistent Port is to be made with
     /// (`sdn.cozystack.io/ip`, `sdn.cozystack.io/mac`), as written.
     pub pins: (Option<String>, Option<String>),
+    /// The live migration this pod is the target launcher of (KubeVirt's
+    /// `kubevirt.io/migrationJobUID` label), if any.
+    pub migration: Option<String>,
 }
 
 impl PodFacts {
@@ -97,12 +101,16 @@ impl PodFacts {
                     get(cozyplane_apis::v1alpha1::PIN_MAC_ANNOTATION),
                 )
             },
+            migration: p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MIGRATION_JOB_LABEL))
+                .filter(|v| !v.is_empty())
+                .cloned(),
         }
     }
 }
-
-/// The label KubeVirt puts on a live migration's target launcher pod.
-pub const MIGRATION_TARGET_LABEL: &str = "kubevirt.io/migrationJobUID";
 
 /// A persistent attachment: the workload identity and the pod interface its Ports belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +121,9 @@ pub struct Persistent {
     pub ifname: String,
     /// Pinned addresses (one per family at most) and MAC, for the Ports made for it.
     pub pins: (Vec<String>, Option<String>),
+    /// The pod is a live migration's target launcher (the job's UID): it is prepared beside
+    /// the Ports' current holder instead of taking them ([`ApiClients::bind_persistent`]).
+    pub migration: Option<String>,
 }
 
 impl Persistent {
@@ -132,6 +143,7 @@ impl Persistent {
             workload,
             ifname: ifname.to_string(),
             pins: (ips, facts.pins.1.clone().filter(|m| !m.is_empty())),
+            migration: facts.migration.clone(),
         })
     }
 
@@ -550,8 +562,10 @@ impl ApiClients {
                 .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
         });
         // One live holder at a time: a Port still held by another running pod of the workload
-        // is refused (a retry succeeds once that pod is gone, as when a VM restarts). Live
-        // migration, where two launchers hold it on purpose, is not built yet (issue 27).
+        // is refused (a retry succeeds once that pod is gone, as when a VM restarts), unless
+        // the requester is that pod's live migration target (KubeVirt labels it so): then it
+        // is prepared beside the holder, which keeps the Port until the cutover.
+        let mut live_holder = None;
         for p in &found {
             let holder = (p.spec.pod_namespace.as_str(), p.spec.pod_name.as_str());
             if holder.1.is_empty() || holder == (pod_ns, pod) {
@@ -572,28 +586,27 @@ impl ApiClients {
                     )
             });
             if live.is_some() {
-                // The requester is a migration's target: KubeVirt labels it so.
-                let me: Api<Pod> = Api::namespaced(self.kube.clone(), pod_ns);
-                let migrating = matches!(
-                    me.get_opt(pod).await,
-                    Ok(Some(m)) if m.metadata.labels.as_ref().is_some_and(|l| l.contains_key(MIGRATION_TARGET_LABEL))
-                );
-                return Err(CniError::new(
-                    ErrorCode::TryAgainLater,
-                    format!(
-                        "workload {} already has a live pod {}/{} holding its Port {}",
-                        w.workload,
-                        holder.0,
-                        holder.1,
-                        p.metadata.name.as_deref().unwrap_or_default()
-                    ),
-                    if migrating {
-                        "a live migration: two launchers holding one Port is not supported yet (issue 27, item 2)"
-                    } else {
-                        "a persistent Port has one live holder; retry once that pod is gone"
-                    },
+                live_holder = Some((
+                    holder.0.to_string(),
+                    holder.1.to_string(),
+                    p.metadata.name.clone(),
                 ));
+                break;
             }
+        }
+        if let Some((hns, hname, port)) = live_holder {
+            if w.migration.is_some() {
+                return self.prepare_migration(found, pod_ns, pod, w).await;
+            }
+            return Err(CniError::new(
+                ErrorCode::TryAgainLater,
+                format!(
+                    "workload {} already has a live pod {hns}/{hname} holding its Port {}",
+                    w.workload,
+                    port.unwrap_or_default()
+                ),
+                "a persistent Port has one live holder outside a live migration; retry once that pod is gone",
+            ));
         }
         let mut bound = Vec::new();
         for p in found {
@@ -613,6 +626,109 @@ impl ApiClients {
             bound.push(p);
         }
         Ok(bound)
+    }
+
+    /// A live migration's target (pod `pod_ns/pod` of this node, the workload's Ports held by
+    /// a live pod elsewhere): each Port gets `spec.migrationTarget` naming this pod and node,
+    /// written with the resourceVersion it was read at; its holder keeps it until the
+    /// server's cutover. A Port prepared for another target already (two migrations at once)
+    /// is refused; prepared for this pod (a retried ADD), it is taken as it is.
+    async fn prepare_migration(
+        &self,
+        found: Vec<Port>,
+        pod_ns: &str,
+        pod: &str,
+        w: &Persistent,
+    ) -> Result<Vec<Port>, CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        let target = PortMigrationTarget {
+            node: self.node.clone(),
+            node_ip: self.node_ip.to_string(),
+            pod_namespace: pod_ns.to_string(),
+            pod_name: pod.to_string(),
+            migration_uid: w.migration.clone().unwrap_or_default(),
+        };
+        let mut prepared = Vec::new();
+        for p in found {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            match &p.spec.migration_target {
+                Some(t) if t.pod_namespace == pod_ns && t.pod_name == pod && t.node == self.node => {
+                    prepared.push(p);
+                    continue;
+                }
+                Some(t) => {
+                    return Err(CniError::new(
+                        ErrorCode::TryAgainLater,
+                        format!(
+                            "Port {name} of workload {} is being migrated to pod {}/{} on node {}",
+                            w.workload, t.pod_namespace, t.pod_name, t.node
+                        ),
+                        "one live migration at a time: retry once it ends",
+                    ));
+                }
+                None => {}
+            }
+            if p.spec.node == self.node {
+                return Err(CniError::new(
+                    ErrorCode::TryAgainLater,
+                    format!(
+                        "Port {name} of workload {} is held on this node already",
+                        w.workload
+                    ),
+                    "a live migration's target is on another node than its source",
+                ));
+            }
+            let patch = serde_json::json!({
+                "metadata": { "resourceVersion": p.metadata.resource_version },
+                "spec": { "migrationTarget": target } });
+            let p = queued(
+                "preparing the workload's Port for the migration failed",
+                &self.sdn_turns,
+                ports.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?;
+            tracing::info!(port = %name, pod = %format!("{pod_ns}/{pod}"), workload = %w.workload,
+                source = %p.spec.node, "live migration: Port prepared on this node beside its holder");
+            prepared.push(p);
+        }
+        Ok(prepared)
+    }
+
+    /// Clears a Port's `spec.migrationTarget` if it still names pod `pod_ns/pod` of this node
+    /// (a migration's target going before the cutover); gone or not prepared for it is fine.
+    pub async fn clear_migration_target(&self, name: &str, pod_ns: &str, pod: &str) -> Result<(), CniError> {
+        let ports: Api<Port> = Api::all(self.sdn.clone());
+        let Some(p) = self.get_port(name).await? else {
+            return Ok(());
+        };
+        let mine = p
+            .spec
+            .migration_target
+            .as_ref()
+            .is_some_and(|t| t.node == self.node && t.pod_namespace == pod_ns && t.pod_name == pod);
+        if !mine {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": p.metadata.resource_version },
+            "spec": { "migrationTarget": null } });
+        match tokio::time::timeout(
+            CALL_TIMEOUT,
+            ports.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_status(&e, 404) => Ok(()),
+            Ok(Err(e)) => Err(api_error(
+                &format!("clearing Port {name}'s migration target failed"),
+                e,
+            )),
+            Err(_) => Err(api_error(
+                &format!("clearing Port {name}'s migration target failed"),
+                "timed out",
+            )),
+        }
     }
 
     /// Deletes a Port; gone already is fine.

@@ -88,11 +88,13 @@ fn other_pod(a: Option<&str>, b: Option<&str>) -> bool {
 /// Whether `port` is the one to attach pod `ns/name` of this node to `v` with.
 fn fits(port: &Port, v: &ResolvedVpc, (ns, name): (&str, &str), node: &str) -> bool {
     let s = &port.spec;
-    s.vpc_ref.namespace == v.namespace
-        && s.vpc_ref.name == v.name
-        && s.pod_namespace == ns
-        && s.pod_name == name
-        && s.node == node
+    let held = s.pod_namespace == ns && s.pod_name == name && s.node == node;
+    // A live migration's target: prepared here beside the holder (issue 27).
+    let prepared = s
+        .migration_target
+        .as_ref()
+        .is_some_and(|t| t.pod_namespace == ns && t.pod_name == name && t.node == node);
+    s.vpc_ref.namespace == v.namespace && s.vpc_ref.name == v.name && (held || prepared)
 }
 
 impl ApiClients {

@@ -128,6 +128,13 @@ impl AgentState {
                     vpc: format!("{}/{}", v.namespace, v.name),
                     other: None,
                     persistent: persistent.is_some(),
+                    // A live migration's target: prepared here, relaying to the holder.
+                    migration_peer: port
+                        .spec
+                        .migration_target
+                        .as_ref()
+                        .filter(|t| t.node == api.node)
+                        .and_then(|_| port.spec.node_ip.parse().ok()),
                 };
                 // A dual-stack VPC: one more Port, for the other family (docs/design.md,
                 // "Dual-stack Ports"). Both or none: a failure deletes the first one too.

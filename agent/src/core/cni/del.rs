@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use cozyplane_bpf::maps::migrations::MigrationsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
 use cozyplane_bpf::maps::sock_netns::SockNetnsMap;
 use cozyplane_cni::spec::{CniError, ErrorCode};
@@ -22,6 +23,19 @@ impl AgentState {
         // The Port first: if our API is unreachable the DEL fails and is retried, with the
         // local state (and the record naming the Port) still in place.
         // A workload's Ports stay (issue 27): its next pod takes them, on any node.
+        // A live migration's target going before the cutover: the holder keeps the Ports,
+        // and is told to stop relaying (the Port's migrationTarget cleared).
+        if let (Some(a), Some(api)) = (&alloc, &self.api)
+            && let Some(v) = a
+                .vpc
+                .as_ref()
+                .filter(|v| v.persistent && v.migration_peer.is_some())
+            && let Some((ns, pod)) = a.pod.split_once('/')
+        {
+            for port in v.ports() {
+                api.clear_migration_target(port, ns, pod).await?;
+            }
+        }
         if let Some(v) = alloc
             .as_ref()
             .and_then(|a| a.vpc.as_ref())
@@ -48,6 +62,16 @@ impl AgentState {
             PortsMap::from_pin(&self.pin_dir)
                 .and_then(|mut p| p.remove(i))
                 .map_err(|e| internal("removing map entries failed", e))?;
+            // A live migration's relay of this veth (issue 27).
+            if alloc
+                .as_ref()
+                .and_then(|a| a.vpc.as_ref())
+                .is_some_and(|v| v.migration_peer.is_some())
+            {
+                MigrationsMap::from_pin(&self.pin_dir)
+                    .and_then(|mut m| m.remove(i))
+                    .map_err(|e| internal("removing map entries failed", e))?;
+            }
         }
         if let Some(a) = &alloc {
             self.remove_maps(None, &a.fabric_ips(), a.vpc.as_ref())

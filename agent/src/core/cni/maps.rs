@@ -2,8 +2,10 @@
 
 use std::net::IpAddr;
 
+use cozyplane_bpf::abi::Endpoint;
 use cozyplane_bpf::maps::bridges::BridgesMap;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
+use cozyplane_bpf::maps::migrations::MigrationsMap;
 use cozyplane_bpf::maps::ports::PortsMap;
 
 use super::AgentState;
@@ -22,10 +24,20 @@ impl AgentState {
         mac: [u8; 6],
     ) -> Result<(), aya::maps::MapError> {
         let (net, ips) = endpoint_ips(fabric, vpc);
+        // A live migration's target relays from its first packet, standing by until its VM
+        // announces itself here (lib/migrate.h): the relay entry before the flagged endpoints.
+        let peer = vpc.and_then(|v| v.migration_peer);
+        let flags = match peer {
+            Some(node) => {
+                MigrationsMap::from_pin(&self.pin_dir)?.upsert(ifindex, node, true)?;
+                Endpoint::F_MIGRATING
+            }
+            None => 0,
+        };
         // Endpoints first: once the port exists, sdn_from_pod checks the source against them.
         let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
         for ip in ips {
-            eps.upsert(net, ip, ifindex, mac)?;
+            eps.upsert_flagged(net, ip, ifindex, mac, flags)?;
         }
         if let Some(v) = vpc {
             let mut br = BridgesMap::from_pin(&self.pin_dir)?;
@@ -67,6 +79,56 @@ impl AgentState {
         Ok(n)
     }
 
+    /// Starts (`Some(node)`) or ends (`None`) the relay of every attachment of this node whose
+    /// record names Port `port` (issue 27, `features/migrate`): the endpoint's
+    /// `SDN_EP_F_MIGRATING` and its `sdn_migrations` entry, and the record's
+    /// `migration_peer`. Only attachments whose pod holds (`holder: Some`) or does not hold the
+    /// Port are touched, as `holder` says. Returns how many changed.
+    pub(crate) fn relay_port(
+        &self,
+        port: &str,
+        holder: Option<&str>,
+        peer: Option<IpAddr>,
+    ) -> Result<usize, aya::maps::MapError> {
+        let owned: Vec<(String, String, u32, u32, Vec<IpAddr>)> = self
+            .ipam()
+            .all()
+            .filter(|a| holder.is_none_or(|h| a.pod == h))
+            .filter_map(|a| {
+                let v = a.vpc.as_ref()?;
+                (v.ports().any(|p| p == port) && v.migration_peer != peer).then(|| {
+                    (
+                        a.container_id.clone(),
+                        a.ifname.clone(),
+                        a.host_ifindex.unwrap_or(0),
+                        v.vni,
+                        v.ips().collect(),
+                    )
+                })
+            })
+            .collect();
+        let mut n = 0;
+        for (cid, ifname, ifindex, vni, ips) in owned {
+            if ifindex == 0 {
+                continue;
+            }
+            let mut relays = MigrationsMap::from_pin(&self.pin_dir)?;
+            if let Some(node) = peer {
+                relays.upsert(ifindex, node, false)?;
+            }
+            let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;
+            for ip in ips {
+                eps.flag(vni, ip, ifindex, Endpoint::F_MIGRATING, peer.is_some())?;
+            }
+            if peer.is_none() {
+                relays.remove(ifindex)?;
+            }
+            self.ipam().set_migration_peer(&cid, &ifname, peer);
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// The Ports this node's attachment records name (both of a dual-stack attachment).
     pub(crate) fn recorded_ports(&self) -> Vec<String> {
         self.ipam()
@@ -85,6 +147,9 @@ impl AgentState {
     ) -> Result<(), aya::maps::MapError> {
         if let Some(i) = ifindex {
             PortsMap::from_pin(&self.pin_dir)?.remove(i)?;
+            if vpc.is_some_and(|v| v.migration_peer.is_some()) {
+                MigrationsMap::from_pin(&self.pin_dir)?.remove(i)?;
+            }
         }
         let (net, ips) = endpoint_ips(fabric, vpc);
         let mut eps = EndpointsMap::from_pin(&self.pin_dir)?;

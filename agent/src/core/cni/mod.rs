@@ -259,6 +259,11 @@ impl AgentState {
         .map_err(|e: crate::core::ipam::IpamError| internal("persisting the fabric addresses failed", e))
     }
 
+    /// [`Self::persist`], for a feature that changed a record (a live migration's relay).
+    pub(crate) async fn save_records(&self) -> Result<(), CniError> {
+        self.persist().await
+    }
+
     fn datapath(&self) -> MutexGuard<'_, Datapath> {
         self.datapath.lock().unwrap_or_else(PoisonError::into_inner)
     }

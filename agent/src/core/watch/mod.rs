@@ -14,6 +14,8 @@
 //! * **VPC nets** from our API: every Port on another node (watched with the field
 //!   selector `spec.node!=<this node>`) becomes `sdn_remotes[{vni, spec.ip}] →
 //!   spec.nodeIP`; the VNI comes from the VPC watch. Local Ports are the CNI path's own.
+//! * **Live migrations** of other nodes' Ports to a third node: `sdn_mig_peers`
+//!   ([`mig_peers`]), which overlay trust reads beside `sdn_remotes`.
 //! * **Overlay sources** from the same Nodes: every other node's tunnel address into
 //!   `sdn_nodes` ([`crate::core::watch::tunnel_sources`]), and every Node's name by its tunnel
 //!   address for the metrics that name an overlay packet's sender ([`NodeNames`], [`run_naming`]).
@@ -44,6 +46,7 @@ use kube::runtime::watcher::{self, Event};
 
 pub mod internal;
 mod kit;
+mod mig_peers;
 pub mod tunnel_sources;
 
 pub(crate) use self::kit::{Cache, changes_live, name_of, pinned, plan};
@@ -68,7 +71,7 @@ enum Ev {
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
     Node(Box<Result<Event<Node>, watcher::Error>>),
     Vpc(Result<Event<VPC>, watcher::Error>),
-    Port(Result<Event<Port>, watcher::Error>),
+    Port(Box<Result<Event<Port>, watcher::Error>>),
     Binding(Result<Event<VPCBinding>, watcher::Error>),
 }
 
@@ -88,6 +91,8 @@ struct PortRow {
     ip: Option<IpAddr>,
     node: String,
     node_ip: Option<IpAddr>,
+    /// A live migration's target: its node and address ([`mig_peers`]).
+    target: Option<(String, IpAddr)>,
 }
 
 fn pod_row(p: &Pod) -> Option<((String, String), PodFacts)> {
@@ -114,6 +119,11 @@ fn port_row(p: &Port) -> Option<(String, PortRow)> {
             ip: p.spec.ip.parse().ok(),
             node: p.spec.node.clone(),
             node_ip: p.spec.node_ip.parse().ok(),
+            target: p
+                .spec
+                .migration_target
+                .as_ref()
+                .and_then(|t| Some((t.node.clone(), t.node_ip.parse().ok()?))),
         },
     ))
 }
@@ -260,7 +270,7 @@ pub async fn run_naming(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes, n
         cfg.fields(&format!("spec.node!={}", api.node)),
     )
     .default_backoff()
-    .map(Ev::Port);
+    .map(|e| Ev::Port(Box::new(e)));
     let streams: Vec<BoxStream<'static, Ev>> = vec![
         pods.boxed(),
         nodes.boxed(),
@@ -279,6 +289,7 @@ pub async fn run_naming(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes, n
     let mut applied_blocks = pinned_blocks(&pin_dir);
     let mut applied_sources = tunnel_sources::pinned(&pin_dir);
     let mut applied_internal = internal::pinned(&pin_dir);
+    let mut applied_mig = mig_peers::pinned(&pin_dir);
     // Host routes this process knows of. Seeded with the adopted blocks under an
     // unspecified node, so every wanted one is replaced once and stale ones are removed.
     let mut routed: HashMap<Block, IpAddr> = applied_blocks
@@ -321,7 +332,7 @@ pub async fn run_naming(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes, n
                 node_cache.apply(e, node_row, |n| n.metadata.name.clone().unwrap_or_default());
             }),
             Ev::Vpc(r) => r.map(|e| vpc_cache.apply(e, vpc_row, |v| name_of(&v.metadata))),
-            Ev::Port(r) => r.map(|e| {
+            Ev::Port(r) => (*r).map(|e| {
                 port_cache.apply(e, port_row, |p| p.metadata.name.clone().unwrap_or_default());
             }),
             Ev::Binding(r) => r.map(|e| binding_cache.apply(e, binding_row, |b| name_of(&b.metadata))),
@@ -365,6 +376,27 @@ pub async fn run_naming(api: ApiClients, pin_dir: PathBuf, routes: HostRoutes, n
             }
         };
         sync_remotes(&pin_dir, &want, &mut applied, prunable);
+        let want_mig = mig_peers::desired(
+            &api.node,
+            port_cache.live.values().map(|r| {
+                let key = vpc_cache
+                    .live
+                    .get(&r.vpc)
+                    .zip(r.ip)
+                    .map(|(v, ip)| (v.facts.0, ip));
+                (
+                    key,
+                    r.node.as_str(),
+                    r.target.as_ref().map(|(n, ip)| (n.as_str(), *ip)),
+                )
+            }),
+        );
+        mig_peers::sync(
+            &pin_dir,
+            &want_mig,
+            &mut applied_mig,
+            port_cache.synced && vpc_cache.synced,
+        );
         if let Some(nd) = &netdev {
             if tunnel.is_none() {
                 tunnel = nd.link(&routes.tunnel_dev).await.ok().flatten().map(|l| l.index);
@@ -544,6 +576,7 @@ mod tests {
             ip: ip.parse().ok(),
             node: node.into(),
             node_ip: Some(if node == "n1" { me } else { other }),
+            target: None,
         };
         let ports = HashMap::from([
             ("p1".to_string(), port("n1", "blue", "172.16.0.2")),

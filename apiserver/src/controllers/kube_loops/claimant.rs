@@ -100,7 +100,7 @@ fn holds(pod: &Pod, w: &WorkloadRef) -> bool {
             == Some(w.name.as_str())
 }
 
-fn kubevirt(kind: &str, plural: &str) -> ApiResource {
+pub(super) fn kubevirt(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "kubevirt.io".into(),
         version: "v1".into(),
