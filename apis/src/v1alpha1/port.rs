@@ -48,10 +48,12 @@ pub struct PortSpec {
     /// field set here overrides the VPC's `spec.dhcp` (see [`GuestConfig`](super::GuestConfig)).
     // Boxed: most objects set none, and agents' watch caches and events hold them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "super::GuestConfig")]
     pub dhcp: Option<Box<super::GuestConfig>>,
     /// While a live migration runs: the target launcher pod the Port is prepared on besides
     /// `node` (see [`PortMigrationTarget`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "PortMigrationTarget")]
     pub migration_target: Option<PortMigrationTarget>,
 }
 

@@ -27,6 +27,7 @@ pub struct VPCSpec {
     /// own `spec.dhcp` (see [`GuestConfig`](super::GuestConfig)).
     // Boxed: most objects set none, and agents' watch caches and events hold them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "super::GuestConfig")]
     pub dhcp: Option<Box<super::GuestConfig>>,
 }
 
