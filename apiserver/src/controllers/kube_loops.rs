@@ -100,6 +100,7 @@ enum Work {
 
 mod claimant;
 mod doors;
+mod events;
 mod floating_ip;
 pub mod migration;
 mod nat_gateway;

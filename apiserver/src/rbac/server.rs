@@ -307,12 +307,7 @@ impl Access {
         ns: &str,
         ar: &kube::api::ApiResource,
     ) -> kube::Api<kube::api::DynamicObject> {
-        debug_assert!(
-            ar.group == self.group && self.resource.split('/').next() == Some(ar.plural.as_str()),
-            "a {} API built from the RBAC row of {}",
-            ar.plural,
-            self.resource
-        );
+        self.check_dynamic(ar);
         kube::Api::namespaced_with(client, ns, ar)
     }
 
@@ -322,13 +317,17 @@ impl Access {
         client: kube::Client,
         ar: &kube::api::ApiResource,
     ) -> kube::Api<kube::api::DynamicObject> {
+        self.check_dynamic(ar);
+        kube::Api::all_with(client, ar)
+    }
+
+    fn check_dynamic(&self, ar: &kube::api::ApiResource) {
         debug_assert!(
             ar.group == self.group && self.resource.split('/').next() == Some(ar.plural.as_str()),
             "a {} API built from the RBAC row of {}",
             ar.plural,
             self.resource
         );
-        kube::Api::all_with(client, ar)
     }
 
     /// A namespaced `Api` of this row's resource.

@@ -70,20 +70,7 @@ impl Cp {
         let server = TestServer::start_bare(Backend::Embedded, &args).await;
         lab.expose_url(&kcp.url);
         lab.expose_url(&server.url);
-        let kube = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&kcp.admin).unwrap(),
-                &Default::default(),
-            )
-            .await
-            .unwrap(),
-        )
-        .unwrap();
-        let sdn = server.client().await;
-        for n in &lab.nodes {
-            n.register(&kube).await;
-            n.start_agent_with(&kcp.admin, &server.kubeconfig, &[]);
-        }
+        let (kube, sdn) = nodes_up(lab, &kcp.admin, &server, &[]).await;
         Self {
             kube,
             sdn,
@@ -149,21 +136,7 @@ impl Cp {
         };
         lab.expose_url(&standin.url);
         lab.expose_url(&server.url);
-        let kube_kc = standin.admin_kubeconfig();
-        let kube = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::read_from(&kube_kc).unwrap(),
-                &Default::default(),
-            )
-            .await
-            .unwrap(),
-        )
-        .unwrap();
-        let sdn = server.client().await;
-        for n in &lab.nodes {
-            n.register(&kube).await;
-            n.start_agent_with(&kube_kc, &server.kubeconfig, agent_args);
-        }
+        let (kube, sdn) = nodes_up(lab, &standin.admin_kubeconfig(), &server, agent_args).await;
         Self {
             kube,
             sdn,
@@ -171,6 +144,31 @@ impl Cp {
             server,
         }
     }
+}
+
+/// The clients of the kube API (admin kubeconfig `kube_kc`) and of `server`, once every node
+/// is registered and its agent started with `agent_args`.
+async fn nodes_up(
+    lab: &Lab,
+    kube_kc: &std::path::Path,
+    server: &TestServer,
+    agent_args: &[&str],
+) -> (kube::Client, kube::Client) {
+    let kube = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(kube_kc).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let sdn = server.client().await;
+    for n in &lab.nodes {
+        n.register(&kube).await;
+        n.start_agent_with(kube_kc, &server.kubeconfig, agent_args);
+    }
+    (kube, sdn)
 }
 
 /// The Pod object, as the scheduler leaves it bound to `node`.

@@ -237,14 +237,13 @@ impl Loop {
         let events = rbac::EVENTS
             .uses("create")
             .api_namespaced::<Event>(self.kube.clone(), ns);
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-        let ev = Event {
-            metadata: kube::api::ObjectMeta {
+        let ev = super::events::warning(
+            kube::api::ObjectMeta {
                 name: Some(ev_name),
                 namespace: Some(ns.into()),
                 ..Default::default()
             },
-            involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some("kubevirt.io/v1".into()),
                 kind: Some("VirtualMachineInstance".into()),
                 namespace: Some(ns.into()),
@@ -252,20 +251,11 @@ impl Loop {
                 uid: vmi.metadata.uid.clone(),
                 ..Default::default()
             },
-            reason: Some("MigrationTargetNotPrepared".into()),
-            message: Some(format!(
+            "MigrationTargetNotPrepared",
+            format!(
                 "the migration target {target_pod} on node {node:?} has no cozyplane Port prepared (no agent there, or its network setup failed): the VM's addresses stay with the source"
-            )),
-            type_: Some("Warning".into()),
-            count: Some(1),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            source: Some(k8s_openapi::api::core::v1::EventSource {
-                component: Some("cozyplane-apiserver".into()),
-                host: None,
-            }),
-            ..Default::default()
-        };
+            ),
+        );
         match events.create(&PostParams::default(), &ev).await {
             Ok(_) => {
                 count("not_prepared");

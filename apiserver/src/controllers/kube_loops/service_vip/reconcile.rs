@@ -358,15 +358,13 @@ impl Reconciler {
         .map_err(|e| ApiError::unavailable(format!("annotating Service {ns}/{name}: {e}")))?;
         if event && let Some(why) = &want {
             let (reason, message) = why.split_once(": ").unwrap_or((NO_BINDING_REASON, why));
-            let now =
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-            let ev = Event {
-                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            let ev = crate::controllers::kube_loops::events::warning(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                     generate_name: Some(format!("{name}.")),
                     namespace: Some(ns.clone()),
                     ..Default::default()
                 },
-                involved_object: ObjectReference {
+                ObjectReference {
                     api_version: Some("v1".into()),
                     kind: Some("Service".into()),
                     namespace: Some(ns.clone()),
@@ -374,18 +372,9 @@ impl Reconciler {
                     uid: svc.metadata.uid.clone(),
                     ..Default::default()
                 },
-                reason: Some(reason.into()),
-                message: Some(message.into()),
-                type_: Some("Warning".into()),
-                count: Some(1),
-                first_timestamp: Some(now.clone()),
-                last_timestamp: Some(now),
-                source: Some(k8s_openapi::api::core::v1::EventSource {
-                    component: Some("cozyplane-apiserver".into()),
-                    host: None,
-                }),
-                ..Default::default()
-            };
+                reason,
+                message.into(),
+            );
             let events = rbac::EVENTS
                 .uses("create")
                 .api_namespaced::<Event>(self.kube.clone(), &ns);
