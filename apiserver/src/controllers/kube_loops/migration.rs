@@ -187,25 +187,25 @@ impl Loop {
         let (Some(ns), Some(name)) = (vmi.metadata.namespace.as_deref(), vmi.metadata.name.as_deref()) else {
             return;
         };
-        let body = serde_json::to_value(vmi).unwrap_or_default();
+        // Most VMI updates are no migration's end: decided from the status alone, before the
+        // Ports are looked at (`DynamicObject::data` is the object's spec and status).
+        let phase = phase(&vmi.data);
+        let target_pod = match &phase {
+            Phase::Running => return,
+            Phase::CutOver { target_pod } | Phase::Failed { target_pod } => target_pod.clone(),
+        };
         let ports = self.ports_of(ns, name);
         if ports.is_empty() {
             return;
         }
-        let (target_pod, prepared) = match phase(&body) {
-            Phase::Running => return,
-            Phase::CutOver { target_pod } | Phase::Failed { target_pod } => {
-                let prepared = ports.iter().any(|p| {
-                    p.spec
-                        .migration_target
-                        .as_ref()
-                        .is_some_and(|t| t.pod_name == target_pod)
-                });
-                (target_pod, prepared)
-            }
-        };
+        let prepared = ports.iter().any(|p| {
+            p.spec
+                .migration_target
+                .as_ref()
+                .is_some_and(|t| t.pod_name == target_pod)
+        });
         let moved_already = ports.iter().all(|p| p.spec.pod_name == target_pod);
-        let res = match phase(&body) {
+        let res = match phase {
             Phase::CutOver { .. } if prepared => self.edit(&ports, &target_pod, cut_over).await.map(|n| {
                 tracing::info!(vmi = %format!("{ns}/{name}"), target_pod, ports = n,
                     "live migration cut over: the VM's Ports moved to the target");
@@ -229,7 +229,7 @@ impl Loop {
 
     /// The cutover of a target nobody prepared: counted, said once per target pod.
     async fn not_prepared(&self, vmi: &DynamicObject, ns: &str, name: &str, target_pod: &str) {
-        let node = serde_json::to_value(vmi).unwrap_or_default()["status"]["migrationState"]["targetNode"]
+        let node = vmi.data["status"]["migrationState"]["targetNode"]
             .as_str()
             .unwrap_or_default()
             .to_string();
