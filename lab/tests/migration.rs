@@ -198,6 +198,7 @@ async fn migrate(
     lab: &Lab,
     vm: &mut Vm,
     source: &LabPod,
+    probe: &Netns,
     (to, i): (usize, usize),
     port: &str,
 ) -> (LabPod, f64) {
@@ -242,6 +243,12 @@ async fn migrate(
     // The memory copy.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let at = vm.switch_to(&nic);
+    // The relay: the guest answers on the target while every node still sends to the source
+    // (the Port moves only once the VMI's status says so, below).
+    assert!(
+        probe.ping(vm.ip(), 3, 1),
+        "migration {i}: the guest is unreachable on the target before the cutover"
+    );
     let done = k8s_openapi::jiff::Timestamp::now().to_string();
     vmi_status(
         &vmis,
@@ -319,7 +326,7 @@ async fn body(lab: &mut Lab) {
     for i in 1..=n {
         let to = 1 - launcher.node;
         let t0 = now();
-        let (next, at) = migrate(&cp, lab, &mut vm, &launcher, (to, i), &port).await;
+        let (next, at) = migrate(&cp, lab, &mut vm, &launcher, &client.ns, (to, i), &port).await;
         eprintln!("migration {i} to n{}: {:.0} ms", to + 1, (now() - t0) * 1000.0);
         launcher = next;
         // The window closes once the replies after the cutover had time to come back.

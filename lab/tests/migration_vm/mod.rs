@@ -57,6 +57,11 @@ impl Vm {
         }
     }
 
+    /// The guest's address.
+    pub(crate) fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
     /// Prepares `launcher` for the guest (bridge binding) and a veth from it to the guest,
     /// left down on the guest's side; returns that side's name.
     pub(crate) fn wire(&mut self, launcher: &LabPod) -> String {
