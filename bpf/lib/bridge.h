@@ -9,7 +9,9 @@
  * fabric cannot misroute the reply.
  *
  * Flows: TCP, UDP and ICMP echo over IPv4 and IPv6 (the IPv6 rewrites are in
- * lib/bridge6.h; a flow is of one family). IPv4 fragments (lib/frag.h) and the
+ * lib/bridge6.h). A v4 fabric address bridged to a v6-only pod's VPC address
+ * is translated (NAT46 in, NAT64 back, lib/xlat.h): the pod sees the client
+ * as fe80::1 as every v6 client. IPv4 fragments (lib/frag.h) and the
  * ICMP and ICMPv6 errors about bridged flows (lib/icmp_err.h) are translated;
  * IPv6 fragments are not (see docs/datapath.md).
  */
@@ -21,6 +23,7 @@
 #include "icmp_err.h"
 #include "nat.h"
 #include "parse.h"
+#include "xlat.h"
 
 static __always_inline int sdn_bridge_ports(const struct sdn_pkt *p, int fwd,
 					    __be16 *client_port,
@@ -71,7 +74,8 @@ static __always_inline int sdn_bridge_alloc(struct sdn_ct_rev_key *rk,
 /* sdn_bridge_forward for a packet of a flow (not an ICMP error). */
 static __sdn_noinline int sdn_bridge_forward_flow(struct __sk_buff *skb,
 						   struct sdn_pkt *p,
-						   const struct sdn_bridge *b)
+						   const struct sdn_bridge *b,
+						   __be16 *xlat_port)
 {
 	struct sdn_ct_fwd_key fk = {};
 	struct sdn_ct_rev_key rk = {};
@@ -100,6 +104,9 @@ static __sdn_noinline int sdn_bridge_forward_flow(struct __sk_buff *skb,
 	rk.vpc_ip = b->vpc_ip;
 	rk.pod_port = pod_port;
 	rk.proto = p->proto;
+	/* Keyed as the pod's reply will be: ICMPv6 echo of a translated ping. */
+	if (p->proto == IPPROTO_ICMP && !sdn_addr_is_v4(&b->vpc_ip))
+		rk.proto = IPPROTO_ICMPV6;
 	rv.fabric = p->dst;
 	rv.client = p->src;
 	rv.client_port = client_port;
@@ -123,6 +130,13 @@ static __sdn_noinline int sdn_bridge_forward_flow(struct __sk_buff *skb,
 		}
 	}
 
+	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip)) {
+		/* NAT46: the caller translates (sdn_bridge_xlat_fwd), outside
+		 * this frame.
+		 */
+		*xlat_port = fv.gw_port;
+		return 0;
+	}
 	if (p->family == 6) {
 		ret = sdn_bridge6_fwd(skb, p, &b->vpc_ip, client_port, fv.gw_port);
 		if (ret)
@@ -143,6 +157,30 @@ static __sdn_noinline int sdn_bridge_forward_flow(struct __sk_buff *skb,
 		p->dport = fv.gw_port;
 	if (p->frag)
 		sdn_frag_note(&frk, p);
+	return 0;
+}
+
+/* A translated flow's packet to a v6-only pod (NAT46, lib/xlat.h): client:port
+ * -> fabric becomes fe80::1:gw_port -> the pod's v6 address.
+ */
+static __always_inline int sdn_bridge_xlat_fwd(struct __sk_buff *skb,
+					       struct sdn_pkt *p,
+					       const struct sdn_bridge *b,
+					       __be16 gw_port)
+{
+	__be16 client_port = p->sport;
+	struct sdn_addr gw6;
+	int ret;
+
+	sdn_gw6(&gw6);
+	ret = sdn_xlat_4to6(skb, p, &gw6, &b->vpc_ip);
+	if (ret)
+		return ret;
+	if (sdn_nat4_port(skb, p, 1, client_port, gw_port))
+		return DROP_REWRITE;
+	p->sport = gw_port;
+	if (p->proto == IPPROTO_ICMPV6)
+		p->dport = gw_port;
 	return 0;
 }
 
@@ -171,7 +209,14 @@ static __sdn_noinline int sdn_bridge_reverse_flow(struct __sk_buff *skb,
 	rv = bpf_map_lookup_elem(&sdn_ct_rev, &rk);
 	if (!rv)
 		return DROP_BRIDGE_NO_CT;
-	if (p->family == 6) {
+	if (p->family == 6 && sdn_addr_is_v4(&rv->fabric)) {
+		/* NAT64: back to the v4 client of a v6-only pod (lib/xlat.h). */
+		ret = sdn_xlat_6to4(skb, p, &rv->fabric, &rv->client);
+		if (ret)
+			return ret;
+		if (sdn_nat4_port(skb, p, 0, gw_port, rv->client_port))
+			return DROP_REWRITE;
+	} else if (p->family == 6) {
 		ret = sdn_bridge6_rev(skb, p, rv, gw_port);
 		if (ret)
 			return ret;
@@ -203,12 +248,19 @@ static __always_inline int sdn_bridge_forward(struct __sk_buff *skb,
 					      struct sdn_pkt *p,
 					      const struct sdn_bridge *b)
 {
-	/* One family per flow: no NAT46. */
-	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip))
-		return DROP_UNSUPPORTED;
-	if (sdn_icmp_is_error(p))
+	__be16 xlat_port = 0;
+	int ret;
+
+	if (sdn_icmp_is_error(p)) {
+		/* Errors about a translated flow are not translated (yet). */
+		if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip))
+			return DROP_XLAT;
 		return sdn_icmp_err_forward(skb, p, b);
-	return sdn_bridge_forward_flow(skb, p, b);
+	}
+	ret = sdn_bridge_forward_flow(skb, p, b, &xlat_port);
+	if (ret || !xlat_port)
+		return ret;
+	return sdn_bridge_xlat_fwd(skb, p, b, xlat_port);
 }
 
 /* sdn_from_pod: the VPC pod's reply to the gateway -> back to the fabric

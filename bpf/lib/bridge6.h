@@ -5,8 +5,8 @@
  * IPv4: the fabric IP becomes the VPC IP, the client becomes the gateway
  * (fe80::1, the address the pod routes everything through) with a gateway port;
  * the pod's reply is turned back. Both addresses of a bridged flow are of one
- * family: a v4 fabric IP bridged to a v6 VPC IP (or the reverse) would need
- * NAT46 and is refused with DROP_UNSUPPORTED.
+ * family here; a v4 fabric IP bridged to a v6 VPC IP is translated by
+ * lib/xlat.h instead (lib/bridge.h picks).
  */
 #pragma once
 

@@ -40,8 +40,10 @@ static __sdn_noinline int sdn_bridge_police_in(struct __sk_buff *skb,
 	struct sdn_addr fabric;
 	int ret;
 
-	if ((p->family == 4) != sdn_addr_is_v4(&b->vpc_ip) ||
-	    sdn_icmp_is_error(p) || sdn_bridge_is_node(&p->src))
+	/* A v4 client of a v6-only pod (NAT46) is judged as it is kept in
+	 * every map: 64:ff9b::a.b.c.d, to the pod's VPC address.
+	 */
+	if (sdn_icmp_is_error(p) || sdn_bridge_is_node(&p->src))
 		return 0;
 	fabric = p->dst;
 	p->dst = b->vpc_ip;

@@ -21,7 +21,10 @@
  * Both families are steered, each within itself: an IPv6 query needs the pod's
  * IPv6 fabric address (a dual-stack default network) and an IPv6 resolver
  * address; without either it is not steered (no slot) or a counted drop (no
- * fabric address), never translated to the other family.
+ * fabric address). The one crossing: a v6-only VPC pod whose fabric address is
+ * IPv4 (a v4 default network) asks the cluster DNS in its NAT64 form,
+ * 64:ff9b::<ClusterIP>; that query is translated to IPv4 towards the v4
+ * resolver (lib/xlat.h) and the answer back to IPv6 from the address asked.
  *
  * Left alone: port-53 traffic inside the pod's VPC, to a pod or to one of its
  * VPC's ServiceVIPs (a tenant may run its own DNS), default-network pods (their
@@ -36,13 +39,19 @@
 #include "nat.h"
 #include "nat6.h"
 #include "parse.h"
+#include "xlat.h"
 
 #define SDN_DNS_PORT	53
 
-/* The resolver of the packet's family, or 0 while that family is not steered. */
-static __always_inline struct sdn_dns_cfg *sdn_dns_config(const struct sdn_pkt *p)
+/* The resolver of the packet's family, or 0 while that family is not steered;
+ * an IPv6 packet to or from an address in the v4 form (64:ff9b::/96: a
+ * v6-only pod asking a v4 cluster DNS) takes the v4 resolver.
+ */
+static __always_inline struct sdn_dns_cfg *sdn_dns_config(const struct sdn_pkt *p,
+							  const struct sdn_addr *peer)
 {
-	__u32 slot = p->family == 6 ? SDN_DNS_CFG_V6 : SDN_DNS_CFG_V4;
+	__u32 slot = p->family == 6 && !sdn_addr_is_v4(peer) ? SDN_DNS_CFG_V6 :
+								SDN_DNS_CFG_V4;
 	struct sdn_dns_cfg *c = bpf_map_lookup_elem(&sdn_dns_cfg, &slot);
 
 	return c && c->port ? c : 0;
@@ -80,6 +89,25 @@ static __always_inline int sdn_dns_steer6(struct __sk_buff *skb,
 	return 1;
 }
 
+/* A v6-only pod's query to 64:ff9b::<ClusterIP>: translated to IPv4, fabric
+ * -> resolver. A subprogram: its translation's frame stays out of
+ * sdn_dns_steer's.
+ */
+static __sdn_noinline int sdn_dns_steer64(struct __sk_buff *skb,
+					   struct sdn_pkt *p,
+					   const struct sdn_addr *fabric,
+					   const struct sdn_dns_cfg *cfg)
+{
+	int ret = sdn_xlat_6to4(skb, p, fabric, &cfg->node);
+
+	if (ret)
+		return ret;
+	if (sdn_nat4_port(skb, p, 0, p->dport, cfg->port))
+		return DROP_REWRITE;
+	p->dport = cfg->port;
+	return 1;
+}
+
 /* 0: not a query to steer (the caller goes on); 1: steered, hand it to the host
  * stack; < 0: a DROP_* reason.
  */
@@ -98,7 +126,7 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 		return 0;
 	if (p->frag || (p->proto != IPPROTO_UDP && p->proto != IPPROTO_TCP))
 		return 0;
-	cfg = sdn_dns_config(p);
+	cfg = sdn_dns_config(p, &p->dst);
 	if (!cfg)
 		return 0;
 	if (!sdn_is_internal(0, &p->dst))
@@ -110,8 +138,8 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 	pk.net = net;
 	pk.ip = p->src;
 	pod = bpf_map_lookup_elem(&sdn_dns_pods, &pk);
-	/* A fabric address of the other family would need NAT46. */
-	if (!pod || sdn_addr_is_v4(&pod->fabric) != (p->family == 4))
+	/* Within the family, or NAT64 from a v6-only pod to a v4 resolver. */
+	if (!pod || sdn_addr_is_v4(&pod->fabric) != sdn_addr_is_v4(&cfg->node))
 		return DROP_DNS_NO_SOURCE;
 
 	k.fabric = pod->fabric;
@@ -122,6 +150,8 @@ static __sdn_noinline int sdn_dns_steer(struct __sk_buff *skb,
 	if (bpf_map_update_elem(&sdn_dns_ct, &k, &v, BPF_ANY))
 		return DROP_DNS_CT_FULL;
 
+	if (p->family == 6 && sdn_addr_is_v4(&cfg->node))
+		return sdn_dns_steer64(skb, p, &pod->fabric, cfg);
 	if (p->family == 6)
 		return sdn_dns_steer6(skb, p, &pod->fabric, cfg);
 	fabric = pod->fabric.w[3];
@@ -155,6 +185,25 @@ static __always_inline int sdn_dns_restore6(struct __sk_buff *skb,
 	return 1;
 }
 
+/* The answer to a v6-only pod's translated query: resolver -> fabric becomes
+ * 64:ff9b::<ClusterIP> (what it asked) -> its VPC address, in IPv6.
+ */
+static __sdn_noinline int sdn_dns_restore46(struct __sk_buff *skb,
+					     struct sdn_pkt *p,
+					     const struct sdn_dns_ct *ct,
+					     const struct sdn_addr *vpc)
+{
+	__be16 from = p->sport;
+	int ret = sdn_xlat_4to6(skb, p, &ct->dst, vpc);
+
+	if (ret)
+		return ret;
+	if (sdn_nat4_port(skb, p, 1, from, ct->dport))
+		return DROP_REWRITE;
+	p->sport = ct->dport;
+	return 1;
+}
+
 /* sdn_to_pod, for a packet to the fabric address of a VPC pod (bridge b):
  * 0: not an answer of the resolver; 1: restored, p now addressed to the pod's
  * VPC address, deliver it; < 0: a DROP_* reason. A subprogram: inlined, its
@@ -174,17 +223,22 @@ static __sdn_noinline int sdn_dns_restore(struct __sk_buff *skb,
 
 	if (p->frag || (p->proto != IPPROTO_UDP && p->proto != IPPROTO_TCP))
 		return 0;
-	cfg = sdn_dns_config(p);
+	cfg = sdn_dns_config(p, &p->src);
 	if (!cfg || p->sport != cfg->port || !sdn_addr_eq(&p->src, &cfg->node))
 		return 0;
-	if (sdn_addr_is_v4(&b->vpc_ip) != v4)
-		return DROP_UNSUPPORTED;
 	k.fabric = p->dst;
 	k.sport = p->dport;
 	k.proto = p->proto;
 	ct = bpf_map_lookup_elem(&sdn_dns_ct, &k);
+	/* What the pod asked is in its own family: a v6-only pod behind a v4
+	 * fabric address asked 64:ff9b::<ClusterIP> (NAT46 back).
+	 */
 	if (!ct || sdn_addr_is_v4(&ct->dst) != v4)
 		return DROP_DNS_NO_CT;
+	if (v4 && !sdn_addr_is_v4(&b->vpc_ip))
+		return sdn_dns_restore46(skb, p, ct, &b->vpc_ip);
+	if (sdn_addr_is_v4(&b->vpc_ip) != v4)
+		return DROP_UNSUPPORTED;
 	if (!v4)
 		return sdn_dns_restore6(skb, p, ct, &b->vpc_ip);
 	orig = ct->dst.w[3];

@@ -112,6 +112,10 @@ pub enum DropReason {
     /// `DROP_MIG_STANDBY`: to a live migration's target launcher before its VM announced
     /// itself there (the copy relayed to the source is the one delivered).
     MigStandby = -56,
+    /// `DROP_XLAT`: cross-family translation (NAT46/64) refused a packet it cannot
+    /// translate (IPv4 options, a fragment, UDP without a checksum, an ICMP error, another
+    /// protocol).
+    Xlat = -57,
 }
 
 /// `SDN_DROP_MAX`: entries of `sdn_drops`.
@@ -166,6 +170,7 @@ impl DropReason {
         Self::OverlayForgedSrc,
         Self::OverlayForgedTag,
         Self::MigStandby,
+        Self::Xlat,
     ];
 
     /// The C macro name, e.g. `DROP_SPOOF_IP`; also the metric label.
@@ -217,6 +222,7 @@ impl DropReason {
             Self::OverlayForgedSrc => "DROP_OVERLAY_FORGED_SRC",
             Self::OverlayForgedTag => "DROP_OVERLAY_FORGED_TAG",
             Self::MigStandby => "DROP_MIG_STANDBY",
+            Self::Xlat => "DROP_XLAT",
         }
     }
 

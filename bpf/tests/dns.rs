@@ -344,3 +344,58 @@ fn an_ipv6_query_without_an_ipv6_fabric_address_is_a_counted_drop() {
     let out = dp.run(FROM_POD, &query6(UDP), LO, 0);
     assert_dropped(&dp, out.verdict, DropReason::DnsNoSource);
 }
+
+/// The cluster DNS in its NAT64 form, as a v6-only pod asks it.
+const CLUSTER_DNS64: &str = "64:ff9b::a60:a";
+
+// A v6-only VPC pod on a v4 default network (its fabric address IPv4, the bridge's NAT46)
+// asks the cluster DNS at 64:ff9b::<ClusterIP>: the query leaves as IPv4 from its fabric
+// address to the v4 resolver, and the answer comes back as IPv6 from what it asked.
+#[test]
+fn a_v6_only_pods_query_to_the_nat64_cluster_dns_is_translated_both_ways() {
+    for proto in [UDP, TCP] {
+        let mut dp = Datapath::load(&cfg());
+        vpc_pod(&mut dp, VPC_A, POD6, MAC_A1);
+        bridge(&mut dp, FABRIC, VPC_A, POD6);
+        DnsPodsMap::try_from(dp.map_mut(dns_pods::NAME))
+            .unwrap()
+            .upsert(VPC_A, ip(POD6), ip(FABRIC))
+            .unwrap();
+        inside(&mut dp, 0, "10.96.0.0", 12);
+        DnsCfgMap::try_from(dp.map_mut(dns_cfg::NAME))
+            .unwrap()
+            .set((v4(NODE), RESOLVER_PORT).into())
+            .unwrap();
+
+        let q = pkt::ipv6(
+            MAC_A1,
+            cfg().gw_mac,
+            v6(POD6),
+            v6(CLUSTER_DNS64),
+            proto,
+            5000,
+            53,
+            0,
+        );
+        let out = dp.run(FROM_POD, &q, LO, 0);
+        assert_eq!(out.verdict, TC_ACT_OK, "to the host stack");
+        let p = pkt::parse_v4(&out.packet);
+        assert_eq!((p.src, p.sport), (v4(FABRIC), 5000), "from its v4 fabric address");
+        assert_eq!((p.dst, p.dport), (v4(NODE), RESOLVER_PORT), "to the v4 resolver");
+        assert_eq!(p.proto, proto);
+        pkt::assert_v4_checksums(&out.packet);
+
+        let back = dp.run(TO_POD, &answer(proto, NODE, RESOLVER_PORT), LO, 0);
+        assert_eq!(back.verdict, TC_ACT_OK, "delivered into the pod");
+        let p = pkt::parse_v6(&back.packet);
+        assert_eq!(
+            (p.src, p.sport),
+            (v6(CLUSTER_DNS64), 53),
+            "as if from what it asked"
+        );
+        assert_eq!((p.dst, p.dport), (v6(POD6), 5000), "to its VPC address");
+        assert_eq!(p.dst_mac, MAC_A1);
+        pkt::assert_v6_checksums(&back.packet);
+        assert_eq!(total_drops(&dp), 0);
+    }
+}

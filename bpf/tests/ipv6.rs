@@ -196,29 +196,6 @@ fn the_hosts_link_scoped_ipv6_is_no_isolation_drop() {
     assert_dropped(&dp, out.verdict, DropReason::VpcIsolation);
 }
 
-// A v4 fabric IP bridged to a v6 VPC IP would need NAT46: refused and counted.
-#[test]
-fn a_bridge_across_families_is_refused() {
-    let mut dp = Datapath::load(&cfg());
-    vpc_pod(&mut dp, VPC_A, "fd00:10::5", MAC_A1);
-    BridgesMap::try_from(dp.map_mut(bridges::NAME))
-        .unwrap()
-        .upsert(ip("10.244.1.5"), VPC_A, ip("fd00:10::5"))
-        .unwrap();
-    let probe = pkt::ipv4(
-        MAC_HOST,
-        MAC_A1,
-        v4("10.244.0.1"),
-        v4("10.244.1.5"),
-        TCP,
-        40000,
-        80,
-        0,
-    );
-    let out = dp.run(TO_POD, &probe, LO, 0);
-    assert_dropped(&dp, out.verdict, DropReason::Unsupported);
-}
-
 // A v6 VPC pod's packet for a pod on another node is encapsulated towards that node's v4
 // underlay address, inner frame untouched but for the overlay MAC.
 #[test]

@@ -12,7 +12,7 @@
 use std::net::IpAddr;
 
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, capture, invoke_cni};
+use cozyplane_lab::{Lab, LabPod, Netns, capture, invoke_cni};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
@@ -48,9 +48,14 @@ fn fabric(p: &LabPod, family: u8) -> IpAddr {
 /// A one-second TCP stream (iperf3) from `client` to `server` at `to`. A refused connection
 /// is tried again (twice): on a loaded machine the server may not listen yet.
 fn tcp(client: &LabPod, server: &LabPod, to: IpAddr, port: u16) {
+    tcp_from(&client.ns, &client.name, server, to, port);
+}
+
+/// [`tcp`] from any namespace (a node's, as a kubelet probe comes).
+fn tcp_from(client: &Netns, client_name: &str, server: &LabPod, to: IpAddr, port: u16) {
     let _srv = server.ns.iperf_server(port);
     let run = || {
-        client.ns.exec(&[
+        client.exec(&[
             "iperf3",
             "-c",
             &to.to_string(),
@@ -73,7 +78,7 @@ fn tcp(client: &LabPod, server: &LabPod, to: IpAddr, port: u16) {
     assert!(
         out.status.success(),
         "TCP {} -> {} ({to}): {}{}",
-        client.name,
+        client_name,
         server.name,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -301,12 +306,17 @@ async fn body(lab: &mut Lab) {
         "node n2 -> d1's v6 fabric address"
     );
     tcp(&b, &d1, fabric(&d1, 6), 5308);
-    // A v6-only VPC pod's v4 fabric address has nothing to be bridged to (that would be
-    // NAT46): no reply.
-    assert!(
-        !n1.ns.ping(fabric(&s1, 4), 2, 1),
-        "s1's v4 fabric address must not answer"
-    );
+    // NAT46: a v6-only VPC pod's v4 fabric address (its status.podIP where the default
+    // network's primary family is v4) is translated by the bridge (lib/xlat.h). The node, as
+    // a kubelet probe comes, the other node and a default-network pod reach it by ping and
+    // TCP; s1 listens on IPv6 only and sees the client as fe80::1.
+    let s1v4 = fabric(&s1, 4);
+    assert!(n1.ns.ping(s1v4, 3, 3), "node n1 -> s1's v4 fabric address");
+    assert!(n2.ns.ping(s1v4, 3, 3), "node n2 -> s1's v4 fabric address");
+    assert!(b.ns.ping(s1v4, 3, 3), "pod b -> s1's v4 fabric address");
+    tcp_from(&n1.ns, "node n1", &s1, s1v4, 5309);
+    tcp_from(&n2.ns, "node n2", &s1, s1v4, 5310);
+    tcp(&b, &s1, s1v4, 5311);
 
     // --- CHECK of dual-stack pods, and DEL of a dual-stack VPC pod: both Ports go, and so
     // do both of its endpoints.

@@ -61,6 +61,7 @@
 #define DROP_OVERLAY_FORGED_SRC	-54	/* an overlay packet from a known node whose inner source that node does not hold (another node's pod, this node's, a VPC address no node holds, the VNI of another net) */
 #define DROP_OVERLAY_FORGED_TAG	-55	/* an overlay packet whose group tag is not its inner source's groups as this node knows them */
 #define DROP_MIG_STANDBY	-56	/* to a live migration's target launcher before its VM announced itself there: the copy relayed to the source is the one delivered (lib/migrate.h) */
+#define DROP_XLAT		-57	/* cross-family translation (NAT46/64, lib/xlat.h) refused a packet it cannot translate: IPv4 options, a fragment, UDP without a checksum, an ICMP error, another protocol */
 
 /* Size of sdn_drops; leaves room for reasons to come without a map re-create. */
 #define SDN_DROP_MAX		64

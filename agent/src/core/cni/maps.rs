@@ -14,8 +14,7 @@ use crate::core::ipam::VpcAttachment;
 impl AgentState {
     /// The map entries of one attachment: `fabric` are the node-block addresses (one per
     /// family); a VPC pod's endpoints are its VPC addresses in its VNI, and each fabric
-    /// address is bridged to the VPC address of its family (a family the VPC lacks gets no
-    /// bridge: that would be NAT46).
+    /// address is bridged to the VPC address of its family (see [`bridged`]).
     pub(super) fn write_maps(
         &self,
         ifindex: u32,
@@ -174,10 +173,67 @@ pub(super) fn endpoint_ips(fabric: &[IpAddr], vpc: Option<&VpcAttachment>) -> (u
     }
 }
 
-/// Each fabric address with the VPC address of its family.
+/// Each fabric address with the VPC address of its family; a v4 fabric address of a
+/// v6-only VPC pod with its v6 address, which the bridge translates (NAT46, `lib/xlat.h`), so
+/// that the pod's `status.podIP` works on a v4 default network. Never the reverse: a v4-only
+/// pod's v6 fabric address stays unbridged.
 pub(super) fn bridged(fabric: &[IpAddr], v: &VpcAttachment) -> Vec<(IpAddr, IpAddr)> {
     fabric
         .iter()
-        .filter_map(|f| Some((*f, v.ips().find(|ip| ip.is_ipv4() == f.is_ipv4())?)))
+        .filter_map(|f| {
+            let same = v.ips().find(|ip| ip.is_ipv4() == f.is_ipv4());
+            let translated = || v.ips().find(|ip| f.is_ipv4() && ip.is_ipv6());
+            Some((*f, same.or_else(translated)?))
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vpc(ips: &[&str]) -> VpcAttachment {
+        let mut ips = ips.iter().map(|s| s.parse::<IpAddr>().unwrap());
+        VpcAttachment {
+            vni: 7,
+            ip: ips.next().unwrap(),
+            port: "p".into(),
+            vpc: "t1/blue".into(),
+            other: ips.next().map(|ip| crate::core::ipam::VpcAddress {
+                ip,
+                port: "p6".into(),
+            }),
+            persistent: false,
+            migration_peer: None,
+        }
+    }
+
+    fn ips(s: &[&str]) -> Vec<IpAddr> {
+        s.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn each_fabric_address_is_bridged_within_its_family_else_translated_from_v4_only() {
+        let dual = vpc(&["172.16.0.2", "fd00::2"]);
+        assert_eq!(
+            bridged(&ips(&["10.244.0.5", "fd10::5"]), &dual),
+            vec![
+                ("10.244.0.5".parse().unwrap(), "172.16.0.2".parse().unwrap()),
+                ("fd10::5".parse().unwrap(), "fd00::2".parse().unwrap()),
+            ]
+        );
+        // A v6-only VPC on a v4 (or dual-stack) node: the v4 fabric address is NAT46'd.
+        let v6 = vpc(&["fd00::2"]);
+        assert_eq!(
+            bridged(&ips(&["10.244.0.5"]), &v6),
+            vec![("10.244.0.5".parse().unwrap(), "fd00::2".parse().unwrap())]
+        );
+        assert_eq!(bridged(&ips(&["10.244.0.5", "fd10::5"]), &v6).len(), 2);
+        // A v4-only VPC's pod keeps its v6 fabric address unbridged (no NAT64 that way).
+        let v4 = vpc(&["172.16.0.2"]);
+        assert_eq!(
+            bridged(&ips(&["10.244.0.5", "fd10::5"]), &v4),
+            vec![("10.244.0.5".parse().unwrap(), "172.16.0.2".parse().unwrap())]
+        );
+    }
 }
