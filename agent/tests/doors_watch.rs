@@ -73,6 +73,7 @@ async fn floating_ips_gateways_and_ranges_reach_the_maps() {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("default".into());

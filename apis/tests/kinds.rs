@@ -56,7 +56,7 @@ fn examples() -> Vec<(&'static str, Value)> {
         (
             VPC::KIND,
             example::<VPC>(
-                json!({ "cidrs": ["10.0.0.0/24", "fd00:10::/64"], "mtu": 1400 }),
+                json!({ "cidrs": ["10.0.0.0/24", "fd00:10::/64"], "mtu": 1400, "dns64": true }),
                 Some(json!({ "vni": 100, "phase": "Ready", "conditions": [condition("Ready")] })),
             ),
         ),
@@ -218,6 +218,7 @@ fn serialization_always_carries_api_version_and_kind() {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     assert_eq!(

@@ -1,7 +1,8 @@
 //! `spec.dhcp` of VPCs and Ports (issue 28) through the server: a bad value is a 422 whose
 //! causes name each field, on create and on update; a Port's options change on update (its
 //! address and VPC stay immutable); OpenAPI publishes the fields (what `kubectl explain`
-//! reads) and server-side apply merges them.
+//! reads) and server-side apply merges them. A VPC's `spec.dns64` (issue 28, DNS64 in the VPC
+//! resolver) needs an IPv6 range and may be turned on and off.
 //!
 //! In process: the router over embedded storage, every request as the server itself.
 
@@ -58,6 +59,21 @@ async fn apply(s: &Server, path: &str, manager: &str, body: &Value) -> (u16, Val
         .method("PATCH")
         .uri(format!("{path}?fieldManager={manager}"))
         .header("content-type", "application/apply-patch+yaml")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    req.extensions_mut().insert(Requester::Server);
+    let r = s.app.clone().oneshot(req).await.unwrap();
+    let code = r.status().as_u16();
+    let bytes = axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A JSON merge patch of `body` to `path`.
+async fn merge_patch(s: &Server, path: &str, body: &Value) -> (u16, Value) {
+    let mut req = Request::builder()
+        .method("PATCH")
+        .uri(path)
+        .header("content-type", "application/merge-patch+json")
         .body(Body::from(body.to_string()))
         .unwrap();
     req.extensions_mut().insert(Requester::Server);
@@ -153,6 +169,8 @@ async fn openapi_publishes_the_options_and_apply_merges_them() {
         let dhcp = &defs[format!("io.cozystack.sdn.v1alpha1.{spec}")]["properties"]["dhcp"];
         assert!(dhcp.to_string().contains("GuestConfig"), "{spec}.dhcp: {dhcp}");
     }
+    let dns64 = &defs["io.cozystack.sdn.v1alpha1.VPCSpec"]["properties"]["dns64"];
+    assert_eq!(dns64["type"], "boolean", "VPCSpec.dns64: {dns64}");
     let target = &defs["io.cozystack.sdn.v1alpha1.PortSpec"]["properties"]["migrationTarget"];
     assert!(target.to_string().contains("PortMigrationTarget"), "{target}");
     // OpenAPI v2 has no anyOf/oneOf: kube-apiserver refuses the whole aggregated document
@@ -184,4 +202,40 @@ async fn openapi_publishes_the_options_and_apply_merges_them() {
         json!({"dnsServers": ["10.0.0.53"], "mtu": 1400}),
         "{v}"
     );
+}
+
+#[tokio::test]
+async fn dns64_needs_an_ipv6_range_and_may_be_turned_on_and_off() {
+    let s = Server::start().await;
+    let vpc = |cidrs: &[&str], dns64: bool| {
+        json!({"apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "VPC",
+            "metadata": {"name": "v6", "namespace": "t1"},
+            "spec": {"cidrs": cidrs, "dns64": dns64}})
+    };
+    // An IPv4-only VPC has nobody to synthesize AAAA records for.
+    let (code, v) = s.call("POST", VPCS, Some(&vpc(&["10.7.0.0/24"], true))).await;
+    assert_eq!(causes(code, &v), pairs(&[("spec.dns64", "FieldValueForbidden")]));
+
+    // An IPv6-only VPC turns it on; off is left out of the stored object.
+    let created = s.ok("POST", VPCS, &vpc(&["fd00:7::/64"], true)).await;
+    assert_eq!(created["spec"]["dns64"], true, "{created}");
+    let path = format!("{VPCS}/v6");
+    let mut off = created.clone();
+    off["spec"]["dns64"] = json!(false);
+    let v = s.ok("PUT", &path, &off).await;
+    assert!(v["spec"].get("dns64").is_none(), "{v}");
+    // On again, by merge patch, after an IPv4 range joined.
+    let (code, v) = merge_patch(
+        &s,
+        &path,
+        &json!({"spec": {"cidrs": ["fd00:7::/64", "10.7.0.0/24"], "dns64": true}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["spec"]["dns64"], true, "{v}");
+    // Dropping the last IPv6 range while it is on is refused at spec.dns64.
+    let mut v4 = v.clone();
+    v4["spec"]["cidrs"] = json!(["10.7.0.0/24"]);
+    let (code, e) = s.call("PUT", &path, Some(&v4)).await;
+    assert_eq!(causes(code, &e), pairs(&[("spec.dns64", "FieldValueForbidden")]));
 }

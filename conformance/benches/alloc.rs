@@ -155,6 +155,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
                 cidrs: vec![cidr.into()],
                 mtu: 0,
                 dhcp: None,
+                dns64: false,
             },
         );
         v.metadata.namespace = Some("bench".into());
@@ -227,6 +228,7 @@ async fn bench(backend: Backend, label: &str, out: &mut Vec<String>) {
                         cidrs: vec!["10.9.0.0/24".into()],
                         mtu: 0,
                         dhcp: None,
+                        dns64: false,
                     },
                 );
                 v.metadata.name = None;

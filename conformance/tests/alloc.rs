@@ -18,6 +18,7 @@ fn vpc(name: &str, cidrs: &[&str]) -> VPC {
             cidrs: cidrs.iter().map(ToString::to_string).collect(),
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("default".into());

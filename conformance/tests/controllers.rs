@@ -23,6 +23,7 @@ fn vpc(ns: &str, name: &str, cidr: &str) -> VPC {
             cidrs: vec![cidr.into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some(ns.into());

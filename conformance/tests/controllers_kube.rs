@@ -69,6 +69,7 @@ async fn setup_without(without: &[&str], extra: &[&str]) -> (StandIn, Cozyplane,
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("t1".into());

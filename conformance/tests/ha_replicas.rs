@@ -155,6 +155,7 @@ fn vpc(name: &str, cidr: &str) -> VPC {
             cidrs: vec![cidr.into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("default".into());

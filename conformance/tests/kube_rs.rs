@@ -13,6 +13,7 @@ fn vpc(name: &str) -> VPC {
             cidrs: vec!["10.0.0.0/24".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("default".into());

@@ -203,6 +203,7 @@ async fn no_address_is_held_by_two_live_pods() {
             cidrs: vec!["10.9.0.0/28".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("tenant".into());

@@ -35,6 +35,7 @@ async fn setup() -> (StandIn, Cozyplane, kube::Client) {
             cidrs: vec!["10.0.0.0/24".into(), "fd00:1::/64".into()],
             mtu: 0,
             dhcp: None,
+            dns64: false,
         },
     );
     v.metadata.namespace = Some("t1".into());

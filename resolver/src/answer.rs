@@ -6,7 +6,8 @@
 //! an answer: two resolvers would loop); unknown source → REFUSED; unparsable → FORMERR;
 //! not a plain one-question QUERY → FORMERR/NOTIMP; EDNS version above 0 → BADVERS; a
 //! name in the cluster domain → answered here, authoritatively, from the querier's view;
-//! anything else → forwarded upstream as received.
+//! anything else → forwarded upstream as received, through DNS64 for an AAAA question from
+//! a VPC that asked for it ([`crate::dns64`]).
 
 use std::net::IpAddr;
 
@@ -111,6 +112,10 @@ pub enum Action {
     /// Not a cluster name: relay the query as received to the upstreams, over the same
     /// transport (the client's EDNS size travels with it, so upstream truncates for it).
     Forward,
+    /// As [`Action::Forward`], and the querier's VPC has DNS64 on: an AAAA question whose
+    /// answer has no AAAA record is asked again for A and answered with synthesized AAAA
+    /// records ([`crate::dns64`]).
+    ForwardDns64,
     /// Say nothing.
     Drop(DropReason),
 }
@@ -227,6 +232,9 @@ pub fn handle(view: &View, zone: &Zone, src: IpAddr, wire: &[u8], transport: Tra
     }
     let q = &req.queries[0];
     if !zone.domain.zone_of(q.name()) {
+        if crate::dns64::applies(view, vpc, &req) {
+            return Action::ForwardDns64;
+        }
         return Action::Forward;
     }
     if q.query_class() != DNSClass::IN {
@@ -403,7 +411,7 @@ fn srv_answer(
 
 /// A response skeleton: id, question, RD echoed, RA set (the resolver recurses through
 /// its upstreams), our OPT if the client sent one.
-fn response_to(req: &Message) -> Message {
+pub(crate) fn response_to(req: &Message) -> Message {
     let mut resp = Message::response(req.metadata.id, req.metadata.op_code);
     resp.metadata.recursion_desired = req.metadata.recursion_desired;
     resp.metadata.recursion_available = true;
@@ -464,7 +472,7 @@ pub fn answer_limit(req: Option<&Message>, transport: Transport) -> usize {
 
 /// Encode within the transport's limit: an answer that does not fit goes out as its
 /// header and question with TC set, so the client retries over TCP.
-fn encode(resp: &Message, req: &Message, transport: Transport, outcome: Outcome) -> Action {
+pub(crate) fn encode(resp: &Message, req: &Message, transport: Transport, outcome: Outcome) -> Action {
     let limit = answer_limit(Some(req), transport);
     let full = resp.to_vec();
     let bytes = match full {

@@ -5,17 +5,19 @@
 //! the cluster domain are answered here from that VPC's view — its own Services and those
 //! of the VPCs it is peered with, nothing else, and the rest is NXDOMAIN with a
 //! synthesized SOA, so other tenants' names cannot be probed — and every other name is
-//! forwarded to the node's upstream resolvers.
+//! forwarded to the node's upstream resolvers (with DNS64, RFC 6147, for a VPC that asks).
 //!
 //! * [`view`]: the cluster as the resolver sees it; the agent fills it from its watches.
 //! * [`answer`]: the request path (bytes in, decision out), pure and fuzzed.
 //! * [`forward`]: relaying to upstreams.
+//! * [`dns64`]: synthesized AAAA answers for the VPCs that ask for them (`spec.dns64`).
 //! * [`server`]: the UDP and TCP loops.
 //! * [`metrics`]: Prometheus metrics, registered into the agent's registry.
 //!
 //! All DNS wire handling is hickory-proto's.
 
 pub mod answer;
+pub mod dns64;
 pub mod forward;
 pub mod metrics;
 pub mod server;

@@ -2,9 +2,11 @@
 //!
 //! - `cozyplane_dns_queries_total{transport,answer}`: every query answered, by what the
 //!   answer said (`answer`, `nodata`, `nxdomain`, `refused`, `formerr`, `notimp`,
-//!   `badvers`, `servfail`, and `forwarded` for upstream answers relayed);
+//!   `badvers`, `servfail`, `forwarded` for upstream answers relayed, and `dns64` for
+//!   AAAA answers synthesized from the upstream's A records, [`crate::dns64`]);
 //! - `cozyplane_dns_forwarded_total{transport,outcome}`: queries sent upstream, `ok` or
-//!   `failed` (all upstreams failed: the client got SERVFAIL);
+//!   `failed` (all upstreams failed: the client got SERVFAIL); a DNS64 answer counts its
+//!   AAAA and its A question;
 //! - `cozyplane_dns_refused_total`: queries from a source that is no VPC pod of this node;
 //! - `cozyplane_dns_dropped_total{reason}`: queries not answered at all (too short, a
 //!   response, the in-flight limit);

@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use crate::answer::{Action, Transport, Zone, handle, servfail};
+use crate::dns64;
 use crate::forward::Upstreams;
 use crate::metrics::Metrics;
 use crate::view::ViewHandle;
@@ -64,21 +65,61 @@ impl Resolver {
             }
             Action::Forward => {
                 drop(view);
-                match self.upstreams.forward(wire, t).await {
-                    Ok(a) => {
-                        self.metrics.forwarded(t.label(), true);
-                        self.metrics.query(t.label(), "forwarded");
-                        self.metrics.latency("forwarded", started.elapsed());
-                        Some(a)
-                    }
-                    Err(e) => {
-                        tracing::debug!("forwarding for {src}: {e}");
-                        self.metrics.forwarded(t.label(), false);
-                        self.metrics.query(t.label(), "servfail");
-                        self.metrics.latency("forwarded", started.elapsed());
-                        servfail(wire, t)
-                    }
+                let answer = self.upstream(src, wire, t).await;
+                self.relayed(wire, t, answer, started)
+            }
+            Action::ForwardDns64 => {
+                drop(view);
+                let Some(aaaa) = self.upstream(src, wire, t).await else {
+                    return self.relayed(wire, t, None, started);
+                };
+                if dns64::wants_a(&aaaa)
+                    && let Some(q) = dns64::a_query(wire)
+                    && let Some(a) = self.upstream(src, &q, t).await
+                    && let Some(synth) = dns64::synthesize(wire, &aaaa, &a, t)
+                {
+                    self.metrics.query(t.label(), "dns64");
+                    self.metrics.latency("forwarded", started.elapsed());
+                    return Some(synth);
                 }
+                self.relayed(wire, t, Some(aaaa), started)
+            }
+        }
+    }
+
+    /// One exchange with the upstreams, counted; `None` when all of them failed.
+    async fn upstream(&self, src: IpAddr, wire: &[u8], t: Transport) -> Option<Vec<u8>> {
+        match self.upstreams.forward(wire, t).await {
+            Ok(a) => {
+                self.metrics.forwarded(t.label(), true);
+                Some(a)
+            }
+            Err(e) => {
+                tracing::debug!("forwarding for {src}: {e}");
+                self.metrics.forwarded(t.label(), false);
+                None
+            }
+        }
+    }
+
+    /// The upstream's answer to `wire` as the client gets it: relayed unchanged, or SERVFAIL
+    /// when the upstreams failed (`None`: not even that could be built; say nothing).
+    fn relayed(
+        &self,
+        wire: &[u8],
+        t: Transport,
+        answer: Option<Vec<u8>>,
+        started: Instant,
+    ) -> Option<Vec<u8>> {
+        self.metrics.latency("forwarded", started.elapsed());
+        match answer {
+            Some(a) => {
+                self.metrics.query(t.label(), "forwarded");
+                Some(a)
+            }
+            None => {
+                self.metrics.query(t.label(), "servfail");
+                servfail(wire, t)
             }
         }
     }
@@ -164,12 +205,22 @@ impl Resolver {
     }
 }
 
-/// Bind the UDP socket and the TCP listener of `addr` (same port for both).
+/// Bind the UDP socket and the TCP listener of `addr` (same port for both). With port 0 the
+/// kernel picks the UDP port, which TCP may already use (another socket's ephemeral port):
+/// then another UDP port is tried, a few times.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, TcpListener)> {
-    let udp = UdpSocket::bind(addr).await?;
-    let addr = udp.local_addr()?;
-    let tcp = TcpListener::bind(addr).await?;
-    Ok((Arc::new(udp), tcp))
+    let mut tries = 0;
+    loop {
+        let udp = UdpSocket::bind(addr).await?;
+        let bound = udp.local_addr()?;
+        match TcpListener::bind(bound).await {
+            Ok(tcp) => return Ok((Arc::new(udp), tcp)),
+            Err(e) if addr.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse && tries < 16 => {
+                tries += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Bind `addr` and serve both transports until one fails.

@@ -4,9 +4,10 @@
 //! answer never mixes two generations.
 //!
 //! The rules of the split horizon live here, apart from any wire format: who is asking
-//! ([`View::querier`]) and which Services that VPC may see ([`View::visible`]).
+//! ([`View::querier`]) and which Services that VPC may see ([`View::visible`]), and whether
+//! the querier's VPC asked for DNS64 ([`View::dns64`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 
@@ -110,6 +111,9 @@ pub struct View {
     peers: HashMap<VpcKey, BTreeSet<VpcKey>>,
     /// Attached Services.
     services: HashMap<ServiceKey, Service>,
+    /// VPCs with DNS64 on (`spec.dns64`): their forwarded AAAA questions get synthesized
+    /// answers when the name has only A records ([`crate::dns64`]).
+    dns64: HashSet<VpcKey>,
     /// The SOA serial of this snapshot.
     generation: u32,
 }
@@ -138,6 +142,17 @@ impl View {
         self.services
             .insert((ns.to_ascii_lowercase(), name.to_ascii_lowercase()), svc);
         self
+    }
+
+    /// DNS64 for the pods of `vpc` (its `spec.dns64`).
+    pub fn add_dns64(&mut self, vpc: VpcKey) -> &mut Self {
+        self.dns64.insert(vpc);
+        self
+    }
+
+    /// Whether the pods of `vpc` get DNS64 answers for forwarded names.
+    pub fn dns64(&self, vpc: &VpcKey) -> bool {
+        self.dns64.contains(vpc)
     }
 
     /// The serial number of the synthesized SOA; the agent bumps it with every snapshot.

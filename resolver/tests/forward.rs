@@ -1,6 +1,7 @@
 //! Forwarding against a real upstream: Debian's dnsmasq on loopback. External names go
 //! through it over the client's transport (truncation included); cluster names never do;
-//! a dead upstream ends in SERVFAIL, a dead first upstream falls through to the next.
+//! a dead upstream ends in SERVFAIL, a dead first upstream falls through to the next; a
+//! DNS64 VPC gets AAAA records synthesized from A-only names, and only it.
 
 mod common;
 #[path = "common/dnsmasq.rs"]
@@ -45,8 +46,21 @@ impl Drop for Running {
 
 /// A resolver on loopback whose querier 127.0.0.1 is a pod of VPC `vpc`.
 async fn resolver(upstreams: Vec<SocketAddr>, vpc: (&str, &str), timeout: Duration) -> Running {
+    resolver_in(upstreams, vpc, false, timeout).await
+}
+
+/// [`resolver`], the VPC with DNS64 on if `dns64`.
+async fn resolver_in(
+    upstreams: Vec<SocketAddr>,
+    vpc: (&str, &str),
+    dns64: bool,
+    timeout: Duration,
+) -> Running {
     let mut v = view();
     v.add_querier(ip("127.0.0.1"), (vpc.0.into(), vpc.1.into()));
+    if dns64 {
+        v.add_dns64((vpc.0.into(), vpc.1.into()));
+    }
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let r = Arc::new(Resolver::new(
@@ -220,4 +234,85 @@ async fn unknown_sources_are_refused_and_counted() {
     assert_eq!(m.metadata.response_code, ResponseCode::Refused);
     assert!(metric(&registry, "cozyplane_dns_refused_total 1"));
     task.abort();
+}
+
+#[tokio::test]
+async fn a_dns64_vpc_gets_aaaa_synthesized_from_a_only_names() {
+    // v4only: A only; dual: A and AAAA; alias: a CNAME to v4only. `--local`: dnsmasq answers
+    // example.test itself, NODATA for a missing type and NXDOMAIN for a missing name (else it
+    // refuses what it would have to forward, having no upstream).
+    let up = Dnsmasq::start_with(
+        "",
+        &[
+            "v4only.example.test,203.0.113.7",
+            "dual.example.test,203.0.113.8,2001:db8::8",
+        ],
+        &[
+            "--cname=alias.example.test,v4only.example.test",
+            "--local=/example.test/",
+        ],
+    );
+    let six = resolver_in(vec![up.addr], ("t2", "red"), true, Duration::from_secs(2)).await;
+    let synth = ip("64:ff9b::cb00:7107");
+
+    for m in [
+        udp_ask(six.addr, &query("v4only.example.test.", RecordType::AAAA, None)).await,
+        tcp_ask(
+            six.addr,
+            &query("v4only.example.test.", RecordType::AAAA, Some(1232)),
+        )
+        .await,
+    ] {
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError, "{m:?}");
+        assert_eq!(m.metadata.id, 0x4242);
+        assert_eq!(m.queries[0].query_type(), RecordType::AAAA);
+        assert_eq!(addrs(&m), vec![synth], "{m:?}");
+        assert!(m.answers.iter().all(|r| r.ttl <= 60), "{m:?}");
+    }
+    // The CNAME chain is kept, the address synthesized at its end.
+    let m = udp_ask(six.addr, &query("alias.example.test.", RecordType::AAAA, None)).await;
+    let types: Vec<RecordType> = m
+        .answers
+        .iter()
+        .map(hickory_proto::rr::Record::record_type)
+        .collect();
+    assert_eq!(types, vec![RecordType::CNAME, RecordType::AAAA], "{m:?}");
+    assert_eq!(addrs(&m), vec![synth]);
+    // A name that does not exist stays NXDOMAIN.
+    let m = udp_ask(six.addr, &query("nx.example.test.", RecordType::AAAA, None)).await;
+    assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{m:?}");
+    // A name with a real AAAA keeps it; A questions are untouched.
+    let m = udp_ask(six.addr, &query("dual.example.test.", RecordType::AAAA, None)).await;
+    assert_eq!(addrs(&m), vec![ip("2001:db8::8")]);
+    let m = udp_ask(six.addr, &query("v4only.example.test.", RecordType::A, None)).await;
+    assert_eq!(addrs(&m), vec![ip("203.0.113.7")]);
+    // Cluster names are the view's, never synthesized: red's web has only an IPv4 VIP, and
+    // its AAAA is NODATA from the view.
+    let m = udp_ask(
+        six.addr,
+        &query("web.t2.svc.cluster.local.", RecordType::AAAA, None),
+    )
+    .await;
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert!(m.metadata.authoritative && addrs(&m).is_empty(), "{m:?}");
+    assert!(metric(
+        &six.registry,
+        "cozyplane_dns_queries_total{transport=\"udp\",answer=\"dns64\"} 2"
+    ));
+    assert!(metric(
+        &six.registry,
+        "cozyplane_dns_queries_total{transport=\"tcp\",answer=\"dns64\"} 1"
+    ));
+
+    // A VPC without DNS64 gets the upstream's NODATA for the A-only name.
+    let four = resolver_in(vec![up.addr], ("t1", "blue"), false, Duration::from_secs(2)).await;
+    let m = udp_ask(four.addr, &query("v4only.example.test.", RecordType::AAAA, None)).await;
+    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    assert!(addrs(&m).is_empty(), "{m:?}");
+    let m = udp_ask(four.addr, &query("dual.example.test.", RecordType::AAAA, None)).await;
+    assert_eq!(addrs(&m), vec![ip("2001:db8::8")]);
+    assert!(!metric(
+        &four.registry,
+        "cozyplane_dns_queries_total{transport=\"udp\",answer=\"dns64\"}"
+    ));
 }

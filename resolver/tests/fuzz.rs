@@ -1,17 +1,21 @@
 //! The request path under hostile input: whatever the bytes, the resolver answers with an
 //! error (or a well-formed answer) or says nothing; it never panics, and every answer it
-//! gives parses and fits the transport.
+//! gives parses and fits the transport. The DNS64 steps take damaged queries and any
+//! upstream answers the same way.
 
 mod common;
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{BLUE_POD, STRANGER, ip, query, view};
 use cozyplane_resolver::answer::{Action, Transport, Zone, answer_limit, handle};
+use cozyplane_resolver::dns64;
 use cozyplane_resolver::{Metrics, Resolver, Upstreams, ViewHandle};
-use hickory_proto::op::{Message, MessageType, ResponseCode};
-use hickory_proto::rr::RecordType;
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, CNAME, SOA};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -67,6 +71,50 @@ fn damaged() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// Upstream answers to an A (or AAAA) question: random A records (any address, any TTL),
+/// maybe a CNAME first, maybe an SOA in authority, any rcode and TC bit; sometimes cut.
+fn upstream_answers() -> impl Strategy<Value = Vec<u8>> {
+    (
+        proptest::collection::vec((any::<[u8; 4]>(), any::<u32>()), 0..120),
+        any::<bool>(),
+        any::<bool>(),
+        0u16..6,
+        any::<bool>(),
+        any::<usize>(),
+    )
+        .prop_map(|(records, cname, soa, rcode, tc, cut)| {
+            let owner = Name::from_ascii("example.org.").unwrap();
+            let mut m = Message::response(0x4242, OpCode::Query);
+            m.add_query(Query::query(owner.clone(), RecordType::A));
+            if cname {
+                m.add_answer(Record::from_rdata(
+                    owner.clone(),
+                    30,
+                    RData::CNAME(CNAME(owner.clone())),
+                ));
+            }
+            for (a, ttl) in records {
+                m.add_answer(Record::from_rdata(
+                    owner.clone(),
+                    ttl,
+                    RData::A(A::from(Ipv4Addr::from(a))),
+                ));
+            }
+            if soa {
+                let s = SOA::new(owner.clone(), owner.clone(), 1, 1, 1, 1, 7);
+                m.add_authority(Record::from_rdata(owner.clone(), 60, RData::SOA(s)));
+            }
+            m.metadata.response_code = ResponseCode::from_low(u8::try_from(rcode).unwrap());
+            m.metadata.truncation = tc;
+            let mut w = m.to_vec().unwrap();
+            if cut % 4 == 0 {
+                let keep = cut % (w.len() + 1);
+                w.truncate(keep);
+            }
+            w
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
@@ -89,6 +137,31 @@ proptest! {
     }
 
     #[test]
+    fn dns64_with_damaged_queries_and_answers_never_panics(
+        q in damaged(),
+        aaaa in upstream_answers(),
+        a in upstream_answers(),
+        junk in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        // A blue pod with DNS64 on: the decision never panics either.
+        let mut v = view();
+        v.add_dns64(("t1".into(), "blue".into()));
+        for t in [Transport::Udp, Transport::Tcp] {
+            let act = handle(&v, &zone(), ip(BLUE_POD), &q, t);
+            check(&q, &act, t);
+        }
+        let _ = dns64::a_query(&q);
+        for (x, y) in [(&aaaa, &a), (&junk, &a), (&aaaa, &junk)] {
+            let _ = dns64::wants_a(x);
+            for t in [Transport::Udp, Transport::Tcp] {
+                if let Some(out) = dns64::synthesize(&q, x, y, t) {
+                    check(&q, &Action::Reply { bytes: out, outcome: cozyplane_resolver::Outcome::Answer }, t);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn oversized_queries_never_panic(pad in 0usize..65000, edns in proptest::option::of(any::<u16>())) {
         let mut wire = query("web.t1.svc.cluster.local.", RecordType::A, edns);
         wire.resize(wire.len() + pad, 0xff);
@@ -102,7 +175,7 @@ fn specific_bad_queries_get_the_right_error() {
     let code = |wire: &[u8]| match handle(&view(), &zone(), ip(BLUE_POD), wire, Transport::Udp) {
         Action::Reply { bytes, .. } => Some(Message::from_vec(&bytes).unwrap().metadata.response_code),
         Action::Drop(_) => None,
-        Action::Forward => panic!("forwarded"),
+        Action::Forward | Action::ForwardDns64 => panic!("forwarded"),
     };
     // Shorter than a header: nothing.
     assert_eq!(code(&[0x42]), None);

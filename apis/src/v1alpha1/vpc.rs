@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::List;
-use crate::serde_util::is_zero;
+use crate::serde_util::{is_false, is_zero};
 
 /// Desired state of a [`VPC`].
 // The API server validates every field (`apiserver/src/validation/vpc.rs`).
@@ -29,6 +29,13 @@ pub struct VPCSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "super::GuestConfig")]
     pub dhcp: Option<Box<super::GuestConfig>>,
+    /// DNS64 (RFC 6147) in the VPC's resolver, for an IPv6-only VPC that reaches the IPv4
+    /// internet through its gateway's NAT64: the VPC resolver synthesizes AAAA records
+    /// (`64:ff9b::/96`, RFC 6052/6147) for names that have only A records. Only names the
+    /// resolver forwards upstream are synthesized, never the cluster's own names (a VPC's
+    /// Services answer their ServiceVIPs as they are). Requires an IPv6 range in `cidrs`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dns64: bool,
 }
 
 /// Observed state of a [`VPC`], written by the controller.

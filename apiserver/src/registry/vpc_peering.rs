@@ -191,6 +191,7 @@ mod tests {
                 cidrs: vec![cidr.into()],
                 mtu: 0,
                 dhcp: None,
+                dns64: false,
             },
         );
         v.metadata.namespace = Some(ns.into());

@@ -15,7 +15,10 @@
 //!   removed or shrunk so that they fall outside every range: [`validate_vpc_ranges_in_use`],
 //!   fed by the server with the VPC's address claims;
 //! - `spec.mtu` is 0 (the node's default) or between [`MIN_MTU`] and [`MAX_MTU`];
-//! - `spec.dhcp`, when set, follows [`super::dhcp`].
+//! - `spec.dhcp`, when set, follows [`super::dhcp`];
+//! - `spec.dns64` needs an IPv6 range in `spec.cidrs` (`Forbidden` otherwise): it synthesizes
+//!   AAAA records for the VPC's IPv6 pods, and a VPC without IPv6 has none. Turning it on or
+//!   off is an update like any other.
 //!
 //! The spec stays mutable, as in the Go server. Nothing is defaulted: `mtu: 0` means "the node
 //! default" and is resolved per node by the agent, so storing a number would be wrong.
@@ -131,6 +134,19 @@ pub fn validate_vpc_spec(spec: &VPCSpec, path: &FieldPath) -> FieldErrors {
     if let Some(dhcp) = &spec.dhcp {
         errs.extend(super::dhcp::validate_guest_config(dhcp, &path.child("dhcp")));
     }
+    // A range that does not parse has its own cause; any IPv6 one, even a refused one, is
+    // enough not to add this one.
+    let has_ipv6 = spec
+        .cidrs
+        .iter()
+        .filter_map(|c| parse_cidr(c).ok())
+        .any(|n| IpFamily::of_net(&n) == IpFamily::V6);
+    if spec.dns64 && !has_ipv6 {
+        errs.push(FieldError::forbidden(
+            path.child("dns64"),
+            "DNS64 synthesizes AAAA records for IPv6 clients: the VPC needs an IPv6 range in spec.cidrs",
+        ));
+    }
     errs
 }
 
@@ -190,6 +206,7 @@ mod tests {
                 cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
                 mtu,
                 dhcp: None,
+                dns64: false,
             },
         );
         v.metadata.namespace = Some("tenant-a".into());
@@ -206,6 +223,41 @@ mod tests {
         assert_errors(&validate_vpc(&v), &[("spec.dhcp.mtu", ErrorType::Invalid)]);
         v.spec.dhcp = Some(Default::default());
         assert_errors(&validate_vpc(&v), &[]);
+    }
+
+    #[test]
+    fn dns64_needs_an_ipv6_range() {
+        let mut v = vpc(&["10.0.0.0/24"], 0);
+        v.spec.dns64 = true;
+        let errs = validate_vpc(&v);
+        assert_errors(&errs, &[("spec.dns64", ErrorType::Forbidden)]);
+        assert!(
+            errs.iter()
+                .next()
+                .unwrap()
+                .message()
+                .contains("needs an IPv6 range"),
+            "{errs:?}"
+        );
+        // IPv6-only and dual-stack VPCs may turn it on.
+        for cidrs in [&["fd00:10::/64"][..], &["10.0.0.0/24", "fd00:10::/64"]] {
+            let mut v = vpc(cidrs, 0);
+            v.spec.dns64 = true;
+            assert_errors(&validate_vpc(&v), &[]);
+        }
+        // On update it may be turned on and off; dropping the last IPv6 range while it is on
+        // is refused at spec.dns64.
+        let old = vpc(&["10.0.0.0/24", "fd00:10::/64"], 0);
+        let mut on = old.clone();
+        on.spec.dns64 = true;
+        assert_errors(&validate_vpc_update(&on, &old), &[]);
+        assert_errors(&validate_vpc_update(&old, &on), &[]);
+        let mut v4_only = on.clone();
+        v4_only.spec.cidrs.pop();
+        assert_errors(
+            &validate_vpc_update(&v4_only, &on),
+            &[("spec.dns64", ErrorType::Forbidden)],
+        );
     }
 
     #[test]

@@ -32,6 +32,11 @@ impl Dnsmasq {
     /// dnsmasq answering `hosts` (an /etc/hosts-format text) and `host_records`
     /// (`name,addr` for `--host-record`), caching everything.
     pub fn start(hosts: &str, host_records: &[&str]) -> Self {
+        Self::start_with(hosts, host_records, &[])
+    }
+
+    /// [`Dnsmasq::start`] with more dnsmasq flags (`--cname=...`).
+    pub fn start_with(hosts: &str, host_records: &[&str], extra: &[&str]) -> Self {
         let bin = ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -60,6 +65,7 @@ impl Dnsmasq {
         for r in host_records {
             cmd.arg(format!("--host-record={r}"));
         }
+        cmd.args(extra);
         let child = cmd.spawn().expect("spawn dnsmasq");
         let d = Self {
             child,

@@ -11,9 +11,9 @@
 //!   an address is not steered) and `sdn_dns_pods` (each VPC pod of this node: its VPC
 //!   address → its fabric address); what is steered is port 53 of the cluster-internal
 //!   addresses, `sdn_internal` ([`crate::core::watch::internal`]);
-//! * watches this node's Pods, Ports, VPCs, VPCPeerings, ServiceVIPs, and cluster-wide
-//!   Services and EndpointSlices, rebuilding the view ([`crate::features::dns::view`]) after each
-//!   change.
+//! * watches this node's Pods, Ports, VPCs (VNIs for the steering, `spec.dns64` for the
+//!   view), VPCPeerings, ServiceVIPs, and cluster-wide Services and EndpointSlices, rebuilding
+//!   the view ([`crate::features::dns::view`]) after each change.
 //!
 //! A query is steered within its family (no NAT46): an IPv6 query needs an IPv6 resolver
 //! address here and the pod's IPv6 fabric address (a dual-stack default network).
@@ -239,11 +239,6 @@ enum Ev {
     Vip(Result<Event<ServiceVIP>, watcher::Error>),
 }
 
-fn vpc_vni(v: &VPC) -> Option<(Key, u32)> {
-    let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
-    (vni != 0).then(|| (name_of(&v.metadata), vni))
-}
-
 /// The watches, feeding the view and `sdn_dns_pods` until the process ends.
 async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
     let cfg = watcher::Config::default();
@@ -284,7 +279,7 @@ async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
 
     let mut pods: Cache<Key, Vec<IpAddr>> = Cache::new();
     let mut ports: Cache<String, view::PortRow> = Cache::new();
-    let mut vpcs: Cache<Key, u32> = Cache::new();
+    let mut vpcs: Cache<Key, view::VpcRow> = Cache::new();
     let mut peerings: Cache<Key, (Key, Key)> = Cache::new();
     let mut services: Cache<Key, view::ServiceRow> = Cache::new();
     let mut slices: Cache<Key, (Key, Vec<view::SliceEndpoint>)> = Cache::new();
@@ -310,7 +305,7 @@ async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
             Ev::Vpc(r) => {
                 let live = changes_live(&r);
                 r.map(|e| {
-                    vpcs.apply(e, vpc_vni, |v| name_of(&v.metadata));
+                    vpcs.apply(e, view::vpc_row, |v| name_of(&v.metadata));
                     live
                 })
             }
@@ -352,6 +347,7 @@ async fn run(api: ApiClients, pin_dir: PathBuf, view: ViewHandle) {
             node: &api.node,
             pods: Some(&pods.live),
             ports: Some(&ports.live),
+            vpcs: Some(&vpcs.live),
             peerings: Some(&peerings.live),
             services: Some(&services.live),
             slices: Some(&slices.live),

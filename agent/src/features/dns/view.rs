@@ -10,11 +10,12 @@
 //!   `targetRef` pod → that pod's Port in the Service's VPC (an endpoint outside the VPC
 //!   has no address there and is left out). Any other answers the addresses of its
 //!   ServiceVIPs in that VPC.
+//! * DNS64: the VPCs whose `spec.dns64` is on ([`cozyplane_resolver::dns64`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use cozyplane_apis::v1alpha1::{Port, ServiceVIP, VPCPeering};
+use cozyplane_apis::v1alpha1::{Port, ServiceVIP, VPC, VPCPeering};
 use cozyplane_resolver::{Endpoint, Protocol, Service, ServicePort, View, VpcKey};
 use k8s_openapi::api::core::v1::{Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -45,6 +46,30 @@ pub(crate) fn port_row(p: &Port) -> Option<(String, PortRow)> {
             ip: p.spec.ip.parse().ok(),
             node: p.spec.node.clone(),
             pod: (p.spec.pod_namespace.clone(), p.spec.pod_name.clone()),
+        },
+    ))
+}
+
+/// What the view and the steering need of a VPC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct VpcRow {
+    /// Its VNI; 0 until allocated (its pods are not steered yet).
+    pub(crate) vni: u32,
+    /// `spec.dns64`.
+    pub(crate) dns64: bool,
+}
+
+pub(crate) fn vpc_row(v: &VPC) -> Option<(Key, VpcRow)> {
+    let vni = v
+        .status
+        .as_ref()
+        .and_then(|s| u32::try_from(s.vni).ok())
+        .unwrap_or(0);
+    Some((
+        name_of(&v.metadata),
+        VpcRow {
+            vni,
+            dns64: v.spec.dns64,
         },
     ))
 }
@@ -178,6 +203,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) node: &'a str,
     pub(crate) pods: Option<&'a HashMap<Key, Vec<IpAddr>>>,
     pub(crate) ports: Option<&'a HashMap<String, PortRow>>,
+    pub(crate) vpcs: Option<&'a HashMap<Key, VpcRow>>,
     pub(crate) peerings: Option<&'a HashMap<Key, (VpcKey, VpcKey)>>,
     pub(crate) services: Option<&'a HashMap<Key, ServiceRow>>,
     pub(crate) slices: Option<&'a HashMap<Key, (Key, Vec<SliceEndpoint>)>>,
@@ -208,6 +234,11 @@ pub(crate) fn build(i: &Inputs<'_>, generation: u32) -> View {
             for f in fabric {
                 v.add_querier(*f, vpc.clone());
             }
+        }
+    }
+    for (vpc, row) in i.vpcs.into_iter().flatten() {
+        if row.dns64 {
+            v.add_dns64(vpc.clone());
         }
     }
     for (a, b) in i.peerings.into_iter().flat_map(HashMap::values) {
@@ -258,21 +289,31 @@ pub(crate) fn build(i: &Inputs<'_>, generation: u32) -> View {
 }
 
 /// `sdn_dns_pods`: `(VNI, VPC address)` of every VPC pod of this node → its fabric
-/// address of the same family.
+/// address of the same family; a v6-only pod without a v6 fabric address (a v4 default
+/// network) → its v4 one, whose queries to `64:ff9b::<ClusterIP>` the datapath translates
+/// (`lib/dns.h`, as the bridge does for its `status.podIP`).
 pub(crate) fn steering_sources(
     node: &str,
     pods: &HashMap<Key, Vec<IpAddr>>,
     ports: &HashMap<String, PortRow>,
-    vnis: &HashMap<VpcKey, u32>,
+    vpcs: &HashMap<VpcKey, VpcRow>,
 ) -> HashMap<(u32, IpAddr), IpAddr> {
-    ports
-        .values()
-        .filter(|p| p.node == node)
+    let mine = || ports.values().filter(|p| p.node == node);
+    let with_v4: std::collections::HashSet<&Key> = mine()
+        .filter(|p| p.ip.is_some_and(|ip| ip.is_ipv4()))
+        .map(|p| &p.pod)
+        .collect();
+    mine()
         .filter_map(|p| {
-            let vni = *vnis.get(&p.vpc)?;
+            let vni = vpcs.get(&p.vpc).map(|r| r.vni).filter(|v| *v != 0)?;
             let ip = p.ip?;
-            let fabric = pods.get(&p.pod)?.iter().find(|f| f.is_ipv4() == ip.is_ipv4())?;
-            Some(((vni, ip), *fabric))
+            let fabrics = pods.get(&p.pod)?;
+            let same = fabrics.iter().find(|f| f.is_ipv4() == ip.is_ipv4());
+            let translated = || {
+                let v6_only = ip.is_ipv6() && !with_v4.contains(&p.pod);
+                fabrics.iter().find(|f| v6_only && f.is_ipv4())
+            };
+            Some(((vni, ip), *same.or_else(translated)?))
         })
         .collect()
 }
@@ -401,6 +442,7 @@ mod tests {
             vips: Some(&vips),
             slices: Some(&slices),
             peerings: None,
+            vpcs: None,
         };
         let v = build(&inputs, 1);
         assert_eq!(v.querier(ip("10.244.1.10")), Some(&k("t1", "blue")));
@@ -479,14 +521,141 @@ mod tests {
             ("p3".into(), port(("t1", "blue"), "172.16.0.3", "n2", ("t1", "d"))),
             ("p4".into(), port(("t1", "nope"), "172.16.0.4", "n1", ("t1", "c"))),
         ]);
-        let vnis = HashMap::from([(k("t1", "blue"), 100)]);
-        let s = steering_sources("n1", &pods, &ports, &vnis);
+        let vpcs = HashMap::from([
+            (
+                k("t1", "blue"),
+                VpcRow {
+                    vni: 100,
+                    dns64: false,
+                },
+            ),
+            // No VNI yet: not steered.
+            (k("t1", "nope"), VpcRow { vni: 0, dns64: true }),
+        ]);
+        let s = steering_sources("n1", &pods, &ports, &vpcs);
         assert_eq!(
             s,
             HashMap::from([
                 ((100, ip("172.16.0.2")), ip("10.244.1.10")),
                 ((100, ip("fd00::2")), ip("fd44::10")),
             ])
+        );
+    }
+
+    #[test]
+    fn a_v6_only_pod_on_a_v4_default_network_is_steered_from_its_v4_fabric_address() {
+        let pods = HashMap::from([
+            (k("t1", "six"), vec![ip("10.244.1.11")]),
+            (k("t1", "dual"), vec![ip("10.244.1.12")]),
+        ]);
+        let ports = HashMap::from([
+            ("p1".into(), port(("t1", "blue"), "fd00::2", "n1", ("t1", "six"))),
+            (
+                "p2".into(),
+                port(("t1", "blue"), "172.16.0.3", "n1", ("t1", "dual")),
+            ),
+            ("p3".into(), port(("t1", "blue"), "fd00::3", "n1", ("t1", "dual"))),
+        ]);
+        let vpcs = HashMap::from([(
+            k("t1", "blue"),
+            VpcRow {
+                vni: 100,
+                dns64: false,
+            },
+        )]);
+        // The dual-stack pod asks over IPv4; only the v6-only one is translated.
+        assert_eq!(
+            steering_sources("n1", &pods, &ports, &vpcs),
+            HashMap::from([
+                ((100, ip("fd00::2")), ip("10.244.1.11")),
+                ((100, ip("172.16.0.3")), ip("10.244.1.12")),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_vpcs_dns64_reaches_the_view_for_its_pods_only() {
+        let vpc = |name: &str, cidrs: &[&str], dns64: bool, vni: i32| {
+            let mut v = VPC::new(
+                name,
+                cozyplane_apis::v1alpha1::VPCSpec {
+                    cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
+                    dns64,
+                    ..Default::default()
+                },
+            );
+            v.metadata.namespace = Some("t1".into());
+            v.status = Some(cozyplane_apis::v1alpha1::VPCStatus {
+                vni,
+                ..Default::default()
+            });
+            v
+        };
+        let vpcs: HashMap<Key, VpcRow> = [
+            vpc("six", &["fd00:6::/64"], true, 100),
+            vpc("dual", &["10.0.0.0/24", "fd00:7::/64"], false, 0),
+        ]
+        .iter()
+        .filter_map(vpc_row)
+        .collect();
+        assert_eq!(
+            vpcs[&k("t1", "six")],
+            VpcRow {
+                vni: 100,
+                dns64: true
+            }
+        );
+        assert_eq!(vpcs[&k("t1", "dual")], VpcRow { vni: 0, dns64: false });
+
+        let pods = HashMap::from([
+            (k("t1", "a"), vec![ip("10.244.1.10")]),
+            (k("t1", "b"), vec![ip("10.244.1.11")]),
+        ]);
+        let ports = HashMap::from([
+            ("p1".into(), port(("t1", "six"), "fd00:6::2", "n1", ("t1", "a"))),
+            ("p2".into(), port(("t1", "dual"), "fd00:7::2", "n1", ("t1", "b"))),
+        ]);
+        let v = build(
+            &Inputs {
+                node: "n1",
+                pods: Some(&pods),
+                ports: Some(&ports),
+                vpcs: Some(&vpcs),
+                ..Inputs::default()
+            },
+            1,
+        );
+        assert!(v.dns64(&k("t1", "six")));
+        assert!(!v.dns64(&k("t1", "dual")));
+        // An external AAAA question takes the DNS64 path from six's pod only; A questions and
+        // cluster names never do.
+        let decide = |from: &str, name: &str, t: RecordType| {
+            let mut m = Message::query();
+            m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
+            let zone = Zone::new("cozy.local", 5).unwrap();
+            handle(&v, &zone, ip(from), &m.to_vec().unwrap(), Transport::Udp)
+        };
+        assert_eq!(
+            decide("10.244.1.10", "www.example.com.", RecordType::AAAA),
+            Action::ForwardDns64
+        );
+        assert_eq!(
+            decide("10.244.1.10", "www.example.com.", RecordType::A),
+            Action::Forward
+        );
+        assert_eq!(
+            decide("10.244.1.11", "www.example.com.", RecordType::AAAA),
+            Action::Forward
+        );
+        assert!(matches!(
+            decide("10.244.1.10", "web.t1.svc.cozy.local.", RecordType::AAAA),
+            Action::Reply { .. }
+        ));
+        // Steering needs the VNI: dual has none yet.
+        let steer = steering_sources("n1", &pods, &ports, &vpcs);
+        assert_eq!(
+            steer,
+            HashMap::from([((100, ip("fd00:6::2")), ip("10.244.1.10"))])
         );
     }
 }
