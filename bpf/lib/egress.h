@@ -14,7 +14,9 @@
  *    the VPC's VNI) to the shard's node, whose sdn_from_overlay un-NATs it.
  *
  * Cluster-internal destinations are never NATed. A VPC without an effective
- * NAT-enabled gateway (for the packet's family) has no way out.
+ * NAT-enabled gateway (for the packet's family) has no way out. An IPv6
+ * packet to 64:ff9b::/96 through a gateway with an IPv4 NAT address is
+ * translated (NAT64: a v6-only VPC reaching the IPv4 internet).
  *
  * Every entry point returns SDN_SNAT_PASS (not its business: the caller goes
  * on as before), a tc verdict, or a DROP_* reason (negative).
@@ -30,6 +32,7 @@
 #include "parse.h"
 #include "policy.h"
 #include "snat.h"
+#include "xlat.h"
 
 /* IPv4 multicast and broadcast are nobody's to NAT. */
 static __always_inline int sdn_egress_v4_group(const struct sdn_pkt *p)
@@ -100,6 +103,28 @@ static __always_inline void sdn_masq_note_inbound(struct sdn_port *port,
 	sdn_dnat_record(port, p);
 }
 
+/*
+ * NAT64 at the gateway, before the engine: the pod's IPv6 packet to
+ * 64:ff9b::a.b.c.d becomes IPv4 to a.b.c.d (lib/xlat.h), its source for now
+ * the low word of the pod's address, which sdn_snat_out rewrites to the NAT
+ * address as for any IPv4 flow. p->src stays the pod's IPv6 address, so the
+ * engine keys the flow by the pod, and its reply (sdn_snat_in) finds a v6
+ * pod behind an IPv4 reply and translates it back.
+ */
+static __sdn_noinline int sdn_gw_xlat_out(struct __sk_buff *skb,
+					   struct sdn_pkt *p)
+{
+	struct sdn_addr pod = p->src, src4;
+	int ret;
+
+	sdn_addr_from_v4(&src4, p->src.w[3]);
+	ret = sdn_xlat_6to4(skb, p, &src4, &p->dst);
+	if (ret)
+		return ret;
+	p->src = pod;
+	return 0;
+}
+
 /* sdn_from_pod, a VPC pod's destination that is no endpoint, remote or peer. */
 static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 					   struct sdn_pkt *p, __u32 net)
@@ -107,15 +132,22 @@ static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 	struct sdn_snat_conf *c;
 	struct sdn_snat_gw *gw;
 	struct sdn_addr nat;
+	int ret, xlat = 0;
 	__u32 min;
-	int ret;
 
 	if (sdn_egress_v4_group(p) || sdn_is_internal(net, &p->dst))
 		return DROP_VPC_ISOLATION;
 	gw = bpf_map_lookup_elem(&sdn_snat_gws, &net);
 	if (p->family == 4 && gw && (gw->flags & SDN_SNAT_GW_F_HAVE4))
 		nat = gw->addr4;
-	else if (p->family == 6 && gw && (gw->flags & SDN_SNAT_GW_F_HAVE6))
+	else if (p->family == 6 && gw && sdn_addr_is_v4(&p->dst) &&
+		 (gw->flags & SDN_SNAT_GW_F_HAVE4)) {
+		/* NAT64: an IPv4 host in its 64:ff9b:: form, through the
+		 * VPC's IPv4 NAT address (sdn_gw_xlat_out).
+		 */
+		nat = gw->addr4;
+		xlat = 1;
+	} else if (p->family == 6 && gw && (gw->flags & SDN_SNAT_GW_F_HAVE6))
 		nat = gw->addr6;
 	else {
 		/* No door out: the boundary refuses it, and says so per VPC. */
@@ -139,6 +171,14 @@ static __sdn_noinline int sdn_gw_from_pod(struct __sk_buff *skb,
 		if (ret)
 			return ret;
 		return sdn_snat_send(skb, p, c);
+	}
+	if (xlat) {
+		/* Errors about a translated flow are not translated (yet). */
+		if (sdn_icmp_is_error(p))
+			return DROP_XLAT;
+		ret = sdn_gw_xlat_out(skb, p);
+		if (ret)
+			return ret;
 	}
 	if (sdn_icmp_is_error(p)) {
 		/* Only about a reply of one of the VPC's NATed flows. */
@@ -174,6 +214,8 @@ static __always_inline int sdn_snat_deliver(struct __sk_buff *skb,
 
 	ret = r->is_err ? sdn_snat_err_in(skb, p, r, &net) :
 			  sdn_snat_in(skb, p, r, &net);
+	if (ret == SDN_SNAT_XLAT)
+		ret = sdn_snat_in64(skb, p, r->rk.nat_port);
 	if (ret)
 		return ret;
 	ep = sdn_endpoint_lookup(net, &p->dst);

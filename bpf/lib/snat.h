@@ -39,11 +39,14 @@
 #include "nat.h"
 #include "nat6.h"
 #include "parse.h"
+#include "xlat.h"
 
 /* "Not mine, carry on": returned by the door functions besides a tc verdict
  * or a DROP_* reason (negative). No tc action has this value.
  */
 #define SDN_SNAT_PASS		0x100
+/* sdn_snat_in: a reply the caller must translate to IPv6 (sdn_snat_in64). */
+#define SDN_SNAT_XLAT		0x101
 
 #define SDN_SNAT_TRIES		16
 /* Idle seconds (units of 2^30 ns) after which a flow's port may be reused:
@@ -572,7 +575,8 @@ sdn_snat_rev_touch(const struct sdn_snat_reply *r)
 /*
  * Un-NATs the reply r (not an error) on the node that owns its flow: the
  * destination becomes the pod's. On success p->dst is the pod and *net its
- * net. Returns 0 or DROP_SNAT_NO_CT / DROP_REWRITE.
+ * net. Returns 0, SDN_SNAT_XLAT (the gateway's NAT64 reply to a v6-only pod:
+ * the caller translates, sdn_snat_in64), or DROP_SNAT_NO_CT / DROP_REWRITE.
  */
 static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 				       struct sdn_pkt *p,
@@ -590,6 +594,14 @@ static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 	rv = *cur;
 	*net = rv.net;
 	sdn_frag_key(&frk, p, rv.net);
+	if (p->family == 4 && !sdn_addr_is_v4(&rv.pod)) {
+		/* The gateway's NAT64 (lib/egress.h): the caller translates
+		 * (sdn_snat_in64), outside this frame.
+		 */
+		p->dst = rv.pod;
+		p->dport = rv.pod_port;
+		return SDN_SNAT_XLAT;
+	}
 	if (p->family == 4) {
 		if (sdn_nat4_addr(skb, p, 0, p->dst.w[3], rv.pod.w[3]) ||
 		    sdn_nat4_port(skb, p, 0, r->rk.nat_port, rv.pod_port))
@@ -604,6 +616,30 @@ static __sdn_noinline int sdn_snat_in(struct __sk_buff *skb,
 		p->sport = rv.pod_port;
 	if (p->frag)
 		sdn_frag_note(&frk, p);
+	return 0;
+}
+
+/*
+ * After sdn_snat_in returned SDN_SNAT_XLAT: the IPv4 reply to a v6-only pod
+ * becomes IPv6 from the peer's 64:ff9b:: form (which p->src already is) to
+ * the pod (p->dst, p->dport: sdn_snat_in put them there). Inlined into the
+ * program's frame: the translation's subprogram must not sit under
+ * sdn_snat_in's on the overlay program's 312-byte frame (624 > 512).
+ */
+static __always_inline int sdn_snat_in64(struct __sk_buff *skb,
+					 struct sdn_pkt *p, __be16 nat_port)
+{
+	struct sdn_addr pod = p->dst;
+	__be16 pod_port = p->dport;
+	int ret = sdn_xlat_4to6(skb, p, &p->src, &pod);
+
+	if (ret)
+		return ret;
+	if (sdn_nat4_port(skb, p, 0, nat_port, pod_port))
+		return DROP_REWRITE;
+	p->dport = pod_port;
+	if (p->proto == IPPROTO_ICMPV6)
+		p->sport = pod_port;
 	return 0;
 }
 

@@ -152,6 +152,29 @@ pub enum Outcome {
     Ignored(&'static str),
 }
 
+/// The resolvers a guest gets over IPv6 where its options name none: those of `--autoconf-dns`
+/// of IPv6; for an IPv6-only guest (`has_v4` false) on a cluster whose DNS is IPv4 only, that
+/// DNS in its NAT64 form, `64:ff9b::a.b.c.d`, which the datapath steers to the VPC resolver
+/// and translates (`lib/dns.h`).
+fn default_dns6(dns: &[IpAddr], has_v4: bool) -> Vec<Ipv6Addr> {
+    let v6: Vec<Ipv6Addr> = dns
+        .iter()
+        .filter_map(|i| match i {
+            IpAddr::V6(v) => Some(*v),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    if !v6.is_empty() || has_v4 {
+        return v6;
+    }
+    dns.iter()
+        .filter_map(|i| match i {
+            IpAddr::V4(v) => Some(cozyplane_apis::net::nat64::to_nat64(*v)),
+            IpAddr::V6(_) => None,
+        })
+        .collect()
+}
+
 /// The guest of attachment `a`: its Port's addresses (net 0: its fabric ones) and MAC; the
 /// options of `opts` (its Ports' and VPC's `spec.dhcp`, merged), and where those set nothing,
 /// the MTU of its host veth (`mtu`, which CNI ADD made the pod interface's; also the most
@@ -184,16 +207,10 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> O
                 })
                 .collect()
         }),
-        dns6: opts.dns6.clone().unwrap_or_else(|| {
-            flags
-                .autoconf_dns
-                .iter()
-                .filter_map(|i| match i {
-                    IpAddr::V6(v) => Some(*v),
-                    IpAddr::V4(_) => None,
-                })
-                .collect()
-        }),
+        dns6: opts
+            .dns6
+            .clone()
+            .unwrap_or_else(|| default_dns6(&flags.autoconf_dns, ips.iter().any(IpAddr::is_ipv4))),
         search: opts
             .search
             .clone()

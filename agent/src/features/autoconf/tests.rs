@@ -485,3 +485,19 @@ fn answering_takes_microseconds() {
 
 // `spec.dhcp` in the answers.
 mod options;
+
+/// Where no option names an IPv6 resolver: the flags' IPv6 ones; an IPv6-only guest on a
+/// cluster whose DNS is IPv4 only gets that DNS in its NAT64 form (the datapath translates),
+/// a guest with an IPv4 address does not (it asks over IPv4).
+#[test]
+fn an_ipv6_only_guest_on_an_ipv4_dns_gets_its_nat64_form() {
+    let v4_only: Vec<IpAddr> = vec!["10.96.0.10".parse().unwrap()];
+    let dual: Vec<IpAddr> = vec!["10.96.0.10".parse().unwrap(), "fd00:96::a".parse().unwrap()];
+    let nat64: Ipv6Addr = "64:ff9b::a60:a".parse().unwrap();
+    assert_eq!(super::default_dns6(&v4_only, false), vec![nat64]);
+    assert_eq!(super::default_dns6(&v4_only, true), Vec::<Ipv6Addr>::new());
+    assert_eq!(
+        super::default_dns6(&dual, false),
+        vec!["fd00:96::a".parse::<Ipv6Addr>().unwrap()]
+    );
+}
