@@ -66,7 +66,11 @@ static __sdn_noinline int sdn_doors_police_out(struct __sk_buff *skb,
 	w->u.ep.net = net;
 	w->u.ep.ip = p->src;
 	fp = bpf_map_lookup_elem(&sdn_fip_out, &w->u.ep);
-	if (!fp || (p->family == 4) != sdn_addr_is_v4(&fp->addr))
+	if (!fp)
+		return 0;
+	/* Same family, or NAT64 from a v6-only pod to 64:ff9b::/96. */
+	if ((p->family == 4) != sdn_addr_is_v4(&fp->addr) &&
+	    !(p->family == 6 && sdn_addr_is_v4(&p->dst)))
 		return 0;
 	return sdn_sg_police(skb, p, net, net, 0);
 }
@@ -79,6 +83,13 @@ static __sdn_noinline int sdn_doors_from_pod(struct __sk_buff *skb,
 	if (ret)
 		return ret;
 	return sdn_fip_from_pod(skb, p, net);
+}
+
+/* After sdn_doors_from_pod returned SDN_FIP_XLAT: a Floating IP's NAT64 out. */
+static __always_inline int sdn_doors_xlat_out(struct __sk_buff *skb,
+					      struct sdn_pkt *p, __u32 net)
+{
+	return sdn_fip_xlat_out(skb, p, net);
 }
 
 static __always_inline int sdn_doors_from_uplink(struct __sk_buff *skb,

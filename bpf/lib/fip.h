@@ -30,6 +30,11 @@
  * grouped target is closed to new flows either way until a CIDR rule admits
  * the peer; replies pass by the connection table.
  *
+ * An IPv4 public address of a v6-only pod is translated (NAT46 in, NAT64
+ * out, lib/xlat.h): the client is 64:ff9b::a.b.c.d inside, the pod's packets
+ * to such an address leave as IPv4 from the public address. ICMP errors are
+ * not translated across families (DROP_XLAT).
+ *
  * Both return 0 when the packet is not theirs (the caller goes on), the tc
  * verdict, or a DROP_* reason (< 0). Both meter door SDN_DOOR_EIP.
  */
@@ -43,6 +48,7 @@
 #include "ns_out.h"
 #include "parse.h"
 #include "policy.h"
+#include "xlat.h"
 
 /* One address of p, from -> to, with the checksums that cover it. A later
  * IPv4 fragment (no L4 header) and IPv4 protocols without a pseudo-header
@@ -93,6 +99,30 @@ static __always_inline int sdn_fip_quote(struct __sk_buff *skb,
 	return sdn_icmp_quote_addr(skb, p, &q, is_src, to) ? DROP_REWRITE : 0;
 }
 
+/* sdn_fip_from_pod: the caller must translate (sdn_fip_xlat_out). No tc
+ * verdict has this value.
+ */
+#define SDN_FIP_XLAT		0x102
+
+/* After sdn_fip_from_pod returned SDN_FIP_XLAT: the v6-only pod's packet
+ * leaves as IPv4 from its public address (p->src) to the host (p->dst, in its
+ * 64:ff9b:: form). Its own subprogram: under the doors' frame the
+ * translation's took sdn_from_pod's chain to 544 bytes.
+ */
+static __sdn_noinline int sdn_fip_xlat_out(struct __sk_buff *skb,
+					    struct sdn_pkt *p, __u32 net)
+{
+	struct sdn_addr pub = p->src;
+	int ret = sdn_xlat_6to4(skb, p, &pub, &p->dst);
+
+	if (ret)
+		return ret;
+	ret = sdn_ns_redirect_out(skb, p);
+	if (ret == TC_ACT_REDIRECT)
+		sdn_meter_door(skb, net, SDN_DOOR_EIP, SDN_DIR_OUT);
+	return ret;
+}
+
 static __always_inline int sdn_fip_from_uplink(struct __sk_buff *skb,
 					       struct sdn_pkt *p)
 {
@@ -111,15 +141,26 @@ static __always_inline int sdn_fip_from_uplink(struct __sk_buff *skb,
 		return 0;
 	net = f->net;
 	vpc = f->vpc_ip;
-	if ((p->family == 4) != sdn_addr_is_v4(&vpc))
+	if (p->family == 4 && !sdn_addr_is_v4(&vpc)) {
+		/* NAT46: an IPv4 address of a v6-only pod; the client as
+		 * 64:ff9b::a.b.c.d, which p->src already is (lib/xlat.h).
+		 */
+		ret = sdn_xlat_4to6(skb, p, &p->src, &vpc);
+		if (ret)
+			return ret;
+	} else if ((p->family == 4) != sdn_addr_is_v4(&vpc)) {
 		return DROP_UNSUPPORTED;
-	/* The quote is of a packet the target sent: from the public address. */
-	ret = sdn_fip_quote(skb, p, 1, &pub, &vpc);
-	if (ret)
-		return ret;
-	ret = sdn_fip_addr(skb, p, 0, &pub, &vpc);
-	if (ret)
-		return ret;
+	} else {
+		/* The quote is of a packet the target sent: from the public
+		 * address.
+		 */
+		ret = sdn_fip_quote(skb, p, 1, &pub, &vpc);
+		if (ret)
+			return ret;
+		ret = sdn_fip_addr(skb, p, 0, &pub, &vpc);
+		if (ret)
+			return ret;
+	}
 	p->dst = vpc;
 	/* The target's ingress, where it is delivered: on this node here. */
 	if (sdn_endpoint_lookup(net, &vpc)) {
@@ -142,16 +183,31 @@ static __always_inline int sdn_fip_from_pod(struct __sk_buff *skb,
 	if (!fp)
 		return 0;
 	pub = fp->addr;
-	if ((p->family == 4) != sdn_addr_is_v4(&pub) ||
-	    sdn_is_internal(net, &p->dst))
+	if (sdn_is_internal(net, &p->dst))
 		return 0;
-	/* The pod's error is about a packet it got through the door: to it. */
-	ret = sdn_fip_quote(skb, p, 0, &vpc, &pub);
-	if (ret)
-		return ret;
-	ret = sdn_fip_addr(skb, p, 1, &vpc, &pub);
-	if (ret)
-		return ret;
+	if (p->family == 6 && sdn_addr_is_v4(&pub)) {
+		/* NAT64: a v6-only pod's IPv4 public address, to an IPv4
+		 * host in its 64:ff9b:: form; anything else is not this
+		 * door's (the gateway may take it). The caller translates
+		 * (sdn_fip_xlat_out), outside the doors' frame.
+		 */
+		if (!sdn_addr_is_v4(&p->dst))
+			return 0;
+		p->src = pub;
+		return SDN_FIP_XLAT;
+	} else if ((p->family == 4) != sdn_addr_is_v4(&pub)) {
+		return 0;
+	} else {
+		/* The pod's error is about a packet it got through the door:
+		 * to it.
+		 */
+		ret = sdn_fip_quote(skb, p, 0, &vpc, &pub);
+		if (ret)
+			return ret;
+		ret = sdn_fip_addr(skb, p, 1, &vpc, &pub);
+		if (ret)
+			return ret;
+	}
 	p->src = pub;
 	ret = sdn_ns_redirect_out(skb, p);
 	if (ret == TC_ACT_REDIRECT)

@@ -75,6 +75,8 @@ static __always_inline int from_pod_peer(struct __sk_buff *skb,
 		ret = sdn_doors_police_out(skb, p, net);
 		if (!ret)
 			ret = sdn_doors_from_pod(skb, p, net);
+		if (ret == SDN_FIP_XLAT)
+			ret = sdn_doors_xlat_out(skb, p, net);
 		if (!ret)
 			ret = sdn_gw_from_pod(skb, p, net);
 		return ret < 0 ? sdn_drop(skb, ret) : ret;

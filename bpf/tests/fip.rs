@@ -373,13 +373,56 @@ fn ipv6_outbound_icmp_error_has_its_quote_translated() {
     });
 }
 
+// A v4 public address of a v6-only pod: the client's packets come in as IPv6 from its
+// 64:ff9b:: form, and the pod's packets to that form leave as IPv4 from the public address
+// (NAT46/64, lib/xlat.h). A v6 public address of a v4 target is still no 1:1 NAT.
 #[test]
-fn a_family_mismatch_is_not_translated() {
-    // A v4 public address for a v6 target cannot be a 1:1 NAT without NAT46.
+fn a_v4_floating_ip_of_a_v6_only_pod_is_translated_both_ways() {
+    in_routed_netns(|| {
+        let mut dp = Datapath::load(&cfg());
+        vpc_pod(&mut dp, VPC_A, VPC_IP6, MAC_A1);
+        floating_ip(&mut dp, PUB, VPC_A, VPC_IP6);
+        internal_range(&mut dp, 0, "10.96.0.0/12");
+        let client64 = v6("64:ff9b::c633:6407");
+        for (proto, proto6) in [(TCP, TCP), (UDP, UDP), (ICMP, ICMPV6)] {
+            let inn = from_client(proto, PUB);
+            let r = dp.run(FROM_UPLINK, &inn, LO, 0);
+            assert_eq!(r.verdict, TC_ACT_REDIRECT, "proto {proto}: into the pod");
+            assert_eq!(r.packet.len(), inn.len() + 20);
+            pkt::assert_v6_checksums(&r.packet);
+            let got = pkt::parse_v6(&r.packet);
+            assert_eq!(
+                (got.src, got.dst, got.proto),
+                (client64, v6(VPC_IP6), proto6),
+                "proto {proto}"
+            );
+            assert_eq!(got.dst_mac, MAC_A1);
+
+            let (sp, dp_, typ) = if proto == ICMP {
+                (40000, 40000, 129)
+            } else {
+                (80, 40000, 0)
+            };
+            let out = pkt::ipv6(MAC_A1, cfg().gw_mac, v6(VPC_IP6), client64, proto6, sp, dp_, typ);
+            let r = dp.run(FROM_POD, &out, LO, 0);
+            assert_eq!(r.verdict, TC_ACT_REDIRECT, "proto {proto}: out by the route");
+            pkt::assert_v4_checksums(&r.packet);
+            let got = pkt::parse_v4(&r.packet);
+            assert_eq!(
+                (got.src, got.dst, got.proto),
+                (v4(PUB), v4(CLIENT), proto),
+                "proto {proto}"
+            );
+        }
+        assert_eq!(door(&dp, VPC_A, DoorKey::EIP, DoorKey::IN).packets, 3);
+        assert_eq!(door(&dp, VPC_A, DoorKey::EIP, DoorKey::OUT).packets, 3);
+        assert_eq!(total_drops(&dp), 0);
+    });
     let mut dp = Datapath::load(&cfg());
-    endpoint(&mut dp, VPC_A, VPC_IP6, LO, MAC_A1);
-    floating_ip(&mut dp, PUB, VPC_A, VPC_IP6);
-    let r = dp.run(FROM_UPLINK, &from_client(TCP, PUB), LO, 0);
+    vpc_pod(&mut dp, VPC_A, VPC_IP, MAC_A1);
+    floating_ip(&mut dp, PUB6, VPC_A, VPC_IP);
+    let inn = pkt::ipv6(ROUTER_MAC, UPLINK_MAC, v6(CLIENT6), v6(PUB6), TCP, 40000, 80, 0);
+    let r = dp.run(FROM_UPLINK, &inn, LO, 0);
     assert_dropped(&dp, r.verdict, DropReason::Unsupported);
     let _ = Ipv4Addr::UNSPECIFIED;
 }

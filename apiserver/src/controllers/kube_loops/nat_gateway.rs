@@ -11,6 +11,10 @@
 //! implementation writes into the Service's `status.loadBalancer.ingress` becomes
 //! `status.natAddress`/`natAddress6`, which the agents use as the VPC's SNAT source.
 //!
+//! An IPv6-only VPC with `spec.dns64` also gets an IPv4 Service ([`nat_families`]): its pods
+//! reach IPv4 hosts at `64:ff9b::a.b.c.d`, which the datapath translates (NAT64) to that
+//! address, as a cloud's NAT gateway does for a subnet with DNS64.
+//!
 //! Anything else — the gateway deleted, no longer exclusive, NAT disabled, the VPC gone or a
 //! family removed from it — deletes the Services and slices and clears the addresses. A family
 //! whose Service create is refused (422 Invalid: the cluster does not serve IPv6, say) gets no
@@ -65,7 +69,7 @@ impl Doors {
                 .as_ref()
                 .is_some_and(|e| e.metadata.name == g.metadata.name);
             if exclusive && g.spec.nat.enabled && g.metadata.deletion_timestamp.is_none() {
-                families = vpc.as_deref().map(vpc_families).unwrap_or_default();
+                families = vpc.as_deref().map(nat_families).unwrap_or_default();
             }
         }
         // Keep the oldest fitting Service per wanted family; delete the rest.
@@ -195,5 +199,47 @@ fn want_service(g: &VPCGateway, f: Family) -> WantService {
             name,
             g.metadata.uid.clone().unwrap_or_default(),
         ),
+    }
+}
+
+/// The families of a VPC's NAT addresses: those of its ranges, and IPv4 for an IPv6-only VPC
+/// that asks for DNS64 (its IPv4 destinations leave by NAT64).
+fn nat_families(vpc: &cozyplane_apis::v1alpha1::VPC) -> Vec<Family> {
+    let mut f = vpc_families(vpc);
+    if vpc.spec.dns64 && !f.contains(&Family::V4) {
+        f.insert(0, Family::V4);
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use cozyplane_apis::v1alpha1::{VPC, VPCSpec};
+
+    use super::*;
+
+    fn vpc(cidrs: &[&str], dns64: bool) -> VPC {
+        VPC::new(
+            "v",
+            VPCSpec {
+                cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
+                dns64,
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn an_ipv6_only_vpc_with_dns64_also_gets_an_ipv4_nat_address() {
+        assert_eq!(
+            nat_families(&vpc(&["fd00:6::/64"], true)),
+            [Family::V4, Family::V6]
+        );
+        assert_eq!(nat_families(&vpc(&["fd00:6::/64"], false)), [Family::V6]);
+        assert_eq!(nat_families(&vpc(&["10.0.0.0/24"], false)), [Family::V4]);
+        assert_eq!(
+            nat_families(&vpc(&["10.0.0.0/24", "fd00:6::/64"], true)),
+            [Family::V4, Family::V6]
+        );
     }
 }
