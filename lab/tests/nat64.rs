@@ -30,6 +30,9 @@
 //!    ping it and connect to a TCP server of the internet host on it, by address and by name,
 //!    and the internet host sees the VPC `six`'s IPv4 NAT address (the gateway's
 //!    `status.natAddress`) as the source, in its captures and in what its server answers.
+//! 5. An IPv4 FloatingIP of s1 (`spec.ipFamily: IPv4`, its target s1's IPv6 address): the
+//!    internet host pings it and connects to s1's IPv6-only listener at it, which sees the host
+//!    as `64:ff9b::c633:6402`; s1's connection to the host leaves from the Floating IP.
 
 use std::io::{BufRead as _, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
@@ -38,7 +41,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::net::to_nat64;
-use cozyplane_apis::v1alpha1::{ServiceVIP, VPC, VPCGateway};
+use cozyplane_apis::v1alpha1::{FloatingIP, ServiceVIP, VPC, VPCGateway};
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
 use cozyplane_lab::outside::INET4;
 use cozyplane_lab::{Lab, LabPod, Netns, Node, Outside, Proc, run_in};
@@ -623,4 +626,44 @@ async fn body(lab: &mut Lab) {
         "s1 reaches {V4ONLY} by name through NAT64"
     );
     eprintln!("PASS NAT64: s1 and s2 reach {INET4} at {target}, seen as {six_nat}");
+
+    // --- 5. An IPv4 Floating IP of the v6-only s1 (`spec.ipFamily: IPv4`): the internet host
+    // reaches s1 at it and s1 sees the host as its 64:ff9b:: form (NAT46); s1's own packets to
+    // the host leave from the Floating IP, not the gateway's address (NAT64 at the door).
+    let s1v6 = addr(&s1, 6);
+    let f: FloatingIP = serde_json::from_value(json!({
+        "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
+        "metadata": {"name": "s1-v4", "namespace": "t1"},
+        "spec": {"vpcRef": {"name": "six"}, "target": s1v6.to_string(), "ipFamily": "IPv4"}
+    }))
+    .unwrap();
+    let fips: Api<FloatingIP> = Api::namespaced(cp.sdn.clone(), "t1");
+    fips.create(&PostParams::default(), &f).await.unwrap();
+    let eip: Ipv4Addr = until("s1-v4 Ready with an IPv4 address", || async {
+        let st = fips.get("s1-v4").await.ok()?.status?;
+        (st.phase == "Ready").then_some(())?;
+        st.address.parse().ok()
+    })
+    .await;
+    let seen = tcp_line_until(
+        lab,
+        (&outside.internet, "the internet host"),
+        SocketAddr::from((eip, PROBE_PORT)),
+    );
+    assert_eq!(
+        seen,
+        target.to_string(),
+        "s1 sees the internet host as {target} through its Floating IP {eip}"
+    );
+    assert!(
+        outside.internet.ping(eip, 3, 2),
+        "the internet host pings s1 at {eip}"
+    );
+    let seen = tcp_line_until(lab, (&s1.ns, "s1"), SocketAddr::from((target, WHO_PORT)));
+    assert_eq!(
+        seen,
+        eip.to_string(),
+        "s1 leaves from its Floating IP, which wins over the gateway"
+    );
+    eprintln!("PASS Floating IP: {eip} reaches s1 ({s1v6}) and s1 leaves from it");
 }

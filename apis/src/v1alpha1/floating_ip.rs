@@ -27,6 +27,12 @@ pub struct FloatingIPSpec {
     /// the address controller as an annotation of the owned Service.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub address_claim_name: String,
+    /// The family of the public address, `IPv4` or `IPv6` (the owned Service's
+    /// `ipFamilies`); empty means the target's. `IPv4` for an IPv6 target gives a pod of an
+    /// IPv6-only VPC an IPv4 address, translated on the way (NAT46 in, NAT64 out: the pod
+    /// sees an IPv4 client as `64:ff9b::a.b.c.d`). `IPv6` for an IPv4 target is refused.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip_family: String,
 }
 
 /// Observed state of a [`FloatingIP`], written by the controller.

@@ -7,7 +7,8 @@
 //! - `spec.target` is a required canonical address outside the reserved ranges (it becomes an
 //!   EndpointSlice address, which Kubernetes also requires to be canonical);
 //! - `spec.loadBalancerClass`, when set, is a qualified name;
-//! - `spec.addressClaimName`, when set, is an object name (DNS-1123 subdomain).
+//! - `spec.addressClaimName`, when set, is an object name (DNS-1123 subdomain);
+//! - `spec.ipFamily` is empty, `IPv4` or `IPv6`, and `IPv6` only for an IPv6 target.
 //!
 //! The spec stays mutable. Whether `target` lies in the VPC's range needs a read and is left to
 //! the controller (condition `TargetLive`).
@@ -15,7 +16,7 @@
 use cozyplane_apis::v1alpha1::FloatingIP;
 
 use super::common;
-use super::field::{FieldErrors, FieldPath};
+use super::field::{FieldError, FieldErrors, FieldPath};
 use super::format;
 use super::meta::{NameRule, validate_object_meta_named, validate_object_meta_update};
 
@@ -38,7 +39,26 @@ pub fn validate_floating_ip(fip: &FloatingIP) -> FieldErrors {
         &spec.address_claim_name,
         format::dns1123_subdomain,
     );
+    ip_family(&mut errs, path.child("ipFamily"), spec);
     errs
+}
+
+/// `spec.ipFamily`: empty, `IPv4` or `IPv6`; an IPv6 public address of an IPv4 target would be
+/// NAT64 into an IPv4 pod, which the datapath does not do.
+fn ip_family(errs: &mut FieldErrors, path: FieldPath, spec: &cozyplane_apis::v1alpha1::FloatingIPSpec) {
+    match spec.ip_family.as_str() {
+        "" | "IPv4" => {}
+        "IPv6" => {
+            if spec.target.parse::<std::net::IpAddr>().is_ok_and(|t| t.is_ipv4()) {
+                errs.push(FieldError::invalid(
+                    path,
+                    &spec.ip_family,
+                    "an IPv6 public address needs an IPv6 target (only IPv4 is translated to IPv6 targets)",
+                ));
+            }
+        }
+        other => errs.push(FieldError::not_supported(path, other, &["IPv4", "IPv6"])),
+    }
 }
 
 /// Validates an update of a FloatingIP: the create rules and the metadata update rules.
@@ -65,6 +85,7 @@ mod tests {
                 target: target.into(),
                 load_balancer_class: String::new(),
                 address_claim_name: "public-1".into(),
+                ip_family: String::new(),
             },
         );
         f.metadata.namespace = Some("tenant-a".into());
@@ -113,6 +134,26 @@ mod tests {
                 ("spec.loadBalancerClass", ErrorType::Invalid),
                 ("spec.addressClaimName", ErrorType::Invalid),
             ],
+        );
+    }
+
+    #[test]
+    fn the_ip_family_is_a_known_one_and_never_ipv6_for_an_ipv4_target() {
+        let with = |target: &str, family: &str| {
+            let mut f = fip("web", target);
+            f.spec.ip_family = family.into();
+            validate_floating_ip(&f)
+        };
+        assert_errors(&with("fd00:10::2", "IPv4"), &[]);
+        assert_errors(&with("fd00:10::2", "IPv6"), &[]);
+        assert_errors(&with("10.0.0.2", "IPv4"), &[]);
+        assert_errors(
+            &with("10.0.0.2", "IPv6"),
+            &[("spec.ipFamily", ErrorType::Invalid)],
+        );
+        assert_errors(
+            &with("10.0.0.2", "ipv4"),
+            &[("spec.ipFamily", ErrorType::NotSupported)],
         );
     }
 

@@ -96,7 +96,10 @@ pub(crate) fn desired<'a>(
         let (Some(address), Some(&vni)) = (r.address, vnis.get(&r.vpc)) else {
             continue;
         };
-        if vni == 0 || address.is_ipv4() != target.is_ipv4() || !live.contains(&(&r.vpc, target)) {
+        // Same family, or an IPv4 address of an IPv6 target, which the datapath translates
+        // (NAT46/64, lib/fip.h); never an IPv6 address of an IPv4 target.
+        let pairs = address.is_ipv4() == target.is_ipv4() || address.is_ipv4();
+        if vni == 0 || !pairs || !live.contains(&(&r.vpc, target)) {
             continue;
         }
         if d.inbound.contains_key(&address) {
@@ -222,6 +225,22 @@ mod tests {
         assert_eq!(
             d.outbound,
             HashMap::from([((100, ip("10.0.0.5")), ip("203.0.113.10"))])
+        );
+    }
+
+    #[test]
+    fn an_ipv4_address_of_an_ipv6_target_is_programmed_for_translation() {
+        let d = run(
+            &[("f", row("a", "fd00::5", Some("203.0.113.10"), ("1", "f")))],
+            &[("a", "fd00::5")],
+        );
+        assert_eq!(
+            d.inbound,
+            HashMap::from([(ip("203.0.113.10"), (100, ip("fd00::5")))])
+        );
+        assert_eq!(
+            d.outbound,
+            HashMap::from([((100, ip("fd00::5")), ip("203.0.113.10"))])
         );
     }
 

@@ -101,7 +101,7 @@ impl Family {
         if ip.is_ipv4() { Self::V4 } else { Self::V6 }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    pub(super) fn parse(s: &str) -> Option<Self> {
         [Self::V4, Self::V6].into_iter().find(|f| f.name() == s)
     }
 }

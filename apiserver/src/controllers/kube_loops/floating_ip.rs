@@ -5,9 +5,11 @@
 //! being deleted (ties: name) is exclusive; the others get `TargetExclusive=False`
 //! (`TargetConflict`) and no Service (one they had is deleted). The exclusive one owns a
 //! Service (`generateName` `<fip>-`, label `sdn.cozystack.io/floating-ip`, the family of
-//! `spec.target`, see [`super::doors`] for the rest of its shape) and its EndpointSlice, whose
-//! one endpoint is `spec.target` on the node of the Port holding it, Ready while that Port is
-//! live (it exists, is not being deleted and names a node). The Port is found by name (the
+//! `spec.ipFamily`, else of `spec.target`, see [`super::doors`] for the rest of its shape) and
+//! its EndpointSlice, whose one endpoint is `spec.target` on the node of the Port holding it,
+//! Ready while that Port is live (it exists, is not being deleted and names a node). An IPv4
+//! Floating IP of an IPv6 target (NAT46/64) names the assigned address itself instead, once
+//! there is one: the slice's family is the Service's. The Port is found by name (the
 //! VPC's VNI and the address make it), and a Port appearing, moving or going away queues the
 //! FloatingIPs of its address. `status.address` is the Service's ingress; the phase is `Ready`
 //! when the Service exists, an address is assigned, the target is live and the FloatingIP is
@@ -78,7 +80,8 @@ impl Doors {
             match target {
                 None => facts.service_note = format!("target {:?} is not an IP address", f.spec.target),
                 Some(t) if facts.winner.is_none() && f.metadata.deletion_timestamp.is_none() => {
-                    want = Some((want_service(f, Family::of(t)), t));
+                    let family = Family::parse(&f.spec.ip_family).unwrap_or(Family::of(t));
+                    want = Some((want_service(f, family), t));
                 }
                 Some(_) => {}
             }
@@ -126,12 +129,20 @@ impl Doors {
             if let Some(svc) = svc {
                 facts.service = true;
                 facts.address = ingress(&svc, family).unwrap_or_default();
-                let endpoint = WantEndpoint {
-                    address: canonical_ip(target),
+                // The slice's one endpoint is the target; a translated Floating IP's target
+                // is of the other family than the slice, so it names the public address
+                // itself once assigned, as a gateway's slice does.
+                let address = if Family::of(target) == family {
+                    Some(canonical_ip(target))
+                } else {
+                    (!facts.address.is_empty()).then(|| facts.address.clone())
+                };
+                let endpoint = address.map(|address| WantEndpoint {
+                    address,
                     ready: !facts.node.is_empty(),
                     node: facts.node.clone(),
-                };
-                self.ensure_slice(&svc, family, (FIP_LABEL, name), Some(endpoint))
+                });
+                self.ensure_slice(&svc, family, (FIP_LABEL, name), endpoint)
                     .await?;
             }
         }
