@@ -96,4 +96,9 @@ pub mod conditions {
     pub const CIDRS_DISJOINT: &str = "CIDRsDisjoint";
     /// Reason of `CIDRsDisjoint=False`.
     pub const REASON_CIDRS_DISJOINT_MISSING: &str = "CIDRsDisjointMissing";
+    /// The two VPCs have an address family in common (also the reason when true). A v4-only
+    /// and a v6-only VPC are never peered: nothing translates between tenants.
+    pub const FAMILY_SHARED: &str = "FamilyShared";
+    /// Reason of `FamilyShared=False`.
+    pub const REASON_FAMILY_SHARED_MISSING: &str = "FamilySharedMissing";
 }

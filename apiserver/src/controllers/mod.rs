@@ -13,7 +13,7 @@
 //! Reconciled:
 //!
 //! * VPCPeering status: `phase`, `peerVNI`, conditions `PeerMatched`, `VPCReady`,
-//!   `PeerVPCReady`, `CIDRsDisjoint`.
+//!   `PeerVPCReady`, `CIDRsDisjoint`, `FamilyShared`.
 //! * VPCGateway status: one boundary per VPC (oldest wins): `Exclusive`, `VPCResolved`,
 //!   `NATReady`, `phase` (only without a kube connection; with one the gateway door loop below
 //!   writes it, NAT addresses included).

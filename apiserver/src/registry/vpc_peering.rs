@@ -130,6 +130,15 @@ pub fn status(p: &VPCPeering, local: Option<&VPC>, remote: Option<&VPC>, matched
         (Some(l), Some(r)) => !cidr_lists_overlap(&l.spec.cidrs, &r.spec.cidrs),
         _ => false,
     };
+    // A v4-only VPC and a v6-only one would share no address: their pods could only meet
+    // through a translation, which cozyplane never does between tenants (issue 28).
+    let shared = match (local, remote) {
+        (Some(l), Some(r)) => {
+            let (a, b) = (families(l), families(r));
+            (a.0 && b.0) || (a.1 && b.1)
+        }
+        _ => false,
+    };
     let generation = p.metadata.generation.unwrap_or(1);
     let c = |ty: &str, ok: bool, what: &str| {
         let (reason, message) = if ok {
@@ -139,7 +148,7 @@ pub fn status(p: &VPCPeering, local: Option<&VPC>, remote: Option<&VPC>, matched
         };
         condition(&prev.conditions, ty, ok, &reason, &message, generation)
     };
-    let ready = matched && local_ready && peer_ready && disjoint;
+    let ready = matched && local_ready && peer_ready && disjoint && shared;
     VPCPeeringStatus {
         phase: if ready { "Ready" } else { "Pending" }.to_string(),
         peer_vni: vni(remote),
@@ -148,8 +157,23 @@ pub fn status(p: &VPCPeering, local: Option<&VPC>, remote: Option<&VPC>, matched
             c("VPCReady", local_ready, "local VPC ready"),
             c("PeerVPCReady", peer_ready, "peer VPC ready"),
             c("CIDRsDisjoint", disjoint, "disjoint CIDRs"),
+            c("FamilyShared", shared, "an address family in common"),
         ],
     }
+}
+
+/// Whether `vpc` has an IPv4 range, an IPv6 range.
+fn families(vpc: &VPC) -> (bool, bool) {
+    let nets = || {
+        vpc.spec
+            .cidrs
+            .iter()
+            .filter_map(|c| c.parse::<cozyplane_apis::net::IpNet>().ok())
+    };
+    (
+        nets().any(|n| n.addr().is_ipv4()),
+        nets().any(|n| n.addr().is_ipv6()),
+    )
 }
 
 #[cfg(test)]
@@ -247,5 +271,22 @@ mod tests {
         let st = status(&p, Some(&x), Some(&y), true);
         assert_eq!(st.phase, "Pending");
         assert_eq!(cond(&st, "CIDRsDisjoint").status, "False");
+    }
+
+    #[test]
+    fn a_v4_only_and_a_v6_only_vpc_are_never_peered() {
+        let p = half("a", "x", "b", "y");
+        let x = vpc("a", "x", 100, "10.0.0.0/24");
+        let st = status(&p, Some(&x), Some(&vpc("b", "y", 101, "fd00:6::/64")), true);
+        assert_eq!(st.phase, "Pending");
+        assert_eq!(cond(&st, "FamilyShared").reason, "FamilySharedMissing");
+        assert_eq!(cond(&st, "CIDRsDisjoint").status, "True");
+        let mut dual = vpc("b", "y", 101, "fd00:6::/64");
+        dual.spec.cidrs.push("10.1.0.0/24".into());
+        let st = status(&p, Some(&x), Some(&dual), true);
+        assert_eq!(
+            (st.phase.as_str(), cond(&st, "FamilyShared").status.as_str()),
+            ("Ready", "True")
+        );
     }
 }
