@@ -315,7 +315,10 @@ fn spec_and_status_accessors_follow_the_strategy_rules() {
             ..PortSpec::default()
         },
     );
-    old.status = Some(PortStatus { groups: vec![1] });
+    old.status = Some(PortStatus {
+        groups: vec![1],
+        ..Default::default()
+    });
     let mut new = Port::new(
         "v100.10-0-0-2",
         PortSpec {
@@ -323,7 +326,10 @@ fn spec_and_status_accessors_follow_the_strategy_rules() {
             ..PortSpec::default()
         },
     );
-    new.status = Some(PortStatus { groups: vec![9] });
+    new.status = Some(PortStatus {
+        groups: vec![9],
+        ..Default::default()
+    });
 
     assert!(!new.spec_eq(&old));
     let mut update = new.clone();

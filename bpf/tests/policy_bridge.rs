@@ -88,7 +88,10 @@ fn world(grouped: bool, admit: Admit) -> Tables {
                 ip: ip.into(),
                 ..Default::default()
             },
-            status: Some(PortStatus { groups }),
+            status: Some(PortStatus {
+                groups,
+                ..Default::default()
+            }),
         });
     }
     let mut t = c.tables();

@@ -86,6 +86,7 @@ fn world_both(grouped: bool, admit: Option<&str>, egress: Option<&str>) -> Table
         },
         status: Some(PortStatus {
             groups: if grouped { vec![1] } else { vec![] },
+            ..Default::default()
         }),
     });
     c.tables()

@@ -227,6 +227,11 @@ async fn migrate(
         "the source holds the Port until the cutover"
     );
     assert_eq!(
+        condition(&p, "Migrating"),
+        ("True".to_string(), "TargetPrepared".to_string()),
+        "the Port shows the migration in progress"
+    );
+    assert_eq!(
         mac_of(&target),
         p.spec.mac,
         "the target launcher has the VM's MAC"
@@ -256,12 +261,22 @@ async fn migrate(
             "targetNodeDomainReadyTimestamp": done, "completed": true, "endTimestamp": done}}),
     )
     .await;
-    until("the cutover moved the Port", || async {
+    let p = until("the cutover moved the Port", || async {
         let p = ports.get(port).await.ok()?;
         (p.spec.node == lab.nodes[to].name && p.spec.pod_name == name && p.spec.migration_target.is_none())
-            .then_some(())
+            .then_some(p)
     })
     .await;
+    assert_eq!(condition(&p, "Migrating").0, "False", "the migration is over");
+    let attached = p
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Attached");
+    assert!(
+        attached.is_some_and(|c| c.status == "True" && c.message.contains(&lab.nodes[to].name)),
+        "the Port says it is attached on the target: {attached:?}"
+    );
     // KubeVirt deletes the source launcher once the migration completed.
     gone(cp, lab, source).await;
     (target, at)
@@ -434,4 +449,14 @@ async fn body(lab: &mut Lab) {
     assert_eq!(p.spec.pod_name, launcher.name, "nothing moved");
     assert!(client.ns.ping(ip, 3, 3), "the VM still answers");
     eprintln!("PASS an unprepared target: {}", ev.message.unwrap_or_default());
+}
+
+/// Condition `ty` of Port `p`: (status, reason), empty when it has none.
+fn condition(p: &Port, ty: &str) -> (String, String) {
+    p.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == ty)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+        .unwrap_or_default()
 }

@@ -2,19 +2,21 @@
 //! virt-launcher pod is played by a pod labelled `vm.kubevirt.io/name: vm1` in VPC t1/va: its
 //! Port carries the workload (`sdn.cozystack.io/vm-name`, `sdn.cozystack.io/interface`). A
 //! second live launcher of the same VM is refused; the first deleted (DEL, Pod gone) leaves the
-//! Port live; the next launcher, on the other node, gets the same address and MAC (read in its
+//! Port live; a storm of eight launchers added at once on both nodes leaves exactly one holder
+//! and one endpoint, and the refused ones' DELs leave it alone; the next launcher, on the other node, gets the same address and MAC (read in its
 //! netns and captured on the wire as the source of its replies), reachable from both nodes.
 //! A VM pinning its address and MAC gets them; pins outside the VPC's ranges or held by another
 //! Port are refused with the server's 422 on the field, and nothing is left behind. With no
 //! launcher left (and no KubeVirt objects: the stand-in serves none) the server releases the
 //! Port after its grace. Needs root and the agent and CNI binaries built.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::net::claim::port_name;
 use cozyplane_apis::v1alpha1::Port;
-use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture};
+use cozyplane_bpf::maps::endpoints::EndpointsMap;
+use cozyplane_lab::{Lab, LabPod, Netns, add_network, capture, del_network};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
@@ -47,6 +49,105 @@ async fn refused_add(cp: &Cp, lab: &Lab, name: &str, meta: common::Meta<'_>) -> 
         ("t1", name, &uid),
         &json!({}),
     )
+}
+
+/// Launchers of vm1 created at once by [`storm`], alternating between the nodes.
+const STORM: usize = 8;
+
+/// A storm of [`STORM`] launchers of vm1 (no migration target among them), their CNI ADDs at
+/// once on both nodes, with the real server deciding: exactly one holds Port `name`, the others
+/// are refused, and no node ever has a second endpoint of the address. Their DELs (kubelet's,
+/// after a failed ADD) leave the winner's Port alone; then the winner goes too.
+async fn storm(
+    cp: &Cp,
+    lab: &Lab,
+    (ports, name): (&Api<Port>, &str),
+    (vni, ip): (u32, Ipv4Addr),
+    q: &LabPod,
+) {
+    let names: Vec<String> = (0..STORM).map(|i| format!("virt-launcher-vm1-s{i}")).collect();
+    let mut uids = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        uids.push(create_pod_with(cp, lab, (i % 2, "t1", n, Some("va")), (&[VM], &[])).await);
+    }
+    let nss: Vec<Netns> = names.iter().map(|_| Netns::new("p")).collect();
+    let cid = |n: &str| format!("t1-{n}");
+    let endpoints = |node: usize| {
+        EndpointsMap::from_pin(&lab.nodes[node].scratch.pins())
+            .and_then(|m| m.get(vni, IpAddr::V4(ip)))
+            .ok()
+            .flatten()
+    };
+    let results: Vec<(i32, serde_json::Value)> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..STORM)
+            .map(|i| {
+                let (node, ns, n, uid) = (&lab.nodes[i % 2], &nss[i], &names[i], &uids[i]);
+                s.spawn(move || add_network(node, &cid(n), &ns.path(), ("t1", n, uid), &json!({})))
+            })
+            .collect();
+        runs.into_iter().map(|h| h.join().expect("ADD thread")).collect()
+    });
+    let won: Vec<usize> = (0..STORM).filter(|i| results[*i].0 == 0).collect();
+    assert_eq!(
+        won.len(),
+        1,
+        "exactly one of {STORM} concurrent launchers holds the Port: {results:?}"
+    );
+    let w = won[0];
+    let p = ports.get(name).await.unwrap();
+    assert_eq!(
+        (p.spec.node.as_str(), p.spec.pod_name.as_str()),
+        (lab.nodes[w % 2].name.as_str(), names[w].as_str()),
+        "the Port is the winner's"
+    );
+    for (i, (code, out)) in results.iter().enumerate().filter(|(i, _)| *i != w) {
+        assert_ne!(*code, 0);
+        eprintln!("  {} refused: {}", names[i], out["msg"]);
+    }
+    assert!(endpoints(w % 2).is_some(), "the winner's node has the endpoint");
+    assert!(
+        endpoints(1 - w % 2).is_none(),
+        "never a second endpoint on the other node"
+    );
+    // kubelet DELs a sandbox whose ADD failed: that must not take the winner's Port.
+    for i in (0..STORM).filter(|i| *i != w) {
+        let (code, out) = del_network(
+            &lab.nodes[i % 2],
+            &cid(&names[i]),
+            &nss[i].path(),
+            ("t1", &names[i], &uids[i]),
+            (&json!({}), None),
+        );
+        assert_eq!(code, 0, "DEL of refused {}: {out}", names[i]);
+        Api::<Pod>::namespaced(cp.kube.clone(), "t1")
+            .delete(&names[i], &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    let p = ports.get(name).await.unwrap();
+    assert_eq!(
+        p.spec.pod_name, names[w],
+        "the refused launchers' DELs left the Port alone"
+    );
+    assert!(endpoints(w % 2).is_some(), "and its endpoint");
+    wait("q reaches the storm's winner", || q.ns.ping(ip, 1, 1));
+    let winner = LabPod {
+        name: names[w].clone(),
+        namespace: "t1".into(),
+        node: w % 2,
+        cid: cid(&names[w]),
+        uid: uids[w].clone(),
+        fabric: cozyplane_lab::result_ip(&results[w].1).unwrap_or(Ipv4Addr::UNSPECIFIED),
+        result: results[w].1.clone(),
+        ns: nss.into_iter().nth(w).expect("the winner's netns"),
+    };
+    gone(cp, lab, &winner).await;
+    eprintln!(
+        "PASS a storm of {STORM} launchers: {} on {} holds the Port, {} refused, one endpoint",
+        names[w],
+        lab.nodes[w % 2].name,
+        STORM - 1
+    );
 }
 
 /// Pinned address and MAC: made with them; outside the ranges or taken, refused with the
@@ -183,6 +284,8 @@ async fn body(lab: &mut Lab) {
         "DEL kept the workload's Port"
     );
     eprintln!("PASS launcher a gone, Port {name} kept");
+
+    storm(&cp, lab, (&ports, &name), (vni, ip), &q).await;
 
     // 4. The next launcher, on n2: the same address and MAC.
     let b = pod_labelled(

@@ -89,6 +89,7 @@ pub use vpc_trace::{
 /// Condition types and reasons written by the controllers, per kind.
 pub mod conditions {
     pub use super::floating_ip::conditions as floating_ip;
+    pub use super::port::conditions as port;
     pub use super::security_group::conditions as security_group;
     pub use super::vpc_gateway::conditions as vpc_gateway;
     pub use super::vpc_peering::conditions as vpc_peering;

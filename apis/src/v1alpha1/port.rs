@@ -1,6 +1,6 @@
 //! `Port`: one address claimed in a VPC, and where it lives.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +58,7 @@ pub struct PortSpec {
 }
 
 /// Observed state of a [`Port`], written by the controller.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PortStatus {
     /// IDs (1–62) of the SecurityGroups of the Port's VPC that select its pod; empty means the
@@ -66,6 +66,33 @@ pub struct PortStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub groups: Vec<i32>,
+    /// Where the Port is attached and whether a live migration holds it (see [`conditions`]),
+    /// derived by the server in the write that changes the spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "x-kubernetes-patch-strategy" = "merge",
+        "x-kubernetes-patch-merge-key" = "type"
+    ))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Condition types and reasons of [`PortStatus`].
+pub mod conditions {
+    /// A pod holds the Port on a node (`spec.node`); the message names both.
+    pub const ATTACHED: &str = "Attached";
+    /// Reason of `Attached=True`.
+    pub const REASON_ON_NODE: &str = "OnNode";
+    /// Reason of `Attached=False`: a workload's Port kept between its pods (a VM's, issue 27).
+    pub const REASON_DETACHED: &str = "Detached";
+    /// A live migration's target pod is prepared (`spec.migrationTarget`): two pods hold the
+    /// Port until the cutover moves it or the migration is rolled back.
+    pub const MIGRATING: &str = "Migrating";
+    /// Reason of `Migrating=True`.
+    pub const REASON_TARGET_PREPARED: &str = "TargetPrepared";
+    /// Reason of `Migrating=False`.
+    pub const REASON_NO_MIGRATION: &str = "NoMigration";
 }
 
 /// One address in a VPC and the node it is reachable at. The name is the claim: only one Port

@@ -2,9 +2,12 @@
 //! agent's finalizer.
 
 use cozyplane_apis::HasSpecStatus;
-use cozyplane_apis::v1alpha1::Port;
+use cozyplane_apis::v1alpha1::conditions::port as c;
+use cozyplane_apis::v1alpha1::{Port, PortSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube_core::Resource as _;
 
+use super::condition::condition;
 use super::strategy::{self, Column};
 use super::validate::{field::FieldErrors, validate_port, validate_port_update};
 
@@ -134,10 +137,112 @@ impl strategy::Strategy for Strategy {
                 ));
             }
         }
+        if let Some(st) = &new.status {
+            super::validate::status::conditions(&mut errs, &st.conditions);
+        }
         errs
+    }
+
+    fn derive_status(&self, obj: &mut Port) {
+        // Known from the spec alone: no controller writes them, and `kubectl get port -o
+        // yaml` shows a migration the moment the agent prepares its target.
+        let st = obj.status.get_or_insert_with(Default::default);
+        st.conditions = conditions(&obj.spec, &st.conditions, obj.metadata.generation.unwrap_or(1));
     }
 
     fn allocator(&self) -> Option<&dyn crate::alloc::Allocator<Port>> {
         Some(&crate::alloc::kinds::PortAllocator)
+    }
+}
+
+/// The conditions of a Port with `spec` (see `cozyplane_apis::v1alpha1::port::conditions`),
+/// transition times kept from `prev` while a status stays.
+fn conditions(spec: &PortSpec, prev: &[Condition], generation: i64) -> Vec<Condition> {
+    let attached = !spec.node.is_empty();
+    let (reason, message) = if attached {
+        let pod = format!("{}/{}", spec.pod_namespace, spec.pod_name);
+        (c::REASON_ON_NODE, format!("pod {pod} on node {}", spec.node))
+    } else {
+        (c::REASON_DETACHED, "no pod holds the Port".to_string())
+    };
+    let mut out = vec![condition(
+        prev,
+        c::ATTACHED,
+        attached,
+        reason,
+        &message,
+        generation,
+    )];
+    let (migrating, reason, message) = match &spec.migration_target {
+        Some(t) => (
+            true,
+            c::REASON_TARGET_PREPARED,
+            format!(
+                "target pod {}/{} prepared on node {} (migration {})",
+                t.pod_namespace, t.pod_name, t.node, t.migration_uid
+            ),
+        ),
+        None => (false, c::REASON_NO_MIGRATION, String::new()),
+    };
+    out.push(condition(
+        prev,
+        c::MIGRATING,
+        migrating,
+        reason,
+        &message,
+        generation,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use cozyplane_apis::v1alpha1::PortMigrationTarget;
+
+    use super::*;
+
+    #[test]
+    fn conditions_say_where_the_port_is_and_whether_it_migrates() {
+        let mut spec = PortSpec {
+            node: "n1".into(),
+            pod_namespace: "t1".into(),
+            pod_name: "virt-launcher-vm1-abc".into(),
+            ..Default::default()
+        };
+        let got = conditions(&spec, &[], 1);
+        assert_eq!(got[0].type_, "Attached");
+        assert_eq!(
+            (got[0].status.as_str(), got[0].reason.as_str()),
+            ("True", "OnNode")
+        );
+        assert_eq!(got[0].message, "pod t1/virt-launcher-vm1-abc on node n1");
+        assert_eq!(
+            (got[1].status.as_str(), got[1].reason.as_str()),
+            ("False", "NoMigration")
+        );
+
+        spec.migration_target = Some(PortMigrationTarget {
+            node: "n2".into(),
+            pod_namespace: "t1".into(),
+            pod_name: "virt-launcher-vm1-def".into(),
+            migration_uid: "m-1".into(),
+            ..Default::default()
+        });
+        let again = conditions(&spec, &got, 2);
+        assert_eq!(
+            (again[1].status.as_str(), again[1].reason.as_str()),
+            ("True", "TargetPrepared")
+        );
+        assert!(again[1].message.contains("n2") && again[1].message.contains("m-1"));
+        // A status that stays keeps its transition time.
+        assert_eq!(again[0].last_transition_time, got[0].last_transition_time);
+
+        spec.node.clear();
+        spec.migration_target = None;
+        let kept = conditions(&spec, &again, 3);
+        assert_eq!(
+            (kept[0].status.as_str(), kept[0].reason.as_str()),
+            ("False", "Detached")
+        );
     }
 }

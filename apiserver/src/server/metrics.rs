@@ -44,6 +44,11 @@ impl Default for Metrics {
             "Live migrations of VMs whose Ports this replica moved (cutover), left with the source (rolled_back), or found without a prepared target (not_prepared)",
             crate::controllers::kube_loops::migration::MIGRATIONS.clone(),
         );
+        registry.register(
+            "cozyplane_port_migration_cutover_seconds",
+            "From a VMI update saying the migrated domain runs on the target (as this replica received it) to every Port of the VM moved there",
+            crate::controllers::kube_loops::migration::CUTOVER.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,

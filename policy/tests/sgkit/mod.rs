@@ -126,6 +126,7 @@ pub fn port_obj(name: &str, vpc: &str, addr: &str, groups: &[i32]) -> Port {
         },
         status: Some(PortStatus {
             groups: groups.to_vec(),
+            ..Default::default()
         }),
     }
 }

@@ -21,8 +21,10 @@
 //!   `MigrationTargetNotPrepared` on the VMI says why the VM has no network on the target.
 //!
 //! Counted in `cozyplane_port_migrations_total{result}` (`cutover`, `rolled_back`,
-//! `not_prepared`). A cluster without KubeVirt answers 404 for the resource: the watch then
-//! looks again every 5 s, quietly.
+//! `not_prepared`); the time from the VMI's cutover signal to the Ports moved is
+//! `cozyplane_port_migration_cutover_seconds`. Each Port's `Migrating` condition (derived by
+//! its strategy) shows a migration in progress. A cluster without KubeVirt answers 404 for
+//! the resource: the watch then looks again every 5 s, quietly.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -35,6 +37,7 @@ use kube::runtime::watcher;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -55,6 +58,13 @@ pub struct MigrationLabels {
 
 /// `cozyplane_port_migrations_total{result}`: live migrations this process saw to an end.
 pub static MIGRATIONS: LazyLock<Family<MigrationLabels, Counter>> = LazyLock::new(Family::default);
+
+/// `cozyplane_port_migration_cutover_seconds`: from the VMI update that says the domain runs
+/// on the target, as this loop received it, to every Port of the VM moved (the writes
+/// acknowledged). The datapath's own cutover does not wait for it (the two nodes relay); this
+/// is how long the relay carries the VM.
+pub static CUTOVER: LazyLock<Histogram> =
+    LazyLock::new(|| Histogram::new(exponential_buckets(0.001, 2.0, 14)));
 
 fn count(result: &str) {
     MIGRATIONS
@@ -205,10 +215,12 @@ impl Loop {
                 .is_some_and(|t| t.pod_name == target_pod)
         });
         let moved_already = ports.iter().all(|p| p.spec.pod_name == target_pod);
+        let seen = std::time::Instant::now();
         let res = match phase {
             Phase::CutOver { .. } if prepared => self.edit(&ports, &target_pod, cut_over).await.map(|n| {
+                CUTOVER.observe(seen.elapsed().as_secs_f64());
                 tracing::info!(vmi = %format!("{ns}/{name}"), target_pod, ports = n,
-                    "live migration cut over: the VM's Ports moved to the target");
+                    took = ?seen.elapsed(), "live migration cut over: the VM's Ports moved to the target");
                 count("cutover");
             }),
             Phase::CutOver { .. } if !moved_already => {
