@@ -32,6 +32,11 @@ impl<T: Borrow<MapData>> MigrationsMap<T> {
     pub fn get(&self, ifindex: u32) -> Result<Option<IpAddr>, MapError> {
         Ok(optional(self.0.get(&ifindex, 0))?.map(|r| r.node.into()))
     }
+
+    /// The flags of the relay of `ifindex`, if any.
+    pub fn flags(&self, ifindex: u32) -> Result<Option<u32>, MapError> {
+        Ok(optional(self.0.get(&ifindex, 0))?.map(|r| r.flags))
+    }
 }
 
 impl<T: BorrowMut<MapData>> MigrationsMap<T> {
@@ -46,11 +51,6 @@ impl<T: BorrowMut<MapData>> MigrationsMap<T> {
             },
             0,
         )
-    }
-
-    /// The flags of the relay of `ifindex`, if any.
-    pub fn flags(&self, ifindex: u32) -> Result<Option<u32>, MapError> {
-        Ok(optional(self.0.get(&ifindex, 0))?.map(|r| r.flags))
     }
 
     /// Remove `ifindex`; absent is not an error.
