@@ -18,24 +18,22 @@
 
 use std::net::Ipv4Addr;
 use std::process::Stdio;
-use std::time::Instant;
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
-use cozyplane_lab::{Lab, LabPod, Proc, bin_dir, require_root};
+use cozyplane_lab::{Lab, Proc, bin_dir, require_root};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "kit/mod.rs"]
+mod kit;
 use common::{Cp, pod, tenant, vni, vpc_ip};
+use kit::{median, probe, setup_rate, throughput};
 
 const CONNS: usize = 300;
 const SECS: u32 = 5;
 const ROUNDS: usize = 3;
-
-fn probe() -> String {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vip/probe.py").to_string()
-}
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -44,50 +42,6 @@ fn main() {
     require_root();
     let _ = bin_dir();
     Lab::run(2, body);
-}
-
-/// Connections per second from `c` to `ip:port` (each one answered).
-fn setup_rate(c: &LabPod, ip: Ipv4Addr, port: u16) -> f64 {
-    let t = Instant::now();
-    let out = c.ns.exec(&[
-        "python3",
-        &probe(),
-        "tcp",
-        &ip.to_string(),
-        &port.to_string(),
-        &CONNS.to_string(),
-    ]);
-    let secs = t.elapsed().as_secs_f64();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let ok = text.lines().filter(|l| *l != "ERR").count();
-    assert_eq!(ok, CONNS, "every connection answered:\n{text}");
-    CONNS as f64 / secs
-}
-
-/// Received Gbit/s of one iperf3 run from `c` to `ip:port`.
-fn throughput(c: &LabPod, ip: Ipv4Addr, port: u16) -> f64 {
-    let out = c.ns.exec(&[
-        "iperf3",
-        "-c",
-        &ip.to_string(),
-        "-p",
-        &port.to_string(),
-        "-t",
-        &SECS.to_string(),
-        "-O",
-        "1",
-        "-J",
-    ]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0)
-        / 1e9
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 async fn body(lab: &mut Lab) {
@@ -152,10 +106,10 @@ async fn body(lab: &mut Lab) {
     println!("ServiceVIP bench: c1 (n1) -> b2 (n2), VPC a, vip {vip}, b2 {ib2}");
     let (mut sd, mut sv, mut td, mut tv) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        sd.push(setup_rate(&c1, ib2, 8080));
-        sv.push(setup_rate(&c1, vip, 80));
-        td.push(throughput(&c1, ib2, 5201));
-        tv.push(throughput(&c1, vip, 5201));
+        sd.push(setup_rate(&c1, ib2, 8080, CONNS));
+        sv.push(setup_rate(&c1, vip, 80, CONNS));
+        td.push(throughput(&c1, ib2, 5201, SECS));
+        tv.push(throughput(&c1, vip, 5201, SECS));
     }
     let (sd, sv, td, tv) = (median(sd), median(sv), median(td), median(tv));
     println!(

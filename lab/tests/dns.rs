@@ -28,23 +28,23 @@
 //! reaches the cluster DNS untouched; the dual-stack pod's IPv6 queries to fd00:96::a are
 //! answered (AAAA from its VPC's IPv6 range, the external AAAA forwarded).
 
-use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
 use cozyplane_lab::outside::Dnsmasq;
-use cozyplane_lab::{Lab, LabPod, Proc, run_in};
-use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::{Name, RecordType};
+use cozyplane_lab::{Lab, LabPod, Proc};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
+use common::net::{answer_addrs, dns_ask};
 use common::{Cp, half, metric, pod, tenant, tenant_ranges, vpc_ip, wait};
 
 const CLUSTER_DNS: &str = "10.96.0.10";
@@ -55,45 +55,10 @@ const EXTERNAL: &str = "www.example.test.";
 const EXTERNAL4: &str = "192.0.2.80";
 const EXTERNAL6: &str = "2001:db8:80::80";
 
-fn query(name: &str, t: RecordType) -> Vec<u8> {
-    let mut m = Message::query();
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), t));
-    m.to_vec().unwrap()
-}
-
 /// One query from inside the pod to `server`:53 over UDP or TCP; `None` when nothing came
 /// back. The UDP socket is connected: the kernel delivers only datagrams from `server`:53.
 fn ask(p: &LabPod, server: &str, name: &str, t: RecordType, tcp: bool) -> Option<Message> {
-    let q = query(name, t);
-    let to = SocketAddr::new(server.parse().unwrap(), 53);
-    run_in(&p.ns, || {
-        if tcp {
-            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-            s.write_all(&u16::try_from(q.len()).ok()?.to_be_bytes()).ok()?;
-            s.write_all(&q).ok()?;
-            let mut len = [0u8; 2];
-            s.read_exact(&mut len).ok()?;
-            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-            s.read_exact(&mut buf).ok()?;
-            Message::from_vec(&buf).ok()
-        } else {
-            let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
-            s.connect(to).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-            s.send(&q).ok()?;
-            let mut buf = [0u8; 1500];
-            let n = s.recv(&mut buf).ok()?;
-            Message::from_vec(&buf[..n]).ok()
-        }
-    })
-}
-
-fn addrs(m: &Message) -> Vec<IpAddr> {
-    let mut a: Vec<IpAddr> = m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
-    a.sort();
-    a
+    dns_ask(p, server.parse().unwrap(), name, t, tcp)
 }
 
 /// Asks (A over IPv4 to the cluster DNS unless said otherwise) until `done` holds for the
@@ -347,12 +312,16 @@ async fn body(lab: &mut Lab) {
         let m = ask_until(&c1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![blue_vip],
             "blue resolves its Service to the VIP (tcp: {tcp})"
         );
         let m = ask_until(&c2, a("web.t2.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
-        assert_eq!(addrs(&m), vec![red_vip], "red resolves its own (tcp: {tcp})");
+        assert_eq!(
+            answer_addrs(&m),
+            vec![red_vip],
+            "red resolves its own (tcp: {tcp})"
+        );
         let m = ask_until(&c2, a("web.t1.svc.cozy.local."), tcp, |_| true);
         assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{m:?}");
         assert!(m.answers.is_empty() && !m.authorities.is_empty());
@@ -381,11 +350,11 @@ async fn body(lab: &mut Lab) {
         let m = ask_until(&c1, a("db.t1.svc.cozy.local."), tcp, |m| m.answers.len() == 2);
         let mut want = vec![ib1, ib2];
         want.sort();
-        assert_eq!(addrs(&m), want, "headless db (tcp: {tcp})");
+        assert_eq!(answer_addrs(&m), want, "headless db (tcp: {tcp})");
         let m = ask_until(&c1, a("db-0.db.t1.svc.cozy.local."), tcp, |m| {
             !m.answers.is_empty()
         });
-        assert_eq!(addrs(&m), vec![ib1], "db-0 is b1 (tcp: {tcp})");
+        assert_eq!(answer_addrs(&m), vec![ib1], "db-0 is b1 (tcp: {tcp})");
     }
     eprintln!("PASS the headless Service resolves to the backends' VPC addresses");
 
@@ -401,7 +370,7 @@ async fn body(lab: &mut Lab) {
     for tcp in [false, true] {
         let m = ask_until(&g1, a("web.t1.svc.cozy.local."), tcp, |m| !m.answers.is_empty());
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![blue_vip],
             "green resolves blue's web once peered (tcp: {tcp})"
         );
@@ -417,7 +386,7 @@ async fn body(lab: &mut Lab) {
         let m = ask_until(&c1, a(EXTERNAL), tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![EXTERNAL4.parse::<IpAddr>().unwrap()],
             "tcp: {tcp}"
         );
@@ -435,7 +404,7 @@ async fn body(lab: &mut Lab) {
             !m.answers.is_empty()
         });
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![CLUSTER_DNS_ANSWER.parse::<IpAddr>().unwrap()],
             "the default-network pod is answered by the cluster DNS (tcp: {tcp})"
         );
@@ -448,17 +417,17 @@ async fn body(lab: &mut Lab) {
         let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::AAAA);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![dual_vip6],
             "AAAA over IPv6 from dual's range (tcp: {tcp})"
         );
         let q = (CLUSTER_DNS6, "web6.team-b.svc.cozy.local.", RecordType::A);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
-        assert_eq!(addrs(&m), vec![dual_vip4], "A over IPv6 (tcp: {tcp})");
+        assert_eq!(answer_addrs(&m), vec![dual_vip4], "A over IPv6 (tcp: {tcp})");
         let q = (CLUSTER_DNS6, EXTERNAL, RecordType::AAAA);
         let m = ask_until(&v1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(
-            addrs(&m),
+            answer_addrs(&m),
             vec![EXTERNAL6.parse::<IpAddr>().unwrap()],
             "external AAAA (tcp: {tcp})"
         );

@@ -26,6 +26,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
+use common::net::drops;
 use common::{Cp, pod, tenant, wait};
 
 const NAT6: &str = "2001:db8:cafe::10";
@@ -191,17 +192,6 @@ fn narrow_branch(outside: &Outside, lab: &Lab, s1_fabric: Ipv6Addr) -> [Netns; 2
         &n1_v6.to_string(),
     ]);
     [far, ext]
-}
-
-/// The non-zero drop counters of a node, for failure messages.
-fn drops(n: &Node) -> Vec<(cozyplane_bpf::DropReason, u64)> {
-    cozyplane_bpf::maps::drops::DropsMap::from_pin(&n.scratch.pins())
-        .and_then(|m| m.all())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, s)| s.packets > 0)
-        .map(|(r, s)| (r, s.packets))
-        .collect()
 }
 
 /// Bytes the client received in an `iperf3 --json` run (0 if the run produced none).

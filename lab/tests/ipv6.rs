@@ -17,22 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
 mod common;
+use common::net::{drops, pod_addr, remote_of};
 use common::{Cp, half, pod, pod_addrs, tenant, tenant_ranges, wait};
-
-/// The one address of `family` (4 or 6) the pod has on `eth0`.
-fn addr(p: &LabPod, family: u8) -> IpAddr {
-    let all = pod_addrs(p);
-    let mut of = all.iter().filter(|a| (family == 4) == a.is_ipv4());
-    let a = *of
-        .next()
-        .unwrap_or_else(|| panic!("{}: no IPv{family} address in {all:?}", p.name));
-    assert!(
-        of.next().is_none(),
-        "{}: one IPv{family} address, got {all:?}",
-        p.name
-    );
-    a
-}
 
 /// The pod's fabric address of `family` (4 or 6), from its CNI result.
 fn fabric(p: &LabPod, family: u8) -> IpAddr {
@@ -87,7 +73,7 @@ fn tcp_from(client: &Netns, client_name: &str, server: &LabPod, to: IpAddr, port
 
 /// Pings both ways.
 fn ping_both(a: &LabPod, b: &LabPod, family: u8) {
-    let (x, y) = (addr(a, family), addr(b, family));
+    let (x, y) = (pod_addr(a, family), pod_addr(b, family));
     assert!(a.ns.ping(y, 3, 3), "IPv{family} {} -> {} ({y})", a.name, b.name);
     assert!(b.ns.ping(x, 3, 3), "IPv{family} {} -> {} ({x})", b.name, a.name);
 }
@@ -108,12 +94,12 @@ async fn v6_underlay(lab: &mut Lab) {
     let d1 = pod(&cp, lab, 0, "t2", "d1", Some("t2/dual")).await;
     let d2 = pod(&cp, lab, 1, "t2", "d2", Some("t2/dual")).await;
     wait("n1 learns d2's addresses", || {
-        remote_of(lab, 0, addr(&d2, 4)) && remote_of(lab, 0, addr(&d2, 6))
+        remote_of(lab, 0, pod_addr(&d2, 4)) && remote_of(lab, 0, pod_addr(&d2, 6))
     });
     wait("n2 learns d1's addresses", || {
-        remote_of(lab, 1, addr(&d1, 4)) && remote_of(lab, 1, addr(&d1, 6))
+        remote_of(lab, 1, pod_addr(&d1, 4)) && remote_of(lab, 1, pod_addr(&d1, 6))
     });
-    let d2v4 = addr(&d2, 4);
+    let d2v4 = pod_addr(&d2, 4);
     let v6_outer = capture(&n2.ns, "ul0", "ip6 and udp port 4789", || {
         assert!(
             d1.ns.ping(d2v4, 3, 3),
@@ -130,7 +116,7 @@ async fn v6_underlay(lab: &mut Lab) {
     });
     assert_eq!(v4_outer, 0, "no VXLAN over IPv4 left");
     ping_both(&d1, &d2, 4);
-    tcp(&d1, &d2, addr(&d2, 6), 5311);
+    tcp(&d1, &d2, pod_addr(&d2, 6), 5311);
 
     let a = pod(&cp, lab, 0, "default", "a", None).await;
     let b = pod(&cp, lab, 1, "default", "b", None).await;
@@ -173,13 +159,13 @@ async fn body(lab: &mut Lab) {
             p.name
         );
     }
-    let s3_addr = addr(&s3, 6);
-    let s1_addr = addr(&s1, 6);
+    let s3_addr = pod_addr(&s3, 6);
+    let s1_addr = pod_addr(&s1, 6);
     wait("n1 learns s3's node", || remote_of(lab, 0, s3_addr));
     wait("n2 learns s1's node", || remote_of(lab, 1, s1_addr));
     ping_both(&s1, &s2, 6); // same node
     ping_both(&s1, &s3, 6); // across nodes, v6 inside v4
-    tcp(&s1, &s2, addr(&s2, 6), 5301);
+    tcp(&s1, &s2, pod_addr(&s2, 6), 5301);
     tcp(&s3, &s1, s1_addr, 5302);
     tcp(&s1, &s3, s3_addr, 5303);
     // The gateway's neighbour entry came from the datapath's advertisement (no interface
@@ -197,7 +183,7 @@ async fn body(lab: &mut Lab) {
     let d1 = pod(&cp, lab, 0, "t2", "d1", Some("t2/dual")).await;
     let d2 = pod(&cp, lab, 1, "t2", "d2", Some("t2/dual")).await;
     for p in [&d1, &d2] {
-        let (v4, v6) = (addr(p, 4), addr(p, 6));
+        let (v4, v6) = (pod_addr(p, 4), pod_addr(p, 6));
         let ports = Api::<Port>::all(cp.sdn.clone())
             .list(&ListParams::default())
             .await
@@ -211,17 +197,17 @@ async fn body(lab: &mut Lab) {
         held.sort();
         assert_eq!(held, vec![v4, v6], "{}: one Port per family", p.name);
     }
-    let (d2v4, d2v6) = (addr(&d2, 4), addr(&d2, 6));
+    let (d2v4, d2v6) = (pod_addr(&d2, 4), pod_addr(&d2, 6));
     wait("n1 learns d2's addresses", || {
         remote_of(lab, 0, d2v4) && remote_of(lab, 0, d2v6)
     });
     wait("n2 learns d1's addresses", || {
-        remote_of(lab, 1, addr(&d1, 4)) && remote_of(lab, 1, addr(&d1, 6))
+        remote_of(lab, 1, pod_addr(&d1, 4)) && remote_of(lab, 1, pod_addr(&d1, 6))
     });
     ping_both(&d1, &d2, 4);
     ping_both(&d1, &d2, 6);
     tcp(&d1, &d2, d2v6, 5304);
-    tcp(&d2, &d1, addr(&d1, 4), 5305);
+    tcp(&d2, &d1, pod_addr(&d1, 4), 5305);
     // The families stay apart from the other VPC: s1 reaches no address of d.
     assert!(
         !s1.ns.ping(d2v6, 2, 1),
@@ -235,7 +221,7 @@ async fn body(lab: &mut Lab) {
     wait("the v6 peering is programmed (s1 -> d2)", || {
         s1.ns.ping(d2v6, 1, 1)
     });
-    let d1v6 = addr(&d1, 6);
+    let d1v6 = pod_addr(&d1, 6);
     assert!(s1.ns.ping(d1v6, 3, 3), "s1 -> d1, peered, same node (v6)");
     assert!(d1.ns.ping(s1_addr, 3, 3), "d1 -> s1, peered, same node (v6)");
     assert!(d2.ns.ping(s1_addr, 3, 3), "d2 (n2) -> s1 (n1), peered (v6)");
@@ -326,7 +312,7 @@ async fn body(lab: &mut Lab) {
         let (code, v) = invoke_cni(n1, "CHECK", &p.cid, &p.ns.path(), (ns, &p.name, &p.uid), &conf);
         assert_eq!(code, 0, "CHECK {}: {v}", p.name);
     }
-    let (d1v4, d1v6) = (addr(&d1, 4), addr(&d1, 6));
+    let (d1v4, d1v6) = (pod_addr(&d1, 4), pod_addr(&d1, 6));
     let (code, v) = invoke_cni(
         n1,
         "DEL",
@@ -357,28 +343,4 @@ async fn body(lab: &mut Lab) {
         "d1's endpoints are gone: {keys:?}"
     );
     assert!(!d2.ns.ping(d1v6, 2, 1), "deleted pod unreachable");
-}
-
-/// The non-zero drop counters of a node, for failure messages.
-fn drops(n: &cozyplane_lab::Node) -> Vec<(cozyplane_bpf::DropReason, u64)> {
-    cozyplane_bpf::maps::drops::DropsMap::from_pin(&n.scratch.pins())
-        .and_then(|m| m.all())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, s)| s.packets > 0)
-        .map(|(r, s)| (r, s.packets))
-        .collect()
-}
-
-/// Whether node `i`'s datapath has a remote entry for `ip` in any VPC (the Port watch has
-/// caught up with the other node's Port).
-fn remote_of(lab: &Lab, i: usize, ip: IpAddr) -> bool {
-    let pins = lab.nodes[i].scratch.pins();
-    let Ok(m) = cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&pins) else {
-        return false;
-    };
-    m.inner()
-        .keys()
-        .filter_map(Result::ok)
-        .any(|k| IpAddr::from(k.ip) == ip)
 }

@@ -34,8 +34,8 @@
 //!    internet host pings it and connects to s1's IPv6-only listener at it, which sees the host
 //!    as `64:ff9b::c633:6402`; s1's connection to the host leaves from the Floating IP.
 
-use std::io::{BufRead as _, Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::io::BufRead as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -44,15 +44,16 @@ use cozyplane_apis::net::to_nat64;
 use cozyplane_apis::v1alpha1::{FloatingIP, ServiceVIP, VPC, VPCGateway};
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
 use cozyplane_lab::outside::INET4;
-use cozyplane_lab::{Lab, LabPod, Netns, Node, Outside, Proc, run_in};
-use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::{Name, RecordType};
+use cozyplane_lab::{Lab, LabPod, Netns, Outside, Proc, run_in};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
+use common::net::{all_drops, answer_addrs, dns_ask, pod_addr, remote_of};
 use common::{Cp, CpOptions, pod, pod_addrs, sources, tenant_ranges, until, wait};
 
 const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
@@ -73,21 +74,6 @@ fn lab_nat64() {
     eprintln!("lab_nat64: {:.1} s", t.elapsed().as_secs_f64());
 }
 
-/// The one address of `family` (4 or 6) the pod has on `eth0`.
-fn addr(p: &LabPod, family: u8) -> IpAddr {
-    let all = pod_addrs(p);
-    let mut of = all.iter().filter(|a| (family == 4) == a.is_ipv4());
-    let a = *of
-        .next()
-        .unwrap_or_else(|| panic!("{}: no IPv{family} address in {all:?}", p.name));
-    assert!(
-        of.next().is_none(),
-        "{}: one IPv{family} address, got {all:?}",
-        p.name
-    );
-    a
-}
-
 /// Every address of the pod's CNI result.
 fn result_ips(p: &LabPod) -> Vec<IpAddr> {
     p.result["ips"]
@@ -96,38 +82,6 @@ fn result_ips(p: &LabPod) -> Vec<IpAddr> {
         .flatten()
         .filter_map(|i| i["address"].as_str()?.split('/').next()?.parse().ok())
         .collect()
-}
-
-/// The non-zero drop counters of a node, for failure messages.
-fn drops(n: &Node) -> Vec<(cozyplane_bpf::DropReason, u64)> {
-    cozyplane_bpf::maps::drops::DropsMap::from_pin(&n.scratch.pins())
-        .and_then(|m| m.all())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, s)| s.packets > 0)
-        .map(|(r, s)| (r, s.packets))
-        .collect()
-}
-
-/// Every node's non-zero drop counters, for failure messages.
-fn all_drops(lab: &Lab) -> String {
-    lab.nodes
-        .iter()
-        .map(|n| format!("{}: {:?}", n.name, drops(n)))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// Whether node `i`'s datapath has a remote entry for `ip` in any VPC.
-fn remote_of(lab: &Lab, i: usize, ip: IpAddr) -> bool {
-    let pins = lab.nodes[i].scratch.pins();
-    let Ok(m) = cozyplane_bpf::maps::remotes::RemotesMap::from_pin(&pins) else {
-        return false;
-    };
-    m.inner()
-        .keys()
-        .filter_map(Result::ok)
-        .any(|k| IpAddr::from(k.ip) == ip)
 }
 
 /// A TCP server in `ns` on `bind`:`port` (IPv6 only when `bind` is IPv6) that answers every
@@ -263,49 +217,11 @@ impl Drop for ResolvConf {
     }
 }
 
-/// One DNS query from inside the pod to `server`:53 over UDP or TCP; `None` when nothing came
-/// back. The UDP socket is connected: only an answer from `server`:53 is taken.
-fn ask(p: &LabPod, server: IpAddr, name: &str, t: RecordType, tcp: bool) -> Option<Message> {
-    let mut m = Message::query();
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).ok()?, t));
-    let q = m.to_vec().ok()?;
-    let to = SocketAddr::new(server, 53);
-    run_in(&p.ns, || {
-        if tcp {
-            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-            s.write_all(&u16::try_from(q.len()).ok()?.to_be_bytes()).ok()?;
-            s.write_all(&q).ok()?;
-            let mut len = [0u8; 2];
-            s.read_exact(&mut len).ok()?;
-            let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
-            s.read_exact(&mut buf).ok()?;
-            Message::from_vec(&buf).ok()
-        } else {
-            let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
-            s.connect(to).ok()?;
-            s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-            s.send(&q).ok()?;
-            let mut buf = [0u8; 1500];
-            let n = s.recv(&mut buf).ok()?;
-            Message::from_vec(&buf[..n]).ok()
-        }
-    })
-}
-
-/// The addresses of an answer, sorted.
-fn answer_addrs(m: &Message) -> Vec<IpAddr> {
-    let mut a: Vec<IpAddr> = m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
-    a.sort();
-    a
-}
-
 /// Asks until the answer has addresses (the agents' views catch up), at most 30 s.
 fn ask_until(lab: &Lab, p: &LabPod, (server, name, t): (IpAddr, &str, RecordType), tcp: bool) -> Message {
     let started = Instant::now();
     loop {
-        match ask(p, server, name, t, tcp) {
+        match dns_ask(p, server, name, t, tcp) {
             Some(m) if !m.answers.is_empty() => return m,
             other => assert!(
                 started.elapsed() < Duration::from_secs(30),
@@ -442,7 +358,7 @@ async fn body(lab: &mut Lab) {
             p.name
         );
     }
-    let (s1v6, s2v6) = (addr(&s1, 6), addr(&s2, 6));
+    let (s1v6, s2v6) = (pod_addr(&s1, 6), pod_addr(&s2, 6));
     wait("n1 learns s2", || remote_of(lab, 0, s2v6));
     wait("n2 learns s1", || remote_of(lab, 1, s1v6));
     assert!(
@@ -547,13 +463,13 @@ async fn body(lab: &mut Lab) {
     let d1 = pod(&cp, lab, 0, "t2", "d1", Some("dual")).await;
     let d2 = pod(&cp, lab, 1, "t2", "d2", Some("dual")).await;
     wait("n1 learns d2", || {
-        remote_of(lab, 0, addr(&d2, 4)) && remote_of(lab, 0, addr(&d2, 6))
+        remote_of(lab, 0, pod_addr(&d2, 4)) && remote_of(lab, 0, pod_addr(&d2, 6))
     });
     wait("n2 learns d1", || {
-        remote_of(lab, 1, addr(&d1, 4)) && remote_of(lab, 1, addr(&d1, 6))
+        remote_of(lab, 1, pod_addr(&d1, 4)) && remote_of(lab, 1, pod_addr(&d1, 6))
     });
     for family in [4, 6] {
-        let (x, y) = (addr(&d1, family), addr(&d2, family));
+        let (x, y) = (pod_addr(&d1, family), pod_addr(&d2, family));
         assert!(
             d1.ns.ping(y, 3, 3),
             "IPv{family} d1 -> d2 ({y}); drops {}",
@@ -630,7 +546,7 @@ async fn body(lab: &mut Lab) {
     // --- 5. An IPv4 Floating IP of the v6-only s1 (`spec.ipFamily: IPv4`): the internet host
     // reaches s1 at it and s1 sees the host as its 64:ff9b:: form (NAT46); s1's own packets to
     // the host leave from the Floating IP, not the gateway's address (NAT64 at the door).
-    let s1v6 = addr(&s1, 6);
+    let s1v6 = pod_addr(&s1, 6);
     let f: FloatingIP = serde_json::from_value(json!({
         "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "FloatingIP",
         "metadata": {"name": "s1-v4", "namespace": "t1"},

@@ -3,6 +3,8 @@
 //! crates, so each includes this module; a helper one of them does not call is not dead code.
 #![allow(dead_code)]
 
+pub(crate) mod net;
+
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 

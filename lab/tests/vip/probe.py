@@ -1,5 +1,5 @@
-# Probe for lab/tests/vip.rs and lab/benches/vip.rs, run inside pod netns.
-#   serve NAME          TCP 8080: send NAME, then echo lines; UDP 5353: answer NAME
+# Probe for lab/tests/vip.rs and lab/benches/{vip,xlat}.rs, run inside pod netns.
+#   serve NAME          TCP 8080 (IPv4 and IPv6): send NAME, then echo lines; UDP 5353: answer NAME
 #   tcp IP PORT N       N new connections; prints the first line of each (or ERR)
 #   udp IP PORT         one datagram; prints "<answer> <source address>" (or ERR)
 #   hold IP PORT FILE   one connection: prints its first line, waits for FILE, sends a
@@ -30,6 +30,8 @@ def serve(name):
             _, a = u.recvfrom(2048)
             u.sendto(name.encode(), a)
     threading.Thread(target=tcp, args=(socket.AF_INET,), daemon=True).start()
+    # And IPv6 (a v6-only pod behind NAT46, lab/benches/xlat.rs); IPV6_V6ONLY keeps the two apart.
+    threading.Thread(target=tcp, args=(socket.AF_INET6,), daemon=True).start()
     threading.Thread(target=udp, daemon=True).start()
     print("ready", flush=True)
     while True:
