@@ -5,6 +5,13 @@
 //! call is not dead code.
 #![allow(dead_code)]
 
+mod capture;
+mod gate;
+mod web;
+pub(crate) use capture::*;
+pub(crate) use gate::*;
+pub(crate) use web::*;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,6 +24,9 @@ use cozyplane_lab::LabPod;
 pub(crate) struct Dhclient {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) etc: PathBuf,
+    /// Per family (4, 6): the last run bound, so a daemon of it is (or is about to be)
+    /// named by the pid file.
+    bound: std::cell::Cell<[bool; 2]>,
 }
 
 impl Dhclient {
@@ -27,6 +37,7 @@ impl Dhclient {
         Self {
             dir: tempfile::tempdir().unwrap(),
             etc,
+            bound: std::cell::Cell::new([false; 2]),
         }
     }
 
@@ -49,24 +60,79 @@ impl Dhclient {
             .then_some(pid)
     }
 
-    /// That daemon stopped (SIGTERM, by its PID), without a release.
+    /// Every process still running with this guest's lease or pid files on its command line
+    /// (a zombie has none): its PID and command line.
+    pub(crate) fn running(&self) -> Vec<(i32, String)> {
+        let mine = self.dir.path().to_str().unwrap().to_string();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .filter_map(|e| {
+                let pid = e.ok()?.file_name().to_str()?.parse::<i32>().ok()?;
+                let c = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                c.contains(&mine).then_some((pid, c))
+            })
+            .collect()
+    }
+
+    /// That daemon stopped (SIGTERM, by its PID, again every 100 ms until it has exited;
+    /// SIGKILL after 3 s), without a release; then its pid file is removed. The daemon's
+    /// parent exited when it forked, so once it exits it is a zombie of PID 1 until that
+    /// reaps it (the lab's machine reaps about once a second), and a `dhclient -r` or `-x`
+    /// that finds a zombie's PID in the pid file "kills" it and then sleeps 1 s for it to
+    /// exit (ISC dhclient's `main`); with no pid file it releases at once. A pid file naming
+    /// no running daemon of ours goes too: PIDs wrap quickly here (`pid_max` 32768, tens of
+    /// processes per cycle), and `dhclient -r` would signal whoever has the PID now.
+    ///
+    /// After a run that bound, its daemon is waited for first (up to 5 s): the daemon writes
+    /// its pid file just after closing the output the run waits for, and a stop that looked
+    /// before that missed it; the next run's daemon then took the pid file and the first ran
+    /// on unseen, holding the lease (a busy machine keeps a process in that gap long enough:
+    /// 34 of 50 guests ended a 1,000-cycle run with such a daemon). What still escapes is
+    /// [`Dhclient::running`]'s to find.
     pub(crate) fn stop(&self, fam: u8) {
-        let Some(pid) = self.daemon(fam) else { return };
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-        let t = Instant::now();
-        while self.daemon(fam).is_some() && t.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(5));
+        use nix::sys::signal::{Signal, kill};
+        let i = usize::from(fam == 6);
+        let mut bound = self.bound.get();
+        if bound[i] {
+            let t = Instant::now();
+            while self.daemon(fam).is_none() && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            bound[i] = false;
+            self.bound.set(bound);
         }
+        if let Some(pid) = self.daemon(fam) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let t = Instant::now();
+            let mut sent: Option<Instant> = None;
+            let mut sig = Signal::SIGTERM;
+            while self.daemon(fam).is_some() && t.elapsed() < Duration::from_secs(10) {
+                if t.elapsed() > Duration::from_secs(3) && sig == Signal::SIGTERM {
+                    sig = Signal::SIGKILL;
+                    sent = None;
+                }
+                if sent.is_none_or(|s| s.elapsed() >= Duration::from_millis(100)) {
+                    let _ = kill(pid, sig);
+                    sent = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = std::fs::remove_file(self.pid(fam));
     }
 
     /// `dhclient -<fam> -1 -v`, then `extra`, on eth0. A bound `dhclient` stays as a daemon,
     /// and a new one does not stop it (only `-r` and `-x` do, by the pid file, which the new
     /// one overwrites): so the previous daemon is stopped first (else each renewal left one
-    /// running, holding its netns).
+    /// running, holding its netns). Before a release (`-r`) too, as `dhclient -r` would
+    /// (it SIGTERMs the daemon of the pid file, then sleeps 1 s): [`Dhclient::stop`] waits
+    /// only as long as the daemon takes to exit, then the release (DHCPRELEASE, DHCPv6
+    /// RELEASE) goes out from the lease file at once.
     pub(crate) fn run(&self, p: &LabPod, fam: u8, extra: &[&str]) -> std::process::Output {
-        if !extra.contains(&"-r") {
-            self.stop(fam);
-        }
+        self.stop(fam);
         let (lf, pf) = (self.lease(fam), self.pid(fam));
         let f = format!("-{fam}");
         let mut args = vec![
@@ -81,7 +147,13 @@ impl Dhclient {
         ];
         args.extend_from_slice(extra);
         args.push("eth0");
-        p.ns.exec(&args)
+        let o = p.ns.exec(&args);
+        if o.status.success() && !extra.contains(&"-r") {
+            let mut bound = self.bound.get();
+            bound[usize::from(fam == 6)] = true;
+            self.bound.set(bound);
+        }
+        o
     }
 
     pub(crate) fn resolv(&self) -> String {
@@ -107,6 +179,33 @@ impl Drop for Dhclient {
         self.stop(6);
         let _ = std::fs::remove_dir_all(&self.etc);
     }
+}
+
+/// Waits (up to 10 s) until no IPv6 address of the guest is tentative (its duplicate address
+/// detection is over), as [`cozyplane_lab::Netns::wait_v6_settled`] does but without a
+/// process per look: one thread in the guest's netns reads `/proc/thread-self/net/if_inet6`
+/// (flags column, `IFA_F_TENTATIVE`) every 20 ms. Fifty guests polling with `ip` every 50 ms
+/// were a good part of the CPU two vCPUs had for their cycles.
+pub(crate) fn wait_dad(p: &LabPod) {
+    const TENTATIVE: u32 = 0x40;
+    let settled = cozyplane_lab::run_in(&p.ns, || {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let table = std::fs::read_to_string("/proc/thread-self/net/if_inet6").unwrap();
+            let tentative = table.lines().any(|l| {
+                l.split_whitespace()
+                    .nth(4)
+                    .and_then(|f| u32::from_str_radix(f, 16).ok())
+                    .is_some_and(|f| f & TENTATIVE != 0)
+            });
+            if !tentative {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    assert!(settled, "{}: IPv6 addresses still tentative after 10 s", p.name);
 }
 
 /// Strip what CNI ADD configured for IPv4: the guest starts with a bare link.
