@@ -31,7 +31,6 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
 use cozyplane_lab::outside::Dnsmasq;
@@ -44,7 +43,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::net::{answer_addrs, dns_ask};
+use common::net::{answer_addrs, dns_ask_until};
 use common::{Cp, half, metric, pod, tenant, tenant_ranges, vpc_ip, wait};
 
 const CLUSTER_DNS: &str = "10.96.0.10";
@@ -55,33 +54,14 @@ const EXTERNAL: &str = "www.example.test.";
 const EXTERNAL4: &str = "192.0.2.80";
 const EXTERNAL6: &str = "2001:db8:80::80";
 
-/// One query from inside the pod to `server`:53 over UDP or TCP; `None` when nothing came
-/// back. The UDP socket is connected: the kernel delivers only datagrams from `server`:53.
-fn ask(p: &LabPod, server: &str, name: &str, t: RecordType, tcp: bool) -> Option<Message> {
-    dns_ask(p, server.parse().unwrap(), name, t, tcp)
-}
-
-/// Asks (A over IPv4 to the cluster DNS unless said otherwise) until `done` holds for the
-/// answer (the agent's watches and maps catch up), at most 30 s.
+/// [`dns_ask_until`] with the server as text.
 fn ask_until(
     p: &LabPod,
     (server, name, t): (&str, &str, RecordType),
     tcp: bool,
     done: impl Fn(&Message) -> bool,
 ) -> Message {
-    let started = Instant::now();
-    loop {
-        match ask(p, server, name, t, tcp) {
-            Some(m) if done(&m) => return m,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{}/{} asking {server} for {name} {t} (tcp: {tcp}): last answer {other:?}",
-                p.namespace,
-                p.name
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    dns_ask_until(p, (server.parse().unwrap(), name, t), tcp, done)
 }
 
 fn a(name: &str) -> (&str, &str, RecordType) {

@@ -45,7 +45,7 @@ use cozyplane_apis::v1alpha1::{FloatingIP, ServiceVIP, VPC, VPCGateway};
 use cozyplane_bpf::maps::snat_gws::SnatGwsMap;
 use cozyplane_lab::outside::INET4;
 use cozyplane_lab::{Lab, LabPod, Netns, Outside, Proc, run_in};
-use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::RecordType;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -53,7 +53,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::net::{all_drops, answer_addrs, dns_ask, pod_addr, remote_of};
+use common::net::{all_drops, answer_addrs, dns_ask_until, pod_addr, remote_of};
 use common::{Cp, CpOptions, pod, pod_addrs, sources, tenant_ranges, until, wait};
 
 const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
@@ -214,24 +214,6 @@ impl ResolvConf {
 impl Drop for ResolvConf {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Asks until the answer has addresses (the agents' views catch up), at most 30 s.
-fn ask_until(lab: &Lab, p: &LabPod, (server, name, t): (IpAddr, &str, RecordType), tcp: bool) -> Message {
-    let started = Instant::now();
-    loop {
-        match dns_ask(p, server, name, t, tcp) {
-            Some(m) if !m.answers.is_empty() => return m,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{}/{} asking {server} for {name} {t} (tcp: {tcp}): last answer {other:?}; drops {}",
-                p.namespace,
-                p.name,
-                all_drops(lab)
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -437,7 +419,7 @@ async fn body(lab: &mut Lab) {
     let _resolv = ResolvConf::new(&s1, dns64);
     for tcp in [false, true] {
         let q = (IpAddr::V6(dns64), "web.t1.svc.cozy.local.", RecordType::AAAA);
-        let m = ask_until(lab, &s1, q, tcp);
+        let m = dns_ask_until(&s1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(
             answer_addrs(&m),
@@ -499,7 +481,7 @@ async fn body(lab: &mut Lab) {
     assert_eq!(target.to_string(), "64:ff9b::c633:6402");
     for tcp in [false, true] {
         let q = (IpAddr::V6(dns64), "v4only.example.test.", RecordType::AAAA);
-        let m = ask_until(lab, &s1, q, tcp);
+        let m = dns_ask_until(&s1, q, tcp, |m| !m.answers.is_empty());
         assert_eq!(
             answer_addrs(&m),
             vec![IpAddr::V6(target)],

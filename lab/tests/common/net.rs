@@ -3,7 +3,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cozyplane_lab::{Lab, LabPod, Node, run_in};
 use hickory_proto::op::{Message, Query};
@@ -96,4 +96,27 @@ pub(crate) fn answer_addrs(m: &Message) -> Vec<IpAddr> {
     let mut a: Vec<IpAddr> = m.answers.iter().filter_map(|r| r.data.ip_addr()).collect();
     a.sort();
     a
+}
+
+/// [`dns_ask`] again until `done` holds for the answer (the agents' watches and maps catch up),
+/// at most 30 s.
+pub(crate) fn dns_ask_until(
+    p: &LabPod,
+    (server, name, t): (IpAddr, &str, RecordType),
+    tcp: bool,
+    done: impl Fn(&Message) -> bool,
+) -> Message {
+    let started = Instant::now();
+    loop {
+        match dns_ask(p, server, name, t, tcp) {
+            Some(m) if done(&m) => return m,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{}/{} asking {server} for {name} {t} (tcp: {tcp}): last answer {other:?}",
+                p.namespace,
+                p.name
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
