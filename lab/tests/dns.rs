@@ -29,7 +29,6 @@
 //! answered (AAAA from its VPC's IPv6 range, the external AAAA forwarded).
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use cozyplane_apis::v1alpha1::ServiceVIP;
@@ -43,7 +42,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::net::{answer_addrs, dns_ask_until};
+use common::net::{ResolvConf, answer_addrs, dns_ask_until};
 use common::{Cp, half, metric, pod, tenant, tenant_ranges, vpc_ip, wait};
 
 const CLUSTER_DNS: &str = "10.96.0.10";
@@ -70,32 +69,6 @@ fn a(name: &str) -> (&str, &str, RecordType) {
 
 fn probe() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vip/probe.py").to_string()
-}
-
-/// The pod's `/etc/resolv.conf` as kubelet writes it (cluster DNS, the namespace's search
-/// list), in `/etc/netns/<netns>/`, where `ip netns exec` mounts it; removed on drop.
-struct ResolvConf(PathBuf);
-
-impl ResolvConf {
-    fn new(p: &LabPod) -> Self {
-        let dir = PathBuf::from("/etc/netns").join(&p.ns.0);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ns = &p.namespace;
-        std::fs::write(
-            dir.join("resolv.conf"),
-            format!(
-                "nameserver {CLUSTER_DNS}\nsearch {ns}.svc.cozy.local svc.cozy.local cozy.local\noptions ndots:5 timeout:2 attempts:2\n"
-            ),
-        )
-        .unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for ResolvConf {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The first lines of `n` new TCP connections from `p` to `host:port`, the name resolved by
@@ -270,7 +243,7 @@ async fn body(lab: &mut Lab) {
         IpAddr::from(vpc_ip(&cp, &b2).await),
     );
     let _servers = [serve(&b1), serve(&b2)];
-    let _resolv = [&c1, &c2, &g1].map(ResolvConf::new);
+    let _resolv = [&c1, &c2, &g1].map(|p| ResolvConf::new(p, CLUSTER_DNS.parse().unwrap()));
 
     service(&cp, "t1", "web", "blue", "10.96.7.7").await;
     service(&cp, "t2", "web", "red", "10.96.7.8").await;

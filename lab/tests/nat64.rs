@@ -36,7 +36,6 @@
 
 use std::io::BufRead as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -53,7 +52,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod common;
-use common::net::{all_drops, answer_addrs, dns_ask_until, pod_addr, remote_of};
+use common::net::{ResolvConf, all_drops, answer_addrs, dns_ask_until, pod_addr, remote_of};
 use common::{Cp, CpOptions, pod, pod_addrs, sources, tenant_ranges, until, wait};
 
 const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 10);
@@ -188,33 +187,6 @@ fn getent(p: &LabPod, name: &str) -> Vec<IpAddr> {
     a.sort();
     a.dedup();
     a
-}
-
-/// The pod's `/etc/resolv.conf` as kubelet would write it with the pod's `dnsConfig` (the
-/// cluster DNS in its NAT64 form, the namespace's search list), in `/etc/netns/<netns>/`,
-/// where `ip netns exec` mounts it; removed on drop.
-struct ResolvConf(PathBuf);
-
-impl ResolvConf {
-    fn new(p: &LabPod, nameserver: Ipv6Addr) -> Self {
-        let dir = PathBuf::from("/etc/netns").join(&p.ns.0);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ns = &p.namespace;
-        std::fs::write(
-            dir.join("resolv.conf"),
-            format!(
-                "nameserver {nameserver}\nsearch {ns}.svc.cozy.local svc.cozy.local cozy.local\noptions ndots:5 timeout:2 attempts:2\n"
-            ),
-        )
-        .unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for ResolvConf {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Gateway `gw` of `ns/vpc` with NAT on, through the real chain (the server's gateway loop
@@ -416,7 +388,8 @@ async fn body(lab: &mut Lab) {
         vec![s2v6.to_string()],
         "s2's VPC address is the backend"
     );
-    let _resolv = ResolvConf::new(&s1, dns64);
+    // The cluster DNS in its NAT64 form, as the pod's dnsConfig names it.
+    let _resolv = ResolvConf::new(&s1, dns64.into());
     for tcp in [false, true] {
         let q = (IpAddr::V6(dns64), "web.t1.svc.cozy.local.", RecordType::AAAA);
         let m = dns_ask_until(&s1, q, tcp, |m| !m.answers.is_empty());

@@ -120,3 +120,30 @@ pub(crate) fn dns_ask_until(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The pod's `/etc/resolv.conf` as kubelet writes it (`nameserver`, the namespace's search list
+/// in the lab's cluster domain `cozy.local`), in `/etc/netns/<netns>/`, where `ip netns exec`
+/// mounts it; removed on drop.
+pub(crate) struct ResolvConf(std::path::PathBuf);
+
+impl ResolvConf {
+    pub(crate) fn new(p: &LabPod, nameserver: IpAddr) -> Self {
+        let dir = std::path::PathBuf::from("/etc/netns").join(&p.ns.0);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = &p.namespace;
+        std::fs::write(
+            dir.join("resolv.conf"),
+            format!(
+                "nameserver {nameserver}\nsearch {ns}.svc.cozy.local svc.cozy.local cozy.local\noptions ndots:5 timeout:2 attempts:2\n"
+            ),
+        )
+        .unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for ResolvConf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
