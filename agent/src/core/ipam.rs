@@ -5,6 +5,10 @@
 //! repeated ADD gets the same address, and they are persisted to a JSON file (write to a
 //! temporary file, fsync, rename) so an agent restart keeps every running pod's address.
 //!
+//! A secondary interface (issue 37: a Multus delegate call, or an entry of the pod's
+//! `sdn.cozystack.io/vpcs`) holds only VPC addresses: its record takes no fabric address and
+//! is kept apart, keyed by the attachment alone.
+//!
 //! Changes are made in memory and counted ([`Ipam::generation`]); [`Ipam::snapshot`] and
 //! [`write_file`] persist them, so a caller can write outside its lock and one write can
 //! cover every change made meanwhile (group commit, see the agent's CNI server).
@@ -175,11 +179,29 @@ pub struct Allocation {
     /// load balancer): DEL removes the entry by it even when the netns is already gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns_cookie: Option<u64>,
+    /// Set for a secondary interface: it has no fabric address (`ip` is `0.0.0.0`), and the
+    /// pod's netns belongs to its primary attachment (no `sdn_sock_netns` entry of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secondary: Option<Secondary>,
+}
+
+/// How a secondary interface came (issue 37), which decides who removes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Secondary {
+    /// A Multus delegate call (`"vpc"` in the netconf): the runtime's DEL of its `ifname`.
+    Delegated,
+    /// An entry of the pod's `sdn.cozystack.io/vpcs`: added and deleted with the pod's
+    /// network (the DEL of the primary interface).
+    Listed,
 }
 
 impl Allocation {
-    /// The fabric addresses, IPv4 first.
+    /// The fabric addresses, IPv4 first (none for a secondary interface).
     pub fn fabric_ips(&self) -> Vec<IpAddr> {
+        if self.secondary.is_some() {
+            return Vec::new();
+        }
         std::iter::once(IpAddr::V4(self.ip))
             .chain(self.ip6.map(IpAddr::V6))
             .collect()
@@ -208,6 +230,10 @@ pub struct VpcAttachment {
     /// underlay address, which the endpoint relays to (`sdn_migrations`, issue 27).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_peer: Option<IpAddr>,
+    /// A secondary interface's routes: the VPC's ranges (CIDR text) at ADD, through the
+    /// interface's gateway; what its guest is told instead of a default route (issue 37).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<String>,
 }
 
 /// One more VPC address of an attachment and the Port that holds it.
@@ -269,6 +295,8 @@ pub struct Ipam {
     block: Block,
     block6: Option<Block6>,
     by_ip: BTreeMap<Ipv4Addr, Allocation>,
+    /// Secondary interfaces, by `(container id, ifname)`: they hold no fabric address.
+    secondaries: BTreeMap<(String, String), Allocation>,
     generation: u64,
 }
 
@@ -283,7 +311,7 @@ impl Ipam {
             source,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
-        let by_ip = match std::fs::read(&path) {
+        let all: Vec<Allocation> = match std::fs::read(&path) {
             Ok(bytes) => {
                 let f: StateFile = serde_json::from_slice(&bytes).map_err(|e| IpamError::Corrupt {
                     path: path.clone(),
@@ -292,16 +320,21 @@ impl Ipam {
                 if f.block != block.to_string() {
                     tracing::warn!(old = %f.block, new = %block, "fabric block changed; existing pods keep their addresses");
                 }
-                f.allocations.into_iter().map(|a| (a.ip, a)).collect()
+                f.allocations
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io(e)),
         };
+        let (secondaries, primaries): (Vec<_>, Vec<_>) = all.into_iter().partition(|a| a.secondary.is_some());
         Ok(Self {
             path,
             block,
             block6: None,
-            by_ip,
+            by_ip: primaries.into_iter().map(|a| (a.ip, a)).collect(),
+            secondaries: secondaries
+                .into_iter()
+                .map(|a| ((a.container_id.clone(), a.ifname.clone()), a))
+                .collect(),
             generation: 0,
         })
     }
@@ -321,7 +354,7 @@ impl Ipam {
     pub fn snapshot(&self) -> Result<(u64, Vec<u8>), IpamError> {
         let f = StateFile {
             block: self.block.to_string(),
-            allocations: self.by_ip.values().cloned().collect(),
+            allocations: self.all().cloned().collect(),
         };
         let bytes = serde_json::to_vec_pretty(&f).map_err(|e| IpamError::Io {
             path: self.path.clone(),
@@ -343,8 +376,14 @@ impl Ipam {
 
     /// The allocation of an attachment, if any.
     pub fn get(&self, container_id: &str, ifname: &str) -> Option<&Allocation> {
+        self.all()
+            .find(|a| a.container_id == container_id && a.ifname == ifname)
+    }
+
+    fn get_mut(&mut self, container_id: &str, ifname: &str) -> Option<&mut Allocation> {
         self.by_ip
-            .values()
+            .values_mut()
+            .chain(self.secondaries.values_mut())
             .find(|a| a.container_id == container_id && a.ifname == ifname)
     }
 
@@ -360,7 +399,7 @@ impl Ipam {
 
     /// Every allocation.
     pub fn all(&self) -> impl Iterator<Item = &Allocation> {
-        self.by_ip.values()
+        self.by_ip.values().chain(self.secondaries.values())
     }
 
     /// Addresses still free.
@@ -399,6 +438,7 @@ impl Ipam {
                 vpc: None,
                 ip6: None,
                 netns_cookie: None,
+                secondary: None,
             },
         );
         if let Some(b6) = self.block6 {
@@ -415,10 +455,48 @@ impl Ipam {
         Ok(ip)
     }
 
+    /// The record of secondary interface `(container_id, ifname)`: the existing one, or a new
+    /// one holding no fabric address (in memory; persist before relying on it).
+    pub fn allocate_secondary(
+        &mut self,
+        (container_id, ifname): (&str, &str),
+        netns: &str,
+        pod: &str,
+        how: Secondary,
+    ) {
+        let key = (container_id.to_string(), ifname.to_string());
+        if self.secondaries.contains_key(&key) {
+            return;
+        }
+        self.secondaries.insert(
+            key,
+            Allocation {
+                ip: Ipv4Addr::UNSPECIFIED,
+                ip6: None,
+                container_id: container_id.to_string(),
+                ifname: ifname.to_string(),
+                netns: netns.to_string(),
+                pod: pod.to_string(),
+                mac: None,
+                host_ifindex: None,
+                vpc: None,
+                netns_cookie: None,
+                secondary: Some(how),
+            },
+        );
+        self.generation += 1;
+    }
+
     /// Record what the ADD built: the host veth's ifindex, the pod interface's MAC and the
     /// VPC side, if any (in memory).
-    pub fn complete(&mut self, ip: Ipv4Addr, host_ifindex: u32, mac: &str, vpc: Option<VpcAttachment>) {
-        if let Some(a) = self.by_ip.get_mut(&ip) {
+    pub fn complete(
+        &mut self,
+        (container_id, ifname): (&str, &str),
+        host_ifindex: u32,
+        mac: &str,
+        vpc: Option<VpcAttachment>,
+    ) {
+        if let Some(a) = self.get_mut(container_id, ifname) {
             a.host_ifindex = Some(host_ifindex);
             a.mac = Some(mac.to_string());
             a.vpc = vpc;
@@ -428,8 +506,8 @@ impl Ipam {
 
     /// Record the pod's netns cookie (ADD, or a restart for records written before it was
     /// recorded); in memory.
-    pub fn set_netns_cookie(&mut self, ip: Ipv4Addr, cookie: u64) {
-        if let Some(a) = self.by_ip.get_mut(&ip)
+    pub fn set_netns_cookie(&mut self, (container_id, ifname): (&str, &str), cookie: u64) {
+        if let Some(a) = self.get_mut(container_id, ifname)
             && a.netns_cookie != Some(cookie)
         {
             a.netns_cookie = Some(cookie);
@@ -440,11 +518,7 @@ impl Ipam {
     /// Record where the attachment's endpoint relays during a live migration (`None`: it no
     /// longer does); persisted with the next write.
     pub fn set_migration_peer(&mut self, container_id: &str, ifname: &str, peer: Option<IpAddr>) {
-        if let Some(v) = self
-            .by_ip
-            .values_mut()
-            .find(|a| a.container_id == container_id && a.ifname == ifname)
-            .and_then(|a| a.vpc.as_mut())
+        if let Some(v) = self.get_mut(container_id, ifname).and_then(|a| a.vpc.as_mut())
             && v.migration_peer != peer
         {
             v.migration_peer = peer;
@@ -454,8 +528,8 @@ impl Ipam {
 
     /// Record the host veth's ifindex found at a restart (records written before it was
     /// recorded, or a veth the agent re-created); in memory.
-    pub fn set_host_ifindex(&mut self, ip: Ipv4Addr, host_ifindex: u32) {
-        if let Some(a) = self.by_ip.get_mut(&ip)
+    pub fn set_host_ifindex(&mut self, (container_id, ifname): (&str, &str), host_ifindex: u32) {
+        if let Some(a) = self.get_mut(container_id, ifname)
             && a.host_ifindex != Some(host_ifindex)
         {
             a.host_ifindex = Some(host_ifindex);
@@ -466,16 +540,23 @@ impl Ipam {
     /// Whether an attachment other than `(container_id, ifname)` records `host_ifindex`
     /// (the kernel handed a freed ifindex to a newer veth).
     pub fn ifindex_owned_elsewhere(&self, host_ifindex: u32, container_id: &str, ifname: &str) -> bool {
-        self.by_ip.values().any(|a| {
+        self.all().any(|a| {
             a.host_ifindex == Some(host_ifindex) && (a.container_id != container_id || a.ifname != ifname)
         })
     }
 
     /// Free the attachment's address (in memory); `None` if it had none (idempotent DEL).
     pub fn release(&mut self, container_id: &str, ifname: &str) -> Option<Allocation> {
-        let ip = self.get(container_id, ifname).map(|a| a.ip)?;
+        let key = (container_id.to_string(), ifname.to_string());
+        let gone = match self.secondaries.remove(&key) {
+            Some(a) => Some(a),
+            None => {
+                let ip = self.get(container_id, ifname).map(|a| a.ip)?;
+                self.by_ip.remove(&ip)
+            }
+        };
         self.generation += 1;
-        self.by_ip.remove(&ip)
+        gone
     }
 }
 
@@ -523,7 +604,7 @@ mod tests {
         assert!(ipam.release("c1", "eth0").is_none());
         // The lowest free address is reused.
         assert_eq!(ipam.allocate("c3", "eth0", "/n3", "").unwrap(), a);
-        ipam.complete(b, 7, "02:00:00:00:00:02", None);
+        ipam.complete(("c2", "eth0"), 7, "02:00:00:00:00:02", None);
         // Every change counts; a snapshot carries the generation it holds.
         assert_eq!(ipam.generation(), 5);
         assert_eq!(ipam.snapshot().unwrap().0, 5);
@@ -551,6 +632,37 @@ mod tests {
             ipam.allocate("y", "eth0", "", ""),
             Err(IpamError::Exhausted(_))
         ));
+    }
+
+    #[test]
+    fn a_secondary_interface_takes_no_fabric_address_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        let a = ipam.allocate("c1", "eth0", "/n1", "ns/a").unwrap();
+        ipam.allocate_secondary(("c1", "net1"), "/n1", "ns/a", Secondary::Listed);
+        ipam.allocate_secondary(("c1", "net2"), "/n1", "ns/a", Secondary::Delegated);
+        // Idempotent, like a retried ADD.
+        ipam.allocate_secondary(("c1", "net2"), "/n1", "ns/a", Secondary::Delegated);
+        assert_eq!(ipam.free(), 5);
+        assert_eq!(ipam.all().count(), 3);
+        assert!(ipam.get("c1", "net1").unwrap().fabric_ips().is_empty());
+        ipam.complete(("c1", "net1"), 9, "02:00:00:00:00:09", None);
+        ipam.set_host_ifindex(("c1", "net2"), 10);
+        ipam.save().unwrap();
+        drop(ipam);
+        let mut ipam = Ipam::open(dir.path(), block()).unwrap();
+        assert_eq!(ipam.get("c1", "eth0").unwrap().ip, a);
+        let net1 = ipam.get("c1", "net1").unwrap();
+        assert_eq!(
+            (net1.secondary, net1.host_ifindex),
+            (Some(Secondary::Listed), Some(9))
+        );
+        assert_eq!(ipam.get("c1", "net2").unwrap().host_ifindex, Some(10));
+        assert!(ipam.ifindex_owned_elsewhere(9, "c1", "eth0"));
+        assert_eq!(ipam.release("c1", "net1").unwrap().ifname, "net1");
+        assert!(ipam.release("c1", "net1").is_none());
+        assert_eq!(ipam.release("c1", "eth0").unwrap().ip, a);
+        assert_eq!(ipam.all().count(), 1);
     }
 
     #[test]

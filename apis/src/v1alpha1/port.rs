@@ -41,6 +41,11 @@ pub struct PortSpec {
     /// Name of the pod holding the address, if any.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_name: String,
+    /// The pod's interface holding the address (`CNI_IFNAME`): empty for the pod's network
+    /// (`eth0`), `net1`… for a secondary interface attached to this VPC under Multus or the
+    /// pod's `sdn.cozystack.io/vpcs` list (issue 37). At most 15 characters.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub interface: String,
     /// Marks the leg of the VPC's gateway pod (the VPC's `.1` address).
     #[serde(default, skip_serializing_if = "is_false")]
     pub gateway: bool,

@@ -72,6 +72,7 @@ pub fn validate_port(port: &Port) -> FieldErrors {
         )),
         _ => {}
     }
+    validate_interface(&mut errs, path.child("interface"), &spec.interface);
     if let Some(dhcp) = &spec.dhcp {
         errs.extend(super::dhcp::validate_guest_config(dhcp, &path.child("dhcp")));
     }
@@ -151,6 +152,21 @@ fn validate_mac(errs: &mut FieldErrors, path: FieldPath, text: &str) {
     errs.push(FieldError::invalid(path, text, detail));
 }
 
+/// A Linux interface name as `CNI_IFNAME` carries it (the kernel's `dev_valid_name`).
+fn validate_interface(errs: &mut FieldErrors, path: FieldPath, name: &str) {
+    if name.is_empty() {
+        return;
+    }
+    let detail = if name.len() > 15 {
+        "must be at most 15 characters (a Linux interface name)"
+    } else if name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+        "must be a Linux interface name: no '/', ':' or whitespace, not '.' or '..'"
+    } else {
+        return;
+    };
+    errs.push(FieldError::invalid(path, name, detail));
+}
+
 #[cfg(test)]
 mod tests {
     use cozyplane_apis::v1alpha1::{PortSpec, VPCRef};
@@ -192,6 +208,19 @@ mod tests {
         // A vendor MAC (a VM's own) is unicast and allowed.
         bare.spec.mac = "00:1b:21:00:00:01".into();
         assert_errors(&validate_port(&bare), &[]);
+    }
+
+    #[test]
+    fn the_interface_is_a_linux_interface_name() {
+        let mut p = port("v100.10-0-0-2", "10.0.0.2");
+        for ok in ["net1", "eth0", "a-15-chars-name"] {
+            p.spec.interface = ok.into();
+            assert_errors(&validate_port(&p), &[]);
+        }
+        for bad in ["this-name-is-16c", "net/1", "net 1", "a:b", ".."] {
+            p.spec.interface = bad.into();
+            assert_errors(&validate_port(&p), &[("spec.interface", ErrorType::Invalid)]);
+        }
     }
 
     #[test]

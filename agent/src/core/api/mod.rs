@@ -68,6 +68,8 @@ pub const CALLS_IN_FLIGHT: usize = 4;
 pub struct PodFacts {
     /// The `sdn.cozystack.io/vpc` annotation, if any.
     pub vpc: Option<String>,
+    /// The `sdn.cozystack.io/vpcs` annotation (secondary interfaces, issue 37), as written.
+    pub vpcs: Option<String>,
     /// Its persistent identity (a KubeVirt launcher's VM, or the explicit annotation): its
     /// VPC Ports outlive it (`cozyplane_apis::v1alpha1::workload_of`).
     pub workload: Option<String>,
@@ -89,6 +91,13 @@ impl PodFacts {
                 .as_ref()
                 .and_then(|a| a.get(VPC_ANNOTATION))
                 .filter(|v| !v.is_empty())
+                .cloned(),
+            vpcs: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::core::cni::secondary::VPCS_ANNOTATION))
+                .filter(|v| !v.trim().is_empty())
                 .cloned(),
             workload: cozyplane_apis::v1alpha1::workload_of(
                 p.metadata.labels.as_ref(),
@@ -146,21 +155,29 @@ impl Persistent {
             migration: facts.migration.clone(),
         })
     }
+}
 
-    /// The pinned address of the family of `family` (an unspecified address), or the first
-    /// pinned one when no family is asked.
-    fn ip_for(&self, family: Option<IpAddr>) -> Option<String> {
-        self.pins
-            .0
-            .iter()
-            .find_map(|a| match (a.parse::<IpAddr>(), family) {
-                (Ok(ip), Some(f)) if ip.is_ipv4() == f.is_ipv4() => Some(a.clone()),
-                (Ok(_), None) => Some(a.clone()),
-                // Not an address: given as is, for the server's 422 to name it.
-                (Err(_), _) => Some(a.clone()),
-                _ => None,
-            })
-    }
+/// The pinned address of the family of `family` (an unspecified address) among `pins`, or
+/// the first pinned one when no family is asked.
+fn ip_for(pins: &[String], family: Option<IpAddr>) -> Option<String> {
+    pins.iter().find_map(|a| match (a.parse::<IpAddr>(), family) {
+        (Ok(ip), Some(f)) if ip.is_ipv4() == f.is_ipv4() => Some(a.clone()),
+        (Ok(_), None) => Some(a.clone()),
+        // Not an address: given as is, for the server's 422 to name it.
+        (Err(_), _) => Some(a.clone()),
+        _ => None,
+    })
+}
+
+/// What a new Port is asked with besides its VPC and pod (issue 37): the pod interface
+/// (`spec.interface`, empty for the pod's network) and the addresses (one per family at most)
+/// and MAC the request pins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortAsk {
+    /// `CNI_IFNAME` of a secondary interface; empty for the pod's network.
+    pub interface: String,
+    /// Pinned addresses and MAC.
+    pub pins: (Vec<String>, Option<String>),
 }
 
 /// A VPC the pod may join.
@@ -176,6 +193,19 @@ pub struct ResolvedVpc {
     pub mtu: u32,
     /// The VPC has ranges of both families: a pod gets one address (and Port) per family.
     pub dual_stack: bool,
+    /// `spec.cidrs` as `(network, prefix length)`: what a secondary interface routes to its
+    /// gateway (issue 37).
+    pub ranges: Vec<(IpAddr, u8)>,
+}
+
+/// `spec.cidrs` as `(network, prefix length)`; what does not parse is skipped (the server
+/// validated them).
+pub fn vpc_ranges(cidrs: &[String]) -> Vec<(IpAddr, u8)> {
+    cidrs
+        .iter()
+        .filter_map(|c| c.parse::<ipnet::IpNet>().ok())
+        .map(|n| (n.network(), n.prefix_len()))
+        .collect()
 }
 
 /// Whether `cidrs` (a VPC's `spec.cidrs`) hold both families.
@@ -216,8 +246,8 @@ pub type VpcFacts = (u32, u32, bool);
 pub struct Grants {
     /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
     pub bindings: HashMap<String, Vec<(String, String)>>,
-    /// `(namespace, name)` of a VPC with a VNI → its facts.
-    pub vpcs: HashMap<(String, String), VpcFacts>,
+    /// `(namespace, name)` of a VPC with a VNI → its facts and ranges.
+    pub vpcs: HashMap<(String, String), (VpcFacts, Vec<(IpAddr, u8)>)>,
 }
 
 impl Grants {
@@ -227,13 +257,14 @@ impl Grants {
             .get(pod_ns)?
             .iter()
             .any(|(n, v)| n == vns && v == vname);
-        let &(vni, mtu, dual_stack) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
-        (granted && vni != 0).then(|| ResolvedVpc {
+        let ((vni, mtu, dual_stack), ranges) = self.vpcs.get(&(vns.to_string(), vname.to_string()))?;
+        (granted && *vni != 0).then(|| ResolvedVpc {
             namespace: vns.to_string(),
             name: vname.to_string(),
-            vni,
-            mtu,
-            dual_stack,
+            vni: *vni,
+            mtu: *mtu,
+            dual_stack: *dual_stack,
+            ranges: ranges.clone(),
         })
     }
 }
@@ -409,6 +440,7 @@ impl ApiClients {
             vni,
             mtu: u32::try_from(vpc.spec.mtu).unwrap_or(0),
             dual_stack: dual_stack(&vpc.spec.cidrs),
+            ranges: vpc_ranges(&vpc.spec.cidrs),
         })
     }
 
@@ -463,6 +495,7 @@ impl ApiClients {
         pod: &str,
         family: Option<IpAddr>,
         persistent: Option<&Persistent>,
+        ask: Option<&PortAsk>,
     ) -> Result<Port, CniError> {
         let mut labels = BTreeMap::from([
             (
@@ -472,20 +505,27 @@ impl ApiClients {
             ("sdn.cozystack.io/vpc".to_string(), vpc.name.clone()),
             ("sdn.cozystack.io/pod-namespace".to_string(), pod_ns.to_string()),
         ]);
-        let mut pinned = (None, String::new());
         if let Some(w) = persistent {
             labels.insert(PORT_WORKLOAD_LABEL.to_string(), w.workload.clone());
             labels.insert(PORT_INTERFACE_LABEL.to_string(), w.ifname.clone());
-            // The MAC is the pod's: pinned on the Port of its first family only.
-            pinned = (
-                w.ip_for(family),
+        }
+        let interface = ask.map(|a| a.interface.clone()).unwrap_or_default();
+        if !interface.is_empty() {
+            labels.insert(PORT_INTERFACE_LABEL.to_string(), interface.clone());
+        }
+        // A workload's pins, else the request's.
+        let pins = persistent.map(|w| &w.pins).or(ask.map(|a| &a.pins));
+        let pinned = pins.map_or((None, String::new()), |(ips, mac)| {
+            (
+                ip_for(ips, family),
+                // The MAC is the pod interface's: pinned on the Port of its first family only.
                 if family.is_none() {
-                    w.pins.1.clone().unwrap_or_default()
+                    mac.clone().unwrap_or_default()
                 } else {
                     String::new()
                 },
-            );
-        }
+            )
+        });
         let port = Port {
             metadata: ObjectMeta {
                 labels: Some(labels),
@@ -500,6 +540,7 @@ impl ApiClients {
                 node_ip: self.node_ip.to_string(),
                 pod_namespace: pod_ns.to_string(),
                 pod_name: pod.to_string(),
+                interface,
                 ip: pinned
                     .0
                     .unwrap_or_else(|| family.map(|f| f.to_string()).unwrap_or_default()),
@@ -787,15 +828,25 @@ impl ApiClients {
 
     /// Stamps the pod with its VPC address and MAC.
     pub async fn stamp_pod(&self, ns: &str, name: &str, ip: IpAddr, mac: &str) -> Result<(), CniError> {
-        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         let patch = serde_json::json!({ "metadata": { "annotations": {
             VPC_IP_ANNOTATION: ip.to_string(),
             VPC_MAC_ANNOTATION: mac,
         } } });
+        self.patch_pod(ns, name, &patch).await
+    }
+
+    /// Sets annotation `key` of pod `ns/name` to `value` (a merge patch: only that key).
+    pub async fn annotate_pod(&self, ns: &str, name: &str, key: &str, value: &str) -> Result<(), CniError> {
+        let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+        self.patch_pod(ns, name, &patch).await
+    }
+
+    async fn patch_pod(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<(), CniError> {
+        let pods: Api<Pod> = Api::namespaced(self.kube.clone(), ns);
         queued(
             "annotating the pod failed",
             &self.kube_turns,
-            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+            pods.patch(name, &PatchParams::default(), &Patch::Merge(patch)),
         )
         .await
         .map(|_| ())
@@ -836,13 +887,23 @@ mod tests {
                 ],
             )]),
             vpcs: HashMap::from([
-                (("t1".to_string(), "blue".to_string()), (100, 1400, false)),
-                (("own".to_string(), "red".to_string()), (0, 0, false)),
-                (("t1".to_string(), "green".to_string()), (101, 0, false)),
+                (
+                    ("t1".to_string(), "blue".to_string()),
+                    ((100, 1400, false), vpc_ranges(&["10.1.0.0/24".into()])),
+                ),
+                (
+                    ("own".to_string(), "red".to_string()),
+                    ((0, 0, false), Vec::new()),
+                ),
+                (
+                    ("t1".to_string(), "green".to_string()),
+                    ((101, 0, false), Vec::new()),
+                ),
             ]),
         };
         let blue = g.resolve("t1", "t1", "blue").unwrap();
         assert_eq!((blue.vni, blue.mtu), (100, 1400));
+        assert_eq!(blue.ranges, [("10.1.0.0".parse().unwrap(), 24)]);
         // Granted but no VNI yet, not granted, other namespace: ask the API.
         assert!(g.resolve("t1", "own", "red").is_none());
         assert!(g.resolve("t1", "t1", "green").is_none());

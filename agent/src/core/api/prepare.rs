@@ -280,7 +280,7 @@ impl ApiClients {
         };
         let port = match taken {
             Some(p) => p,
-            None => self.create_port(v, ns, name, None, persistent).await?,
+            None => self.create_port(v, ns, name, None, persistent, None).await?,
         };
         let ip: IpAddr = port.spec.ip.parse().map_err(|_| {
             CniError::new(
@@ -314,6 +314,7 @@ mod tests {
             vni: 100,
             mtu: 0,
             dual_stack: false,
+            ranges: Vec::new(),
         };
         let port: Port = serde_json::from_value(serde_json::json!({
             "apiVersion": "sdn.cozystack.io/v1alpha1", "kind": "Port",

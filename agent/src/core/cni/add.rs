@@ -1,4 +1,5 @@
-//! ADD: which network, the fabric address, the Port, the veth, the programs, the maps.
+//! ADD: which network, the fabric address, the Port, the veth, the programs, the maps; then
+//! the secondary interfaces the pod lists (issue 37, [`secondary`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -8,12 +9,13 @@ use cozyplane_cni::proto::Request;
 use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
 use serde_json::Value;
 
+use super::secondary::{self, Wanted};
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
 use crate::core::api::Persistent;
 use crate::core::cni::attachment::{self, Attachment};
-use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, format_mac, parse_mac};
+use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, PodRoutes, format_mac, parse_mac};
 use crate::core::datapath::netns_cookie;
-use crate::core::ipam::{VpcAddress, VpcAttachment};
+use crate::core::ipam::{Secondary, VpcAddress, VpcAttachment};
 
 impl AgentState {
     /// Which network the pod asked for: the netconf/`CNI_ARGS` request, else the pod's
@@ -32,22 +34,108 @@ impl AgentState {
         })
     }
 
+    /// ADD: the pod's network (`CNI_IFNAME`), then the secondary interfaces its
+    /// `sdn.cozystack.io/vpcs` lists; or, for a Multus delegate call (`"vpc"` in the netconf),
+    /// that one secondary interface. One result names every interface made.
     pub(super) async fn add(
         &self,
         req: &Request,
         version: &str,
         steps: &mut Steps,
     ) -> Result<Option<Value>, CniError> {
-        let att = self.requested(req).await?;
         let env = &req.env;
-        let vpc = match (&att, &self.api) {
-            (Attachment::Default, _) => None,
-            (Attachment::Vpc { .. }, None) => {
-                return Err(attachment::unsupported(&att).unwrap_or_else(|| {
+        let result = match secondary::delegated(env, &req.config)? {
+            Some(w) => {
+                self.attach(req, &Iface::Secondary(w, Secondary::Delegated), steps)
+                    .await?
+            }
+            None => {
+                let att = self.requested(req).await?;
+                // Checked before anything is made: a bad list fails the ADD whole.
+                let listed = self.listed(req).await?;
+                let mut result = self.attach(req, &Iface::Primary(att), steps).await?;
+                if !listed.is_empty() {
+                    let mut statuses = vec![status_of(&result, conflist_name(&req.config), true)];
+                    for w in listed {
+                        let name = w.vpc.clone();
+                        let more = match self
+                            .attach(req, &Iface::Secondary(w, Secondary::Listed), steps)
+                            .await
+                        {
+                            Ok(r) => r,
+                            Err(e) => {
+                                // The pod's DEL removes what its listed interfaces made, too.
+                                let _ = self.del(&env.container_id, &env.ifname).await;
+                                return Err(e);
+                            }
+                        };
+                        statuses.push(status_of(&more, &name, false));
+                        merge(&mut result, more);
+                    }
+                    if let Err(e) = self.report_status(req, statuses).await {
+                        let _ = self.del(&env.container_id, &env.ifname).await;
+                        return Err(e);
+                    }
+                    steps.mark("status");
+                }
+                result
+            }
+        };
+        serde_json::to_value(result.for_version(version))
+            .map(Some)
+            .map_err(|e| internal("encoding the result failed", e))
+    }
+
+    /// The secondary interfaces pod `req` lists (`sdn.cozystack.io/vpcs`): none without an
+    /// API or a pod.
+    async fn listed(&self, req: &Request) -> Result<Vec<Wanted>, CniError> {
+        let (Some(api), Some(pod)) = (&self.api, req.env.pod()) else {
+            return Ok(Vec::new());
+        };
+        match api.pod_facts(&pod.namespace, &pod.name).await?.vpcs {
+            Some(v) => secondary::listed(&v, &req.env.ifname),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Writes `k8s.v1.cni.cncf.io/network-status` on the pod, as Multus does for its own.
+    async fn report_status(&self, req: &Request, statuses: Vec<Value>) -> Result<(), CniError> {
+        let (Some(api), Some(pod)) = (&self.api, req.env.pod()) else {
+            return Ok(());
+        };
+        let text = serde_json::to_string_pretty(&statuses)
+            .map_err(|e| internal("encoding the network status failed", e))?;
+        api.annotate_pod(
+            &pod.namespace,
+            &pod.name,
+            secondary::NETWORK_STATUS_ANNOTATION,
+            &text,
+        )
+        .await
+    }
+
+    /// One interface: which network, the address(es), the Port(s), the veth, the programs,
+    /// the maps, the record.
+    async fn attach(&self, req: &Request, iface: &Iface, steps: &mut Steps) -> Result<CniResult, CniError> {
+        let env = &req.env;
+        let ifname = iface.ifname(env);
+        let vpc = match (iface, &self.api) {
+            (Iface::Primary(Attachment::Default), _) => None,
+            (Iface::Primary(att @ Attachment::Vpc { .. }), None) => {
+                return Err(attachment::unsupported(att).unwrap_or_else(|| {
                     CniError::plain(ErrorCode::VpcUnavailable, "VPC attachments need --kubeconfig")
                 }));
             }
-            (Attachment::Vpc { vpc }, Some(api)) => {
+            (Iface::Secondary(..), None) => {
+                return Err(CniError::plain(
+                    ErrorCode::VpcUnavailable,
+                    "secondary VPC interfaces need the agent's --kubeconfig",
+                ));
+            }
+            (
+                Iface::Primary(Attachment::Vpc { vpc }) | Iface::Secondary(Wanted { vpc, .. }, _),
+                Some(api),
+            ) => {
                 // The namespace comes from the runtime (CNI_ARGS), never from the pod.
                 let pod = env.pod().ok_or_else(|| {
                     CniError::new(
@@ -64,23 +152,34 @@ impl AgentState {
             .pod()
             .map(|p| format!("{}/{}", p.namespace, p.name))
             .unwrap_or_default();
-        let _attachment = self.attachments.lock(&env.container_id, &env.ifname).await;
-        let (ip, ip6, previous, retried) = {
+        let key = (env.container_id.as_str(), ifname);
+        let _attachment = self.attachments.lock(key.0, key.1).await;
+        let (fabric, previous, retried) = {
             let mut ipam = self.ipam();
-            let retried = ipam.get(&env.container_id, &env.ifname).is_some();
-            let ip = ipam
-                .allocate(&env.container_id, &env.ifname, &env.netns, &pod)
-                .map_err(|e| internal("fabric address allocation failed", e))?;
+            let retried = ipam.get(key.0, key.1).is_some();
+            let fabric = match iface {
+                Iface::Primary(_) => {
+                    let ip = ipam
+                        .allocate(key.0, key.1, &env.netns, &pod)
+                        .map_err(|e| internal("fabric address allocation failed", e))?;
+                    let ip6 = ipam.get(key.0, key.1).and_then(|a| a.ip6);
+                    std::iter::once(IpAddr::V4(ip))
+                        .chain(ip6.map(IpAddr::V6))
+                        .collect()
+                }
+                Iface::Secondary(_, how) => {
+                    ipam.allocate_secondary(key, &env.netns, &pod, *how);
+                    Vec::new()
+                }
+            };
             // A repeated ADD (runtime retry) reuses the Port it created before.
-            let record = ipam.get(&env.container_id, &env.ifname);
-            let previous = record.and_then(|a| a.vpc.clone());
-            let ip6 = record.and_then(|a| a.ip6);
-            (ip, ip6, previous, retried)
+            let previous = ipam.get(key.0, key.1).and_then(|a| a.vpc.clone());
+            (fabric, previous, retried)
         };
         // The record goes to disk once, complete, before ADD returns; until then the address
         // is only held in memory. An ADD cut short by a crash leaves at most a host veth
         // without a record, which restart reconciliation deletes by its name.
-        let host = host_veth_name(&env.container_id, &env.ifname);
+        let host = host_veth_name(key.0, key.1);
         // A repeated ADD starts from a clean slate for this attachment. A first ADD has
         // nothing to clean: a failed ADD removes its veth, and so does a restart.
         if retried {
@@ -94,6 +193,10 @@ impl AgentState {
         let mut vpc_mac: Option<[u8; 6]> = None;
         let mut port_uid = String::new();
         let mut mtu = self.mtu;
+        let ask = match iface {
+            Iface::Secondary(w, _) => Some(w.ask()),
+            Iface::Primary(_) => None,
+        };
         if let Some((api, v, p)) = &vpc {
             let claimed = async {
                 let existing = match &previous {
@@ -106,13 +209,37 @@ impl AgentState {
                 };
                 let uid = Some(p.uid.as_str()).filter(|u| !u.is_empty());
                 // A workload's pod (a KubeVirt launcher, an annotated pod) takes the
-                // workload's Ports, wherever they were (issue 27).
-                let persistent = Persistent::of(&api.pod_facts(&p.namespace, &p.name).await?, &env.ifname);
-                let port = match existing {
-                    Some(port) => port,
-                    None => {
+                // workload's Ports, wherever they were (issue 27); a secondary interface's
+                // pins are its request's.
+                let facts = api.pod_facts(&p.namespace, &p.name).await?;
+                let persistent = Persistent::of(&facts, ifname).map(|mut w| {
+                    if let Some(a) = &ask {
+                        w.pins = a.pins.clone();
+                    }
+                    w
+                });
+                let port = match (existing, &ask) {
+                    (Some(port), _) => port,
+                    (None, None) => {
                         api.take_port(v, (&p.namespace, &p.name), uid, persistent.as_ref())
                             .await?
+                    }
+                    (None, Some(a)) => {
+                        let kept = match &persistent {
+                            Some(w) => api
+                                .bind_persistent(v, &p.namespace, &p.name, w)
+                                .await?
+                                .into_iter()
+                                .next(),
+                            None => None,
+                        };
+                        match kept {
+                            Some(port) => port,
+                            None => {
+                                api.create_port(v, &p.namespace, &p.name, None, persistent.as_ref(), Some(a))
+                                    .await?
+                            }
+                        }
                     }
                 };
                 let name = port.metadata.name.clone().unwrap_or_default();
@@ -135,6 +262,10 @@ impl AgentState {
                         .as_ref()
                         .filter(|t| t.node == api.node)
                         .and_then(|_| port.spec.node_ip.parse().ok()),
+                    routes: match iface {
+                        Iface::Secondary(..) => v.ranges.iter().map(|(n, l)| format!("{n}/{l}")).collect(),
+                        Iface::Primary(_) => Vec::new(),
+                    },
                 };
                 // A dual-stack VPC: one more Port, for the other family (docs/design.md,
                 // "Dual-stack Ports"). Both or none: a failure deletes the first one too.
@@ -166,8 +297,15 @@ impl AgentState {
                     let second = match reused.or(kept) {
                         Some(p) => Ok(p),
                         None => {
-                            api.create_port(v, &p.namespace, &p.name, Some(family), persistent.as_ref())
-                                .await
+                            api.create_port(
+                                v,
+                                &p.namespace,
+                                &p.name,
+                                Some(family),
+                                persistent.as_ref(),
+                                ask.as_ref(),
+                            )
+                            .await
                         }
                     };
                     let other = second.and_then(|s| {
@@ -198,7 +336,7 @@ impl AgentState {
                     port_uid = uid;
                 }
                 Err(e) => {
-                    self.ipam().release(&env.container_id, &env.ifname);
+                    self.ipam().release(key.0, key.1);
                     let _ = self.persist().await;
                     return Err(e);
                 }
@@ -208,12 +346,19 @@ impl AgentState {
             }
             steps.mark("port");
         }
-        let fabric: Vec<IpAddr> = std::iter::once(IpAddr::V4(ip))
-            .chain(ip6.map(IpAddr::V6))
-            .collect();
         let pod_ips: Vec<IpAddr> = vpc_att
             .as_ref()
             .map_or_else(|| fabric.clone(), |v| v.ips().collect());
+        // A secondary interface routes only its VPC's ranges: the pod's network keeps the
+        // default route.
+        let ranges: Vec<(IpAddr, u8)> = match (iface, &vpc) {
+            (Iface::Secondary(..), Some((_, v, _))) => v.ranges.clone(),
+            _ => Vec::new(),
+        };
+        let routes = match iface {
+            Iface::Primary(_) => PodRoutes::Default,
+            Iface::Secondary(..) => PodRoutes::Ranges(&ranges),
+        };
 
         // The pod's netns cookie once registered in sdn_sock_netns, for the undo below.
         let mut cookie = None;
@@ -221,7 +366,15 @@ impl AgentState {
             // The pod was stamped with the Port's address and MAC when the Port was made.
             let (hl, pod_mac) = self
                 .netdev
-                .create_pod_veth(&host, &env.netns, &env.ifname, &pod_ips, vpc_mac, &fabric, mtu)
+                .create_pod_veth(
+                    &host,
+                    (&env.netns, ifname),
+                    &pod_ips,
+                    vpc_mac,
+                    &fabric,
+                    mtu,
+                    routes,
+                )
                 .await
                 .map_err(|e| match e {
                     netdev::NetdevError::Io { ref what, .. } if what.starts_with("open netns") => {
@@ -245,17 +398,22 @@ impl AgentState {
             self.write_maps(hl.index, &fabric, vpc_att.as_ref(), pod_mac)
                 .map_err(|e| internal("writing the datapath maps failed", e))?;
             // The socket-level load balancer serves the pod's sockets when it is on net 0 (a
-            // VPC pod is registered with its VNI, which the hooks leave alone).
-            let c = blocking(|| netns_cookie::of_path(Path::new(&env.netns)))
-                .map_err(|e| internal("reading the pod's netns cookie failed", e))?;
-            SockNetnsMap::from_pin(&self.pin_dir)
-                .and_then(|mut m| m.upsert(c, vpc_att.as_ref().map_or(0, |v| v.vni)))
-                .map_err(|e| internal("writing the datapath maps failed", e))?;
-            cookie = Some(c);
+            // VPC pod is registered with its VNI, which the hooks leave alone). The netns is
+            // the pod's network's: a secondary interface leaves it alone.
+            if let Iface::Primary(_) = iface {
+                let c = blocking(|| netns_cookie::of_path(Path::new(&env.netns)))
+                    .map_err(|e| internal("reading the pod's netns cookie failed", e))?;
+                SockNetnsMap::from_pin(&self.pin_dir)
+                    .and_then(|mut m| m.upsert(c, vpc_att.as_ref().map_or(0, |v| v.vni)))
+                    .map_err(|e| internal("writing the datapath maps failed", e))?;
+                cookie = Some(c);
+            }
             steps.mark("maps");
             self.ipam()
-                .complete(ip, hl.index, &format_mac(pod_mac), vpc_att.clone());
-            self.ipam().set_netns_cookie(ip, c);
+                .complete(key, hl.index, &format_mac(pod_mac), vpc_att.clone());
+            if let Some(c) = cookie {
+                self.ipam().set_netns_cookie(key, c);
+            }
             // After the record: the sever task either finds it or is seen here (the revocation feature, features/sever).
             if let (Some(va), Some(api)) = (&vpc_att, &self.api)
                 && api.severed.contains(&port_uid)
@@ -283,7 +441,7 @@ impl AgentState {
                 }
                 let _ = self.datapath().detach(&host);
                 let _ = self.netdev.delete(&host).await;
-                self.ipam().release(&env.container_id, &env.ifname);
+                self.ipam().release(key.0, key.1);
                 let _ = self.persist().await;
                 if let (Some(va), Some((api, _, _))) = (&vpc_att, &vpc)
                     && !va.persistent
@@ -295,7 +453,36 @@ impl AgentState {
                 return Err(e);
             }
         };
-        let result = CniResult {
+        // The pod's network reports the fabric addresses (what kubelet shows as
+        // status.podIPs) and a default route; a secondary interface its VPC addresses and
+        // the VPC's ranges.
+        let (ips, routes): (Vec<IpAddr>, Vec<(IpAddr, u8)>) = match iface {
+            Iface::Primary(_) => (
+                fabric.clone(),
+                fabric
+                    .iter()
+                    .map(|f| {
+                        (
+                            if f.is_ipv4() {
+                                Ipv4Addr::UNSPECIFIED.into()
+                            } else {
+                                Ipv6Addr::UNSPECIFIED.into()
+                            },
+                            0,
+                        )
+                    })
+                    .collect(),
+            ),
+            Iface::Secondary(..) => (
+                pod_ips.clone(),
+                ranges
+                    .iter()
+                    .filter(|(n, _)| pod_ips.iter().any(|ip| ip.is_ipv4() == n.is_ipv4()))
+                    .copied()
+                    .collect(),
+            ),
+        };
+        Ok(CniResult {
             cni_version: String::new(),
             interfaces: vec![
                 Interface {
@@ -305,14 +492,13 @@ impl AgentState {
                     sandbox: None,
                 },
                 Interface {
-                    name: env.ifname.clone(),
+                    name: ifname.to_string(),
                     mac: format_mac(pod_mac),
                     mtu: Some(mtu),
                     sandbox: Some(env.netns.clone()),
                 },
             ],
-            // The fabric addresses: what kubelet reports as status.podIPs.
-            ips: fabric
+            ips: ips
                 .iter()
                 .map(|f| IpConfig {
                     version: None,
@@ -321,20 +507,67 @@ impl AgentState {
                     interface: Some(1),
                 })
                 .collect(),
-            routes: fabric
+            routes: routes
                 .iter()
-                .map(|f| Route {
-                    dst: if f.is_ipv4() { "0.0.0.0/0" } else { "::/0" }.into(),
-                    gw: Some(gateway_of(*f)),
+                .map(|(n, len)| Route {
+                    dst: format!("{n}/{len}"),
+                    gw: Some(gateway_of(*n)),
                 })
                 .collect(),
             dns: Default::default(),
-        }
-        .for_version(version);
-        serde_json::to_value(result)
-            .map(Some)
-            .map_err(|e| internal("encoding the result failed", e))
+        })
     }
+}
+
+/// One interface an ADD attaches.
+pub(super) enum Iface {
+    /// The pod's network (`CNI_IFNAME`): net 0, or the VPC the pod asks for.
+    Primary(Attachment),
+    /// A secondary interface (issue 37) and how it came.
+    Secondary(Wanted, Secondary),
+}
+
+impl Iface {
+    fn ifname<'a>(&'a self, env: &'a cozyplane_cni::env::CniEnv) -> &'a str {
+        match self {
+            Self::Secondary(w, Secondary::Listed) => &w.interface,
+            _ => &env.ifname,
+        }
+    }
+}
+
+/// The network's name in the netconf, for the pod's network's status entry.
+fn conflist_name(config: &Value) -> &str {
+    config["name"].as_str().unwrap_or("cozyplane")
+}
+
+/// The `network-status` entry of the interface `r` made (its pod side is `interfaces[1]`).
+fn status_of(r: &CniResult, name: &str, default: bool) -> Value {
+    let pod = r.interfaces.iter().find(|i| i.sandbox.is_some());
+    let ips: Vec<IpAddr> = r
+        .ips
+        .iter()
+        .filter_map(|i| i.address.split('/').next()?.parse().ok())
+        .collect();
+    secondary::network_status(
+        name,
+        pod.map_or("", |p| p.name.as_str()),
+        &ips,
+        pod.map_or("", |p| p.mac.as_str()),
+        default,
+    )
+}
+
+/// Appends `more`'s interfaces, addresses (their interface index moved past `r`'s) and routes
+/// to `r`.
+fn merge(r: &mut CniResult, more: CniResult) {
+    let base = r.interfaces.len();
+    r.interfaces.extend(more.interfaces);
+    r.ips.extend(more.ips.into_iter().map(|mut i| {
+        i.interface = i.interface.map(|n| n + base);
+        i
+    }));
+    r.routes.extend(more.routes);
 }
 
 /// `ip/32` or `ip/128`.
@@ -348,5 +581,57 @@ fn gateway_of(ip: IpAddr) -> String {
         GATEWAY.to_string()
     } else {
         GATEWAY6.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(ifname: &str, ip: &str) -> CniResult {
+        CniResult {
+            interfaces: vec![
+                Interface {
+                    name: format!("cph-{ifname}"),
+                    ..Default::default()
+                },
+                Interface {
+                    name: ifname.into(),
+                    mac: "02:00:00:00:00:01".into(),
+                    sandbox: Some("/n".into()),
+                    ..Default::default()
+                },
+            ],
+            ips: vec![IpConfig {
+                version: None,
+                address: format!("{ip}/32"),
+                gateway: None,
+                interface: Some(1),
+            }],
+            routes: vec![Route {
+                dst: format!("{ip}/24"),
+                gw: None,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn merged_addresses_point_at_their_own_interface() {
+        let mut r = one("eth0", "10.244.0.5");
+        merge(&mut r, one("net1", "10.1.0.5"));
+        merge(&mut r, one("net2", "10.1.0.5"));
+        let names: Vec<_> = r.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cph-eth0", "eth0", "cph-net1", "net1", "cph-net2", "net2"]
+        );
+        let idx: Vec<_> = r.ips.iter().map(|i| i.interface).collect();
+        assert_eq!(idx, [Some(1), Some(3), Some(5)]);
+        assert_eq!(r.routes.len(), 3);
+        let s = status_of(&one("net1", "10.1.0.5"), "t1/blue", false);
+        assert_eq!(s["interface"], "net1");
+        assert_eq!(s["ips"], serde_json::json!(["10.1.0.5"]));
+        assert_eq!(s["mac"], "02:00:00:00:00:01");
     }
 }

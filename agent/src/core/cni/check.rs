@@ -30,9 +30,14 @@ impl AgentState {
                     format!("{}/{} was never added on this node", env.container_id, env.ifname),
                 )
             })?;
-        // The runtime's view (prevResult) must name our address.
+        // The runtime's view (prevResult) must name our address: the fabric one, or a
+        // secondary interface's VPC addresses.
         if let Some(prev) = req.config.get("prevResult") {
-            for f in alloc.fabric_ips() {
+            let reported: Vec<IpAddr> = match (&alloc.secondary, &alloc.vpc) {
+                (Some(_), Some(v)) => v.ips().collect(),
+                _ => alloc.fabric_ips(),
+            };
+            for f in reported {
                 let want = super::add::host_prefix(f);
                 let listed = prev["ips"]
                     .as_array()

@@ -9,9 +9,31 @@ use cozyplane_cni::spec::{CniError, ErrorCode};
 use serde_json::Value;
 
 use super::{AgentState, host_veth_name, internal};
+use crate::core::ipam::Secondary;
 
 impl AgentState {
+    /// DEL of `(container_id, ifname)`; for the pod's network, the secondary interfaces its
+    /// `sdn.cozystack.io/vpcs` listed go first (issue 37).
     pub(super) async fn del(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+        let listed: Vec<String> = {
+            let ipam = self.ipam();
+            let primary = ipam
+                .get(container_id, ifname)
+                .is_none_or(|a| a.secondary.is_none());
+            ipam.all()
+                .filter(|a| {
+                    primary && a.container_id == container_id && a.secondary == Some(Secondary::Listed)
+                })
+                .map(|a| a.ifname.clone())
+                .collect()
+        };
+        for l in listed {
+            self.del_one(container_id, &l).await?;
+        }
+        self.del_one(container_id, ifname).await
+    }
+
+    async fn del_one(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let _attachment = self.attachments.lock(container_id, ifname).await;
         let host = host_veth_name(container_id, ifname);
         let alloc = self.ipam().get(container_id, ifname).cloned();
@@ -141,11 +163,17 @@ impl AgentState {
                 }
             })
             .collect::<Result<BTreeSet<(String, String)>, CniError>>()?;
+        // A secondary interface is the runtime's as long as its pod is: the runtime lists the
+        // attachments of its own network, which a delegate's or a listed interface is not.
+        let live: BTreeSet<&str> = valid.iter().map(|(c, _)| c.as_str()).collect();
         let stale: Vec<(String, String)> = {
             self.ipam()
                 .all()
+                .filter(|a| match a.secondary {
+                    Some(_) => !live.contains(a.container_id.as_str()),
+                    None => !valid.contains(&(a.container_id.clone(), a.ifname.clone())),
+                })
                 .map(|a| (a.container_id.clone(), a.ifname.clone()))
-                .filter(|k| !valid.contains(k))
                 .collect()
         };
         for (cid, ifname) in stale {

@@ -205,6 +205,7 @@ mod tests {
             }),
             persistent: false,
             migration_peer: None,
+            routes: Vec::new(),
         }
     }
 

@@ -30,6 +30,7 @@ mod maps;
 mod reconcile;
 
 pub mod attachment;
+pub mod secondary;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -60,7 +60,8 @@ impl AgentState {
             match (link, a.mac.as_deref().and_then(parse_mac)) {
                 (Some(l), Some(mac)) => {
                     live_ifindex.insert(l.index);
-                    self.ipam().set_host_ifindex(a.ip, l.index);
+                    self.ipam()
+                        .set_host_ifindex((&a.container_id, &a.ifname), l.index);
                     let fabric = a.fabric_ips();
                     let (net, ips) = super::maps::endpoint_ips(&fabric, a.vpc.as_ref());
                     live_eps.extend(ips.into_iter().map(|ip| (net, ip)));
@@ -87,8 +88,13 @@ impl AgentState {
                         tracing::warn!(%host, "reconcile: {e}");
                         self.sync_error("reconcile");
                     }
+                    kept += 1;
                     // The socket hooks' entry; a record from before cookies were recorded gets
-                    // its pod's cookie now (its netns is there: so is its veth).
+                    // its pod's cookie now (its netns is there: so is its veth). A secondary
+                    // interface has none: the netns is its primary attachment's.
+                    if a.secondary.is_some() {
+                        continue;
+                    }
                     let cookie = match a.netns_cookie {
                         Some(c) => Ok(c),
                         None => netns_cookie::of_path(Path::new(&a.netns)).map_err(|e| e.to_string()),
@@ -97,14 +103,13 @@ impl AgentState {
                         SockNetnsMap::from_pin(&self.pin_dir)
                             .and_then(|mut m| m.upsert(c, net))
                             .map_err(|e| e.to_string())?;
-                        self.ipam().set_netns_cookie(a.ip, c);
+                        self.ipam().set_netns_cookie((&a.container_id, &a.ifname), c);
                         Ok(())
                     });
                     if let Err(e) = registered {
                         tracing::warn!(%host, "reconcile: the pod's sdn_sock_netns entry: {e}");
                         self.sync_error("reconcile");
                     }
-                    kept += 1;
                 }
                 _ => {
                     let _ = self.datapath().detach(&host);

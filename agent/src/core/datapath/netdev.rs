@@ -221,12 +221,12 @@ impl NetDev {
     pub async fn create_pod_veth(
         &self,
         host: &str,
-        netns: &str,
-        ifname: &str,
+        (netns, ifname): (&str, &str),
         ips: &[IpAddr],
         mac: Option<[u8; 6]>,
         host_ips: &[IpAddr],
         mtu: u32,
+        routes: PodRoutes<'_>,
     ) -> Result<(LinkInfo, [u8; 6]), NetdevError> {
         use std::os::fd::AsRawFd as _;
         let ns = File::open(netns).map_err(|source| NetdevError::Io {
@@ -256,6 +256,10 @@ impl NetDev {
 
         let ifname_owned = ifname.to_string();
         let ips = ips.to_vec();
+        let ranges: Option<Vec<(IpAddr, u8)>> = match routes {
+            PodRoutes::Default => None,
+            PodRoutes::Ranges(r) => Some(r.to_vec()),
+        };
         let pod_mac = self
             .in_netns(netns, move |h| async move {
                 let l = link_by_name(&h, &ifname_owned)
@@ -270,6 +274,14 @@ impl NetDev {
                 .map_err(nl(format!("up {ifname_owned}")))?;
                 for ip in ips {
                     pod_address(&h, l.index, ip).await?;
+                    match &ranges {
+                        None => pod_route(&h, l.index, ip, None).await?,
+                        Some(r) => {
+                            for range in r.iter().filter(|(n, _)| n.is_ipv4() == ip.is_ipv4()) {
+                                pod_route(&h, l.index, ip, Some(*range)).await?;
+                            }
+                        }
+                    }
                 }
                 Ok(l.mac)
             })
@@ -535,6 +547,16 @@ fn block_route(tunnel: u32, block: IpAddr, len: u8) -> netlink_packet_route::rou
 /// One address of the pod interface and the default route of its family. IPv6: without
 /// duplicate address detection (the VPC or the node block hands each address out once, and
 /// a tentative address could not send for a second or more).
+/// The routes a pod interface gets to its gateway.
+#[derive(Clone, Copy, Debug)]
+pub enum PodRoutes<'a> {
+    /// The default route of each family: the pod's network.
+    Default,
+    /// Only these ranges (a VPC's, on a secondary interface, issue 37): the pod's network
+    /// keeps the default route.
+    Ranges(&'a [(IpAddr, u8)]),
+}
+
 async fn pod_address(h: &Handle, index: u32, ip: IpAddr) -> Result<(), NetdevError> {
     let mut add = h.address().add(index, ip, if ip.is_ipv4() { 32 } else { 128 });
     if ip.is_ipv6() {
@@ -543,29 +565,41 @@ async fn pod_address(h: &Handle, index: u32, ip: IpAddr) -> Result<(), NetdevErr
             .attributes
             .push(AddressAttribute::Flags(AddressFlags::Nodad));
     }
-    in_turn(add.execute())
-        .await
-        .map_err(nl(format!("address {ip}")))?;
-    let default = match ip {
-        // `onlink`: the gateway needs no route of its own to be reachable on eth0 (one RTNL
-        // round trip fewer per pod than an extra /32 route).
-        IpAddr::V4(_) => {
-            let mut r = RouteMessageBuilder::<Ipv4Addr>::new()
+    in_turn(add.execute()).await.map_err(nl(format!("address {ip}")))
+}
+
+/// The route to `dst` (`None`: the default route) via the link-local gateway of `ip`'s family.
+async fn pod_route(h: &Handle, index: u32, ip: IpAddr, dst: Option<(IpAddr, u8)>) -> Result<(), NetdevError> {
+    let route = match (ip, dst) {
+        // `onlink`: the gateway needs no route of its own to be reachable on the link (one
+        // RTNL round trip fewer per pod than an extra /32 route).
+        (IpAddr::V4(_), dst) => {
+            let mut b = RouteMessageBuilder::<Ipv4Addr>::new()
                 .gateway(GATEWAY)
-                .output_interface(index)
-                .build();
+                .output_interface(index);
+            if let Some((IpAddr::V4(n), len)) = dst {
+                b = b.destination_prefix(n, len);
+            }
+            let mut r = b.build();
             r.header.flags |= RouteFlags::Onlink;
             r
         }
         // A link-local gateway is on-link by definition.
-        IpAddr::V6(_) => RouteMessageBuilder::<Ipv6Addr>::new()
-            .gateway(GATEWAY6)
-            .output_interface(index)
-            .build(),
+        (IpAddr::V6(_), dst) => {
+            let mut b = RouteMessageBuilder::<Ipv6Addr>::new()
+                .gateway(GATEWAY6)
+                .output_interface(index);
+            if let Some((IpAddr::V6(n), len)) = dst {
+                b = b.destination_prefix(n, len);
+            }
+            b.build()
+        }
     };
-    in_turn(h.route().add(default).execute())
-        .await
-        .map_err(nl(format!("default route via the gateway of {ip}")))
+    let what = match dst {
+        Some((n, len)) => format!("route {n}/{len} via the gateway of {ip}"),
+        None => format!("default route via the gateway of {ip}"),
+    };
+    in_turn(h.route().add(route).execute()).await.map_err(nl(what))
 }
 
 async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkInfo>, NetdevError> {

@@ -132,13 +132,7 @@ fn vpc_row(v: &VPC) -> Option<((String, String), VpcRow)> {
     let vni = v.status.as_ref().and_then(|s| u32::try_from(s.vni).ok())?;
     let mtu = u32::try_from(v.spec.mtu).unwrap_or(0);
     let dual = crate::core::api::dual_stack(&v.spec.cidrs);
-    let ranges = v
-        .spec
-        .cidrs
-        .iter()
-        .filter_map(|c| c.parse::<IpNet>().ok())
-        .map(|n| (n.network(), n.prefix_len()))
-        .collect();
+    let ranges = crate::core::api::vpc_ranges(&v.spec.cidrs);
     (vni != 0).then(|| {
         let facts = (vni, mtu, dual);
         (name_of(&v.metadata), VpcRow { facts, ranges })
@@ -156,7 +150,10 @@ fn grants(
     vpcs: &HashMap<(String, String), VpcRow>,
 ) -> Grants {
     let mut g = Grants {
-        vpcs: vpcs.iter().map(|(k, r)| (k.clone(), r.facts)).collect(),
+        vpcs: vpcs
+            .iter()
+            .map(|(k, r)| (k.clone(), (r.facts, r.ranges.clone())))
+            .collect(),
         ..Grants::default()
     };
     for ((ns, _), grant) in bindings {

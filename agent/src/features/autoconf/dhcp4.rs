@@ -130,13 +130,17 @@ fn reply(req: &Message, t: MessageType, yiaddr: Option<Ipv4Addr>, g: &Guest) -> 
     }
     let o = m.opts_mut();
     o.insert(DhcpOption::SubnetMask(Ipv4Addr::BROADCAST));
-    o.insert(DhcpOption::Router(vec![GATEWAY]));
+    if g.default_route {
+        o.insert(DhcpOption::Router(vec![GATEWAY]));
+    }
     // The gateway on the link (a /32 route without a next hop) first, as the routes through
     // it need it; then `spec.dhcp`'s routes and the default.
     let gw = Ipv4Net::new(GATEWAY, 32).unwrap_or_default();
     let mut routes = vec![(gw, Ipv4Addr::UNSPECIFIED)];
     routes.extend(g.routes4.iter().copied());
-    routes.push((Ipv4Net::default(), GATEWAY));
+    if g.default_route {
+        routes.push((Ipv4Net::default(), GATEWAY));
+    }
     o.insert(DhcpOption::ClasslessStaticRoute(routes));
     if let Ok(mtu) = u16::try_from(g.mtu) {
         o.insert(DhcpOption::InterfaceMtu(mtu));

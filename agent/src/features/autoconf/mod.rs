@@ -95,6 +95,10 @@ pub struct Guest {
     pub routes6: Vec<Ipv6Net>,
     /// Lease and lifetimes, seconds.
     pub lease_secs: u32,
+    /// The gateway is the guest's default router: false on a secondary interface (issue 37),
+    /// whose guest is given only its VPC's ranges through it; the pod's network keeps the
+    /// default route.
+    pub default_route: bool,
 }
 
 /// The node-wide part of every answer.
@@ -186,6 +190,18 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> O
         Some(v) => v.ips().collect(),
         None => a.fabric_ips(),
     };
+    // A secondary interface: its VPC's ranges instead of a default route, and no resolvers
+    // or search list unless its Port or VPC sets them (the pod's network has its own).
+    let secondary = a.secondary.is_some();
+    let mut routes = opts.routes.clone().unwrap_or_default();
+    for r in a.vpc.iter().flat_map(|v| &v.routes) {
+        match r.parse::<ipnet::IpNet>() {
+            Ok(ipnet::IpNet::V4(n)) => routes.v4.push((n, crate::core::datapath::netdev::GATEWAY)),
+            Ok(ipnet::IpNet::V6(n)) => routes.v6.push(n),
+            Err(_) => {}
+        }
+    }
+    let flags_dns = if secondary { &[][..] } else { &flags.autoconf_dns[..] };
     Some(Guest {
         mac,
         v4: ips.iter().find_map(|i| match i {
@@ -198,8 +214,7 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> O
         }),
         mtu: options::mtu(opts.mtu, mtu),
         dns4: opts.dns4.clone().unwrap_or_else(|| {
-            flags
-                .autoconf_dns
+            flags_dns
                 .iter()
                 .filter_map(|i| match i {
                     IpAddr::V4(v) => Some(*v),
@@ -210,14 +225,18 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> O
         dns6: opts
             .dns6
             .clone()
-            .unwrap_or_else(|| default_dns6(&flags.autoconf_dns, ips.iter().any(IpAddr::is_ipv4))),
-        search: opts
-            .search
-            .clone()
-            .unwrap_or_else(|| search_list(&a.pod, &flags.autoconf_domain)),
-        routes4: opts.routes.as_ref().map(|r| r.v4.clone()).unwrap_or_default(),
-        routes6: opts.routes.as_ref().map(|r| r.v6.clone()).unwrap_or_default(),
+            .unwrap_or_else(|| default_dns6(flags_dns, ips.iter().any(IpAddr::is_ipv4))),
+        search: opts.search.clone().unwrap_or_else(|| {
+            if secondary {
+                Vec::new()
+            } else {
+                search_list(&a.pod, &flags.autoconf_domain)
+            }
+        }),
+        routes4: routes.v4,
+        routes6: routes.v6,
         lease_secs: opts.lease_secs.unwrap_or(flags.autoconf_lease).max(60),
+        default_route: !secondary,
     })
 }
 

@@ -189,6 +189,7 @@ mod tests {
                 }),
                 persistent: false,
                 migration_peer: None,
+            routes: Vec::new(),
             });
             a
         })

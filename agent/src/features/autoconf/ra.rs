@@ -63,7 +63,10 @@ fn options_ok(mut o: &[u8]) -> bool {
 /// The advertisement for `g`'s link, to `dst`.
 pub fn advertisement(g: &Guest, s: &Settings, dst: Ipv6Addr) -> Vec<u8> {
     let mut m = vec![RA, 0, 0, 0, 64, 0xc0];
-    m.extend_from_slice(&ROUTER_LIFETIME.to_be_bytes());
+    // Lifetime 0: not a default router (RFC 4861 4.2), on a secondary interface; its route
+    // information options still route the VPC's ranges here.
+    let lifetime = if g.default_route { ROUTER_LIFETIME } else { 0 };
+    m.extend_from_slice(&lifetime.to_be_bytes());
     m.extend_from_slice(&[0; 8]); // reachable time, retrans timer: unspecified
     // Source link-layer address.
     m.extend_from_slice(&[1, 1]);

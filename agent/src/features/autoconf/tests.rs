@@ -28,6 +28,7 @@ fn guest() -> Guest {
         routes4: vec![],
         routes6: vec![],
         lease_secs: 3600,
+        default_route: true,
     }
 }
 
@@ -354,6 +355,53 @@ fn a_solicitation_gets_a_managed_advertisement_without_prefixes() {
         answer(&rs(OTHER_MAC, 255), true, &g, &s),
         Outcome::Drop(Drop::Mac)
     );
+}
+
+/// A secondary interface's guest (issue 37): its VPC's ranges through the gateway, and no
+/// default route in either family (no DHCP router, no default in option 121, an RA with router
+/// lifetime 0 whose route information still names the ranges).
+#[test]
+fn a_secondary_interface_gets_its_vpc_ranges_and_no_default_route() {
+    let g = Guest {
+        default_route: false,
+        routes4: vec![("10.10.0.0/24".parse().unwrap(), Ipv4Addr::new(169, 254, 1, 1))],
+        routes6: vec!["fd10::/64".parse().unwrap()],
+        ..guest()
+    };
+    let (_, m, _, _) = reply4(answer(
+        &dhcp4(MessageType::Discover, MAC, Ipv4Addr::UNSPECIFIED, &[]),
+        false,
+        &g,
+        &settings(),
+    ));
+    let o = m.opts();
+    assert_eq!(o.get(OptionCode::Router), None);
+    let Some(DhcpOption::ClasslessStaticRoute(routes)) = o.get(OptionCode::ClasslessStaticRoute) else {
+        panic!("no option 121")
+    };
+    assert_eq!(
+        routes,
+        &vec![
+            ("169.254.1.1/32".parse().unwrap(), Ipv4Addr::UNSPECIFIED),
+            ("10.10.0.0/24".parse().unwrap(), Ipv4Addr::new(169, 254, 1, 1)),
+        ]
+    );
+    let Outcome::Answer("ra", f) = answer(&rs(MAC, 255), true, &g, &settings()) else {
+        panic!()
+    };
+    let ra = frame::ip6(&f).unwrap().payload;
+    assert_eq!(u16::from_be_bytes([ra[6], ra[7]]), 0, "not a default router");
+    let mut o = &ra[16..];
+    let mut routes = Vec::new();
+    while !o.is_empty() {
+        let n = usize::from(o[1]) * 8;
+        if o[0] == 24 {
+            routes.push((o[2], o[8..16].to_vec()));
+        }
+        o = &o[n..];
+    }
+    let want: ipnet::Ipv6Net = "fd10::/64".parse().unwrap();
+    assert_eq!(routes, vec![(64, want.network().octets()[..8].to_vec())]);
 }
 
 /// An IPv4-only guest's kernel solicits routers whenever its link comes up: no answer, and

@@ -68,6 +68,31 @@ fn merged_guest() -> Guest {
     guest_of(&a, 1450, &flags(), &t.level_of(&a)).unwrap()
 }
 
+/// A secondary interface's guest (issue 37): its VPC's ranges recorded at ADD are its routes,
+/// it has no default route, and the flags' resolvers and search list are the pod network's
+/// business; what its Port or VPC sets still reaches it.
+#[test]
+fn a_secondary_guest_routes_its_vpc_ranges_and_takes_no_flag_resolvers() {
+    let mut a = allocation();
+    a.ifname = "net1".into();
+    a.secondary = Some(crate::core::ipam::Secondary::Delegated);
+    if let Some(v) = a.vpc.as_mut() {
+        v.routes = vec!["10.0.0.0/24".into(), "fd00::/64".into()];
+    }
+    let g = guest_of(&a, 1450, &flags(), &Level::default()).unwrap();
+    assert!(!g.default_route);
+    assert_eq!(
+        g.routes4,
+        vec![("10.0.0.0/24".parse().unwrap(), Ipv4Addr::new(169, 254, 1, 1))]
+    );
+    assert_eq!(g.routes6, vec!["fd00::/64".parse::<Ipv6Net>().unwrap()]);
+    assert!(g.dns4.is_empty() && g.dns6.is_empty() && g.search.is_empty());
+    let vpc = guest_of(&a, 1450, &flags(), &vpc_level()).unwrap();
+    assert_eq!(vpc.dns4, vec![Ipv4Addr::new(10, 0, 0, 53)], "the VPC's own");
+    assert_eq!(vpc.routes4.len(), 2, "the VPC's spec.dhcp routes and its range");
+    assert!(guest_of(&allocation(), 1450, &flags(), &Level::default()).unwrap().default_route);
+}
+
 #[test]
 fn a_guest_takes_the_ports_fields_then_the_vpcs_then_the_flags() {
     let a = allocation();
