@@ -569,6 +569,10 @@ async fn pod_address(h: &Handle, index: u32, ip: IpAddr) -> Result<(), NetdevErr
 }
 
 /// The route to `dst` (`None`: the default route) via the link-local gateway of `ip`'s family.
+/// A range's route has the interface's index as its metric: two VPCs of one pod may share a
+/// range (each interface then has a route to it, which one table holds only with distinct
+/// metrics); a socket bound to an interface takes that interface's, an unbound one the
+/// lowest.
 async fn pod_route(h: &Handle, index: u32, ip: IpAddr, dst: Option<(IpAddr, u8)>) -> Result<(), NetdevError> {
     let route = match (ip, dst) {
         // `onlink`: the gateway needs no route of its own to be reachable on the link (one
@@ -578,7 +582,7 @@ async fn pod_route(h: &Handle, index: u32, ip: IpAddr, dst: Option<(IpAddr, u8)>
                 .gateway(GATEWAY)
                 .output_interface(index);
             if let Some((IpAddr::V4(n), len)) = dst {
-                b = b.destination_prefix(n, len);
+                b = b.destination_prefix(n, len).priority(index);
             }
             let mut r = b.build();
             r.header.flags |= RouteFlags::Onlink;
@@ -590,7 +594,7 @@ async fn pod_route(h: &Handle, index: u32, ip: IpAddr, dst: Option<(IpAddr, u8)>
                 .gateway(GATEWAY6)
                 .output_interface(index);
             if let Some((IpAddr::V6(n), len)) = dst {
-                b = b.destination_prefix(n, len);
+                b = b.destination_prefix(n, len).priority(index);
             }
             b.build()
         }
