@@ -238,6 +238,9 @@ pub struct ApiClients {
     pub severed: Arc<severed::Severed>,
 }
 
+/// A VPC's `spec.cidrs` as `(network, prefix length)`.
+pub type VpcRanges = Vec<(IpAddr, u8)>;
+
 /// What the CNI path needs of a VPC: `(vni, mtu, dual stack)`.
 pub type VpcFacts = (u32, u32, bool);
 
@@ -247,7 +250,7 @@ pub struct Grants {
     /// Per pod namespace: the `(owner namespace, name)` of every VPC a live binding grants.
     pub bindings: HashMap<String, Vec<(String, String)>>,
     /// `(namespace, name)` of a VPC with a VNI → its facts and ranges.
-    pub vpcs: HashMap<(String, String), (VpcFacts, Vec<(IpAddr, u8)>)>,
+    pub vpcs: HashMap<(String, String), (VpcFacts, VpcRanges)>,
 }
 
 impl Grants {

@@ -161,6 +161,9 @@ pub fn delegated(env: &CniEnv, config: &Value) -> Result<Option<Wanted>, CniErro
     .map(Some)
 }
 
+/// One entry of the list as written: VPC, interface (if named), addresses, MAC.
+type Entry = (String, Option<String>, Vec<String>, Option<String>);
+
 /// The interfaces the pod's `sdn.cozystack.io/vpcs` lists; `primary` is the interface of the
 /// pod's network (no listed interface may take it).
 pub fn listed(value: &str, primary: &str) -> Result<Vec<Wanted>, CniError> {
@@ -173,7 +176,7 @@ pub fn listed(value: &str, primary: &str) -> Result<Vec<Wanted>, CniError> {
         )
     };
     let text = value.trim();
-    let mut entries: Vec<(String, Option<String>, Vec<String>, Option<String>)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     if text.starts_with('[') {
         let list: Vec<Value> = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         for e in list {

@@ -201,7 +201,11 @@ pub fn guest(a: &Allocation, mtu: u32, flags: &AutoconfFlags, opts: &Level) -> O
             Err(_) => {}
         }
     }
-    let flags_dns = if secondary { &[][..] } else { &flags.autoconf_dns[..] };
+    let flags_dns = if secondary {
+        &[][..]
+    } else {
+        &flags.autoconf_dns[..]
+    };
     Some(Guest {
         mac,
         v4: ips.iter().find_map(|i| match i {

@@ -189,7 +189,7 @@ mod tests {
                 }),
                 persistent: false,
                 migration_peer: None,
-            routes: Vec::new(),
+                routes: Vec::new(),
             });
             a
         })

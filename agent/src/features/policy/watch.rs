@@ -62,7 +62,7 @@ pub enum Ev {
     /// A SecurityGroup.
     Group(Result<Event<SecurityGroup>, watcher::Error>),
     /// A Port.
-    Port(Result<Event<Port>, watcher::Error>),
+    Port(Box<Result<Event<Port>, watcher::Error>>),
     /// A HostFirewall.
     Firewall(Result<Event<HostFirewall>, watcher::Error>),
     /// Time to retry a failed write.
@@ -154,7 +154,7 @@ pub fn streams(api: &ApiClients) -> BoxStream<'static, Ev> {
             .boxed(),
         watcher::watcher(Api::<Port>::all(sdn.clone()), cfg.clone())
             .default_backoff()
-            .map(Ev::Port)
+            .map(|e| Ev::Port(Box::new(e)))
             .boxed(),
         watcher::watcher(Api::<HostFirewall>::all(sdn), cfg)
             .default_backoff()
@@ -339,7 +339,7 @@ pub fn changes(l: &mut Listings, ev: Ev, node: &str, own: &[IpAddr]) -> Result<V
             .collect(),
         Ev::Port(r) => l
             .ports
-            .event(r?, |o| key_of(&o.metadata), |o| Some(o.clone()))
+            .event((*r)?, |o| key_of(&o.metadata), |o| Some(o.clone()))
             .into_iter()
             .map(Change::Port)
             .collect(),

@@ -90,7 +90,11 @@ fn a_secondary_guest_routes_its_vpc_ranges_and_takes_no_flag_resolvers() {
     let vpc = guest_of(&a, 1450, &flags(), &vpc_level()).unwrap();
     assert_eq!(vpc.dns4, vec![Ipv4Addr::new(10, 0, 0, 53)], "the VPC's own");
     assert_eq!(vpc.routes4.len(), 2, "the VPC's spec.dhcp routes and its range");
-    assert!(guest_of(&allocation(), 1450, &flags(), &Level::default()).unwrap().default_route);
+    assert!(
+        guest_of(&allocation(), 1450, &flags(), &Level::default())
+            .unwrap()
+            .default_route
+    );
 }
 
 #[test]
