@@ -118,7 +118,7 @@ async fn put_port(
     let base = format!("{API}/ports");
     if !held.ports.contains_key(&pname) {
         let body = json!({"apiVersion":"sdn.cozystack.io/v1alpha1","kind":"Port","metadata":{"name":pname},
-            "spec":{"vpcRef":{"namespace":NS,"name":vpc},"ip":addr,"node":"n1","nodeIP":"192.168.10.1"}});
+            "spec":{"vpcRef":{"namespace":NS,"name":vpc},"ip":addr,"node":"n1","nodeIP":"192.168.10.1","interface":"net1"}});
         let v = s.ok("POST", &base, &body).await;
         held.ports
             .insert(pname.clone(), serde_json::from_value(v).unwrap());
@@ -188,6 +188,13 @@ async fn trace_all(s: &Server, held: &Held, label: &str, bad: &mut Vec<String>) 
                     decision(want.ingress),
                 );
                 drops += usize::from(!want.allowed());
+                // Each end is named by its Port and the pod interface it is attached as.
+                for (side, net, ip) in [("source", src.net, src.ip), ("destination", dst.net, dst.ip)] {
+                    let named = (st[side]["port"].as_str(), st[side]["interface"].as_str());
+                    if named != (Some(port_name(net, ip).as_str()), Some("net1")) {
+                        bad.push(format!("{label}: {sn} -> {dn}: {side} named {named:?}: {v}"));
+                    }
+                }
                 if got != expect {
                     bad.push(format!(
                         "{label}: {sn} -> {dn} {pr}/{port}: trace {got:?}, verdict {expect:?}: {v}"

@@ -118,6 +118,13 @@ pub struct VPCTraceResolved {
     /// The groups it is in (names; for endpoints of the request's namespace only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
+    /// The Port holding the address (for endpoints of the request's namespace only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub port: String,
+    /// The pod interface that Port is attached as, when it is a secondary interface (`net1`…,
+    /// the Port's `spec.interface`); absent for the pod's network.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub interface: String,
 }
 
 /// The answer.

@@ -42,13 +42,29 @@ pub(super) fn resolved(ns: &str, w: &World, t: Option<&Tables>, e: &End) -> VPCT
     } else {
         Vec::new()
     };
+    // The live Port of the address, named for the caller's own VPCs only.
+    let port = w
+        .ports
+        .iter()
+        .filter(|_| !e.external && visible(ns, &e.vpc))
+        .filter(|p| p.metadata.deletion_timestamp.is_none() || severed_port(w, e))
+        .find(|p| p.spec.vpc_ref == e.vpc && holds(p, e));
     VPCTraceResolved {
         address: e.ip.to_string(),
         vpc: e.vpc.clone(),
         external: e.external,
         severed: severed_port(w, e),
         groups,
+        port: port.and_then(|p| p.metadata.name.clone()).unwrap_or_default(),
+        interface: port.map(|p| p.spec.interface.clone()).unwrap_or_default(),
     }
+}
+
+fn holds(p: &cozyplane_apis::v1alpha1::Port, e: &End) -> bool {
+    p.spec
+        .ip
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.to_canonical() == e.ip)
 }
 
 /// The end's address is held by a Port being deleted: its node has severed it (the agent
