@@ -135,8 +135,13 @@ impl CniEnv {
         if self.ifname.is_empty() {
             return Err(missing("CNI_IFNAME"));
         }
-        // The kernel's IFNAMSIZ: a longer name cannot be created, so refuse it up front.
-        if self.ifname.len() > 15 || self.ifname.contains(['/', ' ', ':']) {
+        // The kernel's IFNAMSIZ: a longer name cannot be created, so an ADD (or CHECK) of one
+        // is refused up front. A DEL of one goes on, finding nothing to remove: a runtime (or
+        // Multus, for each delegate it holds) sends the DEL of a failed ADD too, and refusing
+        // it would make the sandbox's teardown fail for ever.
+        if self.command != Command::Del
+            && (self.ifname.len() > 15 || self.ifname.contains(['/', ' ', ':']))
+        {
             return Err(CniError::new(
                 ErrorCode::InvalidEnv,
                 "invalid CNI_IFNAME",
@@ -288,6 +293,13 @@ mod tests {
 
     #[test]
     fn del_without_netns_and_status_without_container_are_fine() {
+        // The DEL of an ADD refused for its interface name (Multus sends it).
+        env(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "this-name-is-too-long"),
+        ])
+        .unwrap();
         env(&[
             ("CNI_COMMAND", "DEL"),
             ("CNI_CONTAINERID", "c"),

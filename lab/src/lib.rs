@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 pub mod kubelet;
 pub mod load;
+pub mod multus;
 pub mod outside;
 pub use outside::Outside;
 
@@ -1001,21 +1002,81 @@ fn exec(
     (netns, pod): (&str, (&str, &str, &str)),
     conf: &Value,
 ) -> (i32, Value) {
-    let cni_path = std::env::join_paths(cni_path).expect("CNI_PATH");
+    exec_as(plugin, &Invocation::kubelet(cmd, cid, netns, pod, cni_path), conf)
+}
+
+/// The `CNI_*` environment of one plugin run besides its config: what kubelet's runtime sets
+/// ([`Invocation::kubelet`]), or a meta plugin such as Multus for its delegates
+/// ([`multus`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// `CNI_COMMAND`.
+    pub cmd: String,
+    /// `CNI_CONTAINERID`.
+    pub cid: String,
+    /// `CNI_NETNS`.
+    pub netns: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+    /// `CNI_ARGS`, as set (`K=V;K=V`).
+    pub args: String,
+    /// `CNI_PATH`, joined with `:`; also where the plugin is looked up by its `type`.
+    pub cni_path: Vec<PathBuf>,
+}
+
+impl Invocation {
+    /// What kubelet's runtime sets for the pod `(namespace, name, uid)`: `eth0` and
+    /// [`kubelet_cni_args`].
+    pub fn kubelet(cmd: &str, cid: &str, netns: &str, pod: (&str, &str, &str), cni_path: &[PathBuf]) -> Self {
+        Self {
+            cmd: cmd.into(),
+            cid: cid.into(),
+            netns: netns.into(),
+            ifname: "eth0".into(),
+            args: kubelet_cni_args(cid, pod),
+            cni_path: cni_path.to_vec(),
+        }
+    }
+}
+
+/// The `CNI_ARGS` kubelet's runtime passes for the pod `(namespace, name, uid)` of sandbox `cid`.
+pub fn kubelet_cni_args(cid: &str, (ns, name, uid): (&str, &str, &str)) -> String {
+    format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={ns};K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={uid}"
+    )
+}
+
+/// Runs the plugin `conf` names by its `type` (looked up in `inv.cni_path`) from a thread
+/// inside `node` ([`Node::enter`]), with `inv`'s environment and `conf` on stdin. A type the
+/// path lacks fails as it does for a runtime: (-1, the runtime's message).
+pub fn invoke_as(node: &Node, inv: &Invocation, conf: &Value) -> (i32, Value) {
+    let plugin = match find_plugin(&inv.cni_path, conf["type"].as_str().unwrap_or_default()) {
+        Ok(p) => p,
+        Err(msg) => return (-1, Value::String(msg)),
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            node.enter();
+            exec_as(&plugin, inv, conf)
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// One exec of `plugin` from the calling thread with `inv`'s environment (and `PATH` only
+/// besides) and `conf` on stdin. Returns (exit code, stdout as JSON; a string when it is not
+/// JSON, null when empty).
+pub fn exec_as(plugin: &Path, inv: &Invocation, conf: &Value) -> (i32, Value) {
+    let cni_path = std::env::join_paths(&inv.cni_path).expect("CNI_PATH");
     let mut child = Command::new(plugin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
-        .env(
-            "CNI_ARGS",
-            format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={cid};K8S_POD_UID={}",
-                pod.0, pod.1, pod.2
-            ),
-        )
+        .env("CNI_COMMAND", &inv.cmd)
+        .env("CNI_CONTAINERID", &inv.cid)
+        .env("CNI_NETNS", &inv.netns)
+        .env("CNI_IFNAME", &inv.ifname)
+        .env("CNI_ARGS", &inv.args)
         .env("CNI_PATH", cni_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

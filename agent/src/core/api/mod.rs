@@ -404,18 +404,31 @@ impl ApiClients {
             .items
             .iter()
             .any(|b| binding_grant(b, pod_ns).is_some_and(|(n, v)| n == vns && v == vname));
+        let vpcs: Api<VPC> = Api::namespaced(self.sdn.clone(), &vns);
         if !granted {
+            // Whether a VPC exists is said only of the pod's own namespace: another tenant's
+            // VPCs are not the pod's to probe.
+            if vns == pod_ns
+                && queued("reading the VPC failed", &self.sdn_turns, vpcs.get_opt(&vname))
+                    .await?
+                    .is_none()
+            {
+                return Err(CniError::new(
+                    ErrorCode::VpcUnavailable,
+                    format!("pod {pod_ns}/{pod} asks for VPC {vns}/{vname}, which does not exist"),
+                    "create the VPC and a VPCBinding for it, or stop asking for it",
+                ));
+            }
             return Err(CniError::new(
                 ErrorCode::VpcNotBound,
                 format!(
                     "pod {pod_ns}/{pod} asks for VPC {vns}/{vname}, but no VPCBinding in namespace {pod_ns} grants it"
                 ),
                 format!(
-                    "create a VPCBinding in {pod_ns} with spec.vpcRef {{namespace: {vns}, name: {vname}}}, or remove the {VPC_ANNOTATION} annotation"
+                    "create a VPCBinding in {pod_ns} with spec.vpcRef {{namespace: {vns}, name: {vname}}}, or stop asking for it (the {VPC_ANNOTATION} or sdn.cozystack.io/vpcs annotation, or a NetworkAttachmentDefinition naming it)"
                 ),
             ));
         }
-        let vpcs: Api<VPC> = Api::namespaced(self.sdn.clone(), &vns);
         let vpc = queued("reading the VPC failed", &self.sdn_turns, vpcs.get_opt(&vname))
             .await?
             .ok_or_else(|| {
