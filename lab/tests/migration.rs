@@ -28,41 +28,14 @@ use cozyplane_apis::net::claim::port_name;
 use cozyplane_apis::v1alpha1::Port;
 use cozyplane_lab::{Lab, LabPod, Netns};
 use k8s_openapi::api::core::v1::{Event, ServiceAccount};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 mod common;
 mod migration_vm;
-use common::{Cp, KubeCp, gone, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
+use common::{Cp, gone, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
+use migration_vm::kubevirt::{self, VM, condition, vmi_api, vmi_status};
 use migration_vm::{Pinger, Vm, gap_at, lost_between, now, quantile};
-
-const VM: (&str, &str) = ("vm.kubevirt.io/name", "vm1");
-
-/// The VirtualMachineInstance CRD as KubeVirt installs it, reduced to what the API needs
-/// (its schema keeps unknown fields, as KubeVirt's does).
-const VMI_CRD: &str = r"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: virtualmachineinstances.kubevirt.io
-spec:
-  group: kubevirt.io
-  scope: Namespaced
-  names:
-    kind: VirtualMachineInstance
-    plural: virtualmachineinstances
-    singular: virtualmachineinstance
-    shortNames: [vmi]
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources:
-      status: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-";
 
 /// Migrations back and forth (`COZYPLANE_MIGRATIONS` to change).
 fn migrations() -> usize {
@@ -75,28 +48,6 @@ fn migrations() -> usize {
 #[test]
 fn lab_live_migration() {
     Lab::run(3, body);
-}
-
-fn vmi_api(cp: &Cp) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "kubevirt.io".into(),
-        version: "v1".into(),
-        api_version: "kubevirt.io/v1".into(),
-        kind: "VirtualMachineInstance".into(),
-        plural: "virtualmachineinstances".into(),
-    };
-    Api::namespaced_with(cp.kube.clone(), "t1", &ar)
-}
-
-/// Writes the VMI's status as virt-handler does (a merge patch of the status subresource).
-async fn vmi_status(vmis: &Api<DynamicObject>, status: serde_json::Value) {
-    vmis.patch_status(
-        "vm1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .await
-    .unwrap();
 }
 
 fn mac_of(p: &LabPod) -> String {
@@ -284,10 +235,7 @@ async fn migrate(
 
 async fn body(lab: &mut Lab) {
     let cp = Cp::start_real(lab, &[]).await;
-    let KubeCp::Real(kcp) = &cp.kube_cp else {
-        unreachable!("start_real")
-    };
-    kcp.apply(VMI_CRD).await;
+    kubevirt::install_crd(&cp).await;
     let lab = &*lab;
     tenant(&cp, "t1", "va", "10.60.0.0/24").await;
     let sas = Api::<ServiceAccount>::namespaced(cp.kube.clone(), "t1");
@@ -297,16 +245,7 @@ async fn body(lab: &mut Lab) {
     .await;
     let ports = Api::<Port>::all(cp.sdn.clone());
     let vmis = vmi_api(&cp);
-    vmis.create(
-        &PostParams::default(),
-        &serde_json::from_value(
-            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "vm1", "namespace": "t1"}, "spec": {"domain": {"devices": {}}}}),
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    kubevirt::create_vmi(&vmis).await;
     let client = pod(&cp, lab, 2, "t1", "client", Some("va")).await;
 
     // The VM's first launcher, on n1; the guest takes its address and MAC.
@@ -449,14 +388,4 @@ async fn body(lab: &mut Lab) {
     assert_eq!(p.spec.pod_name, launcher.name, "nothing moved");
     assert!(client.ns.ping(ip, 3, 3), "the VM still answers");
     eprintln!("PASS an unprepared target: {}", ev.message.unwrap_or_default());
-}
-
-/// Condition `ty` of Port `p`: (status, reason), empty when it has none.
-fn condition(p: &Port, ty: &str) -> (String, String) {
-    p.status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .find(|c| c.type_ == ty)
-        .map(|c| (c.status.clone(), c.reason.clone()))
-        .unwrap_or_default()
 }

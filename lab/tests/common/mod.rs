@@ -284,11 +284,19 @@ async fn attach(
     let (code, result) = add_network(n, &cid, &pns.path(), (ns, name, &uid), runtime);
     assert_eq!(code, 0, "ADD {ns}/{name}: {result}\n{}", n.log_text());
     let fabric = result_ip(&result).unwrap();
-    // Every address of the result, as kubelet reports them (one per family).
+    // The addresses of the result's `eth0`, as kubelet reports them (one per family): the
+    // runtime takes the pod's IPs from its default interface only, not from the secondary
+    // interfaces a pod's `sdn.cozystack.io/vpcs` adds.
+    let on_eth0 = |i: &serde_json::Value| {
+        i["interface"]
+            .as_u64()
+            .is_none_or(|at| result["interfaces"][at as usize]["name"] == "eth0")
+    };
     let pod_ips: Vec<serde_json::Value> = result["ips"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|i| on_eth0(i))
         .filter_map(|i| Some(json!({"ip": i["address"].as_str()?.split('/').next()?})))
         .collect();
     let status = json!({ "status": { "podIP": fabric.to_string(), "podIPs": pod_ips,
