@@ -160,20 +160,20 @@ impl Netns {
 
     /// Pings `to` (either family) from inside; true if at least `min` replies came back.
     pub fn ping(&self, to: impl Into<std::net::IpAddr>, count: u32, min: u32) -> bool {
+        self.ping_from(None, to, count) >= min
+    }
+
+    /// `count` pings 50 ms apart to `to`, out of interface `dev` when given (`ping -I`): how
+    /// many were answered.
+    pub fn ping_from(&self, dev: Option<&str>, to: impl Into<std::net::IpAddr>, count: u32) -> u32 {
         let to: std::net::IpAddr = to.into();
-        let out = self.exec(&[
-            "ping",
-            "-n",
-            "-q",
-            "-c",
-            &count.to_string(),
-            "-i",
-            "0.05",
-            "-W",
-            "1",
-            &to.to_string(),
-        ]);
-        received(&String::from_utf8_lossy(&out.stdout)) >= min
+        let (count, to) = (count.to_string(), to.to_string());
+        let mut args = vec!["ping", "-n", "-q", "-c", &count, "-i", "0.05", "-W", "1"];
+        if let Some(d) = dev {
+            args.extend(["-I", d]);
+        }
+        args.push(&to);
+        received(&String::from_utf8_lossy(&self.exec(&args).stdout))
     }
 }
 

@@ -34,7 +34,9 @@ use serde_json::json;
 mod common;
 mod migration_vm;
 use common::{Cp, gone, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
-use migration_vm::kubevirt::{self, VM, condition, vmi_api, vmi_status};
+use migration_vm::kubevirt::{
+    self, VM, condition, migration_completed, migration_failed, migration_started, vmi_api, vmi_status,
+};
 use migration_vm::{Pinger, Vm, gap_at, lost_between, now, quantile};
 
 /// Migrations back and forth (`COZYPLANE_MIGRATIONS` to change).
@@ -187,14 +189,13 @@ async fn migrate(
         p.spec.mac,
         "the target launcher has the VM's MAC"
     );
-    // A new migrationState, as virt-controller writes one per migration (the merge patch
-    // clears what the last one left).
-    let state = json!({"migrationUid": job, "sourceNode": lab.nodes[source.node].name,
-        "sourcePod": source.name, "targetNode": lab.nodes[to].name, "targetPod": name,
-        "startTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(), "completed": false,
-        "failed": false, "targetNodeDomainDetected": false, "targetNodeDomainReadyTimestamp": null,
-        "endTimestamp": null});
-    vmi_status(&vmis, json!({"migrationState": state})).await;
+    migration_started(
+        &vmis,
+        &job,
+        (&lab.nodes[source.node].name, &source.name),
+        (&lab.nodes[to].name, &name),
+    )
+    .await;
     let nic = vm.wire(&target);
     // The memory copy.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -205,13 +206,7 @@ async fn migrate(
         probe.ping(vm.ip(), 3, 1),
         "migration {i}: the guest is unreachable on the target before the cutover"
     );
-    let done = k8s_openapi::jiff::Timestamp::now().to_string();
-    vmi_status(
-        &vmis,
-        json!({"nodeName": lab.nodes[to].name, "migrationState": {"targetNodeDomainDetected": true,
-            "targetNodeDomainReadyTimestamp": done, "completed": true, "endTimestamp": done}}),
-    )
-    .await;
+    migration_completed(&vmis, &lab.nodes[to].name).await;
     let p = until("the cutover moved the Port", || async {
         let p = ports.get(port).await.ok()?;
         (p.spec.node == lab.nodes[to].name && p.spec.pod_name == name && p.spec.migration_target.is_none())
@@ -335,20 +330,15 @@ async fn body(lab: &mut Lab) {
         p.spec.migration_target.is_some(),
         "the failing target was prepared"
     );
-    vmi_status(
+    migration_started(
         &vmis,
-        json!({"migrationState": {"migrationUid": "mig-failed", "targetPod": failed.name,
-            "targetNode": lab.nodes[to].name, "sourcePod": launcher.name, "completed": false,
-            "failed": false, "targetNodeDomainDetected": false,
-            "targetNodeDomainReadyTimestamp": null, "endTimestamp": null}}),
+        "mig-failed",
+        (&lab.nodes[launcher.node].name, &launcher.name),
+        (&lab.nodes[to].name, &failed.name),
     )
     .await;
     gone(&cp, lab, &failed).await;
-    vmi_status(
-        &vmis,
-        json!({"migrationState": {"completed": true, "failed": true}}),
-    )
-    .await;
+    migration_failed(&vmis).await;
     let p = until("the failed target's preparation undone", || async {
         let p = ports.get(&port).await.ok()?;
         p.spec.migration_target.is_none().then_some(p)

@@ -36,7 +36,9 @@ use serde_json::json;
 mod common;
 mod migration_vm;
 use common::{Cp, gone, pod, pod_labelled, tenant, until, vni, vpc_ip, wait};
-use migration_vm::kubevirt::{self, VM, condition, vmi_api, vmi_status};
+use migration_vm::kubevirt::{
+    self, VM, condition, migration_completed, migration_failed, migration_started, vmi_api, vmi_status,
+};
 use migration_vm::{Pinger, Vm, gap_at, lost_between, now, quantile};
 
 /// The secondary interface, its VPC and its pins.
@@ -218,12 +220,13 @@ async fn migrate(
         addrs.contains(&format!("{NET1_IP}/32")),
         "migration {i}: the target's net1 holds the pinned address: {addrs}"
     );
-    let state = json!({"migrationUid": job, "sourceNode": lab.nodes[source.node].name,
-        "sourcePod": source.name, "targetNode": lab.nodes[to].name, "targetPod": name,
-        "startTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(), "completed": false,
-        "failed": false, "targetNodeDomainDetected": false, "targetNodeDomainReadyTimestamp": null,
-        "endTimestamp": null});
-    vmi_status(vmis, json!({"migrationState": state})).await;
+    migration_started(
+        vmis,
+        &job,
+        (&lab.nodes[source.node].name, &source.name),
+        (&lab.nodes[to].name, &name),
+    )
+    .await;
     let nic = vm.wire(&target);
     // The memory copy.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -238,13 +241,7 @@ async fn migrate(
         probes.client.ping(probes.eth0_ip, 3, 1),
         "migration {i}: eth0 is unreachable on the target before the cutover"
     );
-    let done = k8s_openapi::jiff::Timestamp::now().to_string();
-    vmi_status(
-        vmis,
-        json!({"nodeName": lab.nodes[to].name, "migrationState": {"targetNodeDomainDetected": true,
-            "targetNodeDomainReadyTimestamp": done, "completed": true, "endTimestamp": done}}),
-    )
-    .await;
+    migration_completed(vmis, &lab.nodes[to].name).await;
     for k in kept {
         let p = until("the cutover moved the Port", || async {
             let p = ports.get(&k.name).await.ok()?;
@@ -447,20 +444,15 @@ async fn body(lab: &mut Lab) {
             k.what
         );
     }
-    vmi_status(
+    migration_started(
         &vmis,
-        json!({"migrationState": {"migrationUid": "mig-failed", "targetPod": failed.name,
-            "targetNode": lab.nodes[to].name, "sourcePod": source.name, "completed": false,
-            "failed": false, "targetNodeDomainDetected": false,
-            "targetNodeDomainReadyTimestamp": null, "endTimestamp": null}}),
+        "mig-failed",
+        (&lab.nodes[source.node].name, &source.name),
+        (&lab.nodes[to].name, &failed.name),
     )
     .await;
     gone(&cp, lab, &failed).await;
-    vmi_status(
-        &vmis,
-        json!({"migrationState": {"completed": true, "failed": true}}),
-    )
-    .await;
+    migration_failed(&vmis).await;
     for k in &kept {
         until("the failed target's preparation undone", || async {
             let p = ports.get(&k.name).await.ok()?;

@@ -53,23 +53,9 @@ fn routes(ns: &Netns, dev: &str) -> Vec<String> {
         .collect()
 }
 
-/// `count` pings from `ns` out of `dev` to `to`; true when at least one is answered.
+/// Three pings from `ns` out of `dev` to `to`; true when at least one is answered.
 fn ping_via(ns: &Netns, dev: &str, to: IpAddr) -> bool {
-    let out = ns.exec(&[
-        "ping",
-        "-n",
-        "-q",
-        "-c",
-        "3",
-        "-i",
-        "0.05",
-        "-W",
-        "1",
-        "-I",
-        dev,
-        &to.to_string(),
-    ]);
-    cozyplane_lab::received(&String::from_utf8_lossy(&out.stdout)) > 0
+    ns.ping_from(Some(dev), to, 3) > 0
 }
 
 async fn body(lab: &mut Lab) {

@@ -70,6 +70,43 @@ pub(crate) async fn create_vmi(vmis: &Api<DynamicObject>) {
     .unwrap();
 }
 
+/// A new migration `uid` from `source` to `target` (`(node, pod)` each) in the VMI's status,
+/// as virt-controller writes one per migration (the merge patch clears what the last one
+/// left).
+pub(crate) async fn migration_started(
+    vmis: &Api<DynamicObject>,
+    uid: &str,
+    (source_node, source_pod): (&str, &str),
+    (target_node, target_pod): (&str, &str),
+) {
+    let state = json!({"migrationUid": uid, "sourceNode": source_node, "sourcePod": source_pod,
+        "targetNode": target_node, "targetPod": target_pod,
+        "startTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(), "completed": false,
+        "failed": false, "targetNodeDomainDetected": false, "targetNodeDomainReadyTimestamp": null,
+        "endTimestamp": null});
+    vmi_status(vmis, json!({ "migrationState": state })).await;
+}
+
+/// The domain runs on `target_node`: the migration completed (virt-handler's write).
+pub(crate) async fn migration_completed(vmis: &Api<DynamicObject>, target_node: &str) {
+    let done = k8s_openapi::jiff::Timestamp::now().to_string();
+    vmi_status(
+        vmis,
+        json!({"nodeName": target_node, "migrationState": {"targetNodeDomainDetected": true,
+            "targetNodeDomainReadyTimestamp": done, "completed": true, "endTimestamp": done}}),
+    )
+    .await;
+}
+
+/// The migration failed (its target went before the cutover).
+pub(crate) async fn migration_failed(vmis: &Api<DynamicObject>) {
+    vmi_status(
+        vmis,
+        json!({"migrationState": {"completed": true, "failed": true}}),
+    )
+    .await;
+}
+
 /// Writes the VMI's status as virt-handler does (a merge patch of the status subresource).
 pub(crate) async fn vmi_status(vmis: &Api<DynamicObject>, status: serde_json::Value) {
     vmis.patch_status(

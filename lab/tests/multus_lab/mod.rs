@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use cozyplane_apis::v1alpha1::Port;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
-use cozyplane_lab::{Lab, Netns, Proc, received};
+use cozyplane_lab::{Lab, Netns, Proc};
 use kube::api::Api;
 
 pub(crate) mod bad;
@@ -16,23 +16,9 @@ pub(crate) mod bad;
 /// The agent's host veth prefix (`HOST_VETH_PREFIX` of the agent's CNI core).
 pub(crate) const HOST_VETH_PREFIX: &str = "cph";
 
-/// Replies to `count` pings from `ns` to `to` out of `dev` (50 ms apart, 1 s wait).
+/// `count` pings from `ns` out of `dev` to `to`: how many were answered.
 pub(crate) fn ping_via(ns: &Netns, dev: &str, to: Ipv4Addr, count: u32) -> u32 {
-    let out = ns.exec(&[
-        "ping",
-        "-n",
-        "-q",
-        "-I",
-        dev,
-        "-c",
-        &count.to_string(),
-        "-i",
-        "0.05",
-        "-W",
-        "1",
-        &to.to_string(),
-    ]);
-    received(&String::from_utf8_lossy(&out.stdout))
+    ns.ping_from(Some(dev), to, count)
 }
 
 /// Pings from `ns` to `to` out of `dev` every 10 ms for at most `secs` seconds, in the
