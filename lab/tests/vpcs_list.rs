@@ -121,12 +121,15 @@ async fn body(lab: &mut Lab) {
     }
 
     // network-status, as Multus would have written it.
-    let pod_obj = Api::<Pod>::namespaced(cp.kube.clone(), "t1")
-        .get("multi")
-        .await
-        .unwrap();
-    let status: Vec<Value> =
-        serde_json::from_str(&pod_obj.metadata.annotations.unwrap_or_default()[STATUS]).unwrap();
+    // Written once ADD has returned.
+    let status: Vec<Value> = common::until("the network-status annotation", || async {
+        let pod = Api::<Pod>::namespaced(cp.kube.clone(), "t1")
+            .get("multi")
+            .await
+            .ok()?;
+        serde_json::from_str(pod.metadata.annotations?.get(STATUS)?).ok()
+    })
+    .await;
     let names: Vec<(&str, &str)> = status
         .iter()
         .map(|s| (s["name"].as_str().unwrap(), s["interface"].as_str().unwrap()))

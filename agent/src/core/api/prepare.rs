@@ -27,9 +27,22 @@ use cozyplane_apis::v1alpha1::Port;
 use cozyplane_cni::spec::CniError;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::core::api::{ApiClients, Persistent, ResolvedVpc, VPC_ANNOTATION, VPC_IP_ANNOTATION};
+use crate::core::api::{ApiClients, Persistent, PortAsk, ResolvedVpc, VPC_ANNOTATION, VPC_IP_ANNOTATION};
+use crate::core::cni::secondary::VPCS_ANNOTATION;
 
-type Key = (String, String);
+/// The workload attachment of interface `ifname` of a pod with `facts`: a secondary
+/// interface's pins are its request's, not the pod's annotations (which pin its network's).
+pub fn persistent_of(facts: &super::PodFacts, ifname: &str, ask: Option<&PortAsk>) -> Option<Persistent> {
+    Persistent::of(facts, ifname).map(|mut w| {
+        if let Some(a) = ask {
+            w.pins = a.pins.clone();
+        }
+        w
+    })
+}
+
+/// A pod `(namespace, name)` and the interface (`eth0`, or a listed secondary one).
+type Key = (String, String, String);
 type Made = Result<Port, CniError>;
 
 enum State {
@@ -44,7 +57,7 @@ struct Slot {
     state: State,
 }
 
-/// The table of prepared Ports, by pod `(namespace, name)`.
+/// The table of prepared Ports, by pod `(namespace, name)` and interface.
 #[derive(Default)]
 pub struct Prepared(Mutex<HashMap<Key, Slot>>);
 
@@ -61,10 +74,11 @@ impl Prepared {
     }
 }
 
-fn key_of(pod: &Pod) -> Key {
+fn key_of(pod: &Pod, ifname: &str) -> Key {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
         pod.metadata.name.clone().unwrap_or_default(),
+        ifname.to_string(),
     )
 }
 
@@ -85,9 +99,13 @@ fn other_pod(a: Option<&str>, b: Option<&str>) -> bool {
     matches!((a, b), (Some(a), Some(b)) if a != b)
 }
 
-/// Whether `port` is the one to attach pod `ns/name` of this node to `v` with.
-fn fits(port: &Port, v: &ResolvedVpc, (ns, name): (&str, &str), node: &str) -> bool {
+/// Whether `port` is the one to attach pod `ns/name` of this node to `v` with, as interface
+/// `ask`'s (`None`: the pod's network).
+fn fits(port: &Port, v: &ResolvedVpc, (ns, name): (&str, &str), node: &str, ask: Option<&PortAsk>) -> bool {
     let s = &port.spec;
+    if s.interface != ask.map(|a| a.interface.as_str()).unwrap_or_default() {
+        return false;
+    }
     let held = s.pod_namespace == ns && s.pod_name == name && s.node == node;
     // A live migration's target: prepared here beside the holder (issue 27).
     let prepared = s
@@ -98,12 +116,18 @@ fn fits(port: &Port, v: &ResolvedVpc, (ns, name): (&str, &str), node: &str) -> b
 }
 
 impl ApiClients {
-    /// The watch saw `pod`, bound to this node: start its Port if it asks for a VPC, is not
-    /// running yet (`status.podIP` is set after ADD) and has no Port made or in the making.
+    /// The watch saw `pod`, bound to this node: start its Ports if it asks for VPCs (its
+    /// network's and its listed secondary interfaces', issue 37), is not running yet
+    /// (`status.podIP` is set after ADD) and has no Port made or in the making.
     pub fn pod_seen(&self, pod: &Pod) {
-        let Some(request) = annotation(pod, VPC_ANNOTATION).map(str::to_string) else {
+        let primary = annotation(pod, VPC_ANNOTATION).map(str::to_string);
+        // A list that does not parse is left to ADD, which reports it.
+        let listed = annotation(pod, VPCS_ANNOTATION)
+            .and_then(|l| crate::core::cni::secondary::listed(l, PRIMARY_IFNAME).ok())
+            .unwrap_or_default();
+        if primary.is_none() && listed.is_empty() {
             return;
-        };
+        }
         let status = pod.status.as_ref();
         let started = status
             .and_then(|s| s.pod_ip.as_deref())
@@ -114,7 +138,19 @@ impl ApiClients {
         if pod.metadata.deletion_timestamp.is_some() || started || finished {
             return;
         }
-        let key = key_of(pod);
+        if let Some(request) = primary {
+            self.prepare(pod, request, None);
+        }
+        for w in listed {
+            self.prepare(pod, w.vpc.clone(), Some(w.ask()));
+        }
+    }
+
+    /// Starts the Port of `pod`'s interface `ask` (`None`: its network, `eth0`) in VPC
+    /// `request`, unless one is made or in the making.
+    fn prepare(&self, pod: &Pod, request: String, ask: Option<PortAsk>) {
+        let ifname = ask.as_ref().map_or(PRIMARY_IFNAME, |a| a.interface.as_str());
+        let key = key_of(pod, ifname);
         let uid = pod.metadata.uid.clone();
         let cell = {
             let mut slots = self.prepared.slots();
@@ -137,9 +173,11 @@ impl ApiClients {
             );
             cell
         };
-        let stamped: Option<IpAddr> = annotation(pod, VPC_IP_ANNOTATION).and_then(|v| v.parse().ok());
-        // Made ahead for the pod's first interface, the one runtimes call `eth0`.
-        let persistent = Persistent::of(&super::PodFacts::of(pod), PRIMARY_IFNAME);
+        // The pod's network was stamped with its Port's address: a restarted agent finds it.
+        let stamped: Option<IpAddr> = annotation(pod, VPC_IP_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .filter(|_| ask.is_none());
+        let persistent = persistent_of(&super::PodFacts::of(pod), ifname, ask.as_ref());
         let this = self.clone();
         tokio::spawn(async move {
             let (ns, name) = (&key.0, &key.1);
@@ -148,11 +186,12 @@ impl ApiClients {
                     let v = this.resolve_vpc(ns, name, &request).await?;
                     if let Some(ip) = stamped
                         && let Some(port) = this.get_port(&cozyplane_apis::net::port_name(v.vni, ip)).await?
-                        && fits(&port, &v, (ns, name), &this.node)
+                        && fits(&port, &v, (ns, name), &this.node, None)
                     {
                         return Ok(port);
                     }
-                    this.create_and_stamp(&v, ns, name, persistent.as_ref()).await
+                    this.create_and_stamp(&v, ns, name, persistent.as_ref(), ask.as_ref())
+                        .await
                 })
                 .await;
             if let Err(e) = made {
@@ -162,24 +201,33 @@ impl ApiClients {
         });
     }
 
-    /// The watch saw pod `ns/name` go: delete a Port nobody took.
+    /// The watch saw pod `ns/name` go: delete the Ports nobody took.
     pub fn pod_gone(&self, pod: &Pod) {
-        let key = key_of(pod);
+        let (ns, name, _) = key_of(pod, "");
         let mut slots = self.prepared.slots();
-        if slots
-            .get(&key)
-            .is_some_and(|s| !other_pod(s.uid.as_deref(), pod.metadata.uid.as_deref()))
-            && let Some(old) = slots.remove(&key)
-        {
-            self.release(old);
+        let mine: Vec<Key> = slots
+            .iter()
+            .filter(|(k, s)| {
+                k.0 == ns && k.1 == name && !other_pod(s.uid.as_deref(), pod.metadata.uid.as_deref())
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in mine {
+            if let Some(old) = slots.remove(&k) {
+                self.release(old);
+            }
         }
     }
 
     /// The pod list completed (a relist may drop pods without a delete event): forget the
     /// pods no longer bound here, deleting Ports nobody took.
-    pub fn pods_listed(&self, live: impl Fn(&Key) -> bool) {
+    pub fn pods_listed(&self, live: impl Fn(&(String, String)) -> bool) {
         let mut slots = self.prepared.slots();
-        let gone: Vec<Key> = slots.keys().filter(|k| !live(k)).cloned().collect();
+        let gone: Vec<Key> = slots
+            .keys()
+            .filter(|k| !live(&(k.0.clone(), k.1.clone())))
+            .cloned()
+            .collect();
         for k in gone {
             if let Some(old) = slots.remove(&k) {
                 self.release(old);
@@ -212,16 +260,18 @@ impl ApiClients {
         });
     }
 
-    /// ADD: the Port to attach pod `ns/name` (uid from the CNI args) to VPC `v` with — the
-    /// one made ahead, else one made now. The caller owns it from here on.
+    /// ADD: the Port to attach pod `ns/name` (uid from the CNI args) to VPC `v` with, as its
+    /// interface `ask` (`None`: its network) — the one made ahead, else one made now. The
+    /// caller owns it from here on.
     pub async fn take_port(
         &self,
         v: &ResolvedVpc,
         (ns, name): (&str, &str),
         uid: Option<&str>,
-        persistent: Option<&Persistent>,
+        (persistent, ask): (Option<&Persistent>, Option<&PortAsk>),
     ) -> Made {
-        let key = (ns.to_string(), name.to_string());
+        let ifname = ask.map_or(PRIMARY_IFNAME, |a| a.interface.as_str());
+        let key = (ns.to_string(), name.to_string(), ifname.to_string());
         let cell = {
             let mut slots = self.prepared.slots();
             let slot = slots.entry(key).or_insert_with(|| Slot {
@@ -248,10 +298,10 @@ impl ApiClients {
         };
         if let Some(cell) = cell {
             match cell
-                .get_or_init(|| self.create_and_stamp(v, ns, name, persistent))
+                .get_or_init(|| self.create_and_stamp(v, ns, name, persistent, ask))
                 .await
             {
-                Ok(port) if fits(port, v, (ns, name), &self.node) => return Ok(port.clone()),
+                Ok(port) if fits(port, v, (ns, name), &self.node, ask) => return Ok(port.clone()),
                 Ok(port) => {
                     let stale = port.metadata.name.clone().unwrap_or_default();
                     tracing::warn!(port = %stale, pod = %format!("{ns}/{name}"), vpc = %format!("{}/{}", v.namespace, v.name),
@@ -262,17 +312,18 @@ impl ApiClients {
                 Err(_) => {}
             }
         }
-        self.create_and_stamp(v, ns, name, persistent).await
+        self.create_and_stamp(v, ns, name, persistent, ask).await
     }
 
     /// Creates the Port (for a persistent attachment: takes the workload's, made if it has
-    /// none) and stamps the pod with its address and MAC.
+    /// none) and, for the pod's network (`ask` none), stamps the pod with its address and MAC.
     async fn create_and_stamp(
         &self,
         v: &ResolvedVpc,
         ns: &str,
         name: &str,
         persistent: Option<&Persistent>,
+        ask: Option<&PortAsk>,
     ) -> Made {
         let taken = match persistent {
             Some(w) => self.bind_persistent(v, ns, name, w).await?.into_iter().next(),
@@ -280,8 +331,11 @@ impl ApiClients {
         };
         let port = match taken {
             Some(p) => p,
-            None => self.create_port(v, ns, name, None, persistent, None).await?,
+            None => self.create_port(v, ns, name, None, persistent, ask).await?,
         };
+        if ask.is_some() {
+            return Ok(port);
+        }
         let ip: IpAddr = port.spec.ip.parse().map_err(|_| {
             CniError::new(
                 cozyplane_cni::spec::ErrorCode::Internal,
@@ -323,14 +377,24 @@ mod tests {
                      "node": "n1", "nodeIP": "192.0.2.1", "podNamespace": "t", "podName": "p"}
         }))
         .expect("port");
-        assert!(fits(&port, &v, ("t", "p"), "n1"));
-        assert!(!fits(&port, &v, ("t", "q"), "n1"));
-        assert!(!fits(&port, &v, ("u", "p"), "n1"));
-        assert!(!fits(&port, &v, ("t", "p"), "n2"));
+        assert!(fits(&port, &v, ("t", "p"), "n1", None));
+        assert!(!fits(&port, &v, ("t", "q"), "n1", None));
+        assert!(!fits(&port, &v, ("u", "p"), "n1", None));
+        assert!(!fits(&port, &v, ("t", "p"), "n2", None));
         let other = ResolvedVpc {
             name: "w".into(),
             ..v.clone()
         };
-        assert!(!fits(&port, &other, ("t", "p"), "n1"));
+        assert!(!fits(&port, &other, ("t", "p"), "n1", None));
+        // The pod's network's Port is no secondary interface's, and the reverse.
+        let net1 = PortAsk {
+            interface: "net1".into(),
+            ..PortAsk::default()
+        };
+        assert!(!fits(&port, &v, ("t", "p"), "n1", Some(&net1)));
+        let mut second = port.clone();
+        second.spec.interface = "net1".into();
+        assert!(fits(&second, &v, ("t", "p"), "n1", Some(&net1)));
+        assert!(!fits(&second, &v, ("t", "p"), "n1", None));
     }
 }

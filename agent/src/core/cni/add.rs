@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::secondary::{self, Wanted};
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
-use crate::core::api::Persistent;
+use crate::core::api::prepare::persistent_of;
 use crate::core::cni::attachment::{self, Attachment};
 use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, PodRoutes, format_mac, parse_mac};
 use crate::core::datapath::netns_cookie;
@@ -72,10 +72,7 @@ impl AgentState {
                         statuses.push(status_of(&more, &name, false));
                         merge(&mut result, more);
                     }
-                    if let Err(e) = self.report_status(req, statuses).await {
-                        let _ = self.del(&env.container_id, &env.ifname).await;
-                        return Err(e);
-                    }
+                    self.report_status(req, &statuses);
                     steps.mark("status");
                 }
                 result
@@ -98,20 +95,38 @@ impl AgentState {
         }
     }
 
-    /// Writes `k8s.v1.cni.cncf.io/network-status` on the pod, as Multus does for its own.
-    async fn report_status(&self, req: &Request, statuses: Vec<Value>) -> Result<(), CniError> {
-        let (Some(api), Some(pod)) = (&self.api, req.env.pod()) else {
-            return Ok(());
+    /// Writes `k8s.v1.cni.cncf.io/network-status` on the pod, as Multus does for its own, once
+    /// ADD has returned: the runtime and kubelet never wait for it (a kube API write, queued
+    /// behind the node's other calls: 50 pods at once waited ~40 ms more for it at p99), its
+    /// readers (KubeVirt, users) read it later. Tried five times over about 6 s.
+    fn report_status(&self, req: &Request, statuses: &[Value]) {
+        let (Some(api), Some(pod)) = (self.api.clone(), req.env.pod()) else {
+            return;
         };
-        let text = serde_json::to_string_pretty(&statuses)
-            .map_err(|e| internal("encoding the network status failed", e))?;
-        api.annotate_pod(
-            &pod.namespace,
-            &pod.name,
-            secondary::NETWORK_STATUS_ANNOTATION,
-            &text,
-        )
-        .await
+        let Ok(text) = serde_json::to_string_pretty(statuses) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let mut wait = std::time::Duration::from_millis(200);
+            for _ in 0..5 {
+                match api
+                    .annotate_pod(
+                        &pod.namespace,
+                        &pod.name,
+                        secondary::NETWORK_STATUS_ANNOTATION,
+                        &text,
+                    )
+                    .await
+                {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "writing the network status: {e}");
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                }
+            }
+        });
     }
 
     /// One interface: which network, the address(es), the Port(s), the veth, the programs,
@@ -212,34 +227,17 @@ impl AgentState {
                 // workload's Ports, wherever they were (issue 27); a secondary interface's
                 // pins are its request's.
                 let facts = api.pod_facts(&p.namespace, &p.name).await?;
-                let persistent = Persistent::of(&facts, ifname).map(|mut w| {
-                    if let Some(a) = &ask {
-                        w.pins = a.pins.clone();
-                    }
-                    w
-                });
-                let port = match (existing, &ask) {
-                    (Some(port), _) => port,
-                    (None, None) => {
-                        api.take_port(v, (&p.namespace, &p.name), uid, persistent.as_ref())
-                            .await?
-                    }
-                    (None, Some(a)) => {
-                        let kept = match &persistent {
-                            Some(w) => api
-                                .bind_persistent(v, &p.namespace, &p.name, w)
-                                .await?
-                                .into_iter()
-                                .next(),
-                            None => None,
-                        };
-                        match kept {
-                            Some(port) => port,
-                            None => {
-                                api.create_port(v, &p.namespace, &p.name, None, persistent.as_ref(), Some(a))
-                                    .await?
-                            }
-                        }
+                let persistent = persistent_of(&facts, ifname, ask.as_ref());
+                let port = match existing {
+                    Some(port) => port,
+                    None => {
+                        api.take_port(
+                            v,
+                            (&p.namespace, &p.name),
+                            uid,
+                            (persistent.as_ref(), ask.as_ref()),
+                        )
+                        .await?
                     }
                 };
                 let name = port.metadata.name.clone().unwrap_or_default();
