@@ -139,9 +139,7 @@ impl CniEnv {
         // is refused up front. A DEL of one goes on, finding nothing to remove: a runtime (or
         // Multus, for each delegate it holds) sends the DEL of a failed ADD too, and refusing
         // it would make the sandbox's teardown fail for ever.
-        if self.command != Command::Del
-            && (self.ifname.len() > 15 || self.ifname.contains(['/', ' ', ':']))
-        {
+        if self.command != Command::Del && (self.ifname.len() > 15 || self.ifname.contains(['/', ' ', ':'])) {
             return Err(CniError::new(
                 ErrorCode::InvalidEnv,
                 "invalid CNI_IFNAME",
