@@ -21,6 +21,7 @@
 mod client;
 mod nodes;
 pub mod prepare;
+pub mod secondary;
 pub mod severed;
 
 pub use self::client::{client, in_cluster_client};
@@ -96,7 +97,7 @@ impl PodFacts {
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::core::cni::secondary::VPCS_ANNOTATION))
+                .and_then(|a| a.get(secondary::VPCS_ANNOTATION))
                 .filter(|v| !v.trim().is_empty())
                 .cloned(),
             workload: cozyplane_apis::v1alpha1::workload_of(

@@ -27,8 +27,8 @@ use cozyplane_apis::v1alpha1::Port;
 use cozyplane_cni::spec::CniError;
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::core::api::secondary::VPCS_ANNOTATION;
 use crate::core::api::{ApiClients, Persistent, PortAsk, ResolvedVpc, VPC_ANNOTATION, VPC_IP_ANNOTATION};
-use crate::core::cni::secondary::VPCS_ANNOTATION;
 
 /// The workload attachment of interface `ifname` of a pod with `facts`: a secondary
 /// interface's pins are its request's, not the pod's annotations (which pin its network's).
@@ -123,7 +123,7 @@ impl ApiClients {
         let primary = annotation(pod, VPC_ANNOTATION).map(str::to_string);
         // A list that does not parse is left to ADD, which reports it.
         let listed = annotation(pod, VPCS_ANNOTATION)
-            .and_then(|l| crate::core::cni::secondary::listed(l, PRIMARY_IFNAME).ok())
+            .and_then(|l| crate::core::api::secondary::listed(l, PRIMARY_IFNAME).ok())
             .unwrap_or_default();
         if primary.is_none() && listed.is_empty() {
             return;

@@ -9,9 +9,9 @@ use cozyplane_cni::proto::Request;
 use cozyplane_cni::spec::{CniError, CniResult, ErrorCode, Interface, IpConfig, Route};
 use serde_json::Value;
 
-use super::secondary::{self, Wanted};
 use super::{AgentState, Steps, blocking, host_veth_name, internal};
 use crate::core::api::prepare::persistent_of;
+use crate::core::api::secondary::{self, Wanted};
 use crate::core::cni::attachment::{self, Attachment};
 use crate::core::datapath::netdev::{self, GATEWAY, GATEWAY6, PodRoutes, format_mac, parse_mac};
 use crate::core::datapath::netns_cookie;

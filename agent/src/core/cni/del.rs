@@ -17,9 +17,11 @@ impl AgentState {
     pub(super) async fn del(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
         let listed: Vec<String> = {
             let ipam = self.ipam();
+            // Only a recorded pod network cascades: the DEL of an interface this node has no
+            // record of (a delegate's failed ADD, say) must not take the pod's listed ones.
             let primary = ipam
                 .get(container_id, ifname)
-                .is_none_or(|a| a.secondary.is_none());
+                .is_some_and(|a| a.secondary.is_none());
             ipam.all()
                 .filter(|a| {
                     primary && a.container_id == container_id && a.secondary == Some(Secondary::Listed)

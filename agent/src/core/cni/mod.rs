@@ -30,7 +30,6 @@ mod maps;
 mod reconcile;
 
 pub mod attachment;
-pub mod secondary;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,9 @@
 //!
 //! A secondary interface has no fabric address (the pod's network has one): it carries the
 //! VPC addresses, routes only the VPC's ranges to its gateway, and its Ports name it in
-//! `spec.interface`.
+//! `spec.interface`. This module is what a pod asks for (the request's parsing, read by the
+//! Pod watch too, which makes the Ports ahead) and what is reported; the CNI server
+//! (`core::cni`, `add.rs`) attaches.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
