@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use cozyplane_conformance::standin::{Options, StandIn};
 use cozyplane_conformance::{Backend, TestServer};
 use cozyplane_lab::kubelet::PodApi;
+use cozyplane_lab::stats::{cpu_ms, median, ms, pct};
 use cozyplane_lab::{Lab, Netns, Node, exec_plugin, invoke_cni, result_ip, run_in, sh};
 use serde_json::json;
 
@@ -451,49 +452,6 @@ fn memory(pid: u32) -> (f64, f64, f64, f64) {
     };
     let mib = |key: &str| kib(key) / 1024.0;
     (mib("VmRSS:"), mib("VmHWM:"), mib("RssAnon:"), mib("RssFile:"))
-}
-
-/// User + system CPU time of `pid` so far, ms (`/proc/<pid>/stat`, clock ticks of 10 ms).
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name may hold spaces; the fields after it do not.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    ticks as f64 * 10.0
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
-fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        f64::midpoint(v[n / 2 - 1], v[n / 2])
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// The columns of the main table, per run.

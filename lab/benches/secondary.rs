@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
 use cozyplane_lab::kubelet::PodApi;
+use cozyplane_lab::stats::{cpu_ms, median, ms, pct};
 use cozyplane_lab::{Lab, Netns, bin_dir, exec_plugin, invoke_cni, require_root};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -406,48 +407,4 @@ fn loadavg() -> f64 {
         .ok()
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or(f64::NAN)
-}
-
-/// User + system CPU time of `pid` so far, ms (`/proc/<pid>/stat`, clock ticks of 10 ms).
-fn cpu_ms(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name may hold spaces; the fields after it do not.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum();
-    ticks as f64 * 10.0
-}
-
-/// The `p` quantile of `v` by nearest rank.
-fn pct(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-    v[i]
-}
-
-fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        f64::midpoint(v[n / 2 - 1], v[n / 2])
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }

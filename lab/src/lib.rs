@@ -27,6 +27,7 @@ pub mod kubelet;
 pub mod load;
 pub mod multus;
 pub mod outside;
+pub mod stats;
 pub use outside::Outside;
 
 /// Underlay address of the control namespace.
@@ -161,6 +162,24 @@ impl Netns {
     /// Pings `to` (either family) from inside; true if at least `min` replies came back.
     pub fn ping(&self, to: impl Into<std::net::IpAddr>, count: u32, min: u32) -> bool {
         self.ping_from(None, to, count) >= min
+    }
+
+    /// Pings to `to` every 10 ms for at most `secs` seconds, out of interface `dev` when
+    /// given, in the background (stopped by PID when the [`Proc`] goes); output discarded.
+    pub fn pinger(&self, dev: Option<&str>, to: impl Into<std::net::IpAddr>, secs: u32) -> Proc {
+        let (secs, to) = (secs.to_string(), to.into().to_string());
+        let mut args = vec!["ping", "-n", "-q", "-i", "0.01", "-w", &secs];
+        if let Some(d) = dev {
+            args.extend(["-I", d]);
+        }
+        args.push(&to);
+        Proc(
+            self.command(&args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("ping"),
+        )
     }
 
     /// `count` pings 50 ms apart to `to`, out of interface `dev` when given (`ping -I`): how

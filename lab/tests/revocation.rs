@@ -13,7 +13,6 @@
 //! as a kubelet probe would).
 
 use std::net::Ipv4Addr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cozyplane_apis::v1alpha1::{Port, VPC, VPCBinding};
@@ -27,23 +26,7 @@ use common::{Cp, now, pod, stamps, tenant, vpc_ip, wait};
 
 /// A ping from `from` to `to` every 10 ms for `secs` seconds, in the background.
 fn pinger(from: &LabPod, to: Ipv4Addr, secs: u32) -> Proc {
-    Proc(
-        from.ns
-            .command(&[
-                "ping",
-                "-n",
-                "-q",
-                "-i",
-                "0.01",
-                "-w",
-                &secs.to_string(),
-                &to.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    from.ns.pinger(None, to, secs)
 }
 
 /// A TCP connect from the node to `ip:port` (a one-shot iperf3 server listens there).

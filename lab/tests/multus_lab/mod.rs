@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Stdio;
 
 use cozyplane_apis::v1alpha1::Port;
 use cozyplane_bpf::maps::endpoints::EndpointsMap;
@@ -24,24 +23,7 @@ pub(crate) fn ping_via(ns: &Netns, dev: &str, to: Ipv4Addr, count: u32) -> u32 {
 /// Pings from `ns` to `to` out of `dev` every 10 ms for at most `secs` seconds, in the
 /// background (killed by PID on drop).
 pub(crate) fn pinger(ns: &Netns, dev: &str, to: Ipv4Addr, secs: u32) -> Proc {
-    Proc(
-        ns.command(&[
-            "ping",
-            "-n",
-            "-q",
-            "-I",
-            dev,
-            "-i",
-            "0.01",
-            "-w",
-            &secs.to_string(),
-            &to.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("ping"),
-    )
+    ns.pinger(Some(dev), to, secs)
 }
 
 /// `ip <args>` inside `ns`, its lines.
