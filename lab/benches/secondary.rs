@@ -302,13 +302,7 @@ async fn gone(cp: &Cp, node: &cozyplane_lab::Node) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let veths: Vec<String> = node
-        .ns
-        .ip_ok(&["-o", "link"])
-        .lines()
-        .filter_map(|l| Some(l.split(':').nth(1)?.trim().split('@').next()?.to_string()))
-        .filter(|n| n.starts_with("cph"))
-        .collect();
+    let veths = node.pod_veths();
     assert!(veths.is_empty(), "pod veths left after DEL: {veths:?}");
 }
 

@@ -635,6 +635,19 @@ impl Node {
         self.agent.lock().expect("agent lock").take();
     }
 
+    /// The node's pod veths (the agent's host ends, `cph…`), sorted.
+    pub fn pod_veths(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .ns
+            .ip_ok(&["-o", "link"])
+            .lines()
+            .filter_map(|l| Some(l.split(':').nth(1)?.trim().split('@').next()?.to_string()))
+            .filter(|n| n.starts_with("cph"))
+            .collect();
+        v.sort();
+        v
+    }
+
     /// The agent's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

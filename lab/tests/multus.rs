@@ -453,10 +453,7 @@ async fn body(lab: &mut Lab) {
 
     // --- DEL (Multus's, from its cache): every interface goes, nothing of the router stays.
     multus::del(&sb, &att.delegates).unwrap_or_else(|e| panic!("Multus's DEL of apps/router: {e}"));
-    let veths: Vec<String> = links(&lab.nodes[0].ns)
-        .into_iter()
-        .filter(|n| n.starts_with(multus_lab::HOST_VETH_PREFIX))
-        .collect();
+    let veths = lab.nodes[0].pod_veths();
     assert!(veths.is_empty(), "the router's host veths are gone: {veths:?}");
     until("the router's Ports are gone", || async {
         (ports_of(&cp.sdn, ("t2", "green"), "router").await.is_empty()

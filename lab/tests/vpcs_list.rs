@@ -224,7 +224,7 @@ async fn body(lab: &mut Lab) {
     );
 
     // A list naming a VPC no binding grants: the ADD fails whole and leaves nothing.
-    let before = host_veths(n0);
+    let before = n0.pod_veths();
     let uid = create_pod_with(
         &cp,
         lab,
@@ -236,21 +236,8 @@ async fn body(lab: &mut Lab) {
     let (code, out) = add_network(n0, "t1-denied", &ns2.path(), ("t1", "denied", &uid), &json!({}));
     assert_ne!(code, 0, "ADD with an unbound VPC: {out}");
     assert_eq!(out["code"], 102, "{out}");
-    assert_eq!(host_veths(n0), before, "a veth left");
+    assert_eq!(n0.pod_veths(), before, "a veth left");
     assert!(ports_of(&cp, "blue", "denied").await.is_empty(), "a Port left");
     let links = ns2.ip_ok(&["-o", "link"]);
     assert!(!links.contains("eth0") && !links.contains("net1"), "{links}");
-}
-
-/// The node's pod veths (`cph…`), sorted.
-fn host_veths(node: &cozyplane_lab::Node) -> Vec<String> {
-    let mut v: Vec<String> = node
-        .ns
-        .ip_ok(&["-o", "link"])
-        .lines()
-        .filter_map(|l| Some(l.split(':').nth(1)?.trim().split('@').next()?.to_string()))
-        .filter(|n| n.starts_with("cph"))
-        .collect();
-    v.sort();
-    v
 }

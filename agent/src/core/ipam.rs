@@ -197,6 +197,29 @@ pub enum Secondary {
 }
 
 impl Allocation {
+    /// A record of what an ADD is about to build: nothing but its key, where it runs and its
+    /// fabric address (`0.0.0.0` for a secondary interface).
+    fn new(
+        ip: Ipv4Addr,
+        (container_id, ifname): (&str, &str),
+        (netns, pod): (&str, &str),
+        secondary: Option<Secondary>,
+    ) -> Self {
+        Self {
+            ip,
+            ip6: None,
+            container_id: container_id.to_string(),
+            ifname: ifname.to_string(),
+            netns: netns.to_string(),
+            pod: pod.to_string(),
+            mac: None,
+            host_ifindex: None,
+            vpc: None,
+            netns_cookie: None,
+            secondary,
+        }
+    }
+
     /// The fabric addresses, IPv4 first (none for a secondary interface).
     pub fn fabric_ips(&self) -> Vec<IpAddr> {
         if self.secondary.is_some() {
@@ -427,19 +450,7 @@ impl Ipam {
             .ok_or(IpamError::Exhausted(self.block))?;
         self.by_ip.insert(
             ip,
-            Allocation {
-                ip,
-                container_id: container_id.to_string(),
-                ifname: ifname.to_string(),
-                netns: netns.to_string(),
-                pod: pod.to_string(),
-                mac: None,
-                host_ifindex: None,
-                vpc: None,
-                ip6: None,
-                netns_cookie: None,
-                secondary: None,
-            },
+            Allocation::new(ip, (container_id, ifname), (netns, pod), None),
         );
         if let Some(b6) = self.block6 {
             let used: std::collections::BTreeSet<Ipv6Addr> =
@@ -470,19 +481,12 @@ impl Ipam {
         }
         self.secondaries.insert(
             key,
-            Allocation {
-                ip: Ipv4Addr::UNSPECIFIED,
-                ip6: None,
-                container_id: container_id.to_string(),
-                ifname: ifname.to_string(),
-                netns: netns.to_string(),
-                pod: pod.to_string(),
-                mac: None,
-                host_ifindex: None,
-                vpc: None,
-                netns_cookie: None,
-                secondary: Some(how),
-            },
+            Allocation::new(
+                Ipv4Addr::UNSPECIFIED,
+                (container_id, ifname),
+                (netns, pod),
+                Some(how),
+            ),
         );
         self.generation += 1;
     }

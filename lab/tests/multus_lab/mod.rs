@@ -12,9 +12,6 @@ use kube::api::Api;
 
 pub(crate) mod bad;
 
-/// The agent's host veth prefix (`HOST_VETH_PREFIX` of the agent's CNI core).
-pub(crate) const HOST_VETH_PREFIX: &str = "cph";
-
 /// `count` pings from `ns` out of `dev` to `to`: how many were answered.
 pub(crate) fn ping_via(ns: &Netns, dev: &str, to: Ipv4Addr, count: u32) -> u32 {
     ns.ping_from(Some(dev), to, count)
@@ -100,10 +97,7 @@ impl Leftovers {
                 )
             })
             .collect();
-        let veths = links(&lab.nodes[i].ns)
-            .into_iter()
-            .filter(|n| n.starts_with(HOST_VETH_PREFIX))
-            .collect();
+        let veths = lab.nodes[i].pod_veths().into_iter().collect();
         let endpoints = EndpointsMap::from_pin(&lab.nodes[i].scratch.pins())
             .expect("sdn_endpoints")
             .inner()
